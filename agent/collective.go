@@ -1,0 +1,306 @@
+package agent
+
+import (
+	"fmt"
+
+	"github.com/fastpmi/fastpmi/perf"
+)
+
+// collective is a barrier among a set of local ranks: the world fence
+// (PMI-1 barrier_in, PMI-2 kvs-fence; the node's part of a job-wide
+// fence) or a PMI-1.2 group barrier. Guarded by Agent.mu.
+type collective struct {
+	name    string              // "fence", "NODE:<tag>", "<ranks>:<tag>"
+	members map[*rankState]bool // nil = every local rank
+	entered map[*rankState]deferred
+	started bool // all local members entered; waiting on Upstream
+}
+
+func (c *collective) isMember(rs *rankState) bool { return c.members == nil || c.members[rs] }
+
+func (c *collective) complete(a *Agent) bool {
+	if c.members == nil {
+		return len(c.entered) == len(a.ranks)
+	}
+	return len(c.entered) == len(c.members)
+}
+
+// enterFenceLocked adds rs to the world fence. d answers it when the
+// fence completes job-wide.
+func (a *Agent) enterFenceLocked(out *outbox, rs *rankState, d deferred) {
+	if a.fence == nil {
+		a.fence = &collective{name: "fence", entered: make(map[*rankState]deferred)}
+	}
+	f := a.fence
+	if _, dup := f.entered[rs]; dup || f.started {
+		out.add(d.c, d.reply(fmt.Errorf("rank %d entered fence %d twice", rs.global, a.fenceSeq+1), ""))
+		return
+	}
+	if err := a.checkPeersLocked(f, rs); err != nil {
+		out.add(d.c, d.reply(err, ""))
+		a.failCollectiveLocked(out, f, err)
+		a.fence = nil
+		return
+	}
+	f.entered[rs] = d
+	if a.rec != nil {
+		a.rec.Mark(perf.PhaseFenceEnter, rs.global)
+	}
+	if !f.complete(a) {
+		return
+	}
+	f.started = true
+	var puts []KV
+	for _, r := range a.ranks {
+		puts = append(puts, r.pending...)
+		r.pending = nil
+	}
+	epoch := a.fenceSeq + 1
+	// Upstream is called without a.mu: the caller flushes and unlocks
+	// before running the returned continuation.
+	a.afterUnlock(func() {
+		a.cfg.Upstream.Fence(epoch, puts, func(all []KV, err error) { a.fenceDone(f, all, err) })
+	})
+}
+
+func (a *Agent) fenceDone(f *collective, all []KV, err error) {
+	a.mu.Lock()
+	var out outbox
+	if a.fence == f {
+		a.fence = nil
+		if err == nil {
+			for _, kv := range all {
+				a.kvs[kv.Key] = kv.Val
+			}
+			a.fenceSeq++
+		}
+		for rs, d := range f.entered {
+			out.add(d.c, d.reply(err, ""))
+			if err == nil && a.rec != nil {
+				a.rec.Mark(perf.PhaseFenceDone, rs.global)
+			}
+		}
+	}
+	a.mu.Unlock()
+	out.flush()
+}
+
+// enterGroupLocked adds rs to a PMI-1.2 group barrier among local ranks.
+// A group barrier also commits its members' puts.
+func (a *Agent) enterGroupLocked(out *outbox, rs *rankState, key string, members map[*rankState]bool, d deferred) {
+	g := a.groups[key]
+	if g == nil {
+		g = &collective{name: key, members: members, entered: make(map[*rankState]deferred)}
+		a.groups[key] = g
+	}
+	if !g.isMember(rs) {
+		out.add(d.c, d.reply(fmt.Errorf("rank %d is not a member of barrier group %s", rs.global, key), ""))
+		return
+	}
+	if _, dup := g.entered[rs]; dup {
+		out.add(d.c, d.reply(fmt.Errorf("rank %d entered barrier group %s twice", rs.global, key), ""))
+		return
+	}
+	if err := a.checkPeersLocked(g, rs); err != nil {
+		out.add(d.c, d.reply(err, ""))
+		a.failCollectiveLocked(out, g, err)
+		delete(a.groups, key)
+		return
+	}
+	g.entered[rs] = d
+	if !g.complete(a) {
+		return
+	}
+	delete(a.groups, key)
+	for m, md := range g.entered {
+		for _, kv := range m.pending {
+			a.kvs[kv.Key] = kv.Val
+		}
+		m.pending = nil
+		out.add(md.c, md.reply(nil, ""))
+	}
+}
+
+// ringColl is a ring exchange among all ranks. Guarded by Agent.mu.
+type ringColl struct {
+	entered map[*rankState]ringEntry
+	started bool
+}
+
+type ringEntry struct {
+	in RingIn
+	d  deferred
+}
+
+// ringReply carries a rank's ring result to its deferred reply.
+type ringReply struct {
+	Pos, Size   int
+	Left, Right string
+}
+
+func (a *Agent) enterRingLocked(out *outbox, rs *rankState, in RingIn, d deferred, reply func(error, ringReply) []byte) {
+	if a.ring == nil {
+		a.ring = &ringColl{entered: make(map[*rankState]ringEntry)}
+	}
+	r := a.ring
+	if _, dup := r.entered[rs]; dup || r.started {
+		out.add(d.c, reply(fmt.Errorf("rank %d entered ring %d twice", rs.global, a.ringSeq+1), ringReply{}))
+		return
+	}
+	for _, p := range a.ranks {
+		if _, in := r.entered[p]; !in && p != rs && (p.gone || p.finalized) {
+			err := fmt.Errorf("ring cannot complete: rank %d has %s", p.global, goneWord(p))
+			out.add(d.c, reply(err, ringReply{}))
+			a.failRingLocked(out, err)
+			return
+		}
+	}
+	d.reply = func(err error, _ string) []byte { return reply(err, ringReply{}) }
+	r.entered[rs] = ringEntry{in: in, d: d}
+	if len(r.entered) < len(a.ranks) {
+		return
+	}
+	r.started = true
+	ins := make([]RingIn, len(a.ranks))
+	for i, p := range a.ranks {
+		ins[i] = r.entered[p].in
+	}
+	epoch := a.ringSeq + 1
+	a.afterUnlock(func() {
+		a.cfg.Upstream.Ring(epoch, ins, func(o RingOut, err error) { a.ringDone(r, ins, o, err, reply) })
+	})
+}
+
+func (a *Agent) ringDone(r *ringColl, ins []RingIn, o RingOut, err error, reply func(error, ringReply) []byte) {
+	a.mu.Lock()
+	var out outbox
+	if a.ring == r {
+		a.ring = nil
+		if err == nil {
+			a.ringSeq++
+		}
+		pos := o.Offset
+		for i, p := range a.ranks {
+			e := r.entered[p]
+			res := ringReply{Pos: pos, Size: o.Total}
+			if i == 0 {
+				res.Left = o.LeftOfFirst
+			} else {
+				res.Left = ins[i-1].Right
+			}
+			if i == len(a.ranks)-1 {
+				res.Right = o.RightOfLast
+			} else {
+				res.Right = ins[i+1].Left
+			}
+			pos += ins[i].Count
+			out.add(e.d.c, reply(err, res))
+		}
+	}
+	a.mu.Unlock()
+	out.flush()
+}
+
+func goneWord(p *rankState) string {
+	if p.finalized {
+		return "finalized"
+	}
+	return "exited"
+}
+
+// checkPeersLocked fails a collective that can never complete because a
+// member that has not entered it has finalized or gone.
+func (a *Agent) checkPeersLocked(c *collective, joining *rankState) error {
+	for _, p := range a.ranks {
+		if p == joining || !c.isMember(p) {
+			continue
+		}
+		if _, in := c.entered[p]; in {
+			continue
+		}
+		if p.gone || p.finalized {
+			return fmt.Errorf("%s cannot complete: rank %d has %s", c.name, p.global, goneWord(p))
+		}
+	}
+	return nil
+}
+
+func (a *Agent) failCollectiveLocked(out *outbox, c *collective, err error) {
+	for _, d := range c.entered {
+		out.add(d.c, d.reply(err, ""))
+	}
+	c.entered = map[*rankState]deferred{}
+}
+
+func (a *Agent) failRingLocked(out *outbox, err error) {
+	if a.ring == nil {
+		return
+	}
+	for _, e := range a.ring.entered {
+		out.add(e.d.c, e.d.reply(err, ""))
+	}
+	a.ring = nil
+}
+
+// peerGoneLocked fails every collective that waits for rs.
+func (a *Agent) peerGoneLocked(out *outbox, rs *rankState, why string) {
+	err := fmt.Errorf("rank %d %s", rs.global, why)
+	if f := a.fence; f != nil && !f.started {
+		if _, in := f.entered[rs]; !in && len(f.entered) > 0 {
+			a.failCollectiveLocked(out, f, fmt.Errorf("fence cannot complete: %w", err))
+			a.fence = nil
+		}
+	}
+	for key, g := range a.groups {
+		if _, in := g.entered[rs]; !in && g.isMember(rs) {
+			a.failCollectiveLocked(out, g, fmt.Errorf("barrier %s cannot complete: %w", key, err))
+			delete(a.groups, key)
+		}
+	}
+	if r := a.ring; r != nil && !r.started {
+		if _, in := r.entered[rs]; !in && len(r.entered) > 0 {
+			a.failRingLocked(out, fmt.Errorf("ring cannot complete: %w", err))
+		}
+	}
+	// Ranks waiting for a node attribute that no live rank can put any more.
+	live := 0
+	for _, p := range a.ranks {
+		if !p.gone && !p.finalized {
+			live++
+		}
+	}
+	waiting := 0
+	for _, ds := range a.attrWait {
+		waiting += len(ds)
+	}
+	if waiting > 0 && waiting >= live {
+		a.failAttrWaitersLocked(out, fmt.Errorf("node attribute can no longer be put: %w", err))
+	}
+}
+
+func (a *Agent) failAttrWaitersLocked(out *outbox, err error) {
+	for k, ds := range a.attrWait {
+		for _, d := range ds {
+			out.add(d.c, d.reply(err, ""))
+		}
+		delete(a.attrWait, k)
+	}
+}
+
+func (a *Agent) failAllLocked(out *outbox, err error) {
+	if a.fence != nil {
+		a.failCollectiveLocked(out, a.fence, err)
+		a.fence = nil
+	}
+	for k, g := range a.groups {
+		a.failCollectiveLocked(out, g, err)
+		delete(a.groups, k)
+	}
+	a.failRingLocked(out, err)
+	a.failAttrWaitersLocked(out, err)
+}
+
+// afterUnlock queues f to run once the current request's handler has
+// released a.mu. Only request handlers (which run under mu on a
+// connection goroutine) call it.
+func (a *Agent) afterUnlock(f func()) { a.later = append(a.later, f) }

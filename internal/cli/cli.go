@@ -1,0 +1,72 @@
+// Package cli parses the command lines of pmirun and pmid into a
+// launch.Config. Flags feel like mpiexec's and srun's: -n/-np, -l/--label,
+// --env K=V (repeatable), --verbose, --timeout, --trace, --usize. Parsing
+// stops at the program name, so the program's own flags pass through
+// untouched.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/fastpmi/fastpmi/launch"
+)
+
+type envList []string
+
+func (e *envList) String() string { return strings.Join(*e, ",") }
+func (e *envList) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	*e = append(*e, v)
+	return nil
+}
+
+// ErrHelp is returned when the user asked for usage.
+var ErrHelp = flag.ErrHelp
+
+// Parse parses args (without the program name) for command name.
+func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) {
+	var cfg launch.Config
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var env envList
+	fs.IntVar(&cfg.Size, "n", 1, "number of ranks")
+	fs.IntVar(&cfg.Size, "np", 1, "number of ranks (same as -n)")
+	fs.BoolVar(&cfg.Label, "l", false, "prefix each output line with [rank]")
+	fs.BoolVar(&cfg.Label, "label", false, "prefix each output line with [rank] (same as -l)")
+	fs.Var(&env, "env", "set `KEY=VALUE` in every rank's environment (repeatable)")
+	fs.BoolVar(&cfg.Verbose, "verbose", false, "log launcher decisions and print a start-up summary")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "end the job after `DURATION` (e.g. 30s); exit code 124")
+	fs.StringVar(&cfg.TracePath, "trace", "", "write a Chrome trace (Perfetto) of start-up to `FILE`")
+	fs.BoolVar(&cfg.PMIPort, "pmi-port", false, "ranks connect over loopback TCP (PMI_PORT, PMI_ID) instead of PMI_FD")
+	fs.IntVar(&cfg.UniverseSize, "usize", -1, "universe size answered to get_universe_size (-1 = unlimited)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s -n N [options] program [args...]\n\noptions:\n", name)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	cfg.Env = env
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return cfg, errors.New("no program given")
+	}
+	cfg.Prog, cfg.Args = rest[0], rest[1:]
+	if cfg.Size < 1 {
+		return cfg, fmt.Errorf("invalid -n %d: want at least 1", cfg.Size)
+	}
+	if cfg.Timeout < 0 {
+		return cfg, fmt.Errorf("invalid --timeout %v", cfg.Timeout)
+	}
+	if cfg.UniverseSize == 0 || cfg.UniverseSize < -1 {
+		return cfg, fmt.Errorf("invalid --usize %d: want a positive number or -1", cfg.UniverseSize)
+	}
+	return cfg, nil
+}

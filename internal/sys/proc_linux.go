@@ -1,0 +1,71 @@
+//go:build linux
+
+package sys
+
+import (
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Signals the launcher forwards to ranks or sends when it ends a job.
+var (
+	SIGINT  os.Signal = unix.SIGINT
+	SIGTERM os.Signal = unix.SIGTERM
+	SIGHUP  os.Signal = unix.SIGHUP
+	SIGKILL os.Signal = unix.SIGKILL
+	SIGQUIT os.Signal = unix.SIGQUIT
+)
+
+// RankProcAttr returns the process attributes for a rank the launcher
+// forks: its own process group (so the launcher can signal the rank and
+// everything it started), and SIGKILL when the launcher dies (the
+// parent-death signal), so that no rank outlives a killed launcher.
+func RankProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// SignalGroup sends sig to the process group pgid (the rank's group).
+func SignalGroup(pgid int, sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return syscall.EINVAL
+	}
+	return unix.Kill(-pgid, s)
+}
+
+// Socketpair returns a connected pair of Unix stream sockets as files,
+// both close-on-exec; the launcher passes one end to a rank with
+// exec.Cmd.ExtraFiles, which clears close-on-exec in the child only.
+func Socketpair(name string) (agentEnd, rankEnd *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	return os.NewFile(uintptr(fds[0]), name+"-agent"), os.NewFile(uintptr(fds[1]), name+"-rank"), nil
+}
+
+// ExitStatus decodes a finished process's state: its exit code, or the
+// signal that killed it (signaled true).
+func ExitStatus(ps *os.ProcessState) (code int, sig int, signaled bool) {
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok {
+		return ps.ExitCode(), 0, false
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), int(ws.Signal()), true
+	}
+	return ws.ExitStatus(), 0, false
+}
+
+// SignalName names a signal number ("killed", "terminated", ...).
+func SignalName(sig int) string { return unix.SignalName(syscall.Signal(sig)) }
+
+// SignalNumber returns the number of a signal value.
+func SignalNumber(s os.Signal) int {
+	if ss, ok := s.(syscall.Signal); ok {
+		return int(ss)
+	}
+	return 0
+}

@@ -1,0 +1,141 @@
+// Package launch runs a job: it places ranks (one node for now), starts the
+// node agent, forks the ranks with their PMI environment, forwards their
+// output, stdin and signals, and decides how the job ends.
+//
+// Model. Run owns everything it starts: the agent, one process per rank,
+// one goroutine per rank waiting for the process, two per rank forwarding
+// its stdout and stderr. A single loop (Run's own goroutine) receives every
+// event — a rank's exit, an abort, a lost PMI connection, a signal, the
+// timeout — and is the only place that decides the job's fate, so the first
+// failure wins and is reported once. Run returns only after every rank
+// process has been reaped and the agent closed.
+//
+// Failure policy (nothing waits forever):
+//   - a rank that exits with a non-zero code or is killed by a signal fails
+//     the job with that code (128+signal for a signal);
+//   - a rank that ends with code 0 without PMI finalize fails the job if it
+//     had spoken PMI, or once any other rank speaks PMI (those ranks would
+//     wait for it forever); plain programs that never use PMI run as usual;
+//   - MPI_Abort (PMI abort) fails the job with the abort code;
+//   - a PMI connection lost before finalize whose process does not exit
+//     within a grace period fails the job;
+//   - the timeout fails the job with code 124.
+//
+// When the job fails, every remaining rank's process group gets SIGTERM and,
+// after KillGrace, SIGKILL. Ranks also get SIGKILL as their parent-death
+// signal, so none outlives a launcher that is itself killed.
+package launch
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ExitTimeout is pmirun's exit code when --timeout ends the job.
+const ExitTimeout = 124
+
+// Config describes a job.
+type Config struct {
+	Size  int      // number of ranks (-n)
+	Prog  string   // executable
+	Args  []string // its arguments
+	Env   []string // extra K=V for every rank (--env)
+	Label bool     // prefix output lines with "[rank] "
+	// Timeout ends the job after this long; 0 = none.
+	Timeout time.Duration
+	// UniverseSize answered to get_universe_size; -1 (or 0) = unlimited.
+	UniverseSize int
+	Verbose      bool
+	TracePath    string // write a Chrome trace here when non-empty
+	JobID        string // "" = generated
+	// PMIPort makes ranks connect to the agent over loopback TCP
+	// (PMI_PORT and PMI_ID, Hydra's -pmi-port mode) instead of inheriting
+	// a PMI_FD socketpair.
+	PMIPort bool
+
+	// KillGrace is how long ranks get between SIGTERM and SIGKILL when the
+	// job is ended. Default 500ms.
+	KillGrace time.Duration
+	// DisconnectGrace is how long a rank whose PMI connection closed early
+	// may take to exit before the job is failed. Default 1s.
+	DisconnectGrace time.Duration
+
+	Stdin          io.Reader // to rank 0; nil = /dev/null
+	Stdout, Stderr io.Writer // nil = os.Stdout / os.Stderr
+	Logger         *slog.Logger
+	// Signals, when non-nil, delivers signals to forward to every rank.
+	Signals <-chan os.Signal
+}
+
+func (c *Config) validate() error {
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.Size < 1 {
+		return fmt.Errorf("invalid number of ranks %d: want at least 1", c.Size)
+	}
+	if c.Size > 1<<20 {
+		return fmt.Errorf("invalid number of ranks %d: at most %d", c.Size, 1<<20)
+	}
+	if c.Prog == "" {
+		return errors.New("no program to run")
+	}
+	for _, kv := range c.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("invalid --env %q: want KEY=VALUE", kv)
+		}
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("invalid timeout %v", c.Timeout)
+	}
+	if c.UniverseSize == 0 || c.UniverseSize < -1 {
+		if c.UniverseSize < -1 {
+			return fmt.Errorf("invalid universe size %d", c.UniverseSize)
+		}
+		c.UniverseSize = -1
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = 500 * time.Millisecond
+	}
+	if c.DisconnectGrace <= 0 {
+		c.DisconnectGrace = time.Second
+	}
+	if c.JobID == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.JobID = "fastpmi-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// BlockMapping returns PMI_process_mapping for ranks placed in blocks of
+// ppn per node on nnodes nodes (the last node may hold fewer).
+func BlockMapping(size, nnodes, ppn int) string {
+	if size <= 0 || nnodes <= 0 || ppn <= 0 {
+		return ""
+	}
+	full := size / ppn
+	rest := size % ppn
+	s := "(vector"
+	if full > 0 {
+		s += fmt.Sprintf(",(0,%d,%d)", full, ppn)
+	}
+	if rest > 0 {
+		s += fmt.Sprintf(",(%d,1,%d)", full, rest)
+	}
+	return s + ")"
+}

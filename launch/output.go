@@ -1,0 +1,124 @@
+package launch
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// output forwards the ranks' stdout and stderr to the launcher's, a whole
+// line at a time: a line is written with one Write under the stream's
+// lock, so lines of different ranks never interleave inside a line.
+type output struct {
+	label bool
+	multi bool // more than one rank: terminate a final partial line
+	out   lockedWriter
+	err   lockedWriter
+
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	pipes []*os.File // read ends, closed by wait if ranks' children hold them
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) write(b []byte) {
+	l.mu.Lock()
+	_, _ = l.w.Write(b)
+	l.mu.Unlock()
+}
+
+func newOutput(cfg Config) *output {
+	return &output{
+		label: cfg.Label,
+		multi: cfg.Size > 1,
+		out:   lockedWriter{w: cfg.Stdout},
+		err:   lockedWriter{w: cfg.Stderr},
+	}
+}
+
+// maxLine bounds how much of one line is held before it is written anyway.
+const maxLine = 1 << 20
+
+// pipe returns the write end for rank r's stdout (or stderr) and starts
+// forwarding its read end.
+func (o *output) pipe(r int, stderr bool) (*os.File, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	dst := &o.out
+	if stderr {
+		dst = &o.err
+	}
+	var prefix []byte
+	if o.label {
+		prefix = []byte("[" + strconv.Itoa(r) + "] ")
+	}
+	o.mu.Lock()
+	o.pipes = append(o.pipes, pr)
+	o.mu.Unlock()
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		o.forward(pr, dst, prefix)
+	}()
+	return pw, nil
+}
+
+func (o *output) forward(r *os.File, dst *lockedWriter, prefix []byte) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	line := make([]byte, 0, 4096)
+	flush := func() {
+		if len(line) > len(prefix) {
+			dst.write(line)
+		}
+		line = append(line[:0], prefix...)
+	}
+	line = append(line, prefix...)
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			flush()
+			continue
+		case errors.Is(err, bufio.ErrBufferFull):
+			if len(line) >= maxLine {
+				flush()
+			}
+			continue
+		}
+		// EOF or closed: a final line without newline.
+		if len(line) > len(prefix) && o.multi {
+			line = append(line, '\n')
+		}
+		flush()
+		return
+	}
+}
+
+// wait waits for every forwarder to reach EOF, at most d; then it closes
+// the read ends (a rank's orphaned children may hold the write ends).
+func (o *output) wait(d time.Duration) {
+	done := make(chan struct{})
+	go func() { o.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-time.After(d):
+	}
+	o.mu.Lock()
+	for _, p := range o.pipes {
+		p.Close()
+	}
+	o.mu.Unlock()
+	<-done
+}
