@@ -1,0 +1,419 @@
+// Command pmibench times pmirun against MPICH's Hydra (mpiexec) side by
+// side on the same workloads.
+//
+//	pmibench [-runs 10] [-warmup 1] [-n 1,4,16,64,128] [-workload pmi2,hello]
+//	         [-pmirun PATH] [-mpiexec PATH|none] [-pmi2-prog PATH] [-hello-prog PATH]
+//	         [-timeout 60s] [-markdown] [-json FILE] [-v]
+//
+// For every rank count N and workload it runs "pmirun -n N PROG" and
+// "mpiexec [-bind-to none] -n N PROG", first -warmup untimed runs of each,
+// then -runs timed runs of each, alternating (pmirun, hydra, pmirun,
+// hydra, ...) so that a change in the machine's load hits both alike. Each
+// run is timed wall-clock, from starting the launcher to reaping it, with
+// stdin and stdout on /dev/null. A run that does not exit 0 (or outlives
+// -timeout) is reported on stderr as an error and left out of the
+// statistics. At the end pmibench prints one row per (workload, N): the
+// median of each launcher, the ratio pmirun/hydra (below 1 means pmirun is
+// faster), each launcher's min and max, and the number of failed runs; as
+// aligned text, or as a markdown table with -markdown. -json FILE also
+// writes every raw sample with the configuration. The exit status is 1 if
+// any run failed or pmibench was interrupted, 2 on a usage error.
+//
+// Workloads: "pmi2" runs -pmi2-prog (default build/cprog/pmi2_bench) and
+// "hello" runs -hello-prog (default build/cprog/mpi_hello); defaults are
+// relative to the repository root (found by walking up from the current
+// directory to fastpmi's go.mod), paths given on the command line are
+// relative to the current directory. "make cprog" builds both. Any program
+// works, e.g. -workload pmi2 -pmi2-prog /bin/true to time bare launches.
+//
+// Launchers: -pmirun defaults to build/bin/pmirun under the repository root,
+// else pmirun in PATH. -mpiexec defaults to mpiexec.hydra, else mpiexec, in
+// PATH; when neither exists (or with -mpiexec none) the Hydra columns are
+// left out with a note. pmibench reads "mpiexec -h" once: it passes
+// "-bind-to none" when the launcher accepts it (pmirun does not bind
+// either), and names the column "hydra" only if the help text says Hydra,
+// else "mpiexec".
+//
+// Example (what "make bench" runs):
+//
+//	pmibench -n 1,4,16,64,128 -runs 10 -pmirun build/bin/pmirun \
+//		-pmi2-prog build/cprog/pmi2_bench -hello-prog build/cprog/mpi_hello
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
+)
+
+const modulePath = "github.com/fastpmi/fastpmi"
+
+// Default locations, relative to the repository root.
+const (
+	defaultPmirun    = "build/bin/pmirun"
+	defaultPMI2Prog  = "build/cprog/pmi2_bench"
+	defaultHelloProg = "build/cprog/mpi_hello"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGINT, sys.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// options are the parsed command line.
+type options struct {
+	runs, warmup int
+	ns           []int
+	workloads    []string
+	pmirun       string
+	mpiexec      string
+	pmi2Prog     string
+	helloProg    string
+	timeout      time.Duration
+	markdown     bool
+	jsonPath     string
+	verbose      bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("pmibench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.runs, "runs", 10, "timed runs per launcher, N and workload")
+	fs.IntVar(&o.warmup, "warmup", 1, "untimed runs per launcher before the timed ones")
+	nList := fs.String("n", "1,4,16,64,128", "comma-separated rank counts")
+	wList := fs.String("workload", "pmi2,hello", "comma-separated workloads: pmi2, hello")
+	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
+	fs.StringVar(&o.mpiexec, "mpiexec", "", `Hydra's mpiexec (default mpiexec.hydra, else mpiexec, in PATH; "none" to skip)`)
+	fs.StringVar(&o.pmi2Prog, "pmi2-prog", "", "program of the pmi2 workload (default "+defaultPMI2Prog+" under the repo root)")
+	fs.StringVar(&o.helloProg, "hello-prog", "", "program of the hello workload (default "+defaultHelloProg+" under the repo root)")
+	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "limit for one run")
+	fs.BoolVar(&o.markdown, "markdown", false, "print the table as markdown")
+	fs.StringVar(&o.jsonPath, "json", "", "write every raw sample as JSON to this file")
+	fs.BoolVar(&o.verbose, "v", false, "print every run as it finishes")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: pmibench [options]\n\nTimes pmirun against Hydra's mpiexec, alternating runs.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("parse arguments: unexpected %q", fs.Arg(0))
+	}
+	var err error
+	if o.ns, err = parseInts(*nList); err != nil {
+		return o, fmt.Errorf("parse -n: %w", err)
+	}
+	for _, w := range strings.Split(*wList, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			o.workloads = append(o.workloads, w)
+		}
+	}
+	switch {
+	case len(o.workloads) == 0:
+		return o, errors.New("parse -workload: empty list")
+	case o.runs < 1:
+		return o, fmt.Errorf("parse -runs: %d is below 1", o.runs)
+	case o.warmup < 0:
+		return o, fmt.Errorf("parse -warmup: %d is negative", o.warmup)
+	case o.timeout <= 0:
+		return o, fmt.Errorf("parse -timeout: %v is not positive", o.timeout)
+	}
+	return o, nil
+}
+
+// parseInts parses a comma-separated list of positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("read %q: %w", f, err)
+		}
+		if n < 1 {
+			return nil, fmt.Errorf("read %q: want a positive count", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("read list: empty")
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		return 2
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: find current directory: %v\n", err)
+		return 2
+	}
+	root := repoRoot(cwd)
+
+	var notes []string
+	note := func(format string, a ...any) {
+		msg := fmt.Sprintf(format, a...)
+		notes = append(notes, msg)
+		fmt.Fprintf(stderr, "pmibench: %s\n", msg)
+	}
+
+	pmirun, err := findPmirun(o.pmirun, root)
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		return 2
+	}
+	launchers := []Launcher{{Name: "pmirun", Path: pmirun}}
+	hydra, err := findMpiexec(o.mpiexec)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		return 2
+	case hydra == "":
+		note("no Hydra mpiexec (mpiexec.hydra or mpiexec in PATH, or -mpiexec): timing pmirun alone")
+	default:
+		l, perr := probeMpiexec(ctx, hydra)
+		if perr != nil {
+			note("%v; running it without -bind-to none", perr)
+		}
+		if l.Name != "hydra" {
+			note("%s does not say it is Hydra: its column is named %q", hydra, l.Name)
+		}
+		launchers = append(launchers, l)
+	}
+
+	workloads, err := resolveWorkloads(o, root)
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		return 2
+	}
+
+	names := make([]string, len(launchers))
+	for i, l := range launchers {
+		names[i] = l.Name
+		fmt.Fprintf(stderr, "pmibench: %s = %s\n", l.Name, strings.Join(append([]string{l.Path}, l.Args...), " "))
+	}
+	fmt.Fprintf(stderr, "pmibench: %d timed runs (+%d warm-up) per launcher, N and workload; %d CPUs; timeout %v per run\n",
+		o.runs, o.warmup, runtime.NumCPU(), o.timeout)
+
+	failed := 0
+	r := &Runner{
+		Timeout: o.timeout,
+		Progress: func(s Sample) {
+			if !s.OK() {
+				failed++
+				fmt.Fprintf(stderr, "pmibench: %s N=%d %s run %d: %s\n", s.Workload, s.N, s.Launcher, s.Run, s.Err)
+			} else if o.verbose {
+				fmt.Fprintf(stderr, "pmibench: %s N=%d %s run %d: %v\n", s.Workload, s.N, s.Launcher, s.Run, s.Wall)
+			}
+		},
+	}
+	started := time.Now()
+	samples, runErr := r.Run(ctx, Plan{Ns: o.ns, Workloads: workloads, Launchers: launchers, Runs: o.runs, Warmup: o.warmup})
+	if runErr != nil {
+		note("stopped early: %v", runErr)
+	}
+
+	code := 0
+	if failed > 0 || runErr != nil {
+		code = 1
+	}
+	if err := WriteTable(stdout, Summarize(samples, names), names, o.markdown); err != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		code = 1
+	}
+	if o.jsonPath != "" {
+		host, _ := os.Hostname()
+		rep := Report{
+			Started: started, Host: host, CPUs: runtime.NumCPU(),
+			Runs: o.runs, Warmup: o.warmup, TimeoutNS: o.timeout,
+			Workloads: workloads, Notes: notes, Samples: samples,
+		}
+		for _, l := range launchers {
+			rep.Launchers = append(rep.Launchers, reportLauncher(l))
+		}
+		if err := writeJSONFile(o.jsonPath, rep); err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+func writeJSONFile(path string, rep Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create json output: %w", err)
+	}
+	if err := WriteJSON(f, rep); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close json output: %w", err)
+	}
+	return nil
+}
+
+// repoRoot returns the nearest directory at or above dir whose go.mod
+// declares fastpmi's module, or dir itself if there is none.
+func repoRoot(dir string) string {
+	for d := dir; ; {
+		if isModuleRoot(d) {
+			return d
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return dir
+		}
+		d = parent
+	}
+}
+
+func isModuleRoot(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) == 2 && fields[0] == "module" {
+			return strings.Trim(fields[1], `"`) == modulePath
+		}
+	}
+	return false
+}
+
+// resolveProg turns a program given on the command line (relative to the
+// current directory, or a name looked up in PATH) or a default (relative to
+// root) into an absolute path of an executable file.
+func resolveProg(given, def, root string) (string, error) {
+	p := given
+	if p == "" {
+		p = filepath.Join(root, def)
+	}
+	found, err := exec.LookPath(p)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(found)
+}
+
+func findPmirun(given, root string) (string, error) {
+	p, err := resolveProg(given, defaultPmirun, root)
+	if err == nil {
+		return p, nil
+	}
+	if given != "" {
+		return "", fmt.Errorf("find pmirun: %w", err)
+	}
+	if p, err := exec.LookPath("pmirun"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", fmt.Errorf("find pmirun: %w (run make build, or pass -pmirun PATH)", err)
+}
+
+// findMpiexec returns the Hydra launcher to use, or "" for none.
+func findMpiexec(given string) (string, error) {
+	switch given {
+	case "none":
+		return "", nil
+	case "":
+		for _, name := range []string{"mpiexec.hydra", "mpiexec"} {
+			if p, err := exec.LookPath(name); err == nil {
+				return filepath.Abs(p)
+			}
+		}
+		return "", nil
+	}
+	p, err := exec.LookPath(given)
+	if err != nil {
+		return "", fmt.Errorf("find mpiexec: %w", err)
+	}
+	return filepath.Abs(p)
+}
+
+// probeTimeout bounds "mpiexec -h".
+const probeTimeout = 10 * time.Second
+
+// probeMpiexec reads "path -h" and returns the launcher it describes. On
+// error the launcher is still usable, without extra options.
+func probeMpiexec(ctx context.Context, path string) (Launcher, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "-h")
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	name, args := mpiexecOptions(string(out))
+	l := Launcher{Name: name, Path: path, Args: args}
+	if err != nil && len(args) == 0 {
+		return l, fmt.Errorf("read %s -h: %w", path, err)
+	}
+	return l, nil
+}
+
+// mpiexecOptions derives the column name and the extra options of an
+// mpiexec from its -h text.
+func mpiexecOptions(help string) (name string, args []string) {
+	name = "mpiexec"
+	if strings.Contains(strings.ToLower(help), "hydra") {
+		name = "hydra"
+	}
+	for _, line := range strings.Split(help, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "-bind-to" {
+			args = []string{"-bind-to", "none"}
+			break
+		}
+	}
+	return name, args
+}
+
+// resolveWorkloads maps workload names to programs and checks that each
+// program exists.
+func resolveWorkloads(o options, root string) ([]Workload, error) {
+	var out []Workload
+	for _, name := range o.workloads {
+		var given, def, flagName string
+		switch name {
+		case "pmi2":
+			given, def, flagName = o.pmi2Prog, defaultPMI2Prog, "-pmi2-prog"
+		case "hello":
+			given, def, flagName = o.helloProg, defaultHelloProg, "-hello-prog"
+		default:
+			return nil, fmt.Errorf("parse -workload: unknown workload %q (want pmi2 or hello)", name)
+		}
+		prog, err := resolveProg(given, def, root)
+		if err != nil {
+			return nil, fmt.Errorf("find program of workload %s: %w (run make cprog, or pass %s PATH)", name, err, flagName)
+		}
+		out = append(out, Workload{Name: name, Prog: prog})
+	}
+	return out, nil
+}
