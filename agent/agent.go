@@ -376,17 +376,34 @@ func (a *Agent) jobAttr(key string) (string, bool) {
 	return "", false
 }
 
-// deferred is a reply waiting for a collective or a node attribute.
+// deferred is a reply waiting for a collective or a node attribute. A
+// text-protocol request sets c and reply (the bytes to write); a request
+// from another path sets done, which completes it and may queue wake-ups
+// on the outbox. Both are called under Agent.mu.
 type deferred struct {
 	c     *textConn
 	reply func(err error, val string) []byte
+	done  func(out *outbox, err error, val string)
 }
 
 // outbox collects replies built under Agent.mu, written after it is
 // released.
 type outbox struct {
-	msgs []outMsg
+	msgs  []outMsg
+	wakes []func() // run after the replies are written
 }
+
+// complete answers a deferred request.
+func (o *outbox) complete(d deferred, err error, val string) {
+	if d.done != nil {
+		d.done(o, err, val)
+		return
+	}
+	o.add(d.c, d.reply(err, val))
+}
+
+// wake queues f (e.g. a futex wake) to run after mu is released.
+func (o *outbox) wake(f func()) { o.wakes = append(o.wakes, f) }
 
 type outMsg struct {
 	c *textConn
@@ -404,4 +421,8 @@ func (o *outbox) flush() {
 		m.c.write(m.b)
 	}
 	o.msgs = nil
+	for _, f := range o.wakes {
+		f()
+	}
+	o.wakes = nil
 }

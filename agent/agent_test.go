@@ -315,11 +315,11 @@ func TestPMI2Conversation(t *testing.T) {
 	}
 	// Ring: positions follow rank order on one node; neighbours wrap.
 	for i, c := range cs {
-		c.v2(fmt.Sprintf("cmd=ring;ring-count=1;ring-left=L%d;ring-right=R%d;", i, i))
+		c.v2(fmt.Sprintf("cmd=ring;ring-count=1;ring-left=L%d;ring-right=R%d;thrid=t%d;", i, i, i))
 	}
 	for i, c := range cs {
 		l, r := (i+2)%3, (i+1)%3
-		c.expect(fmt.Sprintf("cmd=ring-response;rc=0;ring-count=%d;ring-left=R%d;ring-right=L%d;", i, l, r))
+		c.expect(fmt.Sprintf("cmd=ring-response;rc=0;thrid=t%d;ring-count=%d;ring-left=R%d;ring-right=L%d;", i, i, l, r))
 	}
 	cs[0].v2("cmd=name-publish;name=svc;port=tag#0$;infokeycount=0;")
 	cs[0].expect("cmd=name-publish-response;rc=0;")

@@ -33,11 +33,11 @@ func (a *Agent) enterFenceLocked(out *outbox, rs *rankState, d deferred) {
 	}
 	f := a.fence
 	if _, dup := f.entered[rs]; dup || f.started {
-		out.add(d.c, d.reply(fmt.Errorf("rank %d entered fence %d twice", rs.global, a.fenceSeq+1), ""))
+		out.complete(d, fmt.Errorf("rank %d entered fence %d twice", rs.global, a.fenceSeq+1), "")
 		return
 	}
 	if err := a.checkPeersLocked(f, rs); err != nil {
-		out.add(d.c, d.reply(err, ""))
+		out.complete(d, err, "")
 		a.failCollectiveLocked(out, f, err)
 		a.fence = nil
 		return
@@ -75,7 +75,7 @@ func (a *Agent) fenceDone(f *collective, all []KV, err error) {
 			a.fenceSeq++
 		}
 		for rs, d := range f.entered {
-			out.add(d.c, d.reply(err, ""))
+			out.complete(d, err, "")
 			if err == nil && a.rec != nil {
 				a.rec.Mark(perf.PhaseFenceDone, rs.global)
 			}
@@ -94,15 +94,15 @@ func (a *Agent) enterGroupLocked(out *outbox, rs *rankState, key string, members
 		a.groups[key] = g
 	}
 	if !g.isMember(rs) {
-		out.add(d.c, d.reply(fmt.Errorf("rank %d is not a member of barrier group %s", rs.global, key), ""))
+		out.complete(d, fmt.Errorf("rank %d is not a member of barrier group %s", rs.global, key), "")
 		return
 	}
 	if _, dup := g.entered[rs]; dup {
-		out.add(d.c, d.reply(fmt.Errorf("rank %d entered barrier group %s twice", rs.global, key), ""))
+		out.complete(d, fmt.Errorf("rank %d entered barrier group %s twice", rs.global, key), "")
 		return
 	}
 	if err := a.checkPeersLocked(g, rs); err != nil {
-		out.add(d.c, d.reply(err, ""))
+		out.complete(d, err, "")
 		a.failCollectiveLocked(out, g, err)
 		delete(a.groups, key)
 		return
@@ -117,7 +117,7 @@ func (a *Agent) enterGroupLocked(out *outbox, rs *rankState, key string, members
 			a.kvs[kv.Key] = kv.Val
 		}
 		m.pending = nil
-		out.add(md.c, md.reply(nil, ""))
+		out.complete(md, nil, "")
 	}
 }
 
@@ -127,36 +127,38 @@ type ringColl struct {
 	started bool
 }
 
+// ringDone completes one rank's ring request, under Agent.mu.
+type ringDone func(out *outbox, err error, r ringReply)
+
 type ringEntry struct {
-	in RingIn
-	d  deferred
+	in   RingIn
+	done ringDone
 }
 
-// ringReply carries a rank's ring result to its deferred reply.
+// ringReply is a rank's ring result.
 type ringReply struct {
 	Pos, Size   int
 	Left, Right string
 }
 
-func (a *Agent) enterRingLocked(out *outbox, rs *rankState, in RingIn, d deferred, reply func(error, ringReply) []byte) {
+func (a *Agent) enterRingLocked(out *outbox, rs *rankState, in RingIn, done ringDone) {
 	if a.ring == nil {
 		a.ring = &ringColl{entered: make(map[*rankState]ringEntry)}
 	}
 	r := a.ring
 	if _, dup := r.entered[rs]; dup || r.started {
-		out.add(d.c, reply(fmt.Errorf("rank %d entered ring %d twice", rs.global, a.ringSeq+1), ringReply{}))
+		done(out, fmt.Errorf("rank %d entered ring %d twice", rs.global, a.ringSeq+1), ringReply{})
 		return
 	}
 	for _, p := range a.ranks {
 		if _, in := r.entered[p]; !in && p != rs && (p.gone || p.finalized) {
 			err := fmt.Errorf("ring cannot complete: rank %d has %s", p.global, goneWord(p))
-			out.add(d.c, reply(err, ringReply{}))
+			done(out, err, ringReply{})
 			a.failRingLocked(out, err)
 			return
 		}
 	}
-	d.reply = func(err error, _ string) []byte { return reply(err, ringReply{}) }
-	r.entered[rs] = ringEntry{in: in, d: d}
+	r.entered[rs] = ringEntry{in: in, done: done}
 	if len(r.entered) < len(a.ranks) {
 		return
 	}
@@ -167,11 +169,11 @@ func (a *Agent) enterRingLocked(out *outbox, rs *rankState, in RingIn, d deferre
 	}
 	epoch := a.ringSeq + 1
 	a.afterUnlock(func() {
-		a.cfg.Upstream.Ring(epoch, ins, func(o RingOut, err error) { a.ringDone(r, ins, o, err, reply) })
+		a.cfg.Upstream.Ring(epoch, ins, func(o RingOut, err error) { a.ringFinished(r, ins, o, err) })
 	})
 }
 
-func (a *Agent) ringDone(r *ringColl, ins []RingIn, o RingOut, err error, reply func(error, ringReply) []byte) {
+func (a *Agent) ringFinished(r *ringColl, ins []RingIn, o RingOut, err error) {
 	a.mu.Lock()
 	var out outbox
 	if a.ring == r {
@@ -181,7 +183,6 @@ func (a *Agent) ringDone(r *ringColl, ins []RingIn, o RingOut, err error, reply 
 		}
 		pos := o.Offset
 		for i, p := range a.ranks {
-			e := r.entered[p]
 			res := ringReply{Pos: pos, Size: o.Total}
 			if i == 0 {
 				res.Left = o.LeftOfFirst
@@ -194,7 +195,7 @@ func (a *Agent) ringDone(r *ringColl, ins []RingIn, o RingOut, err error, reply 
 				res.Right = ins[i+1].Left
 			}
 			pos += ins[i].Count
-			out.add(e.d.c, reply(err, res))
+			r.entered[p].done(&out, err, res)
 		}
 	}
 	a.mu.Unlock()
@@ -227,7 +228,7 @@ func (a *Agent) checkPeersLocked(c *collective, joining *rankState) error {
 
 func (a *Agent) failCollectiveLocked(out *outbox, c *collective, err error) {
 	for _, d := range c.entered {
-		out.add(d.c, d.reply(err, ""))
+		out.complete(d, err, "")
 	}
 	c.entered = map[*rankState]deferred{}
 }
@@ -237,7 +238,7 @@ func (a *Agent) failRingLocked(out *outbox, err error) {
 		return
 	}
 	for _, e := range a.ring.entered {
-		out.add(e.d.c, e.d.reply(err, ""))
+		e.done(out, err, ringReply{})
 	}
 	a.ring = nil
 }
@@ -281,7 +282,7 @@ func (a *Agent) peerGoneLocked(out *outbox, rs *rankState, why string) {
 func (a *Agent) failAttrWaitersLocked(out *outbox, err error) {
 	for k, ds := range a.attrWait {
 		for _, d := range ds {
-			out.add(d.c, d.reply(err, ""))
+			out.complete(d, err, "")
 		}
 		delete(a.attrWait, k)
 	}

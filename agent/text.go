@@ -580,13 +580,14 @@ func (c *textConn) cmdRing(out *outbox, m *pmiwire.Msg, rs *rankState, name stri
 		out.add(c, errResp(m, name, pmiwire.RCInvalidValLength, fmt.Errorf("ring value longer than %d bytes", pmiwire.ValLenMax)).Append(nil))
 		return
 	}
-	reply := func(err error, r ringReply) []byte {
+	done := func(out *outbox, err error, r ringReply) {
 		if err != nil {
-			return errResp(m, name, pmiwire.RCFail, err).Append(nil)
+			out.add(c, errResp(m, name, pmiwire.RCFail, err).Append(nil))
+			return
 		}
-		return resp(m, name).AddInt("ring-count", r.Pos).Add("ring-left", r.Left).Add("ring-right", r.Right).Append(nil)
+		out.add(c, resp(m, name).AddInt("ring-count", r.Pos).Add("ring-left", r.Left).Add("ring-right", r.Right).Append(nil))
 	}
-	c.a.enterRingLocked(out, rs, RingIn{Count: n, Left: left, Right: right}, deferred{c: c}, reply)
+	c.a.enterRingLocked(out, rs, RingIn{Count: n, Left: left, Right: right}, done)
 }
 
 func (c *textConn) cmdPutNodeAttr(out *outbox, m *pmiwire.Msg, name string) {
@@ -603,7 +604,7 @@ func (c *textConn) cmdPutNodeAttr(out *outbox, m *pmiwire.Msg, name string) {
 	}
 	a.nodeAttr[key] = val
 	for _, d := range a.attrWait[key] {
-		out.add(d.c, d.reply(nil, val))
+		out.complete(d, nil, val)
 	}
 	delete(a.attrWait, key)
 	out.add(c, resp(m, name).Append(nil))
