@@ -165,6 +165,12 @@ type Agent struct {
 	nodeAttr  map[string]string
 	attrWait  map[string][]deferred // info-getnodeattr wait=TRUE, by key
 	later     []func()              // run by the handler after it unlocks mu
+	ag        *allgatherColl        // the allgather in progress, or nil
+	agSeq     uint64                // completed allgathers
+	agValues  [][]byte              // result of the last allgather, by rank
+	// agSink, when set, receives every completed allgather's values (the
+	// shared-memory result array); called under mu.
+	agSink func(epoch uint64, all [][]byte) error
 }
 
 // New starts an agent for cfg.

@@ -471,3 +471,21 @@ func mustPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Cleanup(func() { ca.Close(); cb.Close() })
 	return ca, cb
 }
+
+func TestTextAllgather(t *testing.T) {
+	_, cs, _ := newJob(t, 3, nil)
+	for i, c := range cs {
+		c.v1("cmd=init pmi_version=2 pmi_subversion=0")
+		c.read()
+		c.v2(fmt.Sprintf("cmd=fullinit;pmirank=%d;", i))
+		c.read()
+	}
+	for round := 1; round <= 3; round++ {
+		for i, c := range cs {
+			c.v2(fmt.Sprintf("cmd=fastpmi-allgather;value=r%d;;x%d;", round, i))
+		}
+		for _, c := range cs {
+			c.expect(fmt.Sprintf("cmd=fastpmi-allgather-response;rc=0;epoch=%d;size=3;v0=r%d;;x0;v1=r%d;;x1;v2=r%d;;x2;", round, round, round, round))
+		}
+	}
+}

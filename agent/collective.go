@@ -263,6 +263,11 @@ func (a *Agent) peerGoneLocked(out *outbox, rs *rankState, why string) {
 			a.failRingLocked(out, fmt.Errorf("ring cannot complete: %w", err))
 		}
 	}
+	if g := a.ag; g != nil && !g.started {
+		if _, in := g.entered[rs]; !in && len(g.entered) > 0 {
+			a.failAllgatherLocked(out, fmt.Errorf("allgather cannot complete: %w", err))
+		}
+	}
 	// Ranks waiting for a node attribute that no live rank can put any more.
 	live := 0
 	for _, p := range a.ranks {
@@ -298,6 +303,7 @@ func (a *Agent) failAllLocked(out *outbox, err error) {
 		delete(a.groups, k)
 	}
 	a.failRingLocked(out, err)
+	a.failAllgatherLocked(out, err)
 	a.failAttrWaitersLocked(out, err)
 }
 

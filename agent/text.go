@@ -357,6 +357,8 @@ func (c *textConn) dispatchLocked(out *outbox, events *[]func(), m *pmiwire.Msg)
 		}
 		// Slurm's client reads value, MPICH's reads port: send both.
 		ok(resp(m, name).Add("value", port).Add("port", port))
+	case "fastpmi-allgather":
+		c.cmdAllgather(out, m, rs, name)
 	case "job-connect", "job-disconnect":
 		fail(pmiwire.RCFail, fmt.Errorf("%s is not supported", m.Cmd))
 	default:
@@ -701,4 +703,28 @@ func (c *textConn) cmdSpawn(out *outbox, m *pmiwire.Msg, name string) {
 	}
 	out.add(c, errResp(m, name, pmiwire.RCFail,
 		fmt.Errorf("spawn of %d processes (%d commands) refused: this fastpmi version does not support spawn yet", n, len(sp.Cmds))).Append(nil))
+}
+
+// cmdAllgather serves fastpmi's PMI-2 extension "fastpmi-allgather": the
+// caller contributes value and receives every rank's value as v<rank>
+// fields, so ranks on the text protocol join the same allgather as ranks on
+// shared memory. Values travel with ';' doubled (pmiwire's escape).
+func (c *textConn) cmdAllgather(out *outbox, m *pmiwire.Msg, rs *rankState, name string) {
+	val, _ := m.Get("value")
+	if len(val) > pmiwire.ValLenMax {
+		out.add(c, errResp(m, name, pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax)).Append(nil))
+		return
+	}
+	a := c.a
+	c.a.enterAllgatherLocked(out, rs, []byte(val), func(out *outbox, err error, epoch uint64) {
+		if err != nil {
+			out.add(c, errResp(m, name, pmiwire.RCFail, err).Append(nil))
+			return
+		}
+		r := resp(m, name).Add("epoch", strconv.FormatUint(epoch, 10)).AddInt("size", len(a.agValues))
+		for i, v := range a.agValues {
+			r.Add("v"+strconv.Itoa(i), string(v))
+		}
+		out.add(c, r.Append(nil))
+	})
 }

@@ -37,6 +37,9 @@ type Upstream interface {
 	// Ring contributes this node's ring entries (in order) to ring number
 	// epoch.
 	Ring(epoch uint64, in []RingIn, done func(RingOut, error))
+	// Allgather contributes this node's values to allgather number epoch
+	// and reports every rank's value, indexed by rank.
+	Allgather(epoch uint64, in []RankValue, done func(all [][]byte, err error))
 	// Publish, Unpublish and Lookup are the job's name service.
 	Publish(name, port string) error
 	Unpublish(name string) error
@@ -76,6 +79,19 @@ func (l *Local) Ring(epoch uint64, in []RingIn, done func(RingOut, error)) {
 	done(RingOut{Offset: 0, Total: total, LeftOfFirst: in[len(in)-1].Right, RightOfLast: in[0].Left}, nil)
 }
 
+// Allgather completes at once: every rank is on this node.
+func (l *Local) Allgather(epoch uint64, in []RankValue, done func([][]byte, error)) {
+	size := 0
+	for _, rv := range in {
+		size = max(size, rv.Rank+1)
+	}
+	all := make([][]byte, size)
+	for _, rv := range in {
+		all[rv.Rank] = rv.Value
+	}
+	done(all, nil)
+}
+
 // Publish records name → port; publishing a name twice is an error, as in
 // MPI_Publish_name.
 func (l *Local) Publish(name, port string) error {
@@ -108,4 +124,10 @@ func (l *Local) Lookup(name string) (string, error) {
 		return "", fmt.Errorf("lookup %q: %w", name, ErrNameNotFound)
 	}
 	return p, nil
+}
+
+// RankValue is one rank's contribution to an allgather.
+type RankValue struct {
+	Rank  int
+	Value []byte
 }
