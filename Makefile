@@ -30,12 +30,24 @@ deps: ## install what builds and tests need (Debian packages, Go modules)
 build: ## build pmirun, pmid, pmibench into build/bin
 	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/...
 
-cprog: deps ## build the C test and benchmark programs into build/cprog
+CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args
+CPROG_PMI2 := pmi2_test pmi2_bench
+CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early)
+CFLAGS     ?= -O2 -Wall
+
+cprog: $(CPROG_ALL) ## build the C test and benchmark programs into build/cprog
+
+# MPI programs: Debian's MPICH (PMI-1); PMI-2 programs: Slurm's libpmi2.
+$(CPROG_ALL): | deps
+$(addprefix $(CPROG)/,$(CPROG_MPI)): $(CPROG)/%: tests/cprog/%.c
 	@mkdir -p $(CPROG)
-	mpicc -O2 -o $(CPROG)/mpi_hello tests/cprog/mpi_hello.c
-	mpicc -O2 -o $(CPROG)/mpi_allreduce tests/cprog/mpi_allreduce.c
-	gcc -O2 -o $(CPROG)/pmi2_bench tests/cprog/pmi2_bench.c -lpmi2
-	gcc -O2 -o $(CPROG)/pmi2_test tests/cprog/pmi2_test.c -lpmi2
+	mpicc $(CFLAGS) -o $@ $<
+$(addprefix $(CPROG)/,$(CPROG_PMI2)): $(CPROG)/%: tests/cprog/%.c
+	@mkdir -p $(CPROG)
+	gcc $(CFLAGS) -o $@ $< -lpmi2
+$(CPROG)/exit_early: tests/cprog/exit_early.c
+	@mkdir -p $(CPROG)
+	gcc $(CFLAGS) -o $@ $<
 
 run: deps build cprog ## run a real MPI job on this machine (N=8 ranks)
 	$(BIN)/pmirun -n $(N) --label --verbose $(CPROG)/mpi_allreduce

@@ -353,7 +353,7 @@ func TestFenceFailsWhenPeerFinalizes(t *testing.T) {
 
 // A rank whose connection closes fails the collectives waiting for it.
 func TestFenceFailsWhenPeerGone(t *testing.T) {
-	_, cs, ev := newJob(t, 3, nil)
+	a, cs, ev := newJob(t, 3, nil)
 	for _, c := range cs {
 		c.v1("cmd=init pmi_version=2 pmi_subversion=0")
 		c.read()
@@ -363,8 +363,12 @@ func TestFenceFailsWhenPeerGone(t *testing.T) {
 	cs[0].v2("cmd=kvs-fence;")
 	cs[0].noReply(30 * time.Millisecond)
 	cs[2].nc.Close()
+	// The lost connection alone does not fail the fence: the launcher
+	// learns how the process ended and decides (RankGone).
+	cs[0].noReply(50 * time.Millisecond)
+	a.RankGone(2, "exited with code 3")
 	got := cs[0].read()
-	if !strings.HasPrefix(got, "cmd=kvs-fence-response;rc=-1;errmsg=fence cannot complete: rank 2 closed its PMI connection") {
+	if got != "cmd=kvs-fence-response;rc=-1;errmsg=fence cannot complete: rank 2 exited with code 3;" {
 		t.Fatalf("got %q", got)
 	}
 	deadline := time.Now().Add(2 * time.Second)

@@ -99,20 +99,19 @@ func (c *textConn) closed() {
 	a.mu.Lock()
 	delete(a.conns, c)
 	rs := c.rank
-	var out outbox
 	report := false
 	spoke := false
 	if rs != nil && rs.conn == c {
 		defer close(rs.drained)
 	}
 	if rs != nil && rs.conn == c && !rs.finalized && !a.closed {
+		// The launcher decides what a lost rank means (it knows how the
+		// process ended) and calls RankGone; failing the peers' collectives
+		// here would let them exit first and be blamed for the failure.
 		report = true
 		spoke = rs.spoke
-		rs.gone = true
-		a.peerGoneLocked(&out, rs, "closed its PMI connection before finalize")
 	}
 	a.mu.Unlock()
-	out.flush()
 	c.nc.Close()
 	if report {
 		a.cfg.Events.RankDisconnected(rs.global, spoke)

@@ -392,10 +392,12 @@ func (l *loop) handle(ev event) {
 		l.rec.Mark(perf.PhaseRankExit, ev.rank)
 		if ev.sig != 0 || ev.code != 0 {
 			how := describeExit(ev)
-			l.ag.RankGone(ev.rank, how)
 			if l.failure == nil {
 				l.fail(&JobError{Code: ev.code, Msg: fmt.Sprintf("rank %d %s%s", ev.rank, how, l.stage(ev.rank))})
 			}
+			// Only now release the peers waiting for this rank: the failure
+			// is recorded, so their own exits cannot be blamed first.
+			l.ag.RankGone(ev.rank, how)
 			return
 		}
 		// Code 0: judge once the agent has read everything the rank sent
@@ -413,14 +415,14 @@ func (l *loop) handle(ev event) {
 		if ev.finalized {
 			return
 		}
-		l.ag.RankGone(ev.rank, "exited with code 0 without PMI finalize")
 		if ev.spoke {
 			l.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d exited with code 0 without calling PMI finalize", ev.rank)})
-			return
+		} else {
+			l.procs[ev.rank].silent = true
+			l.silent = append(l.silent, ev.rank)
+			l.checkSilent()
 		}
-		l.procs[ev.rank].silent = true
-		l.silent = append(l.silent, ev.rank)
-		l.checkSilent()
+		l.ag.RankGone(ev.rank, "exited with code 0 without PMI finalize")
 	case evInit:
 		l.anySpoke = true
 		if p := l.procs[ev.rank]; p != nil {

@@ -1,0 +1,15 @@
+// Package e2e tests pmirun end to end with real clients: unmodified MPICH
+// programs (PMI-1), programs linked against Slurm's libpmi2 (PMI-2 with
+// PMIX_Ring) and a hand-written PMI-1 client that fails on purpose, all in
+// tests/cprog.
+//
+// TestMain builds cmd/pmirun and the C programs into one temporary
+// directory that lives as long as the test binary. Every job runs with a
+// unique FASTPMI_TEST_MARKER in its ranks' environment (passed with
+// pmirun --env), so a test can find the ranks of its own job in /proc and
+// check that none outlives pmirun, whatever else runs on the machine.
+//
+// The package holds no code beside its tests; it needs mpicc (mpich,
+// libmpich-dev) and <slurm/pmi2.h> (libpmi2-0-dev), which `make test`
+// installs.
+package e2e

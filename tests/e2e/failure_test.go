@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Failure ends the job, never hangs it: in every case below the other
+// ranks are blocked in a PMI barrier the failed rank never reaches (they
+// would wait 120 s), so a quick end shows pmirun noticed the failure. When
+// pmirun releases the barrier with an error the other ranks exit 1 too;
+// the job must still end with the code of, and a message naming, the rank
+// that failed first. That ordering is a race inside pmirun, so each case
+// runs several times.
+func TestRankFailure(t *testing.T) {
+	const repeat = 10
+	for _, tc := range []struct {
+		name string
+		args []string // exit_early arguments
+		size int
+		code int    // pmirun's exit code; -2: any non-zero
+		msg  string // regexp for pmirun's message
+	}{
+		{"exit 3 before init", []string{"exit-before-init", "1", "3"}, 4, 3, `\brank 1 exited with code 3\b`},
+		{"exit 0 before init", []string{"exit-before-init", "1", "0"}, 4, -2, `\brank 1\b`},
+		{"SIGKILL before init", []string{"kill-before-init", "2"}, 4, 128 + 9, `\brank 2 killed by signal 9\b`},
+		{"exit 0 between put and fence", []string{"exit-after-put", "1", "0"}, 3, -2, `\brank 1\b`},
+		{"exit 4 between put and fence", []string{"exit-after-put", "0", "4"}, 3, 4, `\brank 0 exited with code 4\b`},
+		{"SIGKILL between put and fence", []string{"kill-after-put", "1"}, 2, 128 + 9, `\brank 1 killed by signal 9\b`},
+		{"PMI_FD closed, rank runs on", []string{"close-after-put", "1"}, 3, -2, `\brank 1\b`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := 0; i < repeat && !t.Failed(); i++ {
+				r := run(t, job{args: append([]string{"-n", n(tc.size), prog("exit_early")}, tc.args...), timeout: 30 * time.Second})
+				if tc.code == -2 {
+					if r.code == 0 {
+						t.Errorf("exit code 0 for a job whose rank failed\n%s", r)
+					}
+				} else {
+					r.wantCode(t, tc.code)
+				}
+				r.wantFaster(t, 5*time.Second)
+				r.wantMessage(t, tc.msg)
+				if strings.Contains(r.stderr, "still waiting") {
+					t.Errorf("a rank waited for its alarm instead of being ended by pmirun\n%s", r)
+				}
+				if t.Failed() {
+					t.Logf("failed in run %d of %d", i+1, repeat)
+				}
+			}
+		})
+	}
+}
+
+// The hand-written PMI-1 client works when nobody fails: this is what makes
+// the failures above meaningful.
+func TestRankFailureControl(t *testing.T) {
+	r := run(t, job{args: []string{"-n", "4", prog("exit_early"), "ok"}})
+	r.wantCode(t, 0)
+	r.wantRankLines(t, 4, func(rank int) string { return fmt.Sprintf("early ok rank %d", rank) })
+}
+
+// pmirun killed with SIGKILL takes no rank with it explicitly, yet none
+// may survive it (parent-death signal).
+func TestPmirunKilled(t *testing.T) {
+	const size = 4
+	j := start(t, job{args: []string{"-n", n(size), prog("exit_early"), "sleep-after-init", "-1", "100"}, timeout: 30 * time.Second})
+	j.waitStdout(20*time.Second, func(ls []string) bool { return len(ls) >= size })
+	// The survivor check must see the live ranks, or it proves nothing.
+	if got := marked(j.marker); len(got) != size {
+		t.Errorf("found %d processes with the job's marker while %d ranks run: %s", len(got), size, describe(got))
+	}
+	j.cmd.Process.Kill()
+	j.cmd.Wait()
+	j.pw.Close()
+	j.cancel()
+	if left := waitNoMarked(j.marker, 2*time.Second); len(left) > 0 {
+		t.Errorf("%d ranks survive pmirun's SIGKILL by 2 s: %s", len(left), describe(left))
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"plain", []string{"sleep", "30"}},
+		{"PMI", []string{prog("exit_early"), "sleep-after-init", "-1", "30"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, job{args: append([]string{"--timeout", "1s", "-n", "2"}, tc.args...), timeout: 40 * time.Second})
+			r.wantCode(t, 124)
+			r.wantMessage(t, `timed out after 1s`)
+			r.wantFaster(t, 4*time.Second)
+			if r.elapsed < time.Second {
+				t.Errorf("job ended after %v, before its 1 s timeout\n%s", r.elapsed, r)
+			}
+		})
+	}
+}

@@ -1,0 +1,475 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// markerVar is set, to a value unique per job, in every rank's environment.
+const markerVar = "FASTPMI_TEST_MARKER"
+
+// installHint ends every message about a missing tool.
+const installHint = "run make test, which installs mpich libmpich-dev libpmi2-0-dev"
+
+// binDir holds pmirun and the C programs, built once by TestMain.
+var binDir string
+
+// pmirun is the path of the pmirun binary under test.
+func pmirun() string { return filepath.Join(binDir, "pmirun") }
+
+// prog is the path of a C test program built from tests/cprog/<name>.c.
+func prog(name string) string { return filepath.Join(binDir, name) }
+
+// cprogs are the programs TestMain compiles: name → compiler command
+// (source and output are appended).
+var cprogs = []struct {
+	name string
+	cc   []string
+	libs []string
+}{
+	{"mpi_allreduce", []string{"mpicc"}, nil},
+	{"mpi_hello", []string{"mpicc"}, nil},
+	{"mpi_abort", []string{"mpicc"}, nil},
+	{"mpi_pubname", []string{"mpicc"}, nil},
+	{"mpi_args", []string{"mpicc"}, nil},
+	{"pmi2_test", []string{"gcc"}, []string{"-lpmi2"}},
+	{"pmi2_bench", []string{"gcc"}, []string{"-lpmi2"}},
+	{"exit_early", []string{"gcc"}, nil},
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fastpmi-e2e-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	if err := build(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// build compiles pmirun and every C program into dir. A missing MPI or
+// libpmi2 installation is an error, never a skip.
+func build(dir string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("mpicc"); err != nil {
+		return fmt.Errorf("mpicc not found (%v): %s", err, installHint)
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		return fmt.Errorf("gcc not found (%v): %s", err, installHint)
+	}
+	if _, err := os.Stat("/usr/include/slurm/pmi2.h"); err != nil {
+		return fmt.Errorf("libpmi2 header <slurm/pmi2.h> missing (%v): %s", err, installHint)
+	}
+
+	// go test puts its own GOROOT/bin first in the test's PATH.
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("go not found to build pmirun: %v", err)
+	}
+	cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, "pmirun"), "./cmd/pmirun")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/pmirun: %v\n%s", err, out)
+	}
+
+	src := filepath.Join(root, "tests", "cprog")
+	for _, p := range cprogs {
+		args := append([]string{}, p.cc[1:]...)
+		args = append(args, "-O2", "-Wall", "-o", filepath.Join(dir, p.name), filepath.Join(src, p.name+".c"))
+		args = append(args, p.libs...)
+		cmd := exec.Command(p.cc[0], args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %s: %v\n%s\n(%s)", p.cc[0], strings.Join(args, " "), err, out, installHint)
+		}
+	}
+	return nil
+}
+
+// moduleRoot is the directory holding go.mod, found upwards from the test's
+// working directory (the package directory under go test).
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// job is one pmirun invocation.
+type job struct {
+	args    []string      // pmirun's arguments (the marker --env is put first)
+	env     []string      // added to pmirun's environment
+	stdin   io.Reader     // pmirun's stdin; nil means /dev/null
+	timeout time.Duration // the job must end by then; default 60 s
+}
+
+// result is how a job ended.
+type result struct {
+	args    []string
+	stdout  string
+	stderr  string
+	code    int // exit code; -1 if pmirun itself was killed by a signal
+	elapsed time.Duration
+	marker  string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("pmirun %s\nexit code %d after %v\n--- stdout:\n%s--- stderr:\n%s---",
+		quoteArgs(r.args), r.code, r.elapsed.Round(time.Millisecond), clip(r.stdout), clip(r.stderr))
+}
+
+// quoteArgs prints args so that one with spaces is visible as one.
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$*") {
+			q[i] = strconv.Quote(a)
+		} else {
+			q[i] = a
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+// clip keeps a failure message readable when a job printed megabytes.
+func clip(s string) string {
+	const max = 4000
+	if len(s) > max {
+		return s[:max/2] + fmt.Sprintf("\n... (%d bytes) ...\n", len(s)-max) + s[len(s)-max/2:]
+	}
+	return s
+}
+
+// lines splits output into lines without their LF; a last line without LF
+// is kept.
+func lines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
+
+// pmirunLines are pmirun's own messages: stderr lines starting "pmirun: ".
+func (r result) pmirunLines() []string {
+	var out []string
+	for _, l := range lines(r.stderr) {
+		if strings.HasPrefix(l, "pmirun: ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// wantCode fails the test unless the job exited with code.
+func (r result) wantCode(t *testing.T, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Errorf("exit code %d, want %d\n%s", r.code, code, r)
+	}
+}
+
+// wantMessage fails the test unless one of pmirun's own stderr lines
+// matches the regular expression re.
+func (r result) wantMessage(t *testing.T, re string) {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	for _, l := range r.pmirunLines() {
+		if rx.MatchString(l) {
+			return
+		}
+	}
+	t.Errorf("no pmirun message matching %q on stderr\n%s", re, r)
+}
+
+// wantFaster fails the test unless the job ended within d.
+func (r result) wantFaster(t *testing.T, d time.Duration) {
+	t.Helper()
+	if r.elapsed > d {
+		t.Errorf("job took %v, want under %v\n%s", r.elapsed.Round(time.Millisecond), d, r)
+	}
+}
+
+// wantRankLines fails the test unless stdout is exactly one line per rank
+// 0..n-1, formatted by format(rank), in any order.
+func (r result) wantRankLines(t *testing.T, n int, format func(rank int) string) {
+	t.Helper()
+	want := map[string]int{}
+	for rank := 0; rank < n; rank++ {
+		want[format(rank)]++
+	}
+	got := map[string]int{}
+	for _, l := range lines(r.stdout) {
+		got[l]++
+	}
+	for l, c := range want {
+		if got[l] != c {
+			t.Errorf("stdout has %d lines %q, want %d\n%s", got[l], l, c, r)
+			return
+		}
+	}
+	for l := range got {
+		if want[l] == 0 {
+			t.Errorf("unexpected stdout line %q\n%s", l, r)
+			return
+		}
+	}
+}
+
+// newMarker returns a value for markerVar that no other job uses.
+func newMarker() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "e2e-" + hex.EncodeToString(b[:])
+}
+
+// callerEnv is pmirun's environment: the test's own, less anything a
+// launcher around the test may have set for its own ranks.
+func callerEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") || strings.HasPrefix(k, "MPI_LOCAL") ||
+			strings.HasPrefix(k, "EXPECT_") || k == markerVar {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+// running is a started pmirun whose stdout is read line by line while it
+// runs.
+type running struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	args    []string
+	marker  string
+	start   time.Time
+	cancel  context.CancelFunc
+	ctx     context.Context
+	stderr  bytes.Buffer // written by exec's copier; read only after Wait
+	pw      *io.PipeWriter
+	readerD chan struct{} // closed when stdout is read to EOF
+
+	mu     sync.Mutex
+	out    []string      // stdout lines so far
+	notify chan struct{} // closed and replaced on every new line
+}
+
+// start starts pmirun for j and registers a cleanup that kills whatever
+// is left of the job.
+func start(t *testing.T, j job) *running {
+	t.Helper()
+	if j.timeout == 0 {
+		j.timeout = 60 * time.Second
+	}
+	r := &running{t: t, marker: newMarker(), notify: make(chan struct{}), readerD: make(chan struct{})}
+	r.args = append([]string{"--env", markerVar + "=" + r.marker}, j.args...)
+	r.ctx, r.cancel = context.WithTimeout(context.Background(), j.timeout)
+	r.cmd = exec.CommandContext(r.ctx, pmirun(), r.args...)
+	r.cmd.Env = callerEnv(j.env)
+	r.cmd.Stdin = j.stdin
+	r.cmd.Stderr = &r.stderr
+	// Ranks that outlive pmirun would hold its output pipes open; do not
+	// wait for them forever (the survivor check reports them).
+	r.cmd.WaitDelay = 5 * time.Second
+	pr, pw := io.Pipe()
+	r.pw = pw
+	r.cmd.Stdout = pw
+	go r.read(pr)
+	r.start = time.Now()
+	if err := r.cmd.Start(); err != nil {
+		r.cancel()
+		pw.Close()
+		t.Fatalf("start pmirun: %v", err)
+	}
+	t.Cleanup(func() { killMarked(r.marker) })
+	return r
+}
+
+func (r *running) read(pr *io.PipeReader) {
+	defer close(r.readerD)
+	br := bufio.NewReaderSize(pr, 1<<16)
+	for {
+		l, err := br.ReadString('\n')
+		if l != "" {
+			r.mu.Lock()
+			r.out = append(r.out, l)
+			close(r.notify)
+			r.notify = make(chan struct{})
+			r.mu.Unlock()
+		}
+		if err != nil {
+			io.Copy(io.Discard, pr)
+			return
+		}
+	}
+}
+
+// waitStdout waits until ok accepts the stdout lines seen so far, and
+// fails the test if that does not happen within d.
+func (r *running) waitStdout(d time.Duration, ok func(lines []string) bool) {
+	r.t.Helper()
+	deadline := time.After(d)
+	for {
+		r.mu.Lock()
+		var ls []string
+		for _, l := range r.out {
+			ls = append(ls, strings.TrimSuffix(l, "\n"))
+		}
+		ch := r.notify
+		r.mu.Unlock()
+		if ok(ls) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			r.cmd.Process.Kill()
+			res := r.wait()
+			r.t.Fatalf("expected output did not appear within %v\n%s", d, res)
+		}
+	}
+}
+
+// wait waits for pmirun to end and checks that no rank of the job is left.
+func (r *running) wait() result {
+	r.t.Helper()
+	err := r.cmd.Wait()
+	elapsed := time.Since(r.start)
+	r.pw.Close()
+	<-r.readerD
+	timedOut := r.ctx.Err() != nil
+	r.cancel()
+
+	r.mu.Lock()
+	res := result{args: r.args, stdout: strings.Join(r.out, ""), stderr: r.stderr.String(), elapsed: elapsed, marker: r.marker}
+	r.mu.Unlock()
+	res.code = -1
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		res.code = 0
+	case errors.As(err, &ee):
+		res.code = ee.ExitCode() // -1 if killed by a signal
+	case errors.Is(err, exec.ErrWaitDelay):
+		res.code = r.cmd.ProcessState.ExitCode()
+		r.t.Errorf("pmirun's output pipes stayed open %v after it exited: something it started still runs", r.cmd.WaitDelay)
+	default:
+		r.t.Errorf("wait for pmirun: %v", err)
+	}
+	if timedOut {
+		r.t.Errorf("pmirun did not end within the test's limit and was killed\n%s", res)
+	}
+	if left := waitNoMarked(r.marker, 2*time.Second); len(left) > 0 {
+		r.t.Errorf("%d processes of the job survive pmirun's exit by 2 s: %s\n%s", len(left), describe(left), res)
+		killMarked(r.marker)
+	}
+	return res
+}
+
+// run runs j to its end.
+func run(t *testing.T, j job) result {
+	t.Helper()
+	r := start(t, j)
+	res := r.wait()
+	t.Logf("pmirun %s: exit %d in %v", quoteArgs(res.args), res.code, res.elapsed.Round(time.Millisecond))
+	return res
+}
+
+// marked lists the processes whose environment holds markerVar=marker.
+func marked(marker string) []int {
+	want := []byte("\x00" + markerVar + "=" + marker + "\x00")
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(append([]byte{0}, env...), want) {
+			continue
+		}
+		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			// A zombie has ended; only its parent has yet to reap it.
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+				continue
+			}
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// waitNoMarked polls until no process carries marker or d has passed, and
+// returns what is left.
+func waitNoMarked(marker string, d time.Duration) []int {
+	deadline := time.Now().Add(d)
+	for {
+		left := marked(marker)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// killMarked sends SIGKILL to every process of the job with marker, so a
+// failed test leaves nothing running.
+func killMarked(marker string) {
+	for _, pid := range marked(marker) {
+		if p, err := os.FindProcess(pid); err == nil {
+			p.Kill()
+		}
+	}
+}
+
+// describe names processes by pid and command line.
+func describe(pids []int) string {
+	var b strings.Builder
+	for _, pid := range pids {
+		cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		fmt.Fprintf(&b, "\n  pid %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(cl), "\x00"), "\x00", " "))
+	}
+	return b.String()
+}
+
+// n is strconv.Itoa, for building argument lists.
+func n(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// MPICH (PMI-1) programs under pmirun.
+
+func TestMPIAllreduce(t *testing.T) {
+	for _, size := range []int{1, 2, 4, 8, 16, 32} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			r := run(t, job{args: []string{"-n", n(size), prog("mpi_allreduce")}, timeout: 120 * time.Second})
+			r.wantCode(t, 0)
+			want := map[string]int{fmt.Sprintf("allreduce ok N=%d sum=%d", size, size*(size+1)/2): 1}
+			for rank := 0; rank < size; rank++ {
+				want[fmt.Sprintf("ok rank %d of %d", rank, size)] = 1
+			}
+			r.wantLines(t, want)
+		})
+	}
+}
+
+// wantLines fails the test unless stdout holds exactly the lines of want,
+// each as often as want says, in any order.
+func (r result) wantLines(t *testing.T, want map[string]int) {
+	t.Helper()
+	got := map[string]int{}
+	for _, l := range lines(r.stdout) {
+		got[l]++
+	}
+	for l, c := range want {
+		if got[l] != c {
+			t.Errorf("stdout has %d lines %q, want %d\n%s", got[l], l, c, r)
+			return
+		}
+	}
+	for l := range got {
+		if want[l] == 0 {
+			t.Errorf("unexpected stdout line %q\n%s", l, r)
+			return
+		}
+	}
+}
+
+func TestMPIHello(t *testing.T) {
+	r := run(t, job{args: []string{"-n", "4", "--env", "FASTPMI_HELLO_VERBOSE=1", prog("mpi_hello")}})
+	r.wantCode(t, 0)
+	r.wantRankLines(t, 4, func(rank int) string { return fmt.Sprintf("hello from rank %d of 4", rank) })
+
+	// Silent without the variable: the benchmark workload prints nothing.
+	r = run(t, job{args: []string{"-n", "3", prog("mpi_hello")}})
+	r.wantCode(t, 0)
+	if r.stdout != "" {
+		t.Errorf("mpi_hello printed on stdout without FASTPMI_HELLO_VERBOSE\n%s", r)
+	}
+}
+
+// MPI_Abort(7) ends the job with code 7 and kills every other rank (they
+// sleep for 60 s otherwise); run checks that none survives.
+func TestMPIAbort(t *testing.T) {
+	for _, tc := range []struct{ size, victim int }{{4, 1}, {2, 0}, {3, 2}} {
+		t.Run(fmt.Sprintf("N=%d/rank%d", tc.size, tc.victim), func(t *testing.T) {
+			r := run(t, job{args: []string{"-n", n(tc.size), prog("mpi_abort"), n(tc.victim)}, timeout: 30 * time.Second})
+			r.wantCode(t, 7)
+			r.wantFaster(t, 10*time.Second)
+			r.wantMessage(t, fmt.Sprintf(`\brank %d\b`, tc.victim))
+			if strings.Contains(r.stderr, "was not killed") {
+				t.Errorf("a rank outlived the abort\n%s", r)
+			}
+		})
+	}
+}
+
+// Publish / lookup / unpublish go through pmirun's name service; the
+// program checks the values and that a lookup after unpublish fails.
+func TestMPIPublishLookup(t *testing.T) {
+	for _, size := range []int{2, 4} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			r := run(t, job{args: []string{"-n", n(size), prog("mpi_pubname")}, timeout: 60 * time.Second})
+			r.wantCode(t, 0)
+			r.wantRankLines(t, size, func(rank int) string { return fmt.Sprintf("pubname ok rank %d", rank) })
+		})
+	}
+}
+
+// Arguments after the program reach every rank byte for byte, including
+// spaces, empty ones and ones that look like pmirun options.
+func TestMPIArgs(t *testing.T) {
+	args := []string{"a b", "c  d", "", "x=y", "'q'", "tab\there", "-n", "--label", "*", "$HOME", " lead", "trail "}
+	var expect strings.Builder
+	var line strings.Builder
+	for _, a := range args {
+		expect.WriteString(a + "\x1f")
+		line.WriteString(" [" + a + "]")
+	}
+	r := run(t, job{
+		args: append([]string{"-n", "3", prog("mpi_args")}, args...),
+		env:  []string{"EXPECT_ARGS=" + expect.String()},
+	})
+	r.wantCode(t, 0)
+	r.wantRankLines(t, 3, func(rank int) string { return fmt.Sprintf("rank %d:%s", rank, line.String()) })
+
+	// No arguments at all stays no arguments.
+	r = run(t, job{args: []string{"-n", "2", prog("mpi_args")}, env: []string{"EXPECT_ARGS="}})
+	r.wantCode(t, 0)
+	r.wantRankLines(t, 2, func(rank int) string { return fmt.Sprintf("rank %d:", rank) })
+}
