@@ -28,6 +28,9 @@ func (l Launcher) Argv(n int, w Workload) []string {
 	argv = append(argv, l.Path)
 	argv = append(argv, l.Args...)
 	argv = append(argv, "-n", strconv.Itoa(n), w.Prog)
+	if args, ok := w.ArgsFor[l.Name]; ok {
+		return append(argv, args...)
+	}
 	return append(argv, w.Args...)
 }
 
@@ -36,6 +39,9 @@ type Workload struct {
 	Name string   `json:"name"` // "pmi2", "hello"
 	Prog string   `json:"prog"` // absolute path of the program
 	Args []string `json:"args,omitempty"`
+	// ArgsFor replaces Args for the launcher of that name, for a step a
+	// launcher does not support (Hydra 4.0.2 has no PMIX_Ring).
+	ArgsFor map[string][]string `json:"args_for,omitempty"`
 }
 
 // Sample is one timed run. Wall is set only for runs that exited 0; a run
