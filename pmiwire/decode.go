@@ -68,8 +68,11 @@ func (d *Decoder) Next() (m Msg, ok bool, err error) {
 		d.skipLF() // some clients flush a stray "\n" between messages
 	}
 	b := d.buf[d.off:]
+	inBlock := d.inSeg || len(d.spawn) > 0
 	switch {
-	case d.inSeg || len(d.spawn) > 0 || hasPrefixPartial(b, "mcmd="):
+	case len(b) == 0 && !inBlock:
+		return Msg{}, false, nil
+	case inBlock || hasPrefixPartial(b, "mcmd="):
 		return d.nextSpawn()
 	case hasPrefixPartial(b, "cmd="):
 		if len(b) < len("cmd=") {
@@ -84,8 +87,6 @@ func (d *Decoder) Next() (m Msg, ok bool, err error) {
 			return Msg{}, false, err
 		}
 		return m, true, nil
-	case len(b) == 0:
-		return Msg{}, false, nil
 	}
 	return d.nextV2()
 }

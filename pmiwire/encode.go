@@ -62,12 +62,12 @@ func AppendV1(dst []byte, cmd string, pairs ...Pair) []byte {
 }
 
 func appendV1Token(dst []byte, s string, key bool) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == 0 || (key && c == '=') {
-			c = '_'
+	start := len(dst)
+	dst = append(dst, s...)
+	for i := start; i < len(dst); i++ {
+		if c := dst[i]; c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == 0 || (key && c == '=') {
+			dst[i] = '_'
 		}
-		dst = append(dst, c)
 	}
 	return dst
 }
