@@ -163,11 +163,12 @@ type Agent struct {
 	ring      *ringColl
 	ringSeq   uint64
 	nodeAttr  map[string]string
-	attrWait  map[string][]deferred // info-getnodeattr wait=TRUE, by key
-	later     []func()              // run by the handler after it unlocks mu
-	ag        *allgatherColl        // the allgather in progress, or nil
-	agSeq     uint64                // completed allgathers
-	agValues  [][]byte              // result of the last allgather, by rank
+	sparse    map[string]string   // sparse puts, visible at once
+	waits     map[string][]waiter // parked requests by "kvs:<key>" or "attr:<key>"
+	later     []func()            // run by the handler after it unlocks mu
+	ag        *allgatherColl      // the allgather in progress, or nil
+	agSeq     uint64              // completed allgathers
+	agValues  [][]byte            // result of the last allgather, by rank
 	// agSink, when set, receives every completed allgather's values (the
 	// shared-memory result array); called under mu.
 	agSink func(epoch uint64, all [][]byte) error
@@ -187,7 +188,8 @@ func New(cfg Config) (*Agent, error) {
 		kvs:      make(map[string]string),
 		groups:   make(map[string]*collective),
 		nodeAttr: make(map[string]string),
-		attrWait: make(map[string][]deferred),
+		sparse:   make(map[string]string),
+		waits:    make(map[string][]waiter),
 	}
 	for i, g := range cfg.Local {
 		app := 0

@@ -493,3 +493,77 @@ func TestTextAllgather(t *testing.T) {
 		}
 	}
 }
+
+func initV2(t *testing.T, cs []*wireClient) {
+	t.Helper()
+	for i, c := range cs {
+		c.v1("cmd=init pmi_version=2 pmi_subversion=0")
+		c.read()
+		c.v2(fmt.Sprintf("cmd=fullinit;pmirank=%d;", i))
+		c.read()
+	}
+}
+
+// Sparse puts are visible at once; a waiting get is answered by a late
+// sparse put or by the fence that commits a dense put.
+func TestSparsePutAndWaitingGet(t *testing.T) {
+	_, cs, _ := newJob(t, 3, nil)
+	initV2(t, cs)
+	cs[0].v2("cmd=kvs-put;key=s;value=sv;fastpmi-hint=sparse;")
+	cs[0].expect("cmd=kvs-put-response;rc=0;")
+	cs[1].v2("cmd=kvs-get;key=s;")
+	cs[1].expect("cmd=kvs-get-response;rc=0;found=TRUE;value=sv;")
+
+	cs[1].v2("cmd=kvs-get;key=late;fastpmi-wait=TRUE;")
+	cs[1].noReply(30 * time.Millisecond)
+	cs[2].v2("cmd=kvs-put;key=late;value=lv;fastpmi-hint=sparse;")
+	cs[2].expect("cmd=kvs-put-response;rc=0;")
+	cs[1].expect("cmd=kvs-get-response;rc=0;found=TRUE;value=lv;")
+
+	cs[2].v2("cmd=kvs-get;key=d;fastpmi-wait=TRUE;")
+	cs[2].noReply(30 * time.Millisecond)
+	cs[0].v2("cmd=kvs-put;key=d;value=dv;fastpmi-hint=dense;")
+	cs[0].expect("cmd=kvs-put-response;rc=0;")
+	cs[2].noReply(30 * time.Millisecond) // dense: not before the fence
+	cs[0].v2("cmd=kvs-fence;")
+	cs[1].v2("cmd=kvs-fence;")
+	// Rank 2 is parked in its get: every live rank waits and nothing can
+	// progress, so everyone gets a deadlock error rather than a hang.
+	for _, c := range cs {
+		got := c.read()
+		if !strings.Contains(got, "rc=-1;") || !strings.Contains(got, "deadlock: every live rank waits (rank 0 in fence, rank 1 in fence, rank 2 in get of d)") {
+			t.Fatalf("got %q", got)
+		}
+	}
+}
+
+func TestWaitingGetReleasedByFence(t *testing.T) {
+	_, cs, _ := newJob(t, 2, nil)
+	initV2(t, cs)
+	cs[0].v2("cmd=kvs-put;key=k;value=v;")
+	cs[0].read()
+	cs[0].v2("cmd=kvs-fence;")
+	cs[0].noReply(20 * time.Millisecond)
+	cs[1].v2("cmd=kvs-fence;")
+	cs[0].read()
+	cs[1].read()
+	cs[1].v2("cmd=kvs-get;key=k;fastpmi-wait=TRUE;")
+	cs[1].expect("cmd=kvs-get-response;rc=0;found=TRUE;value=v;")
+	// The -NONEXIST-KEY barrier probe never waits.
+	cs[1].v2("cmd=kvs-get;key=-NONEXIST-KEY;fastpmi-wait=TRUE;")
+	cs[1].expect("cmd=kvs-get-response;rc=0;found=FALSE;")
+}
+
+func TestNodeAttrDeadlock(t *testing.T) {
+	_, cs, _ := newJob(t, 2, nil)
+	initV2(t, cs)
+	cs[0].v2("cmd=info-getnodeattr;key=x;wait=TRUE;")
+	cs[0].noReply(20 * time.Millisecond)
+	cs[1].v2("cmd=info-getnodeattr;key=y;wait=TRUE;")
+	for _, c := range cs {
+		got := c.read()
+		if !strings.HasPrefix(got, "cmd=info-getnodeattr-response;rc=-1;errmsg=deadlock: every live rank waits") {
+			t.Fatalf("got %q", got)
+		}
+	}
+}

@@ -43,6 +43,7 @@ func (a *Agent) enterAllgatherLocked(out *outbox, rs *rankState, val []byte, don
 	}
 	g.entered[rs] = agEntry{val: val, done: done}
 	if len(g.entered) < len(a.ranks) {
+		a.checkStuckLocked(out)
 		return
 	}
 	g.started = true

@@ -47,6 +47,7 @@ func (a *Agent) enterFenceLocked(out *outbox, rs *rankState, d deferred) {
 		a.rec.Mark(perf.PhaseFenceEnter, rs.global)
 	}
 	if !f.complete(a) {
+		a.checkStuckLocked(out)
 		return
 	}
 	f.started = true
@@ -69,9 +70,7 @@ func (a *Agent) fenceDone(f *collective, all []KV, err error) {
 	if a.fence == f {
 		a.fence = nil
 		if err == nil {
-			for _, kv := range all {
-				a.kvs[kv.Key] = kv.Val
-			}
+			a.commitLocked(&out, all)
 			a.fenceSeq++
 		}
 		for rs, d := range f.entered {
@@ -109,13 +108,12 @@ func (a *Agent) enterGroupLocked(out *outbox, rs *rankState, key string, members
 	}
 	g.entered[rs] = d
 	if !g.complete(a) {
+		a.checkStuckLocked(out)
 		return
 	}
 	delete(a.groups, key)
 	for m, md := range g.entered {
-		for _, kv := range m.pending {
-			a.kvs[kv.Key] = kv.Val
-		}
+		a.commitLocked(out, m.pending)
 		m.pending = nil
 		out.complete(md, nil, "")
 	}
@@ -160,6 +158,7 @@ func (a *Agent) enterRingLocked(out *outbox, rs *rankState, in RingIn, done ring
 	}
 	r.entered[rs] = ringEntry{in: in, done: done}
 	if len(r.entered) < len(a.ranks) {
+		a.checkStuckLocked(out)
 		return
 	}
 	r.started = true
@@ -268,28 +267,15 @@ func (a *Agent) peerGoneLocked(out *outbox, rs *rankState, why string) {
 			a.failAllgatherLocked(out, fmt.Errorf("allgather cannot complete: %w", err))
 		}
 	}
-	// Ranks waiting for a node attribute that no live rank can put any more.
-	live := 0
-	for _, p := range a.ranks {
-		if !p.gone && !p.finalized {
-			live++
-		}
-	}
-	waiting := 0
-	for _, ds := range a.attrWait {
-		waiting += len(ds)
-	}
-	if waiting > 0 && waiting >= live {
-		a.failAttrWaitersLocked(out, fmt.Errorf("node attribute can no longer be put: %w", err))
-	}
+	a.checkStuckLocked(out)
 }
 
-func (a *Agent) failAttrWaitersLocked(out *outbox, err error) {
-	for k, ds := range a.attrWait {
-		for _, d := range ds {
-			out.complete(d, err, "")
+func (a *Agent) failWaitersLocked(out *outbox, err error) {
+	for k, ws := range a.waits {
+		for _, w := range ws {
+			out.complete(w.d, err, "")
 		}
-		delete(a.attrWait, k)
+		delete(a.waits, k)
 	}
 }
 
@@ -304,7 +290,7 @@ func (a *Agent) failAllLocked(out *outbox, err error) {
 	}
 	a.failRingLocked(out, err)
 	a.failAllgatherLocked(out, err)
-	a.failAttrWaitersLocked(out, err)
+	a.failWaitersLocked(out, err)
 }
 
 // afterUnlock queues f to run once the current request's handler has

@@ -222,10 +222,11 @@ func (c *textConn) dispatchLocked(out *outbox, events *[]func(), m *pmiwire.Msg)
 		}
 		key, _ := m.Get("key")
 		val, _ := m.Get("value")
-		if rc, err := c.putLocked(rs, key, val); err != nil {
+		if rc, err := checkPut(key, val); err != nil {
 			fail(rc, err)
 			return
 		}
+		a.putLocked(out, rs, key, val, HintNone)
 		ok(resp(m, name))
 	case "get":
 		if err := c.checkJob(m, "kvsname"); err != nil {
@@ -233,7 +234,7 @@ func (c *textConn) dispatchLocked(out *outbox, events *[]func(), m *pmiwire.Msg)
 			return
 		}
 		key, _ := m.Get("key")
-		if v, found := a.getLocked(key); found {
+		if v, found := a.lookupLocked(key); found {
 			ok(resp(m, name).Add("value", v))
 			return
 		}
@@ -297,10 +298,18 @@ func (c *textConn) dispatchLocked(out *outbox, events *[]func(), m *pmiwire.Msg)
 	case "kvs-put":
 		key, _ := m.Get("key")
 		val, _ := m.Get("value")
-		if rc, err := c.putLocked(rs, key, val); err != nil {
+		if rc, err := checkPut(key, val); err != nil {
 			fail(rc, err)
 			return
 		}
+		hint := HintNone
+		switch h, _ := m.Get("fastpmi-hint"); h {
+		case "dense":
+			hint = HintDense
+		case "sparse":
+			hint = HintSparse
+		}
+		a.putLocked(out, rs, key, val, hint)
 		ok(resp(m, name))
 	case "kvs-fence":
 		a.enterFenceLocked(out, rs, deferred{c: c, reply: func(err error, _ string) []byte {
@@ -321,8 +330,18 @@ func (c *textConn) dispatchLocked(out *outbox, events *[]func(), m *pmiwire.Msg)
 				return
 			}
 		}
-		if v, found := a.getLocked(key); found {
+		if v, found := a.lookupLocked(key); found {
 			ok(resp(m, name).AddBool("found", true).Add("value", v))
+			return
+		}
+		if w, _ := m.Get("fastpmi-wait"); w == "TRUE" && key != "-NONEXIST-KEY" {
+			// fastpmi extension: wait for a late put instead of "not found".
+			a.parkLocked(out, rs, "kvs:"+key, deferred{c: c, reply: func(err error, v string) []byte {
+				if err != nil {
+					return errResp(m, name, pmiwire.RCFail, err).Append(nil)
+				}
+				return resp(m, name).AddBool("found", true).Add("value", v).Append(nil)
+			}})
 			return
 		}
 		ok(resp(m, name).AddBool("found", false))
@@ -373,7 +392,8 @@ func (c *textConn) checkJob(m *pmiwire.Msg, field string) error {
 	return nil
 }
 
-func (c *textConn) putLocked(rs *rankState, key, val string) (int, error) {
+// checkPut enforces the announced limits and the reserved PMI_ prefix.
+func checkPut(key, val string) (int, error) {
 	switch {
 	case key == "":
 		return pmiwire.RCInvalidKey, errors.New("put without key")
@@ -384,18 +404,7 @@ func (c *textConn) putLocked(rs *rankState, key, val string) (int, error) {
 	case strings.HasPrefix(key, "PMI_"):
 		return pmiwire.RCInvalidKey, fmt.Errorf("key %s is reserved for the launcher", key)
 	}
-	rs.pending = append(rs.pending, KV{key, val})
 	return 0, nil
-}
-
-// getLocked reads a committed KVS value or, for PMI_* keys and
-// universeSize, a job attribute.
-func (a *Agent) getLocked(key string) (string, bool) {
-	if v, ok := a.jobAttr(key); ok {
-		return v, true
-	}
-	v, ok := a.kvs[key]
-	return v, ok
 }
 
 func (c *textConn) bindLocked(rank int) error {
@@ -604,10 +613,7 @@ func (c *textConn) cmdPutNodeAttr(out *outbox, m *pmiwire.Msg, name string) {
 		return
 	}
 	a.nodeAttr[key] = val
-	for _, d := range a.attrWait[key] {
-		out.complete(d, nil, val)
-	}
-	delete(a.attrWait, key)
+	a.releaseLocked(out, "attr:"+key, val)
 	out.add(c, resp(m, name).Append(nil))
 }
 
@@ -629,23 +635,7 @@ func (c *textConn) cmdGetNodeAttr(out *outbox, m *pmiwire.Msg, name string) {
 		out.add(c, resp(m, name).AddBool("found", false).Append(nil))
 		return
 	}
-	// Wait for a put, unless no other live rank could ever make it.
-	live := 0
-	for _, p := range a.ranks {
-		if !p.gone && !p.finalized {
-			live++
-		}
-	}
-	waiting := 1
-	for _, ds := range a.attrWait {
-		waiting += len(ds)
-	}
-	if waiting >= live {
-		out.add(c, reply(fmt.Errorf("node attribute %s: every live rank on this node is waiting; it can never be put", key), ""))
-		a.failAttrWaitersLocked(out, fmt.Errorf("node attribute %s can never be put: every live rank is waiting", key))
-		return
-	}
-	a.attrWait[key] = append(a.attrWait[key], deferred{c: c, reply: reply})
+	a.parkLocked(out, c.rank, "attr:"+key, deferred{c: c, reply: reply})
 }
 
 func (c *textConn) cmdAbort(events *[]func(), m *pmiwire.Msg, rs *rankState) {
