@@ -138,6 +138,7 @@ type rankState struct {
 	finalized             bool
 	gone                  bool          // connection closed or process ended
 	pending               []KV          // puts since the last fence
+	collSeq               uint64        // fence/allgather epochs entered
 	drained               chan struct{} // closed when the bound connection has ended
 }
 
@@ -157,21 +158,18 @@ type Agent struct {
 	conns     map[*textConn]struct{}
 	listeners []net.Listener
 	kvs       map[string]string // committed job KVS (visible to get)
-	fence     *collective       // the world fence in progress, or nil
 	fenceSeq  uint64            // completed world fences
 	groups    map[string]*collective
 	ring      *ringColl
 	ringSeq   uint64
 	nodeAttr  map[string]string
-	sparse    map[string]string   // sparse puts, visible at once
-	waits     map[string][]waiter // parked requests by "kvs:<key>" or "attr:<key>"
-	later     []func()            // run by the handler after it unlocks mu
-	ag        *allgatherColl      // the allgather in progress, or nil
-	agSeq     uint64              // completed allgathers
-	agValues  [][]byte            // result of the last allgather, by rank
-	// agSink, when set, receives every completed allgather's values (the
-	// shared-memory result array); called under mu.
-	agSink func(epoch uint64, all [][]byte) error
+	sparse    map[string]string     // sparse puts, visible at once
+	waits     map[string][]waiter   // parked requests by "kvs:<key>" or "attr:<key>"
+	later     []func()              // run by the handler after it unlocks mu
+	agSeq     uint64                // completed allgathers
+	colls     map[uint64]*epochColl // collectives in progress, by epoch
+	delivered uint64                // epochs delivered, in order
+	epochSink EpochSink             // shared-memory delivery, or nil
 }
 
 // New starts an agent for cfg.
@@ -190,6 +188,7 @@ func New(cfg Config) (*Agent, error) {
 		nodeAttr: make(map[string]string),
 		sparse:   make(map[string]string),
 		waits:    make(map[string][]waiter),
+		colls:    make(map[uint64]*epochColl),
 	}
 	for i, g := range cfg.Local {
 		app := 0

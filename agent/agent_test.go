@@ -273,7 +273,7 @@ func TestPMI2Conversation(t *testing.T) {
 			body := fmt.Sprintf("cmd=fullinit;pmijobid=job-1;pmirank=%d;threaded=FALSE;", i)
 			c.send(fmt.Sprintf("%-6d%s", len(body), body))
 		}
-		c.expect(fmt.Sprintf("cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank=%d;size=3;appnum=0;debugged=FALSE;pmiverbose=FALSE;", i))
+		c.expect(fmt.Sprintf("cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank=%d;size=3;appnum=0;debugged=FALSE;pmiverbose=FALSE;fastpmi=1;", i))
 		c.v2("cmd=job-getid;thrid=0x77;")
 		c.expect("cmd=job-getid-response;rc=0;thrid=0x77;jobid=job-1;")
 		c.v2(fmt.Sprintf("cmd=kvs-put;key=k%d;value=v%d=x/y:z;", i, i))
@@ -565,5 +565,26 @@ func TestNodeAttrDeadlock(t *testing.T) {
 		if !strings.HasPrefix(got, "cmd=info-getnodeattr-response;rc=-1;errmsg=deadlock: every live rank waits") {
 			t.Fatalf("got %q", got)
 		}
+	}
+}
+
+// Fences and allgathers share one epoch sequence; ranks that disagree on
+// the next collective get an error, not a hang.
+func TestEpochKindMismatch(t *testing.T) {
+	_, cs, _ := newJob(t, 2, nil)
+	initV2(t, cs)
+	cs[0].v2("cmd=kvs-fence;")
+	cs[1].v2("cmd=fastpmi-allgather;value=x;")
+	want := "errmsg=rank 1 entered allgather as collective 1 while other ranks entered fence;"
+	for _, c := range cs {
+		if got := c.read(); !strings.Contains(got, "rc=-1;") || !strings.HasSuffix(got, want) {
+			t.Fatalf("got %q, want suffix %q", got, want)
+		}
+	}
+	// Both skip the failed epoch and go on together.
+	cs[0].v2("cmd=fastpmi-allgather;value=a;")
+	cs[1].v2("cmd=fastpmi-allgather;value=b;")
+	for _, c := range cs {
+		c.expect("cmd=fastpmi-allgather-response;rc=0;epoch=2;size=2;v0=a;v1=b;")
 	}
 }

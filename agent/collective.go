@@ -2,8 +2,6 @@ package agent
 
 import (
 	"fmt"
-
-	"github.com/fastpmi/fastpmi/perf"
 )
 
 // collective is a barrier among a set of local ranks: the world fence
@@ -23,65 +21,6 @@ func (c *collective) complete(a *Agent) bool {
 		return len(c.entered) == len(a.ranks)
 	}
 	return len(c.entered) == len(c.members)
-}
-
-// enterFenceLocked adds rs to the world fence. d answers it when the
-// fence completes job-wide.
-func (a *Agent) enterFenceLocked(out *outbox, rs *rankState, d deferred) {
-	if a.fence == nil {
-		a.fence = &collective{name: "fence", entered: make(map[*rankState]deferred)}
-	}
-	f := a.fence
-	if _, dup := f.entered[rs]; dup || f.started {
-		out.complete(d, fmt.Errorf("rank %d entered fence %d twice", rs.global, a.fenceSeq+1), "")
-		return
-	}
-	if err := a.checkPeersLocked(f, rs); err != nil {
-		out.complete(d, err, "")
-		a.failCollectiveLocked(out, f, err)
-		a.fence = nil
-		return
-	}
-	f.entered[rs] = d
-	if a.rec != nil {
-		a.rec.Mark(perf.PhaseFenceEnter, rs.global)
-	}
-	if !f.complete(a) {
-		a.checkStuckLocked(out)
-		return
-	}
-	f.started = true
-	var puts []KV
-	for _, r := range a.ranks {
-		puts = append(puts, r.pending...)
-		r.pending = nil
-	}
-	epoch := a.fenceSeq + 1
-	// Upstream is called without a.mu: the caller flushes and unlocks
-	// before running the returned continuation.
-	a.afterUnlock(func() {
-		a.cfg.Upstream.Fence(epoch, puts, func(all []KV, err error) { a.fenceDone(f, all, err) })
-	})
-}
-
-func (a *Agent) fenceDone(f *collective, all []KV, err error) {
-	a.mu.Lock()
-	var out outbox
-	if a.fence == f {
-		a.fence = nil
-		if err == nil {
-			a.commitLocked(&out, all)
-			a.fenceSeq++
-		}
-		for rs, d := range f.entered {
-			out.complete(d, err, "")
-			if err == nil && a.rec != nil {
-				a.rec.Mark(perf.PhaseFenceDone, rs.global)
-			}
-		}
-	}
-	a.mu.Unlock()
-	out.flush()
 }
 
 // enterGroupLocked adds rs to a PMI-1.2 group barrier among local ranks.
@@ -245,12 +184,12 @@ func (a *Agent) failRingLocked(out *outbox, err error) {
 // peerGoneLocked fails every collective that waits for rs.
 func (a *Agent) peerGoneLocked(out *outbox, rs *rankState, why string) {
 	err := fmt.Errorf("rank %d %s", rs.global, why)
-	if f := a.fence; f != nil && !f.started {
-		if _, in := f.entered[rs]; !in && len(f.entered) > 0 {
-			a.failCollectiveLocked(out, f, fmt.Errorf("fence cannot complete: %w", err))
-			a.fence = nil
+	a.failEpochsLocked(out, func(c *epochColl) error {
+		if _, in := c.entered[rs]; in || rs.collSeq >= c.epoch || len(c.entered) == 0 {
+			return nil
 		}
-	}
+		return fmt.Errorf("%s cannot complete: %w", c.kind, err)
+	})
 	for key, g := range a.groups {
 		if _, in := g.entered[rs]; !in && g.isMember(rs) {
 			a.failCollectiveLocked(out, g, fmt.Errorf("barrier %s cannot complete: %w", key, err))
@@ -260,11 +199,6 @@ func (a *Agent) peerGoneLocked(out *outbox, rs *rankState, why string) {
 	if r := a.ring; r != nil && !r.started {
 		if _, in := r.entered[rs]; !in && len(r.entered) > 0 {
 			a.failRingLocked(out, fmt.Errorf("ring cannot complete: %w", err))
-		}
-	}
-	if g := a.ag; g != nil && !g.started {
-		if _, in := g.entered[rs]; !in && len(g.entered) > 0 {
-			a.failAllgatherLocked(out, fmt.Errorf("allgather cannot complete: %w", err))
 		}
 	}
 	a.checkStuckLocked(out)
@@ -280,16 +214,12 @@ func (a *Agent) failWaitersLocked(out *outbox, err error) {
 }
 
 func (a *Agent) failAllLocked(out *outbox, err error) {
-	if a.fence != nil {
-		a.failCollectiveLocked(out, a.fence, err)
-		a.fence = nil
-	}
+	a.failEpochsLocked(out, func(*epochColl) error { return err })
 	for k, g := range a.groups {
 		a.failCollectiveLocked(out, g, err)
 		delete(a.groups, k)
 	}
 	a.failRingLocked(out, err)
-	a.failAllgatherLocked(out, err)
 	a.failWaitersLocked(out, err)
 }
 

@@ -78,9 +78,9 @@ func (a *Agent) releaseLocked(out *outbox, key, val string) {
 // the agent. A collective that has started (all local ranks in, waiting
 // for the rest of the job) does not count: it progresses elsewhere.
 func (a *Agent) blockedLocked(rs *rankState) string {
-	if f := a.fence; f != nil && !f.started {
-		if _, in := f.entered[rs]; in {
-			return "fence"
+	for _, c := range a.colls {
+		if _, in := c.entered[rs]; in && !c.started && !c.finished {
+			return c.kind.String()
 		}
 	}
 	for k, g := range a.groups {
@@ -91,11 +91,6 @@ func (a *Agent) blockedLocked(rs *rankState) string {
 	if r := a.ring; r != nil && !r.started {
 		if _, in := r.entered[rs]; in {
 			return "ring"
-		}
-	}
-	if g := a.ag; g != nil && !g.started {
-		if _, in := g.entered[rs]; in {
-			return "allgather"
 		}
 	}
 	for k, ws := range a.waits {

@@ -312,12 +312,13 @@ func (c *textConn) dispatchLocked(out *outbox, events *[]func(), m *pmiwire.Msg)
 		a.putLocked(out, rs, key, val, hint)
 		ok(resp(m, name))
 	case "kvs-fence":
-		a.enterFenceLocked(out, rs, deferred{c: c, reply: func(err error, _ string) []byte {
+		a.enterEpochLocked(out, rs, kindFence, nil, func(out *outbox, err error, _ *epochColl) {
 			if err != nil {
-				return errResp(m, name, pmiwire.RCFail, err).Append(nil)
+				out.add(c, errResp(m, name, pmiwire.RCFail, err).Append(nil))
+				return
 			}
-			return resp(m, name).Append(nil)
-		}})
+			out.add(c, resp(m, name).Append(nil))
+		})
 	case "kvs-get":
 		if err := c.checkJob(m, "jobid"); err != nil {
 			fail(pmiwire.RCInvalidArg, err)
@@ -516,6 +517,9 @@ func (c *textConn) cmdFullinit(out *outbox, events *[]func(), m *pmiwire.Msg) {
 	r := resp(m, name).AddInt("pmi-version", 2).AddInt("pmi-subversion", 0).
 		AddInt("rank", rs.global).AddInt("size", a.cfg.Size).AddInt("appnum", rs.appnum).
 		AddBool("debugged", false).AddBool("pmiverbose", false)
+	// Announce fastpmi's extensions (fastpmi-allgather, put hints, waiting
+	// gets) to clients that look for them; other clients ignore the field.
+	r.Add("fastpmi", "1")
 	if a.cfg.SpawnerJobID != "" {
 		r.Add("spawner-jobid", a.cfg.SpawnerJobID)
 	}
@@ -555,7 +559,7 @@ func (c *textConn) cmdBarrier(out *outbox, m *pmiwire.Msg, rs *rankState, name s
 	d := deferred{c: c, reply: reply}
 	switch kind {
 	case "WORLD":
-		a.enterFenceLocked(out, rs, d)
+		a.enterEpochLocked(out, rs, kindFence, nil, func(out *outbox, err error, _ *epochColl) { out.complete(d, err, "") })
 	case "NODE":
 		a.enterGroupLocked(out, rs, group, nil, d)
 	default:
@@ -704,14 +708,13 @@ func (c *textConn) cmdAllgather(out *outbox, m *pmiwire.Msg, rs *rankState, name
 		out.add(c, errResp(m, name, pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax)).Append(nil))
 		return
 	}
-	a := c.a
-	c.a.enterAllgatherLocked(out, rs, []byte(val), func(out *outbox, err error, epoch uint64) {
+	c.a.enterEpochLocked(out, rs, kindAllgather, []byte(val), func(out *outbox, err error, ec *epochColl) {
 		if err != nil {
 			out.add(c, errResp(m, name, pmiwire.RCFail, err).Append(nil))
 			return
 		}
-		r := resp(m, name).Add("epoch", strconv.FormatUint(epoch, 10)).AddInt("size", len(a.agValues))
-		for i, v := range a.agValues {
+		r := resp(m, name).Add("epoch", strconv.FormatUint(ec.epoch, 10)).AddInt("size", len(ec.values))
+		for i, v := range ec.values {
 			r.Add("v"+strconv.Itoa(i), string(v))
 		}
 		out.add(c, r.Append(nil))

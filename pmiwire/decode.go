@@ -17,6 +17,11 @@ const maxRetain = 2 * MaxMessage
 // sequence of results does not depend on how the stream was split. The zero
 // Decoder is ready to use.
 type Decoder struct {
+	// FrameLimit bounds a PMI-2 frame body; 0 means MaxMessage. A client
+	// reading fastpmi's large responses (all values of an allgather) may
+	// raise it up to MaxFrame.
+	FrameLimit int
+
 	// buf[off:] holds the bytes not decoded yet; buf[:off] is spent and
 	// reclaimed by Feed. scan counts the bytes at the start of buf[off:]
 	// known to hold no LF, so that a line arriving a byte at a time is
@@ -166,8 +171,12 @@ func (d *Decoder) nextV2() (Msg, bool, error) {
 	if !ok {
 		return d.fail(fmt.Errorf("read PMI-2 length header %q: %w", b[:6], ErrBadHeader))
 	}
-	if n > MaxMessage {
-		return d.fail(fmt.Errorf("read PMI-2 frame of %d bytes (limit %d): %w", n, MaxMessage, ErrTooLong))
+	limit := MaxMessage
+	if d.FrameLimit > 0 {
+		limit = min(d.FrameLimit, MaxFrame)
+	}
+	if n > limit {
+		return d.fail(fmt.Errorf("read PMI-2 frame of %d bytes (limit %d): %w", n, limit, ErrTooLong))
 	}
 	if len(b) < 6+n {
 		return Msg{}, false, nil
