@@ -1,0 +1,128 @@
+package shm
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// The node KVS table: an open-addressing hash index of uint32 buckets
+// (0 = empty, else entry number + 1) over an append-only array of entries.
+// Only the agent writes it. An entry is written completely with plain
+// stores, then its bucket is published with an atomic Store; readers load
+// buckets atomically, so an entry they reach is complete. Entries never
+// change once published, so readers need neither a lock nor a seqlock
+// retry and can return values in place. Visibility in PMI's sense (a key
+// put before a fence is seen after it) comes from the entry's epoch tag
+// against the published epoch word: a rank sees only entries whose epoch
+// it has reached.
+
+// fnv1a is the 64-bit FNV-1a hash of b.
+func fnv1a(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// kvsFind probes for key, whose hash is h. It returns the offset of the
+// matching entry and found, or the first empty bucket on the probe path
+// (kvsBuckets if there is none). Every value read from shared memory is
+// bounds-checked, so a corrupted table yields "not found", never a fault;
+// the probe visits each bucket at most once.
+func (s *Segment) kvsFind(key []byte, h uint64) (off, empty uint64, found bool) {
+	mask := uint64(s.l.kvsBuckets - 1)
+	le := binary.LittleEndian
+	b := h & mask
+	for range s.l.kvsBuckets {
+		v := uint64(s.u32(s.l.kvsIndexOff + 4*b).Load()) // pairs with KVSPut's Store: the entry is complete
+		if v == 0 {
+			return 0, b, false
+		}
+		if v <= uint64(s.l.kvsCap) {
+			off := s.l.kvsEntryOff + (v-1)*s.l.kvsEntryBytes
+			e := s.mem[off : off+s.l.kvsEntryBytes]
+			kl := uint64(le.Uint32(e[kvsKeyLen:]))
+			if le.Uint32(e[kvsHash:]) == uint32(h) && kl == uint64(len(key)) && kl <= uint64(s.l.kvsKeyMax) &&
+				bytes.Equal(e[kvsKey:kvsKey+kl], key) {
+				return off, 0, true
+			}
+		}
+		b = (b + 1) & mask
+	}
+	return 0, uint64(s.l.kvsBuckets), false
+}
+
+// kvsValue returns the value of the entry at off and its epoch.
+func (s *Segment) kvsValue(off uint64) ([]byte, uint32, bool) {
+	le := binary.LittleEndian
+	e := s.mem[off : off+s.l.kvsEntryBytes]
+	n := uint64(le.Uint32(e[kvsValLen:]))
+	if n > uint64(s.l.maxValue) {
+		return nil, 0, false
+	}
+	v := kvsKey + uint64(s.l.kvsKeyMax)
+	return e[v : v+n : v+n], le.Uint32(e[kvsEpoch:]), true
+}
+
+// KVSPut inserts key → value, tagged with the fence epoch that makes it
+// visible: ranks see it once the agent publishes that epoch. Keys are
+// unique (ErrKeyExists); the table holds KVSCapacity entries (ErrKVSFull).
+func (a *Agent) KVSPut(key, value []byte, epoch uint32) error {
+	s := a.s
+	if len(key) > s.l.kvsKeyMax || len(value) > s.l.maxValue {
+		return ErrTooLarge
+	}
+	h := fnv1a(key)
+	_, empty, found := s.kvsFind(key, h)
+	if found {
+		return ErrKeyExists
+	}
+	if a.kvsN >= s.l.kvsCap || empty >= uint64(s.l.kvsBuckets) {
+		return ErrKVSFull
+	}
+	n := uint64(a.kvsN)
+	off := s.l.kvsEntryOff + n*s.l.kvsEntryBytes
+	e := s.mem[off : off+s.l.kvsEntryBytes]
+	le := binary.LittleEndian
+	le.PutUint32(e[kvsEpoch:], epoch)
+	le.PutUint32(e[kvsKeyLen:], uint32(len(key)))
+	le.PutUint32(e[kvsValLen:], uint32(len(value)))
+	le.PutUint32(e[kvsHash:], uint32(h))
+	copy(e[kvsKey:], key)
+	copy(e[kvsKey+uint64(s.l.kvsKeyMax):], value)
+	s.u32(s.l.kvsIndexOff + 4*empty).Store(uint32(n + 1)) // publishes the entry; pairs with kvsFind's Load
+	a.kvsN++
+	s.u32(offKVSCount).Store(uint32(a.kvsN)) // informational; no load depends on it for ordering
+	return nil
+}
+
+// KVSGet returns the value stored for key, whatever its epoch, and the
+// epoch it was put in (the agent serving a get for another node).
+func (a *Agent) KVSGet(key []byte) (value []byte, epoch uint32, ok bool) {
+	off, _, found := a.s.kvsFind(key, fnv1a(key))
+	if !found {
+		return nil, 0, false
+	}
+	return a.s.kvsValue(off)
+}
+
+// KVSLen returns the number of entries in the KVS.
+func (a *Agent) KVSLen() int { return a.kvsN }
+
+// Lookup returns the value of key as a view into shared memory, if the key
+// was put in an epoch this rank can see (one the agent has published). The
+// view stays valid until the segment is closed: entries never change.
+func (r *Rank) Lookup(key []byte) ([]byte, bool) {
+	pub := r.epoch.Load() // pairs with Publish: entries tagged up to pub are visible
+	off, _, found := r.s.kvsFind(key, fnv1a(key))
+	if !found {
+		return nil, false
+	}
+	v, e, ok := r.s.kvsValue(off)
+	if !ok || !reached(pub, e) {
+		return nil, false
+	}
+	return v, true
+}

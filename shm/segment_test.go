@@ -1,0 +1,451 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
+)
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Skipf("cannot list %s: %v", dir, err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestCreateLeavesNoFile checks that a segment is a memfd: nothing appears
+// in /dev/shm while it exists, its descriptor names a memfd, its size is
+// sealed, and closing it releases the descriptor.
+func TestCreateLeavesNoFile(t *testing.T) {
+	before := listDir(t, "/dev/shm")
+	fdsBefore := listDir(t, "/proc/self/fd")
+	seg, err := Create(Params{LocalRanks: 4, WorldSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if during := listDir(t, "/dev/shm"); !slices.Equal(before, during) {
+		t.Fatalf("/dev/shm changed: %v -> %v", before, during)
+	}
+	link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(seg.File().Fd())))
+	if err != nil || !strings.HasPrefix(link, "/memfd:fastpmi-shm") {
+		t.Fatalf("segment descriptor is %q (%v), want a memfd", link, err)
+	}
+	if err := seg.File().Truncate(1 << 20); err == nil {
+		t.Fatal("truncating the sealed segment succeeded")
+	}
+	fi, err := seg.File().Stat()
+	if err != nil || fi.Size() != int64(len(seg.Bytes())) {
+		t.Fatalf("memfd size %v (%v), mapping %d", fi.Size(), err, len(seg.Bytes()))
+	}
+	if err := seg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := seg.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if after := listDir(t, "/dev/shm"); !slices.Equal(before, after) {
+		t.Fatalf("/dev/shm changed: %v -> %v", before, after)
+	}
+	if fdsAfter := listDir(t, "/proc/self/fd"); len(fdsAfter) != len(fdsBefore) {
+		t.Fatalf("descriptors: %d before, %d after close", len(fdsBefore), len(fdsAfter))
+	}
+}
+
+// copySegment returns a fresh memfd holding a copy of seg's bytes, edited
+// by edit and truncated to size (0: the same size).
+func copySegment(t *testing.T, seg *Segment, size int64, edit func(b []byte)) *os.File {
+	t.Helper()
+	f, err := sys.MemfdCreate("fastpmi-shm-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	b := slices.Clone(seg.Bytes())
+	edit(b)
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if size != 0 {
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func TestOpenValidatesHeader(t *testing.T) {
+	seg, err := Create(Params{LocalRanks: 2, WorldSize: 8, MaxValue: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	total := int64(len(seg.Bytes()))
+	le := binary.LittleEndian
+	cases := []struct {
+		name string
+		size int64
+		edit func(b []byte)
+		want string // "" means success
+	}{
+		{"valid", 0, func([]byte) {}, ""},
+		{"magic", 0, func(b []byte) { b[0] ^= 1 }, "map segment: bad magic"},
+		{"version", 0, func(b []byte) { le.PutUint32(b[hdrVersion:], 3) }, "map segment: layout version 3, want 1"},
+		{"header size", 0, func(b []byte) { le.PutUint32(b[hdrHeaderBytes:], 64) }, "header of 64 bytes"},
+		{"zero ranks", 0, func(b []byte) { le.PutUint32(b[hdrLocalRanks:], 0) }, "zero size field"},
+		{"world below local", 0, func(b []byte) { le.PutUint32(b[hdrWorldSize:], 1) }, "world size 1"},
+		{"ring not power of two", 0, func(b []byte) { le.PutUint32(b[hdrReqRingBytes:], 3000) }, "request ring 3000 bytes"},
+		{"moved offset", 0, func(b []byte) { le.PutUint64(b[hdrResultOff:], le.Uint64(b[hdrResultOff:])+64) }, "header result offset"},
+		{"stride", 0, func(b []byte) { le.PutUint32(b[hdrResultStride:], 8) }, "header result stride 8"},
+		{"more ranks than space", 0, func(b []byte) { le.PutUint32(b[hdrLocalRanks:], 8) }, "header total length"},
+		{"short file", total - 4096, func([]byte) {}, "segment has"},
+		{"long file", total + 4096, func([]byte) {}, "segment has"},
+		{"tiny file", 100, func([]byte) {}, "cannot hold a segment"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := copySegment(t, seg, tc.size, tc.edit)
+			s, err := OpenFile(f)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.Params().WorldSize != 8 || s.Params().MaxValue != 100 {
+					t.Fatalf("params %+v", s.Params())
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				s.Close()
+				t.Fatalf("opened a segment with a bad %s", tc.name)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "map segment: ") {
+				t.Fatalf("error %q, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParamsValidate(t *testing.T) {
+	bad := []Params{
+		{},
+		{LocalRanks: 4, WorldSize: 3},
+		{LocalRanks: 1, MaxValue: maxValueBytes + 1},
+		{LocalRanks: 1, RequestRingBytes: 1000},
+		{LocalRanks: 1, ResponseRingBytes: 128},
+		{LocalRanks: 1, KVSKeyMax: -1},
+		{LocalRanks: 1, RingBase: 8},
+		{LocalRanks: maxLocalRanks, WorldSize: maxWorldSize, MaxValue: maxValueBytes}, // over maxTotal
+	}
+	for _, p := range bad {
+		if _, err := Size(p); err == nil {
+			t.Errorf("Size(%+v) accepted bad params", p)
+		}
+		if _, err := NewHeap(p); err == nil {
+			t.Errorf("NewHeap(%+v) accepted bad params", p)
+		}
+	}
+	if _, err := FromBytes(make([]byte, 100), Params{LocalRanks: 1}); err == nil {
+		t.Error("FromBytes accepted a short buffer")
+	}
+	n, _ := Size(Params{LocalRanks: 1})
+	if _, err := FromBytes(alignedBytes(n + 1)[1:], Params{LocalRanks: 1}); err == nil {
+		t.Error("FromBytes accepted a misaligned buffer")
+	}
+}
+
+// TestLayoutGeometry checks, for a spread of sizes, that regions are in
+// order, aligned, disjoint and inside the total, and that every atomic
+// word is aligned for its width.
+func TestLayoutGeometry(t *testing.T) {
+	for _, p := range []Params{
+		{LocalRanks: 1},
+		{LocalRanks: 3, WorldSize: 1000, MaxValue: 1, KVSCapacity: 1, KVSKeyMax: 1},
+		{LocalRanks: 64, WorldSize: 1 << 16, MaxValue: 257, RequestRingBytes: 1 << 20},
+	} {
+		p, err := p.validate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := computeLayout(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends := []uint64{
+			headerBytes, l.ctrlOff, l.ctrlOff + uint64(p.LocalRanks)*ctrlStride,
+			l.ringOff, l.ringOff + uint64(p.LocalRanks)*l.ringStride,
+			l.slotOff, l.slotOff + 2*uint64(p.LocalRanks)*l.slotBytes,
+			l.resultOff, l.resultOff + 2*l.resultBufBytes,
+			l.kvsIndexOff, l.kvsIndexOff + 4*uint64(l.kvsBuckets),
+			l.kvsEntryOff, l.kvsEntryOff + uint64(p.KVSCapacity)*l.kvsEntryBytes, l.total,
+		}
+		if !slices.IsSorted(ends) {
+			t.Errorf("%+v: regions overlap or are out of order: %v", p, ends)
+		}
+		for _, off := range []uint64{l.ctrlOff, l.ringOff, l.slotOff, l.resultOff, l.kvsIndexOff, l.kvsEntryOff, l.total} {
+			if off%regionAlign != 0 {
+				t.Errorf("%+v: region at %d is not %d-aligned", p, off, regionAlign)
+			}
+		}
+		if l.slotBytes%CacheLine != 0 || l.resultStride%8 != 0 || l.kvsEntryBytes%CacheLine != 0 ||
+			uint64(l.kvsBuckets) < 2*uint64(p.KVSCapacity) {
+			t.Errorf("%+v: strides %d %d %d, %d buckets", p, l.slotBytes, l.resultStride, l.kvsEntryBytes, l.kvsBuckets)
+		}
+		if l.resultBufBytes < uint64(p.WorldSize)*(resData+uint64(p.MaxValue)) {
+			t.Errorf("%+v: result buffer of %d bytes is too small", p, l.resultBufBytes)
+		}
+	}
+}
+
+// TestFutexAcrossMappings checks the shared futex: a waiter sleeping on a
+// word through one mapping of a memfd is woken by a waker using another
+// mapping of it, and a timed wait times out.
+func TestFutexAcrossMappings(t *testing.T) {
+	seg, err := Create(Params{LocalRanks: 1, KVSCapacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	other, err := OpenFile(seg.File())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if &seg.Bytes()[0] == &other.Bytes()[0] {
+		t.Fatal("two mappings share an address")
+	}
+	w1, w2 := seg.u32(offDoorbell), other.u32(offDoorbell)
+	start := time.Now()
+	if err := sys.FutexWait(futexAddr(w1), w1.Load(), 20*time.Millisecond); !errors.Is(err, sys.ErrTimedOut) {
+		t.Fatalf("timed wait: %v", err)
+	}
+	if el := time.Since(start); el < 15*time.Millisecond {
+		t.Fatalf("timed wait returned after %v", el)
+	}
+	if err := sys.FutexWait(futexAddr(w1), w1.Load()+1, time.Second); err != nil {
+		t.Fatalf("wait on a changed word: %v", err)
+	}
+	var woke atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		err := sys.FutexWait(futexAddr(w1), 0, 10*time.Second)
+		woke.Store(w1.Load() == 1)
+		done <- err
+	}()
+	for {
+		time.Sleep(time.Millisecond)
+		w2.Store(1)
+		n, err := sys.FutexWake(futexAddr(w2), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		w2.Store(0) // the waiter was not asleep yet: retry
+		select {
+		case err := <-done:
+			t.Fatalf("waiter returned early: %v", err)
+		default:
+		}
+	}
+	if err := <-done; err != nil || !woke.Load() {
+		t.Fatalf("woken waiter: %v, saw the store: %v", err, woke.Load())
+	}
+}
+
+func TestWaiterPolicy(t *testing.T) {
+	n, err := sys.OnlineCPUs()
+	if err != nil || n < 1 {
+		t.Fatalf("online cpus: %d %v", n, err)
+	}
+	if NewWaiter(n).Spins() == 0 {
+		t.Errorf("%d parties on %d cpus: waiter does not spin", n, n)
+	}
+	if NewWaiter(n+1).Spins() != 0 {
+		t.Errorf("%d parties on %d cpus: waiter spins", n+1, n)
+	}
+	// A timed wait that never becomes ready reports ErrTimeout, both ways.
+	seg, _ := NewHeap(Params{LocalRanks: 1, KVSCapacity: 1})
+	for _, w := range []Waiter{{}, SpinWaiter(100)} {
+		seg.SetWaiter(w)
+		start := time.Now()
+		if err := seg.Rank(0).WaitEpoch(5, 10*time.Millisecond); err != ErrTimeout {
+			t.Fatalf("waiter %+v: %v", w, err)
+		}
+		if el := time.Since(start); el < 10*time.Millisecond || el > 2*time.Second {
+			t.Fatalf("waiter %+v: timed out after %v", w, el)
+		}
+		if seg.u32(offEpochSleepers).Load() != 0 {
+			t.Fatal("sleeper count not restored after a timeout")
+		}
+	}
+}
+
+// TestHotPathAllocs checks that pushing, popping, slot and result access,
+// publishing and lookups allocate nothing.
+func TestHotPathAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	seg, err := NewHeap(Params{LocalRanks: 1, WorldSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, r := seg.Agent(), seg.Rank(0)
+	if err := a.KVSPut([]byte("key"), []byte("value"), 0); err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte("payload")
+	e := uint32(0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if err := r.SetSlot(e, payload); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Requests().PushWait(Header{Op: 1, Epoch: e}, payload, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Wait(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		m, err := a.Requests(0).Peek()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := a.Slot(0, m.Epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := range 4 {
+			if err := a.SetResult(g, e, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.Requests(0).Release()
+		a.Publish(e)
+		if err := r.WaitEpoch(e, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := r.Result(3, e); err != nil || len(v) != len(payload) {
+			t.Fatal(err)
+		}
+		if _, ok := r.Lookup([]byte("key")); !ok {
+			t.Fatal("lookup failed")
+		}
+		e++
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per round", allocs)
+	}
+}
+
+func TestKVS(t *testing.T) {
+	seg, err := NewHeap(Params{LocalRanks: 1, KVSCapacity: 3, KVSKeyMax: 8, MaxValue: 16, FirstEpoch: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, r := seg.Agent(), seg.Rank(0)
+	for i, k := range []string{"a", "bb", "ccc"} {
+		if err := a.KVSPut([]byte(k), []byte("v"+k), 10+uint32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.KVSPut([]byte("bb"), nil, 12); err != ErrKeyExists {
+		t.Fatalf("duplicate put: %v", err)
+	}
+	if err := a.KVSPut([]byte("dddd"), nil, 12); err != ErrKVSFull {
+		t.Fatalf("put into a full table: %v", err)
+	}
+	if err := a.KVSPut([]byte("123456789"), nil, 12); err != ErrTooLarge {
+		t.Fatalf("long key: %v", err)
+	}
+	if _, ok := r.Lookup([]byte("a")); ok {
+		t.Fatal("key visible before its epoch was published")
+	}
+	a.Publish(10)
+	if v, ok := r.Lookup([]byte("a")); !ok || string(v) != "va" {
+		t.Fatalf("lookup a: %q %v", v, ok)
+	}
+	if _, ok := r.Lookup([]byte("bb")); ok {
+		t.Fatal("key of epoch 11 visible at epoch 10")
+	}
+	a.Publish(12)
+	for _, k := range []string{"a", "bb", "ccc"} {
+		if v, ok := r.Lookup([]byte(k)); !ok || string(v) != "v"+k {
+			t.Fatalf("lookup %s: %q %v", k, v, ok)
+		}
+	}
+	if v, e, ok := a.KVSGet([]byte("ccc")); !ok || e != 12 || string(v) != "vccc" {
+		t.Fatalf("agent get: %q %d %v", v, e, ok)
+	}
+	if _, ok := r.Lookup([]byte("zz")); ok {
+		t.Fatal("lookup of a missing key succeeded")
+	}
+	// A rank opening the segment later sees the same table.
+	view, err := Attach(seg.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := view.Rank(0).Lookup([]byte("bb")); !ok || string(v) != "vbb" {
+		t.Fatalf("lookup through another view: %q %v", v, ok)
+	}
+	if view.Agent().KVSLen() != 3 {
+		t.Fatalf("another view's agent counts %d entries", view.Agent().KVSLen())
+	}
+}
+
+// TestSleepPrepare checks the split wait an io_uring agent uses: a push
+// after SleepPrepare bumps the doorbell word, so a FUTEX_WAIT on the
+// returned value would not sleep; a push before it reports ready.
+func TestSleepPrepare(t *testing.T) {
+	seg, err := NewHeap(Params{LocalRanks: 1, KVSCapacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, r := seg.Agent(), seg.Rank(0)
+	word, val, ready := a.SleepPrepare()
+	if ready {
+		t.Fatal("ready with nothing pending")
+	}
+	if err := r.Requests().Push(Header{Op: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if atomic.LoadUint32(word) == val {
+		t.Fatal("push while the agent slept did not ring the doorbell")
+	}
+	a.SleepDone()
+	if _, _, ready := a.SleepPrepare(); !ready {
+		t.Fatal("not ready with a request pending")
+	}
+	a.SleepDone()
+	if seg.u32(offAgentSleepers).Load() != 0 {
+		t.Fatal("sleeping flag left set")
+	}
+	if _, err := a.Requests(0).Peek(); err != nil {
+		t.Fatal(err)
+	}
+	a.Requests(0).Release()
+	a.Kick()
+	if err := a.Wait(0); err != nil {
+		t.Fatalf("wait after kick: %v", err)
+	}
+	if err := a.Wait(time.Millisecond); err != ErrTimeout {
+		t.Fatalf("second wait after one kick: %v", err)
+	}
+}
