@@ -1,0 +1,171 @@
+//go:build linux
+
+package sys
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The helpers below serve netio's io_uring backend: the ring needs raw
+// descriptors and the addresses of Go-allocated buffers it hands to the
+// kernel. The Go heap does not move objects, so an address stays valid
+// while the caller keeps the slice reachable; netio keeps every buffer it
+// gives the kernel referenced until the matching completion arrives.
+
+// NetAcceptFlags are the accept4 flags for sockets accepted by io_uring.
+const NetAcceptFlags = unix.SOCK_CLOEXEC
+
+// Errno numbers netio compares negated io_uring results against.
+const (
+	NetECANCELED = int32(unix.ECANCELED)
+	NetENOBUFS   = int32(unix.ENOBUFS)
+	NetEINTR     = int32(unix.EINTR)
+	NetEAGAIN    = int32(unix.EAGAIN)
+	NetENOENT    = int32(unix.ENOENT)
+	NetEALREADY  = int32(unix.EALREADY)
+)
+
+// NetSendFlags are the send(2) flags for io_uring sends: no SIGPIPE on a
+// closed peer, and retry short sends inside the kernel.
+const NetSendFlags = unix.MSG_NOSIGNAL | unix.MSG_WAITALL
+
+// NetErrno turns a negative io_uring result into an error value that
+// matches the os and net sentinels with errors.Is.
+func NetErrno(res int32) error { return unix.Errno(-res) }
+
+// NetIsErrno reports whether err is (or wraps) the errno numbered n.
+func NetIsErrno(err error, n int32) bool {
+	var e unix.Errno
+	return errors.As(err, &e) && int32(e) == n
+}
+
+// BufAddr returns the address of b's first byte (0 for an empty slice).
+func BufAddr(b []byte) uintptr {
+	if len(b) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// NetEventFD creates a non-blocking, close-on-exec eventfd.
+func NetEventFD() (int, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return -1, os.NewSyscallError("eventfd", err)
+	}
+	return fd, nil
+}
+
+// NetEventFDSignal adds one to the eventfd's counter, waking its reader.
+func NetEventFDSignal(fd int) error {
+	var one [8]byte // the counter is a native-endian uint64
+	binary.NativeEndian.PutUint64(one[:], 1)
+	for {
+		_, err := unix.Write(fd, one[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			return nil // the counter is saturated: the reader is awake anyway
+		}
+		if err != nil {
+			return os.NewSyscallError("write eventfd", err)
+		}
+		return nil
+	}
+}
+
+// NetDupFD duplicates fd (close-on-exec), for a socket the io_uring backend
+// takes over from a net.Conn or net.Listener.
+func NetDupFD(fd uintptr) (int, error) {
+	nfd, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+	}
+	return nfd, nil
+}
+
+// NetCloseFD closes a raw descriptor.
+func NetCloseFD(fd int) error {
+	if err := unix.Close(fd); err != nil {
+		return os.NewSyscallError("close", err)
+	}
+	return nil
+}
+
+// NetShutdown shuts a socket down in both directions, which ends any
+// operation the kernel has pending on it.
+func NetShutdown(fd int) error {
+	if err := unix.Shutdown(fd, unix.SHUT_RDWR); err != nil {
+		return os.NewSyscallError("shutdown", err)
+	}
+	return nil
+}
+
+// NetSetNoDelay sets TCP_NODELAY on a TCP socket.
+func NetSetNoDelay(fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
+		return os.NewSyscallError("setsockopt TCP_NODELAY", err)
+	}
+	return nil
+}
+
+// NetSockAddrs returns a connected TCP socket's local and remote addresses.
+func NetSockAddrs(fd int) (local, remote netip.AddrPort, err error) {
+	ls, err := unix.Getsockname(fd)
+	if err != nil {
+		return local, remote, os.NewSyscallError("getsockname", err)
+	}
+	rs, err := unix.Getpeername(fd)
+	if err != nil {
+		return local, remote, os.NewSyscallError("getpeername", err)
+	}
+	return sockaddrToAddrPort(ls), sockaddrToAddrPort(rs), nil
+}
+
+func sockaddrToAddrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// More errno numbers for io_uring_enter results.
+const (
+	NetETIME = int32(unix.ETIME)
+	NetEBUSY = int32(unix.EBUSY)
+)
+
+// NetTimespec converts d for io_uring's timed waits.
+func NetTimespec(d time.Duration) *syscall.Timespec {
+	ts := syscall.NsecToTimespec(int64(d))
+	return &ts
+}
+
+// NetDupConnFD takes a descriptor of its own (close-on-exec) for the socket
+// under a net.TCPConn or net.TCPListener.
+func NetDupConnFD(c interface {
+	SyscallConn() (syscall.RawConn, error)
+}) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(s uintptr) { fd, derr = NetDupFD(s) }); err != nil {
+		return -1, err
+	}
+	return fd, derr
+}

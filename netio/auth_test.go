@@ -1,0 +1,123 @@
+package netio
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAuth(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be string) {
+		t.Run("WrongSecret", func(t *testing.T) { testWrongSecret(t, be) })
+		t.Run("NoSecret", func(t *testing.T) { testNoSecret(t, be) })
+		t.Run("Silent", func(t *testing.T) { testSilentPeer(t, be) })
+	})
+}
+
+// testWrongSecret: both ends detect the mismatch; the dialer gets ErrAuth,
+// the listener logs and never returns the connection.
+func testWrongSecret(t *testing.T, be string) {
+	var slog, clog logBuffer
+	st := newTestTransport(t, be, func(c *Config) { c.Logger = slog.logger() })
+	other := []byte(strings.Repeat("not the job secret!!", 2))
+	ct := newTestTransport(t, be, func(c *Config) { c.Secret = other; c.Logger = clog.logger() })
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := ct.Dial(ctx, ln.Addr().String())
+	if err == nil {
+		c.Close()
+		t.Fatal("dial with the wrong secret succeeded")
+	}
+	if !errors.Is(err, ErrAuth) {
+		t.Fatalf("dial with the wrong secret: %v, want ErrAuth", err)
+	}
+	slog.waitLog(t, "refused connection")
+	clog.waitLog(t, "authentication failed")
+	actx, acancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer acancel()
+	if c, err := ln.Accept(actx); err == nil {
+		c.Close()
+		t.Fatal("listener returned an unauthenticated connection")
+	}
+	// The right secret still gets in.
+	good := newTestTransport(t, be, nil)
+	c, err = good.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if _, err := ln.Accept(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testNoSecret: a client that does not speak the protocol is refused at
+// its first bytes, and told so by the connection closing.
+func testNoSecret(t *testing.T, be string) {
+	var log logBuffer
+	st := newTestTransport(t, be, func(c *Config) { c.Logger = log.logger() })
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	log.waitLog(t, "refused connection")
+	if !strings.Contains(log.String(), "bad frame magic") {
+		t.Fatalf("log does not say why:\n%s", log.String())
+	}
+	// The server's hello, then the close.
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, nc); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("refused client: %v", err)
+	}
+
+	// A forged proof (right protocol, no secret) is refused too.
+	nc2, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	var hello [1 + nonceSize]byte
+	hello[0] = helloVersion
+	b, _ := AppendFrame(nil, Frame{Type: typeHello, Payload: hello[:]}, 64)
+	b, _ = AppendFrame(b, Frame{Type: typeProof, Payload: make([]byte, 32)}, 64)
+	if _, err := nc2.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	log.waitLog(t, "wrong proof")
+}
+
+// testSilentPeer: a client that connects and says nothing is dropped after
+// the handshake timeout.
+func testSilentPeer(t *testing.T, be string) {
+	var log logBuffer
+	st := newTestTransport(t, be, func(c *Config) { c.Logger = log.logger(); c.HandshakeTimeout = 100 * time.Millisecond })
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	log.waitLog(t, "refused connection")
+	if !strings.Contains(log.String(), "deadline exceeded") {
+		t.Fatalf("log does not say why:\n%s", log.String())
+	}
+}

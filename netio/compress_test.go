@@ -1,0 +1,176 @@
+package netio
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// businessCards builds what an allgather of MPICH business cards looks
+// like on the tree: per rank a rank number, a length and the card, hex
+// encoded as MPICH puts binary values into the KVS. Ranks are 16 per node;
+// ports are random, as ephemeral ports are.
+func businessCards(p int) []byte {
+	rng := rand.New(rand.NewPCG(uint64(p), 42))
+	var out []byte
+	for r := range p {
+		node := r / 16
+		card := fmt.Sprintf("description#node%04d.cluster.example.org$port#%d$ifname#10.%d.%d.%d$",
+			node, 32768+rng.IntN(28232), 1+node>>16, (node>>8)&255, node&255)
+		h := hex.EncodeToString([]byte(card))
+		out = binary.BigEndian.AppendUint32(out, uint32(r))
+		out = binary.BigEndian.AppendUint16(out, uint16(len(h)))
+		out = append(out, h...)
+	}
+	return out
+}
+
+func TestCompressRoundTrip(t *testing.T) {
+	rnd := make([]byte, 100000)
+	for i := range rnd {
+		rnd[i] = byte(rand.Uint32())
+	}
+	inputs := map[string][]byte{
+		"empty":  {},
+		"small":  []byte("description#h$port#1$"),
+		"cards":  businessCards(4096),
+		"random": rnd,
+	}
+	for name, src := range inputs {
+		for _, policy := range []Codec{CodecAuto, CodecNone, CodecS2, CodecZstd} {
+			prefix := []byte("prefix")
+			c, err := Compress(policy, bytes.Clone(prefix), src)
+			if err != nil {
+				t.Fatalf("%s/%v: %v", name, policy, err)
+			}
+			if !bytes.HasPrefix(c, prefix) {
+				t.Fatalf("%s/%v: dst prefix lost", name, policy)
+			}
+			c = c[len(prefix):]
+			if len(c) > len(src)+1 {
+				t.Errorf("%s/%v: %d bytes from %d: compression grew the payload", name, policy, len(c), len(src))
+			}
+			if name == "random" && Codec(c[0]) != CodecNone {
+				t.Errorf("%s/%v: tag %v for incompressible data", name, policy, Codec(c[0]))
+			}
+			if name == "cards" && policy != CodecNone && len(c) > len(src)/3 {
+				t.Errorf("%s/%v: %d bytes from %d: business cards should compress", name, policy, len(c), len(src))
+			}
+			d, err := Decompress([]byte("x"), c, len(src))
+			if err != nil {
+				t.Fatalf("%s/%v: decompress: %v", name, policy, err)
+			}
+			if !bytes.Equal(d[1:], src) || d[0] != 'x' {
+				t.Fatalf("%s/%v: round trip differs", name, policy)
+			}
+			if len(src) > 0 {
+				if _, err := Decompress(nil, c, len(src)-1); !errors.Is(err, ErrTooLarge) {
+					t.Errorf("%s/%v: decompress over the limit: %v", name, policy, err)
+				}
+			}
+		}
+	}
+	if _, err := ParseCodec("lz4"); !errors.Is(err, ErrUnknownCodec) {
+		t.Errorf("parse lz4: %v", err)
+	}
+	for _, s := range []string{"auto", "s2", "zstd", "none"} {
+		if c, err := ParseCodec(s); err != nil || c.String() != s {
+			t.Errorf("parse %s: %v %v", s, c, err)
+		}
+	}
+}
+
+// TestDecompressBounded: payloads that claim or expand to more than the
+// limit fail without the allocation.
+func TestDecompressBounded(t *testing.T) {
+	const max = 1 << 20
+	zeros := make([]byte, 64<<20)
+	for _, codec := range []Codec{CodecS2, CodecZstd} {
+		bomb, err := Compress(codec, nil, zeros)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := memAlloc()
+		_, err = Decompress(nil, bomb, max)
+		if !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("%v bomb of %d bytes: %v, want ErrTooLarge", codec, len(bomb), err)
+		}
+		if got := memAlloc() - before; got > 4*max {
+			t.Fatalf("%v bomb: allocated %.0f bytes for a %d-byte limit", codec, got, max)
+		}
+	}
+	// A zstd frame whose header hides its size is refused.
+	enc, _ := zstd.NewWriter(nil, zstd.WithSingleSegment(false))
+	var buf bytes.Buffer
+	enc.Reset(&buf)
+	enc.Write(zeros[:1000])
+	enc.Flush() // the header goes out before the size is known
+	enc.Write(zeros[:1000])
+	enc.Close()
+	if _, err := Decompress(nil, append([]byte{byte(CodecZstd)}, buf.Bytes()...), max); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("zstd stream without content size: %v", err)
+	}
+	for _, bad := range [][]byte{{}, {9, 1, 2}, {byte(CodecS2), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {byte(CodecZstd), 1, 2, 3}} {
+		if _, err := Decompress(nil, bad, max); err == nil {
+			t.Errorf("decompress %x succeeded", bad)
+		}
+	}
+}
+
+// FuzzDecompress: arbitrary payloads never panic nor exceed the limit.
+func FuzzDecompress(f *testing.F) {
+	for _, c := range []Codec{CodecNone, CodecS2, CodecZstd} {
+		b, _ := Compress(c, nil, businessCards(8))
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		const max = 1 << 16
+		out, err := Decompress(nil, src, max)
+		if err == nil && len(out) > max {
+			t.Fatalf("%d bytes out, limit %d", len(out), max)
+		}
+	})
+}
+
+func BenchmarkCompress(b *testing.B) {
+	for _, p := range []int{16, 1024, 4096, 16384} {
+		src := businessCards(p)
+		for _, codec := range []Codec{CodecNone, CodecS2, CodecZstd, CodecAuto} {
+			b.Run(fmt.Sprintf("P=%d/%v", p, codec), func(b *testing.B) {
+				var dst []byte
+				b.SetBytes(int64(len(src)))
+				for b.Loop() {
+					dst, _ = Compress(codec, dst[:0], src)
+				}
+				b.ReportMetric(float64(len(src))/float64(len(dst)), "ratio")
+				b.ReportMetric(float64(len(dst)), "out-bytes")
+			})
+		}
+	}
+}
+
+func BenchmarkDecompress(b *testing.B) {
+	for _, p := range []int{16, 1024, 4096, 16384} {
+		src := businessCards(p)
+		for _, codec := range []Codec{CodecNone, CodecS2, CodecZstd} {
+			c, _ := Compress(codec, nil, src)
+			b.Run(fmt.Sprintf("P=%d/%v", p, codec), func(b *testing.B) {
+				var dst []byte
+				b.SetBytes(int64(len(src)))
+				for b.Loop() {
+					var err error
+					dst, err = Decompress(dst[:0], c, len(src))
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,369 @@
+//go:build linux
+
+package netio
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/bytebufferpool"
+)
+
+// uconn is a connection of the io_uring backend. Its socket belongs to the
+// ring owner from attach to release; callers reach it only through the
+// queues below.
+type uconn struct {
+	b            *uringBackend
+	fd           int
+	laddr, raddr net.Addr
+	max          int
+
+	rq frameQueue // frames the owner decoded, for Recv
+
+	// Send side, guarded by smu.
+	smu     sync.Mutex
+	pending *bytebufferpool.ByteBuffer // encoded frames not yet handed to the owner
+	queued  bool                       // the owner has pending or a send in flight to look after
+	werr    error                      // sticky send error
+	dead    chan struct{}              // closed when werr is set: wakes blocked Sends
+
+	space   chan struct{} // one slot: the owner took pending (room for Send)
+	drained chan struct{} // one slot: the owner found nothing pending or in flight
+
+	closed      atomic.Bool   // Close was called (or the listener dropped c)
+	closeCalled chan struct{} // closed with closed: wakes Recv
+	finished    chan struct{} // closed by the owner when the socket is released
+
+	// Owner-only.
+	id        uint64 // 0 until attached
+	emit      func(Frame)
+	dec       Decoder
+	inflight  *bytebufferpool.ByteBuffer // buffer of the send in flight
+	off       int                        // bytes of inflight already sent
+	ops       int                        // this connection's SQEs not yet finished
+	recvArmed bool                       // the multishot recv is armed
+	pausing   bool                       // a cancel of the recv is in flight (flow control)
+	recvDone  bool                       // EOF or error: no more frames
+	closing   bool
+	released  bool
+}
+
+func newUconn(b *uringBackend, fd int, laddr, raddr net.Addr) *uconn {
+	c := &uconn{
+		b: b, fd: fd, laddr: laddr, raddr: raddr, max: b.cfg.MaxFrameSize,
+		dead:        make(chan struct{}),
+		space:       make(chan struct{}, 1),
+		drained:     make(chan struct{}, 1),
+		closeCalled: make(chan struct{}),
+		finished:    make(chan struct{}),
+		dec:         Decoder{Max: b.cfg.MaxFrameSize, Handshake: true},
+	}
+	c.rq.init()
+	c.emit = c.rq.push
+	return c
+}
+
+func (c *uconn) LocalAddr() net.Addr  { return c.laddr }
+func (c *uconn) RemoteAddr() net.Addr { return c.raddr }
+
+// fail makes err the connection's send error, once.
+func (c *uconn) fail(err error) {
+	c.smu.Lock()
+	if c.werr == nil {
+		c.werr = err
+		close(c.dead)
+	}
+	c.smu.Unlock()
+}
+
+// markClosed records the first Close; false if it was not the first.
+func (c *uconn) markClosed() bool {
+	if c.closed.Swap(true) {
+		return false
+	}
+	close(c.closeCalled)
+	return true
+}
+
+func (c *uconn) Send(ctx context.Context, f Frame) error {
+	if f.Type >= TypeReserved {
+		return ErrReservedType
+	}
+	return c.send(ctx, f)
+}
+
+func (c *uconn) send(ctx context.Context, f Frame) error {
+	if err := checkSend(f, c.max); err != nil {
+		return err
+	}
+	size := HeaderSize + len(f.Payload)
+	limit := c.b.cfg.SendQueue
+	c.smu.Lock()
+	for {
+		if c.werr != nil {
+			err := c.werr
+			c.smu.Unlock()
+			return err
+		}
+		if c.closed.Load() {
+			c.smu.Unlock()
+			return ErrClosed
+		}
+		if c.pending == nil || len(c.pending.B) == 0 || len(c.pending.B)+size <= limit {
+			break
+		}
+		c.smu.Unlock()
+		select {
+		case <-c.space:
+		case <-c.dead:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		c.smu.Lock()
+	}
+	if c.pending == nil {
+		c.pending = bytebufferpool.Get()
+		c.pending.B = c.pending.B[:0]
+	}
+	c.pending.B, _ = AppendFrame(c.pending.B, f, c.max)
+	room := len(c.pending.B) < limit
+	post := !c.queued
+	c.queued = true
+	c.smu.Unlock()
+	if room {
+		signal(c.space) // pass the wake-up on to another blocked Send
+	}
+	if post && !c.b.submit(request{op: reqFlush, c: c}) {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (c *uconn) Recv(ctx context.Context) (Frame, error) {
+	for {
+		if c.closed.Load() {
+			return Frame{}, ErrClosed
+		}
+		f, ok, resume, err := c.rq.pop(c.b.cfg.RecvQueue / 2)
+		if resume {
+			c.b.submit(request{op: reqResume, c: c})
+		}
+		if ok {
+			return f, nil
+		}
+		if err != nil {
+			return Frame{}, err
+		}
+		select {
+		case <-c.rq.notify:
+		case <-c.closeCalled:
+		case <-ctx.Done():
+			return Frame{}, ctx.Err()
+		}
+	}
+}
+
+func (c *uconn) Close() error {
+	if !c.markClosed() {
+		<-c.finished
+		return nil
+	}
+	// Linger: give frames already queued up to Linger to reach the kernel.
+	linger := time.NewTimer(c.b.cfg.Linger)
+	defer linger.Stop()
+wait:
+	for {
+		c.smu.Lock()
+		busy := c.queued && c.werr == nil
+		c.smu.Unlock()
+		if !busy {
+			break
+		}
+		select {
+		case <-c.drained:
+		case <-linger.C:
+			break wait
+		case <-c.finished:
+			break wait
+		}
+	}
+	c.fail(ErrClosed)
+	// If the owner is stopping it closes c itself.
+	c.b.submit(request{op: reqClose, c: c})
+	<-c.finished
+	return nil
+}
+
+// frameQueue holds frames between the owner (push) and Recv (pop).
+type frameQueue struct {
+	notify chan struct{} // one slot: frames or an error arrived
+
+	mu     sync.Mutex // guards the fields below
+	frames []Frame    // frames[head:] are pending
+	head   int
+	bytes  int   // payload bytes pending
+	err    error // set once: no more frames after the pending ones
+	paused bool  // the owner stopped reading: bytes went over the limit
+}
+
+func (q *frameQueue) init() { q.notify = make(chan struct{}, 1) }
+
+// push appends f; the owner calls signal once per batch.
+func (q *frameQueue) push(f Frame) {
+	q.mu.Lock()
+	q.frames = append(q.frames, f)
+	q.bytes += len(f.Payload)
+	q.mu.Unlock()
+}
+
+func (q *frameQueue) signal() { signal(q.notify) }
+
+// overLimit reports (and records as paused) that more than limit bytes wait.
+func (q *frameQueue) overLimit(limit int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.bytes > limit {
+		q.paused = true
+	}
+	return q.paused
+}
+
+func (q *frameQueue) isPaused() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.paused
+}
+
+// pop takes the next frame. resume says the queue fell to low bytes while
+// paused: the caller asks the owner to read again.
+func (q *frameQueue) pop(low int) (f Frame, ok, resume bool, err error) {
+	q.mu.Lock()
+	if q.head < len(q.frames) {
+		f, ok = q.frames[q.head], true
+		q.frames[q.head] = Frame{}
+		q.head++
+		q.bytes -= len(f.Payload)
+		if q.head == len(q.frames) {
+			q.frames, q.head = q.frames[:0], 0
+		}
+		if q.paused && q.bytes <= low {
+			q.paused, resume = false, true
+		}
+	}
+	more := q.head < len(q.frames)
+	err = q.err
+	q.mu.Unlock()
+	if ok && (more || err != nil) {
+		q.signal() // another Recv may be waiting
+	}
+	return f, ok, resume, err
+}
+
+// finish records that no more frames will be pushed; the first error wins.
+func (q *frameQueue) finish(err error) {
+	q.mu.Lock()
+	if q.err == nil {
+		q.err = err
+	}
+	q.mu.Unlock()
+	q.signal()
+}
+
+// ulistener is a listening socket of the io_uring backend.
+type ulistener struct {
+	b        *uringBackend
+	fd       int
+	laddr    net.Addr
+	q        acceptQueue
+	finished chan struct{} // closed by the owner when the socket is released
+	once     sync.Once
+
+	// Owner-only.
+	id       uint64
+	armed    bool
+	ops      int
+	closing  bool
+	released bool
+}
+
+type acceptResult struct {
+	c     *uconn
+	err   error
+	rearm bool // the multishot accept ended with err: re-arm once reported
+}
+
+func (l *ulistener) addr() net.Addr { return l.laddr }
+
+func (l *ulistener) accept() (rawConn, error) {
+	for {
+		r, ok, done := l.q.pop()
+		if ok {
+			if r.err != nil {
+				if r.rearm {
+					l.b.submit(request{op: reqArmAccept, l: l})
+				}
+				return nil, r.err
+			}
+			return r.c, nil
+		}
+		if done {
+			return nil, ErrClosed
+		}
+		<-l.q.notify
+	}
+}
+
+func (l *ulistener) close() error {
+	l.once.Do(func() {
+		l.b.submit(request{op: reqCloseListen, l: l})
+	})
+	<-l.finished
+	return nil
+}
+
+// acceptQueue holds accepted connections between the owner and the
+// listener's accept loop.
+type acceptQueue struct {
+	notify chan struct{} // one slot
+
+	mu    sync.Mutex // guards the fields below
+	items []acceptResult
+	done  bool
+}
+
+func (q *acceptQueue) init() { q.notify = make(chan struct{}, 1) }
+
+func (q *acceptQueue) push(r acceptResult) {
+	q.mu.Lock()
+	q.items = append(q.items, r)
+	q.mu.Unlock()
+	signal(q.notify)
+}
+
+func (q *acceptQueue) pop() (r acceptResult, ok, done bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) > 0 {
+		r = q.items[0]
+		q.items[0] = acceptResult{}
+		q.items = q.items[1:]
+		if len(q.items) > 0 {
+			signal(q.notify)
+		}
+		return r, true, false
+	}
+	return r, false, q.done
+}
+
+// finish ends the queue and returns what was never popped.
+func (q *acceptQueue) finish() []acceptResult {
+	q.mu.Lock()
+	rest := q.items
+	q.items, q.done = nil, true
+	q.mu.Unlock()
+	signal(q.notify)
+	return rest
+}
