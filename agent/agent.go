@@ -35,6 +35,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/pmiwire"
+	"github.com/fastpmi/fastpmi/shm"
 )
 
 // ErrClosed is returned by Serve after Close.
@@ -170,6 +171,7 @@ type Agent struct {
 	colls     map[uint64]*epochColl // collectives in progress, by epoch
 	delivered uint64                // epochs delivered, in order
 	epochSink EpochSink             // shared-memory delivery, or nil
+	seg       *shm.Segment          // shared-memory segment served, or nil
 }
 
 // New starts an agent for cfg.
@@ -295,6 +297,7 @@ func (a *Agent) Close() error {
 	for _, ln := range a.listeners {
 		ln.Close()
 	}
+	seg := a.seg
 	conns := make([]*textConn, 0, len(a.conns))
 	for c := range a.conns {
 		conns = append(conns, c)
@@ -304,7 +307,13 @@ func (a *Agent) Close() error {
 	for _, c := range conns {
 		c.nc.Close()
 	}
+	if seg != nil {
+		seg.Agent().Kick() // wakes serveShm, which sees closed
+	}
 	a.wg.Wait()
+	if seg != nil {
+		seg.Close()
+	}
 	return nil
 }
 

@@ -60,6 +60,9 @@ type Config struct {
 	// (PMI_PORT and PMI_ID, Hydra's -pmi-port mode) instead of inheriting
 	// a PMI_FD socketpair.
 	PMIPort bool
+	// NoShm turns the shared-memory segment off: ranks get only PMI_FD
+	// (or PMI_PORT).
+	NoShm bool
 
 	// KillGrace is how long ranks get between SIGTERM and SIGKILL when the
 	// job is ended. Default 500ms.

@@ -14,6 +14,7 @@ import (
 	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/shm"
 )
 
 // JobError is the reason a job failed and the exit code pmirun returns.
@@ -127,6 +128,23 @@ func Run(ctx context.Context, cfg Config) error {
 
 	out := newOutput(cfg)
 	env := baseEnv(cfg)
+	var segFile *os.File
+	if !cfg.NoShm {
+		seg, err := shm.Create(shm.Params{LocalRanks: cfg.Size, WorldSize: cfg.Size, FirstEpoch: 1})
+		if err != nil {
+			return early(1, fmt.Sprintf("create shared memory: %v (run with --no-shm to use PMI_FD only)", err))
+		}
+		if err := ag.AttachSegment(seg); err != nil {
+			seg.Close()
+			return early(1, err.Error())
+		}
+		segFile = seg.File()
+		fd := 4
+		if cfg.PMIPort {
+			fd = 3
+		}
+		env = append(env, "FASTPMI_SHM_FD="+strconv.Itoa(fd))
+	}
 	if cfg.PMIPort {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -140,7 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var startErr error
 	for r := 0; r < cfg.Size; r++ {
-		p, err := startRank(cfg, path, env, r, ag, out)
+		p, err := startRank(cfg, path, env, r, ag, out, segFile)
 		if err != nil {
 			startErr = fmt.Errorf("start rank %d: %w", r, err)
 			break
@@ -210,7 +228,7 @@ func baseEnv(cfg Config) []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") ||
-			k == "MPI_LOCALNRANKS" || k == "MPI_LOCALRANKID" {
+			k == "MPI_LOCALNRANKS" || k == "MPI_LOCALRANKID" || k == "FASTPMI_SHM_FD" {
 			continue
 		}
 		env = append(env, kv)
@@ -226,7 +244,7 @@ func baseEnv(cfg Config) []string {
 	return append(env, cfg.Env...)
 }
 
-func startRank(cfg Config, path string, env []string, r int, ag *agent.Agent, out *output) (*rankProc, error) {
+func startRank(cfg Config, path string, env []string, r int, ag *agent.Agent, out *output, segFile *os.File) (*rankProc, error) {
 	var agentEnd, rankEnd *os.File
 	if !cfg.PMIPort {
 		var err error
@@ -268,6 +286,9 @@ func startRank(cfg Config, path string, env []string, r int, ag *agent.Agent, ou
 	}
 	if rankEnd != nil {
 		cmd.ExtraFiles = []*os.File{rankEnd} // fd 3 = PMI_FD
+	}
+	if segFile != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, segFile) // FASTPMI_SHM_FD
 	}
 	if r == 0 && cfg.Stdin != nil {
 		cmd.Stdin = cfg.Stdin

@@ -43,6 +43,7 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	fs.BoolVar(&cfg.Verbose, "verbose", false, "log launcher decisions and print a start-up summary")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "end the job after `DURATION` (e.g. 30s); exit code 124")
 	fs.StringVar(&cfg.TracePath, "trace", "", "write a Chrome trace (Perfetto) of start-up to `FILE`")
+	fs.BoolVar(&cfg.NoShm, "no-shm", false, "no shared-memory segment: ranks use only the PMI text protocol")
 	fs.BoolVar(&cfg.PMIPort, "pmi-port", false, "ranks connect over loopback TCP (PMI_PORT, PMI_ID) instead of PMI_FD")
 	fs.IntVar(&cfg.UniverseSize, "usize", -1, "universe size answered to get_universe_size (-1 = unlimited)")
 	fs.Usage = func() {

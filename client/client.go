@@ -1,0 +1,432 @@
+// Package client is what a rank imports to talk to its node agent during
+// start-up: who am I, put / fence / get, allgather, ring exchange,
+// non-blocking fence and allgather, names, abort and finalize.
+//
+// Transports. Under pmirun the client maps the node's shared-memory
+// segment (the fd in FASTPMI_SHM_FD) and exchanges with the agent through
+// lock-free rings: an Allgather result is read in place from the
+// rank-indexed array in shared memory, with no copy. Under a launcher that
+// offers only PMI_FD (or PMI_PORT) — Hydra, Slurm, or pmirun with shared
+// memory off — the client speaks the PMI-2 text protocol, so the same
+// program runs anywhere; fastpmi's own agent also answers the extensions
+// (allgather, put hints, waiting gets) there, and elsewhere they fall back
+// to plain PMI-2 (put, fence, get). With no launcher at all the client is
+// a singleton: rank 0 of 1.
+//
+// Concurrency. A Client is safe for concurrent use; operations are
+// serialised. Several non-blocking requests (Ifence, Iallgather) may be
+// outstanding at once; Request.Wait and Request.Test progress all of them.
+//
+// Lifetimes. Init returns a client bound to the process's PMI connection;
+// Finalize ends it (further calls fail with ErrFinalized). A Values from
+// Allgather is a view into shared memory that stays valid until this rank
+// starts its second allgather after the one that produced it (results are
+// double-buffered); copy what must live longer.
+//
+// The client never imports the agent or the network transport: a rank pays
+// only for what it uses.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+)
+
+// Hint says how a put travels.
+type Hint uint8
+
+const (
+	// HintNone: PMI semantics, visible after the next fence.
+	HintNone Hint = iota
+	// Dense: for keys most ranks read; they travel with the fence.
+	Dense
+	// Sparse: for keys few ranks read; they stay with their owner, are
+	// visible at once and are fetched on demand.
+	Sparse
+)
+
+// Errors. Operations return an *Error wrapping one of these or a transport
+// error.
+var (
+	ErrNotFound     = errors.New("key not found")
+	ErrFinalized    = errors.New("client finalized")
+	ErrNotSupported = errors.New("not supported by this launcher")
+	ErrTooLarge     = errors.New("value too large")
+)
+
+// Error is an operation's failure.
+type Error struct {
+	Op   string // "fence", "get", "allgather", ...
+	Rank int
+	Err  error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("client: rank %d: %s: %v", e.Rank, e.Op, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Info describes this rank and its job.
+type Info struct {
+	Rank, Size           int
+	LocalRank, LocalSize int
+	Appnum               int
+	JobID                string
+	// Transport is "shm", "pmi2" or "singleton".
+	Transport string
+	// Extensions reports whether the agent answers fastpmi's extensions
+	// natively (always true on shm).
+	Extensions bool
+}
+
+// RingResult is a rank's result of a ring exchange.
+type RingResult struct {
+	Rank, Size  int    // position in the ring, ring size
+	Left, Right []byte // values of the ring neighbours
+}
+
+// transport is one way to reach the agent. Methods are called with
+// Client.mu held. Collectives are identified by an id the transport
+// chooses (the epoch on shared memory, the request number on text).
+type transport interface {
+	put(key string, val []byte, hint Hint) error
+	startFence() (uint32, error)
+	startAllgather(val []byte) (uint32, error)
+	// done reports whether collective id has completed, and its error.
+	done(id uint32) (bool, error)
+	// progress waits (bounded by ctx) until collective id may have
+	// completed; poll checks without waiting.
+	progress(ctx context.Context, id uint32) error
+	poll() error
+	values(id uint32) Values
+	get(ctx context.Context, key string, o getOpts) ([]byte, error)
+	ring(ctx context.Context, val []byte) (RingResult, error)
+	jobAttr(ctx context.Context, key string) (string, bool, error)
+	publish(ctx context.Context, name, port string) error
+	unpublish(ctx context.Context, name string) error
+	lookup(ctx context.Context, name string) (string, error)
+	abort(code int, msg string) error
+	finalize(ctx context.Context) error
+	maxValue() int
+}
+
+// Client is one rank's connection to its node agent.
+type Client struct {
+	info Info
+
+	mu        sync.Mutex // serialises operations and the transport
+	t         transport
+	finalized bool
+}
+
+// Init connects to the node agent named by the environment: shared memory
+// (FASTPMI_SHM_FD) if present, else PMI-2 on PMI_FD or PMI_PORT, else a
+// singleton.
+func Init() (*Client, error) {
+	env := os.Getenv
+	info := Info{Size: 1, LocalSize: 1, JobID: "singleton"}
+	var err error
+	geti := func(k string, def int) int {
+		s := env(k)
+		if s == "" || err != nil {
+			return def
+		}
+		v, e := strconv.Atoi(s)
+		if e != nil {
+			err = fmt.Errorf("read %s=%q: %w", k, s, e)
+			return def
+		}
+		return v
+	}
+	info.Rank = geti("PMI_RANK", 0)
+	info.Size = geti("PMI_SIZE", 1)
+	info.LocalRank = geti("MPI_LOCALRANKID", info.Rank)
+	info.LocalSize = geti("MPI_LOCALNRANKS", info.Size)
+	if j := env("PMI_JOBID"); j != "" {
+		info.JobID = j
+	}
+	if err != nil {
+		return nil, &Error{Op: "init", Rank: info.Rank, Err: err}
+	}
+	c := &Client{info: info}
+	switch {
+	case env("FASTPMI_SHM_FD") != "":
+		c.t, err = newShmTransport(&c.info, env("FASTPMI_SHM_FD"))
+	case env("PMI_FD") != "" || env("PMI_PORT") != "":
+		c.t, err = newTextTransport(&c.info)
+	default:
+		c.info = Info{Size: 1, LocalSize: 1, JobID: "singleton", Transport: "singleton", Extensions: true}
+		c.t = newSingleton()
+	}
+	if err != nil {
+		return nil, &Error{Op: "init", Rank: info.Rank, Err: err}
+	}
+	return c, nil
+}
+
+// Info returns this rank's identity and job layout.
+func (c *Client) Info() Info { return c.info }
+
+// Rank returns this rank's number in the job.
+func (c *Client) Rank() int { return c.info.Rank }
+
+// Size returns the number of ranks in the job.
+func (c *Client) Size() int { return c.info.Size }
+
+func (c *Client) fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return &Error{Op: op, Rank: c.info.Rank, Err: err}
+}
+
+func (c *Client) begin(op string) error {
+	if c.finalized {
+		return &Error{Op: op, Rank: c.info.Rank, Err: ErrFinalized}
+	}
+	return nil
+}
+
+// Put stores key=value for other ranks. With HintNone or Dense it is
+// visible after the next fence; with Sparse it is visible at once.
+func (c *Client) Put(key string, value []byte, hint Hint) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin("put"); err != nil {
+		return err
+	}
+	if key == "" || len(key) > 64 {
+		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: want 1 to 64 bytes", key)}
+	}
+	if len(value) > c.t.maxValue() {
+		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("%d bytes (limit %d): %w", len(value), c.t.maxValue(), ErrTooLarge)}
+	}
+	return c.fail("put", c.t.put(key, value, hint))
+}
+
+// Fence waits until every rank has entered the fence; afterwards every
+// put made before it is visible to Get.
+func (c *Client) Fence(ctx context.Context) error {
+	return c.Ifence().Wait(ctx)
+}
+
+// Ifence starts a fence and returns at once; Wait completes it. Several
+// fences and allgathers may be outstanding; every rank must start its
+// collectives in the same order.
+func (c *Client) Ifence() Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := Request{c: c, op: "fence"}
+	if r.err = c.begin("fence"); r.err != nil {
+		return r
+	}
+	r.id, r.err = c.t.startFence()
+	r.err = c.fail("fence", r.err)
+	return r
+}
+
+// GetOption modifies Get.
+type GetOption func(*getOpts)
+
+type getOpts struct {
+	src  int  // rank that put the key, -1 unknown
+	wait bool // wait for a late put instead of failing
+}
+
+// FromRank tells Get which rank put the key, so the agent can fetch it
+// straight from that rank's node.
+func FromRank(r int) GetOption { return func(o *getOpts) { o.src = r } }
+
+// WaitForPut makes Get wait (bounded by its context) for a key that has
+// not been put yet, instead of failing with ErrNotFound.
+func WaitForPut() GetOption { return func(o *getOpts) { o.wait = true } }
+
+// Get returns the value of key. It fails with ErrNotFound if the key is
+// not visible, unless WaitForPut is given.
+func (c *Client) Get(ctx context.Context, key string, opts ...GetOption) ([]byte, error) {
+	o := getOpts{src: -1}
+	for _, f := range opts {
+		f(&o)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin("get"); err != nil {
+		return nil, err
+	}
+	v, err := c.t.get(ctx, key, o)
+	return v, c.fail("get "+key, err)
+}
+
+// Allgather contributes value and returns every rank's value, indexed by
+// rank. On shared memory the result is read in place (see Values).
+func (c *Client) Allgather(ctx context.Context, value []byte) (Values, error) {
+	r := c.Iallgather(value)
+	if err := r.Wait(ctx); err != nil {
+		return Values{}, err
+	}
+	return r.Values(), nil
+}
+
+// Iallgather starts an allgather and returns at once; Wait completes it
+// and Values returns the result.
+func (c *Client) Iallgather(value []byte) Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := Request{c: c, op: "allgather"}
+	if r.err = c.begin("allgather"); r.err != nil {
+		return r
+	}
+	if len(value) > c.t.maxValue() {
+		r.err = &Error{Op: "allgather", Rank: c.info.Rank, Err: fmt.Errorf("%d bytes (limit %d): %w", len(value), c.t.maxValue(), ErrTooLarge)}
+		return r
+	}
+	r.id, r.err = c.t.startAllgather(value)
+	r.err = c.fail("allgather", r.err)
+	return r
+}
+
+// Ring exchanges value with the ring neighbours: it returns this rank's
+// ring position and size and the values of the ranks before and after it.
+func (c *Client) Ring(ctx context.Context, value []byte) (RingResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin("ring"); err != nil {
+		return RingResult{}, err
+	}
+	if len(value) > c.t.maxValue() {
+		return RingResult{}, &Error{Op: "ring", Rank: c.info.Rank, Err: ErrTooLarge}
+	}
+	res, err := c.t.ring(ctx, value)
+	return res, c.fail("ring", err)
+}
+
+// JobAttr returns a job attribute (PMI_process_mapping, universeSize, ...).
+func (c *Client) JobAttr(ctx context.Context, key string) (string, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin("job attribute"); err != nil {
+		return "", false, err
+	}
+	v, ok, err := c.t.jobAttr(ctx, key)
+	return v, ok, c.fail("job attribute "+key, err)
+}
+
+// Publish publishes name → port for other jobs' and ranks' Lookup.
+func (c *Client) Publish(ctx context.Context, name, port string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin("publish"); err != nil {
+		return err
+	}
+	return c.fail("publish "+name, c.t.publish(ctx, name, port))
+}
+
+// Unpublish withdraws name.
+func (c *Client) Unpublish(ctx context.Context, name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin("unpublish"); err != nil {
+		return err
+	}
+	return c.fail("unpublish "+name, c.t.unpublish(ctx, name))
+}
+
+// Lookup returns the port published under name.
+func (c *Client) Lookup(ctx context.Context, name string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin("lookup"); err != nil {
+		return "", err
+	}
+	p, err := c.t.lookup(ctx, name)
+	return p, c.fail("lookup "+name, err)
+}
+
+// Abort asks the launcher to end the whole job with code. The caller
+// should exit afterwards.
+func (c *Client) Abort(code int, msg string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fail("abort", c.t.abort(code, msg))
+}
+
+// Finalize ends this rank's use of PMI. It is idempotent.
+func (c *Client) Finalize() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.finalized {
+		return nil
+	}
+	c.finalized = true
+	return c.fail("finalize", c.t.finalize(context.Background()))
+}
+
+// Request is a non-blocking collective in progress. It is a small value
+// (starting one allocates nothing); copies refer to the same collective.
+type Request struct {
+	c   *Client
+	op  string
+	id  uint32
+	err error // failure to start
+}
+
+// ErrNoRequest is returned by the methods of a zero Request.
+var ErrNoRequest = errors.New("zero Request")
+
+// Wait blocks until the request completes or ctx ends, progressing every
+// outstanding request meanwhile.
+func (r Request) Wait(ctx context.Context) error {
+	if r.c == nil {
+		return ErrNoRequest
+	}
+	if r.err != nil {
+		return r.err
+	}
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		done, err := c.t.done(r.id)
+		if done {
+			return c.fail(r.op, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return &Error{Op: r.op, Rank: c.info.Rank, Err: err}
+		}
+		if err := c.t.progress(ctx, r.id); err != nil {
+			return c.fail(r.op, err)
+		}
+	}
+}
+
+// Test reports whether the request has completed, without blocking.
+func (r Request) Test() bool {
+	if r.c == nil {
+		return false
+	}
+	if r.err != nil {
+		return true
+	}
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.t.poll()
+	done, _ := c.t.done(r.id)
+	return done
+}
+
+// Values returns an allgather's result once Wait succeeded.
+func (r Request) Values() Values {
+	if r.c == nil || r.err != nil {
+		return Values{}
+	}
+	r.c.mu.Lock()
+	defer r.c.mu.Unlock()
+	return r.c.t.values(r.id)
+}

@@ -1,0 +1,305 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fastpmi/fastpmi/shm"
+)
+
+// waitSlice bounds one sleep so a cancelled context is noticed.
+const waitSlice = 100 * time.Millisecond
+
+// shmTransport talks to the agent through the node's shared segment.
+//
+// Collectives are numbered by epoch: this rank's k-th fence or allgather
+// is epoch k, the same number the agent gives it. A collective is done when
+// the agent has published its epoch; a failed one also leaves an OpError
+// response. Other requests are answered on the response ring by sequence
+// number.
+type shmTransport struct {
+	info *Info
+	seg  *shm.Segment
+	r    *shm.Rank
+
+	colls uint32            // collectives started (the last epoch used)
+	seq   uint32            // request ids
+	errs  map[uint32]string // failed epochs, from OpError
+	resp  shm.Msg           // the response waited for, copied out
+	buf   []byte            // response payload copy
+	got   bool
+}
+
+func newShmTransport(info *Info, fdEnv string) (*shmTransport, error) {
+	fd, err := strconv.Atoi(fdEnv)
+	if err != nil || fd < 0 {
+		return nil, fmt.Errorf("read FASTPMI_SHM_FD=%q: not a descriptor", fdEnv)
+	}
+	seg, err := shm.Open(uintptr(fd))
+	if err != nil {
+		return nil, err
+	}
+	p := seg.Params()
+	if info.LocalRank < 0 || info.LocalRank >= p.LocalRanks || p.WorldSize != info.Size {
+		seg.Close()
+		return nil, fmt.Errorf("map segment: local rank %d of %d, job of %d; segment has %d local ranks of %d",
+			info.LocalRank, info.LocalSize, info.Size, p.LocalRanks, p.WorldSize)
+	}
+	seg.SetWaiter(shm.NewWaiter(p.LocalRanks + 1))
+	t := &shmTransport{info: info, seg: seg, r: seg.Rank(info.LocalRank), errs: make(map[uint32]string)}
+	t.r.Announce()
+	if err := t.push(shm.Header{Op: shm.OpHello}, nil); err != nil {
+		seg.Close()
+		return nil, err
+	}
+	info.Transport = "shm"
+	info.Extensions = true
+	return t, nil
+}
+
+func (t *shmTransport) maxValue() int { return t.seg.Params().MaxValue }
+
+// push sends a request, waiting for ring space if the agent is behind.
+func (t *shmTransport) push(h shm.Header, payload []byte) error {
+	p := t.r.Requests()
+	err := p.Push(h, payload)
+	if errors.Is(err, shm.ErrFull) {
+		err = p.PushWait(h, payload, 10*time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("send request: %w", err)
+	}
+	return nil
+}
+
+func (t *shmTransport) put(key string, val []byte, hint Hint) error {
+	p := t.r.Requests()
+	n := 2 + len(key) + len(val)
+	b, err := p.Reserve(n)
+	if err == nil {
+		binary.LittleEndian.PutUint16(b, uint16(len(key)))
+		copy(b[2:], key)
+		copy(b[2+len(key):], val)
+		return p.Commit(shm.Header{Op: shm.OpPut, Flags: shmHint(hint)}, n)
+	}
+	if !errors.Is(err, shm.ErrFull) {
+		return fmt.Errorf("send put: %w", err)
+	}
+	return t.push(shm.Header{Op: shm.OpPut, Flags: shmHint(hint)}, append(shm.AppendPair(nil, key, ""), val...))
+}
+
+func shmHint(h Hint) uint16 {
+	switch h {
+	case Dense:
+		return shm.HintDense
+	case Sparse:
+		return shm.HintSparse
+	}
+	return shm.HintNone
+}
+
+func (t *shmTransport) startFence() (uint32, error) {
+	e := t.colls + 1
+	if err := t.push(shm.Header{Op: shm.OpFence, Epoch: e}, nil); err != nil {
+		return 0, err
+	}
+	t.colls = e
+	return e, nil
+}
+
+func (t *shmTransport) startAllgather(val []byte) (uint32, error) {
+	e := t.colls + 1
+	// The slot of epoch e is reused from e-2: wait until that is published.
+	if prev := e - 2; t.colls >= 2 && !published(t.r.Epoch(), prev) {
+		if err := t.waitEpoch(context.Background(), prev); err != nil {
+			return 0, err
+		}
+	}
+	if err := t.r.SetSlot(e, val); err != nil {
+		return 0, fmt.Errorf("write slot: %w", err)
+	}
+	if err := t.push(shm.Header{Op: shm.OpAllgather, Epoch: e}, nil); err != nil {
+		return 0, err
+	}
+	t.colls = e
+	return e, nil
+}
+
+// published reports whether epoch want is at or before cur (wrapping).
+func published(cur, want uint32) bool { return int32(cur-want) >= 0 }
+
+func (t *shmTransport) done(id uint32) (bool, error) {
+	if !published(t.r.Epoch(), id) {
+		return false, nil
+	}
+	// An OpError for a failed epoch is pushed before the epoch is
+	// published; read it now.
+	if err := t.drain(); err != nil {
+		return true, err
+	}
+	if msg, ok := t.errs[id]; ok {
+		return true, errors.New(msg)
+	}
+	return true, nil
+}
+
+func (t *shmTransport) waitEpoch(ctx context.Context, e uint32) error {
+	for !published(t.r.Epoch(), e) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := t.r.WaitEpoch(e, sliceOf(ctx))
+		if err != nil && !errors.Is(err, shm.ErrTimeout) {
+			return fmt.Errorf("wait for epoch %d: %w", e, err)
+		}
+	}
+	return nil
+}
+
+func sliceOf(ctx context.Context) time.Duration {
+	d := waitSlice
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left < d {
+			d = max(left, 0)
+		}
+	}
+	return d
+}
+
+func (t *shmTransport) progress(ctx context.Context, id uint32) error {
+	return t.waitEpoch(ctx, id)
+}
+
+func (t *shmTransport) poll() error { return t.drain() }
+
+func (t *shmTransport) values(id uint32) Values {
+	return Values{n: t.info.Size, rank: t.r, epoch: id}
+}
+
+// drain reads every waiting response: collective errors are recorded, the
+// response to request t.seq (the one being waited for) is copied out.
+func (t *shmTransport) drain() error {
+	c := t.r.Responses()
+	for {
+		m, err := c.Peek()
+		if errors.Is(err, shm.ErrEmpty) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read response: %w", err)
+		}
+		switch {
+		case m.Op == shm.OpError:
+			t.errs[m.Epoch] = string(m.Payload)
+		case m.Seq == t.seq:
+			t.resp = shm.Msg{Header: m.Header}
+			t.buf = append(t.buf[:0], m.Payload...)
+			t.got = true
+		}
+		c.Release()
+	}
+}
+
+// call sends a request and waits for its response.
+func (t *shmTransport) call(ctx context.Context, op, flags uint16, payload []byte) (shm.Header, []byte, error) {
+	t.seq++
+	t.got = false
+	if err := t.push(shm.Header{Op: op, Flags: flags, Seq: t.seq}, payload); err != nil {
+		return shm.Header{}, nil, err
+	}
+	for {
+		if err := t.drain(); err != nil {
+			return shm.Header{}, nil, err
+		}
+		if t.got {
+			if t.resp.Op != op {
+				return shm.Header{}, nil, fmt.Errorf("response op %d to request op %d", t.resp.Op, op)
+			}
+			if t.resp.Flags == shm.StatusError {
+				return t.resp.Header, nil, errors.New(string(t.buf))
+			}
+			return t.resp.Header, t.buf, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return shm.Header{}, nil, err
+		}
+		if err := t.r.Responses().Wait(sliceOf(ctx)); err != nil && !errors.Is(err, shm.ErrTimeout) {
+			return shm.Header{}, nil, fmt.Errorf("wait for response: %w", err)
+		}
+	}
+}
+
+func (t *shmTransport) get(ctx context.Context, key string, o getOpts) ([]byte, error) {
+	var flags uint16
+	if o.wait {
+		flags = shm.GetWait
+	}
+	h, v, err := t.call(ctx, shm.OpGet, flags, shm.AppendInt32(nil, int32(o.src), key))
+	if err != nil {
+		return nil, err
+	}
+	if h.Flags == shm.StatusNotFound {
+		return nil, ErrNotFound
+	}
+	return append([]byte(nil), v...), nil
+}
+
+func (t *shmTransport) ring(ctx context.Context, val []byte) (RingResult, error) {
+	_, p, err := t.call(ctx, shm.OpRing, 0, val)
+	if err != nil {
+		return RingResult{}, err
+	}
+	pos, size, l, r, err := shm.Ring(p)
+	if err != nil {
+		return RingResult{}, fmt.Errorf("ring response: %w", err)
+	}
+	return RingResult{Rank: int(pos), Size: int(size), Left: append([]byte(nil), l...), Right: append([]byte(nil), r...)}, nil
+}
+
+func (t *shmTransport) jobAttr(ctx context.Context, key string) (string, bool, error) {
+	h, v, err := t.call(ctx, shm.OpJobAttr, 0, []byte(key))
+	if err != nil {
+		return "", false, err
+	}
+	if h.Flags == shm.StatusNotFound {
+		return "", false, nil
+	}
+	return string(v), true, nil
+}
+
+func (t *shmTransport) publish(ctx context.Context, name, port string) error {
+	_, _, err := t.call(ctx, shm.OpPublish, 0, shm.AppendPair(nil, name, port))
+	return err
+}
+
+func (t *shmTransport) unpublish(ctx context.Context, name string) error {
+	_, _, err := t.call(ctx, shm.OpUnpublish, 0, []byte(name))
+	return err
+}
+
+func (t *shmTransport) lookup(ctx context.Context, name string) (string, error) {
+	h, v, err := t.call(ctx, shm.OpLookup, 0, []byte(name))
+	if err != nil {
+		return "", err
+	}
+	if h.Flags == shm.StatusNotFound {
+		return "", ErrNotFound
+	}
+	return string(v), nil
+}
+
+func (t *shmTransport) abort(code int, msg string) error {
+	return t.push(shm.Header{Op: shm.OpAbort}, shm.AppendInt32(nil, int32(code), msg))
+}
+
+func (t *shmTransport) finalize(ctx context.Context) error {
+	if _, _, err := t.call(ctx, shm.OpFinalize, 0, nil); err != nil {
+		return err
+	}
+	t.r.SetState(shm.RankFinalized)
+	return nil
+}

@@ -1,0 +1,90 @@
+package client
+
+import (
+	"context"
+	"fmt"
+)
+
+// singleton serves a process started without a launcher: rank 0 of 1, the
+// KVS held in the process.
+type singleton struct {
+	kvs   map[string][]byte
+	names map[string]string
+	colls uint32
+	last  []byte // the last allgather's value
+}
+
+func newSingleton() *singleton {
+	return &singleton{kvs: make(map[string][]byte), names: make(map[string]string)}
+}
+
+func (s *singleton) maxValue() int { return 1024 }
+
+func (s *singleton) put(key string, val []byte, _ Hint) error {
+	s.kvs[key] = append([]byte(nil), val...)
+	return nil
+}
+
+func (s *singleton) startFence() (uint32, error) { s.colls++; return s.colls, nil }
+
+func (s *singleton) startAllgather(val []byte) (uint32, error) {
+	s.colls++
+	s.last = append(s.last[:0], val...)
+	return s.colls, nil
+}
+
+func (s *singleton) done(uint32) (bool, error)              { return true, nil }
+func (s *singleton) progress(context.Context, uint32) error { return nil }
+func (s *singleton) poll() error                            { return nil }
+func (s *singleton) values(uint32) Values                   { return Values{n: 1, vals: [][]byte{s.last}} }
+
+func (s *singleton) get(_ context.Context, key string, _ getOpts) ([]byte, error) {
+	if v, ok := s.kvs[key]; ok {
+		return append([]byte(nil), v...), nil
+	}
+	return nil, ErrNotFound
+}
+
+func (s *singleton) ring(_ context.Context, val []byte) (RingResult, error) {
+	v := append([]byte(nil), val...)
+	return RingResult{Rank: 0, Size: 1, Left: v, Right: v}, nil
+}
+
+func (s *singleton) jobAttr(_ context.Context, key string) (string, bool, error) {
+	switch key {
+	case "PMI_process_mapping":
+		return "(vector,(0,1,1))", true, nil
+	case "universeSize":
+		return "1", true, nil
+	}
+	return "", false, nil
+}
+
+func (s *singleton) publish(_ context.Context, name, port string) error {
+	if _, ok := s.names[name]; ok {
+		return fmt.Errorf("name %q already published", name)
+	}
+	s.names[name] = port
+	return nil
+}
+
+func (s *singleton) unpublish(_ context.Context, name string) error {
+	if _, ok := s.names[name]; !ok {
+		return ErrNotFound
+	}
+	delete(s.names, name)
+	return nil
+}
+
+func (s *singleton) lookup(_ context.Context, name string) (string, error) {
+	if p, ok := s.names[name]; ok {
+		return p, nil
+	}
+	return "", ErrNotFound
+}
+
+func (s *singleton) abort(code int, msg string) error {
+	return fmt.Errorf("abort(%d, %q) without a launcher: %w", code, msg, ErrNotSupported)
+}
+
+func (s *singleton) finalize(context.Context) error { return nil }

@@ -1,0 +1,454 @@
+package client
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
+)
+
+// textTransport speaks PMI-2 on PMI_FD (or PMI_PORT), so the client runs
+// under any PMI-2 launcher. Every request carries thrid=<id>; a response
+// with thrid is routed to its request, one without (Slurm does not echo
+// thrid) to the oldest outstanding request. Fences and allgathers are sent
+// at once and answered later, so several can be outstanding.
+//
+// Against fastpmi's agent (which announces fastpmi=1 in fullinit)
+// allgather, put hints and waiting gets are native; elsewhere allgather is
+// a put of the hex-encoded value, a fence and a get of every rank's key,
+// and a waiting get polls.
+type textTransport struct {
+	info *Info
+	nc   net.Conn
+	dec  pmiwire.Decoder
+	rbuf []byte
+	wbuf []byte
+
+	next    uint32
+	pending []*textReq // outstanding requests, oldest first
+	colls   map[uint32]*textReq
+
+	ext  bool // agent answers fastpmi extensions
+	nAg  int  // allgathers started (fallback key names)
+	vmax int
+}
+
+// textReq is one outstanding request.
+type textReq struct {
+	id     uint32
+	cmd    string
+	done   bool
+	err    error
+	resp   pmiwire.Msg
+	vals   [][]byte // allgather result
+	agNum  int      // fallback allgather: its number, to name keys
+	onDone func(*textReq)
+}
+
+func newTextTransport(info *Info) (*textTransport, error) {
+	var nc net.Conn
+	if fdEnv := os.Getenv("PMI_FD"); fdEnv != "" {
+		fd, err := strconv.Atoi(fdEnv)
+		if err != nil || fd < 0 {
+			return nil, fmt.Errorf("read PMI_FD=%q: not a descriptor", fdEnv)
+		}
+		f := os.NewFile(uintptr(fd), "pmi")
+		nc, err = net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("use PMI_FD %d: %w", fd, err)
+		}
+	} else {
+		var err error
+		nc, err = net.DialTimeout("tcp", os.Getenv("PMI_PORT"), 10*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("connect to PMI_PORT: %w", err)
+		}
+	}
+	t := &textTransport{info: info, nc: nc, rbuf: make([]byte, 64<<10), colls: make(map[uint32]*textReq), vmax: pmiwire.ValLenMax}
+	t.dec.FrameLimit = pmiwire.MaxFrame
+	if err := t.handshake(); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("PMI-2 init: %w", err)
+	}
+	info.Transport = "pmi2"
+	info.Extensions = t.ext
+	return t, nil
+}
+
+func (t *textTransport) handshake() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := t.nc.Write([]byte("cmd=init pmi_version=2 pmi_subversion=0\n")); err != nil {
+		return err
+	}
+	m, err := t.readMsg(ctx)
+	if err != nil {
+		return err
+	}
+	if rc, _ := m.Get("rc"); m.Cmd != "response_to_init" || (rc != "" && rc != "0") {
+		return fmt.Errorf("launcher refused PMI-2: %s %v", m.Cmd, m.Pairs)
+	}
+	id := os.Getenv("PMI_ID")
+	if id == "" {
+		id = strconv.Itoa(t.info.Rank)
+	}
+	pairs := []pmiwire.Pair{{Key: "pmirank", Val: id}, {Key: "threaded", Val: "FALSE"}}
+	if j := os.Getenv("PMI_JOBID"); j != "" {
+		pairs = append([]pmiwire.Pair{{Key: "pmijobid", Val: j}}, pairs...)
+	}
+	r, err := t.call(ctx, "fullinit", pairs...)
+	if err != nil {
+		return err
+	}
+	geti := func(k string) (int, error) {
+		s, _ := r.resp.Get(k)
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			return 0, fmt.Errorf("fullinit-response: bad %s %q", k, s)
+		}
+		return v, nil
+	}
+	if t.info.Rank, err = geti("rank"); err != nil {
+		return err
+	}
+	if t.info.Size, err = geti("size"); err != nil {
+		return err
+	}
+	if t.info.Appnum, err = geti("appnum"); err != nil {
+		return err
+	}
+	if v, _ := r.resp.Get("fastpmi"); v == "1" {
+		t.ext = true
+	}
+	if _, err := t.call(ctx, "job-getid"); err == nil {
+		// job-getid is answered by every PMI-2 server; the id is advisory.
+		if j, ok := r.resp.Get("jobid"); ok {
+			t.info.JobID = j
+		}
+	}
+	return nil
+}
+
+func (t *textTransport) maxValue() int {
+	if t.ext {
+		return t.vmax
+	}
+	return t.vmax / 2 // hex-encoded in the fallback allgather
+}
+
+// send writes one request with a fresh thrid and records it outstanding.
+func (t *textTransport) send(cmd string, pairs ...pmiwire.Pair) (*textReq, error) {
+	t.next++
+	r := &textReq{id: t.next, cmd: cmd}
+	pairs = append(pairs, pmiwire.Pair{Key: "thrid", Val: strconv.FormatUint(uint64(r.id), 10)})
+	t.wbuf = pmiwire.AppendRequestV2(t.wbuf[:0], cmd, pairs...)
+	if _, err := t.nc.Write(t.wbuf); err != nil {
+		return nil, fmt.Errorf("send %s: %w", cmd, err)
+	}
+	t.pending = append(t.pending, r)
+	return r, nil
+}
+
+// readMsg reads one message, bounded by ctx.
+func (t *textTransport) readMsg(ctx context.Context) (pmiwire.Msg, error) {
+	for {
+		m, ok, err := t.dec.Next()
+		if err != nil {
+			return pmiwire.Msg{}, fmt.Errorf("read response: %w", err)
+		}
+		if ok {
+			return m, nil
+		}
+		dl := time.Now().Add(waitSlice)
+		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+			dl = d
+		}
+		_ = t.nc.SetReadDeadline(dl)
+		n, err := t.nc.Read(t.rbuf)
+		t.dec.Feed(t.rbuf[:n])
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				if cerr := ctx.Err(); cerr != nil {
+					return pmiwire.Msg{}, cerr
+				}
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				return pmiwire.Msg{}, errors.New("launcher closed the PMI connection")
+			}
+			return pmiwire.Msg{}, fmt.Errorf("read response: %w", err)
+		}
+	}
+}
+
+// dispatch reads one response and completes its request.
+func (t *textTransport) dispatch(ctx context.Context) error {
+	m, err := t.readMsg(ctx)
+	if err != nil {
+		return err
+	}
+	idx := -1
+	if th, ok := m.Get("thrid"); ok {
+		for i, r := range t.pending {
+			if strconv.FormatUint(uint64(r.id), 10) == th {
+				idx = i
+				break
+			}
+		}
+	} else if len(t.pending) > 0 {
+		idx = 0
+	}
+	if idx < 0 {
+		return fmt.Errorf("unexpected response %s", m.Cmd)
+	}
+	r := t.pending[idx]
+	t.pending = append(t.pending[:idx], t.pending[idx+1:]...)
+	r.resp = m
+	if m.Cmd != r.cmd+"-response" {
+		r.err = fmt.Errorf("response %s to request %s", m.Cmd, r.cmd)
+	} else if rc, _ := m.Get("rc"); rc != "" && rc != "0" {
+		msg, _ := m.Get("errmsg")
+		r.err = fmt.Errorf("%s failed (rc=%s): %s", r.cmd, rc, msg)
+	}
+	r.done = true
+	if r.onDone != nil {
+		r.onDone(r)
+	}
+	return nil
+}
+
+// call sends a request and waits for its response.
+func (t *textTransport) call(ctx context.Context, cmd string, pairs ...pmiwire.Pair) (*textReq, error) {
+	r, err := t.send(cmd, pairs...)
+	if err != nil {
+		return nil, err
+	}
+	for !r.done {
+		if err := t.dispatch(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return r, r.err
+}
+
+func (t *textTransport) put(key string, val []byte, hint Hint) error {
+	pairs := []pmiwire.Pair{{Key: "key", Val: key}, {Key: "value", Val: string(val)}}
+	if t.ext && hint != HintNone {
+		h := "dense"
+		if hint == Sparse {
+			h = "sparse"
+		}
+		pairs = append(pairs, pmiwire.Pair{Key: "fastpmi-hint", Val: h})
+	}
+	_, err := t.call(context.Background(), "kvs-put", pairs...)
+	return err
+}
+
+func (t *textTransport) startFence() (uint32, error) {
+	r, err := t.send("kvs-fence")
+	if err != nil {
+		return 0, err
+	}
+	t.colls[r.id] = r
+	return r.id, nil
+}
+
+func (t *textTransport) startAllgather(val []byte) (uint32, error) {
+	t.nAg++
+	if t.ext {
+		r, err := t.send("fastpmi-allgather", pmiwire.Pair{Key: "value", Val: string(val)})
+		if err != nil {
+			return 0, err
+		}
+		r.onDone = func(r *textReq) {
+			if r.err != nil {
+				return
+			}
+			r.vals = make([][]byte, t.info.Size)
+			for i := range r.vals {
+				v, _ := r.resp.Get("v" + strconv.Itoa(i))
+				r.vals[i] = []byte(v)
+			}
+		}
+		t.colls[r.id] = r
+		return r.id, nil
+	}
+	// Plain PMI-2: put, fence now; the gets follow when the fence is done.
+	key := fmt.Sprintf("fastpmi-ag-%d-%d", t.nAg, t.info.Rank)
+	if err := t.put(key, []byte(hex.EncodeToString(val)), HintNone); err != nil {
+		return 0, err
+	}
+	r, err := t.send("kvs-fence")
+	if err != nil {
+		return 0, err
+	}
+	r.agNum = t.nAg
+	t.colls[r.id] = r
+	return r.id, nil
+}
+
+func (t *textTransport) done(id uint32) (bool, error) {
+	r := t.colls[id]
+	if r == nil {
+		return true, fmt.Errorf("unknown request %d", id)
+	}
+	if !r.done {
+		return false, nil
+	}
+	if r.err == nil && r.agNum > 0 && r.vals == nil {
+		// Fallback allgather: the fence is done, fetch every value.
+		if err := t.fetchAll(r); err != nil {
+			r.err = err
+		}
+	}
+	return true, r.err
+}
+
+func (t *textTransport) fetchAll(r *textReq) error {
+	vals := make([][]byte, t.info.Size)
+	for i := range vals {
+		key := fmt.Sprintf("fastpmi-ag-%d-%d", r.agNum, i)
+		g, err := t.call(context.Background(), "kvs-get", pmiwire.Pair{Key: "jobid", Val: ""}, pmiwire.Pair{Key: "srcid", Val: strconv.Itoa(i)}, pmiwire.Pair{Key: "key", Val: key})
+		if err != nil {
+			return err
+		}
+		hv, _ := g.resp.Get("value")
+		v, err := hex.DecodeString(hv)
+		if err != nil {
+			return fmt.Errorf("allgather value of rank %d: %w", i, err)
+		}
+		vals[i] = v
+	}
+	r.vals = vals
+	return nil
+}
+
+func (t *textTransport) progress(ctx context.Context, id uint32) error {
+	if r := t.colls[id]; r != nil && r.done {
+		return nil
+	}
+	return t.dispatch(ctx)
+}
+
+func (t *textTransport) poll() error {
+	// Take whatever responses already arrived, without blocking.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	for len(t.pending) > 0 {
+		if err := t.dispatch(ctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *textTransport) values(id uint32) Values {
+	r := t.colls[id]
+	if r == nil || r.vals == nil {
+		return Values{}
+	}
+	return Values{n: len(r.vals), vals: r.vals}
+}
+
+func (t *textTransport) get(ctx context.Context, key string, o getOpts) ([]byte, error) {
+	pairs := []pmiwire.Pair{{Key: "jobid", Val: ""}, {Key: "srcid", Val: strconv.Itoa(o.src)}, {Key: "key", Val: key}}
+	if o.wait && t.ext {
+		pairs = append(pairs, pmiwire.Pair{Key: "fastpmi-wait", Val: "TRUE"})
+	}
+	for {
+		r, err := t.call(ctx, "kvs-get", pairs...)
+		if err != nil {
+			return nil, err
+		}
+		if f, _ := r.resp.Get("found"); f == "TRUE" {
+			v, _ := r.resp.Get("value")
+			return []byte(v), nil
+		}
+		if !o.wait || t.ext {
+			return nil, ErrNotFound
+		}
+		// A foreign launcher cannot park the get: poll.
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (t *textTransport) ring(ctx context.Context, val []byte) (RingResult, error) {
+	v := string(val)
+	r, err := t.call(ctx, "ring", pmiwire.Pair{Key: "ring-count", Val: "1"}, pmiwire.Pair{Key: "ring-left", Val: v}, pmiwire.Pair{Key: "ring-right", Val: v})
+	if err != nil {
+		return RingResult{}, err
+	}
+	pos, _ := r.resp.Get("ring-count")
+	p, err := strconv.Atoi(pos)
+	if err != nil {
+		return RingResult{}, fmt.Errorf("ring-response: bad ring-count %q", pos)
+	}
+	l, _ := r.resp.Get("ring-left")
+	rt, _ := r.resp.Get("ring-right")
+	return RingResult{Rank: p, Size: t.info.Size, Left: []byte(l), Right: []byte(rt)}, nil
+}
+
+func (t *textTransport) jobAttr(ctx context.Context, key string) (string, bool, error) {
+	r, err := t.call(ctx, "info-getjobattr", pmiwire.Pair{Key: "key", Val: key})
+	if err != nil {
+		return "", false, err
+	}
+	if f, _ := r.resp.Get("found"); f != "TRUE" {
+		return "", false, nil
+	}
+	v, _ := r.resp.Get("value")
+	return v, true, nil
+}
+
+func (t *textTransport) publish(ctx context.Context, name, port string) error {
+	_, err := t.call(ctx, "name-publish", pmiwire.Pair{Key: "name", Val: name}, pmiwire.Pair{Key: "port", Val: port})
+	return err
+}
+
+func (t *textTransport) unpublish(ctx context.Context, name string) error {
+	_, err := t.call(ctx, "name-unpublish", pmiwire.Pair{Key: "name", Val: name})
+	return err
+}
+
+func (t *textTransport) lookup(ctx context.Context, name string) (string, error) {
+	r, err := t.call(ctx, "name-lookup", pmiwire.Pair{Key: "name", Val: name})
+	if err != nil {
+		if strings.Contains(err.Error(), "not published") {
+			return "", ErrNotFound
+		}
+		return "", err
+	}
+	if p, ok := r.resp.Get("port"); ok {
+		return p, nil
+	}
+	v, _ := r.resp.Get("value")
+	return v, nil
+}
+
+func (t *textTransport) abort(code int, msg string) error {
+	_, err := t.send("abort", pmiwire.Pair{Key: "isworld", Val: "TRUE"}, pmiwire.Pair{Key: "exitcode", Val: strconv.Itoa(code)}, pmiwire.Pair{Key: "msg", Val: msg})
+	return err
+}
+
+func (t *textTransport) finalize(ctx context.Context) error {
+	_, err := t.call(ctx, "finalize")
+	t.nc.Close()
+	return err
+}
