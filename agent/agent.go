@@ -405,8 +405,7 @@ type deferred struct {
 // outbox collects replies built under Agent.mu, written after it is
 // released.
 type outbox struct {
-	msgs  []outMsg
-	wakes []func() // run after the replies are written
+	msgs []outMsg
 }
 
 // complete answers a deferred request.
@@ -417,9 +416,6 @@ func (o *outbox) complete(d deferred, err error, val string) {
 	}
 	o.add(d.c, d.reply(err, val))
 }
-
-// wake queues f (e.g. a futex wake) to run after mu is released.
-func (o *outbox) wake(f func()) { o.wakes = append(o.wakes, f) }
 
 type outMsg struct {
 	c *textConn
@@ -437,8 +433,4 @@ func (o *outbox) flush() {
 		m.c.write(m.b)
 	}
 	o.msgs = nil
-	for _, f := range o.wakes {
-		f()
-	}
-	o.wakes = nil
 }

@@ -4,14 +4,13 @@ import (
 	"fmt"
 )
 
-// collective is a barrier among a set of local ranks: the world fence
-// (PMI-1 barrier_in, PMI-2 kvs-fence; the node's part of a job-wide
-// fence) or a PMI-1.2 group barrier. Guarded by Agent.mu.
+// collective is a PMI-1.2 group barrier among local ranks (NODE:<tag> or
+// an explicit rank list); world fences are epochs (epoch.go). Guarded by
+// Agent.mu.
 type collective struct {
-	name    string              // "fence", "NODE:<tag>", "<ranks>:<tag>"
+	name    string              // "NODE:<tag>", "<ranks>:<tag>"
 	members map[*rankState]bool // nil = every local rank
 	entered map[*rankState]deferred
-	started bool // all local members entered; waiting on Upstream
 }
 
 func (c *collective) isMember(rs *rankState) bool { return c.members == nil || c.members[rs] }
