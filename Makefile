@@ -49,13 +49,15 @@ $(CPROG)/exit_early: tests/cprog/exit_early.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) -o $@ $<
 
-run: deps build cprog ## run a real MPI job on this machine (N=8 ranks)
+run: deps build cprog ## run real jobs on this machine: the Go example and an MPICH program (N=8 ranks)
+	$(GO) build -o $(BIN)/hello ./examples/hello
+	$(BIN)/pmirun -n $(N) --verbose $(BIN)/hello
 	$(BIN)/pmirun -n $(N) --label --verbose $(CPROG)/mpi_allreduce
 
 test: deps ## install what is needed and run every test
 	$(GO) vet $(LDFLAGS) ./...
 	$(GO) test $(LDFLAGS) -count=1 -timeout 20m ./...
-	$(GO) test $(LDFLAGS) -count=1 -race -timeout 20m ./pmiwire/ ./agent/ ./perf/ ./shm/
+	$(GO) test $(LDFLAGS) -count=1 -race -timeout 20m ./pmiwire/ ./agent/ ./perf/ ./shm/ ./client/ ./netio/
 	$(GO) test $(LDFLAGS) -count=1 -run '^$$' -bench . -benchtime=1x ./...
 
 bench: deps build cprog ## pmirun vs Hydra side by side, and the Go benchmarks

@@ -1,0 +1,351 @@
+package tree
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Errors of the codecs and merges, wrapped with the details.
+var (
+	ErrMalformed = errors.New("malformed contribution")
+	ErrLimit     = errors.New("contribution exceeds limits")
+	ErrOrder     = errors.New("entries not in strictly increasing order")
+	ErrConflict  = errors.New("entry contributed twice") // same rank or key from two parts
+)
+
+// Limits bound what a decoder accepts.
+type Limits struct {
+	Ranks    int // P: every rank and owner is below it
+	MaxValue int // longest value in bytes
+	MaxKey   int // longest key in bytes (KV sets)
+	MaxTotal int // longest encoding in bytes (a whole merged result included)
+}
+
+func (l Limits) validate() error {
+	if l.Ranks < 1 || l.MaxValue < 0 || l.MaxKey < 1 || l.MaxTotal < 1 {
+		return fmt.Errorf("check limits %+v: %w", l, ErrLimit)
+	}
+	return nil
+}
+
+// Entry is one rank's value in an allgather contribution.
+type Entry struct {
+	Rank  uint32
+	Value []byte
+}
+
+// KV is one put of a fence: key and value, and the rank that put it.
+type KV struct {
+	Key   []byte
+	Value []byte
+	Owner uint32
+}
+
+// Encoding of an entry set:
+//
+//	tag 'c', version 1, uvarint count,
+//	per entry: uvarint rank gap (first: rank; then rank - previous - 1),
+//	           uvarint value length, value bytes
+//
+// and of a KV set:
+//
+//	tag 'k', version 1, uvarint count,
+//	per entry: uvarint owner, uvarint key length, key, uvarint value length, value
+//
+// with keys in strictly increasing byte order.
+const (
+	tagEntries = 'c'
+	tagKVs     = 'k'
+	version    = 1
+)
+
+// SortEntries orders es by rank, as AppendEntries needs.
+func SortEntries(es []Entry) {
+	slices.SortFunc(es, func(a, b Entry) int { return cmp.Compare(a.Rank, b.Rank) })
+}
+
+// SortKVs orders kvs by key, as AppendKVs needs.
+func SortKVs(kvs []KV) {
+	slices.SortFunc(kvs, func(a, b KV) int { return bytes.Compare(a.Key, b.Key) })
+}
+
+// AppendEntries appends the encoding of es, which must be in strictly
+// increasing rank order, to dst.
+func AppendEntries(dst []byte, es []Entry) ([]byte, error) {
+	dst = append(dst, tagEntries, version)
+	dst = binary.AppendUvarint(dst, uint64(len(es)))
+	next := uint64(0) // smallest rank the next entry may have
+	for i, e := range es {
+		if uint64(e.Rank) < next {
+			return dst, fmt.Errorf("encode entry %d (rank %d): %w", i, e.Rank, ErrOrder)
+		}
+		dst = binary.AppendUvarint(dst, uint64(e.Rank)-next)
+		dst = binary.AppendUvarint(dst, uint64(len(e.Value)))
+		dst = append(dst, e.Value...)
+		next = uint64(e.Rank) + 1
+	}
+	return dst, nil
+}
+
+// AppendKVs appends the encoding of kvs, which must be in strictly
+// increasing key order, to dst.
+func AppendKVs(dst []byte, kvs []KV) ([]byte, error) {
+	dst = append(dst, tagKVs, version)
+	dst = binary.AppendUvarint(dst, uint64(len(kvs)))
+	for i, kv := range kvs {
+		if i > 0 && bytes.Compare(kvs[i-1].Key, kv.Key) >= 0 {
+			return dst, fmt.Errorf("encode put %d (key %q): %w", i, kv.Key, ErrOrder)
+		}
+		dst = binary.AppendUvarint(dst, uint64(kv.Owner))
+		dst = binary.AppendUvarint(dst, uint64(len(kv.Key)))
+		dst = append(dst, kv.Key...)
+		dst = binary.AppendUvarint(dst, uint64(len(kv.Value)))
+		dst = append(dst, kv.Value...)
+	}
+	return dst, nil
+}
+
+// reader walks an encoding; the first error sticks.
+type reader struct {
+	b   []byte
+	i   int
+	err error
+}
+
+func (r *reader) fail(err error, format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: at byte %d: %s", err, r.i, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.i:])
+	if n <= 0 {
+		r.fail(ErrMalformed, "bad varint")
+		return 0
+	}
+	r.i += n
+	return v
+}
+
+// bytes returns the next n bytes, aliasing the input; max bounds n.
+func (r *reader) bytes(max int, what string) []byte {
+	n := r.uvarint()
+	switch {
+	case r.err != nil:
+		return nil
+	case n > uint64(max):
+		r.fail(ErrLimit, "%s of %d bytes, limit %d", what, n, max)
+		return nil
+	case n > uint64(len(r.b)-r.i):
+		r.fail(ErrMalformed, "%s of %d bytes, %d left", what, n, len(r.b)-r.i)
+		return nil
+	}
+	v := r.b[r.i : r.i+int(n) : r.i+int(n)]
+	r.i += int(n)
+	return v
+}
+
+// header checks tag, version, total size and reads the entry count, which
+// must be at most maxCount and possible in the bytes left (each entry takes
+// at least minSize bytes).
+func (r *reader) header(tag byte, lim Limits, maxCount uint64, minSize int) int {
+	if err := lim.validate(); err != nil {
+		r.err = err
+		return 0
+	}
+	if len(r.b) > lim.MaxTotal {
+		r.fail(ErrLimit, "%d bytes, limit %d", len(r.b), lim.MaxTotal)
+		return 0
+	}
+	if len(r.b) < 2 || r.b[0] != tag || r.b[1] != version {
+		r.fail(ErrMalformed, "bad tag or version")
+		return 0
+	}
+	r.i = 2
+	n := r.uvarint()
+	if r.err == nil && (n > maxCount || n > uint64(len(r.b)-r.i)/uint64(minSize)) {
+		r.fail(ErrMalformed, "%d entries in %d bytes", n, len(r.b)-r.i)
+	}
+	if r.err != nil {
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) end() {
+	if r.err == nil && r.i != len(r.b) {
+		r.fail(ErrMalformed, "%d trailing bytes", len(r.b)-r.i)
+	}
+}
+
+// AppendDecodedEntries decodes an entry set, validating it against lim,
+// and appends its entries to dst in rank order. Values alias b. On error
+// dst is returned unchanged.
+func AppendDecodedEntries(dst []Entry, b []byte, lim Limits) ([]Entry, error) {
+	r := reader{b: b}
+	n := r.header(tagEntries, lim, uint64(lim.Ranks), 2)
+	dst0 := len(dst)
+	dst = slices.Grow(dst, n)
+	next := uint64(0)
+	for range n {
+		gap := r.uvarint()
+		if r.err == nil && (gap >= uint64(lim.Ranks) || next+gap >= uint64(lim.Ranks)) {
+			r.fail(ErrLimit, "rank %d+%d, limit %d", next, gap, lim.Ranks)
+		}
+		rank := next + gap
+		v := r.bytes(lim.MaxValue, "value")
+		if r.err != nil {
+			break
+		}
+		dst = append(dst, Entry{Rank: uint32(rank), Value: v})
+		next = rank + 1
+	}
+	r.end()
+	if r.err != nil {
+		return dst[:dst0], fmt.Errorf("decode entries: %w", r.err)
+	}
+	return dst, nil
+}
+
+// DecodeEntries decodes an entry set into a new slice; values alias b.
+func DecodeEntries(b []byte, lim Limits) ([]Entry, error) { return AppendDecodedEntries(nil, b, lim) }
+
+// AppendDecodedKVs decodes a KV set, validating it against lim (owner <
+// Ranks, 1 <= key length <= MaxKey, keys strictly increasing), and appends
+// its puts to dst in key order. Keys and values alias b.
+func AppendDecodedKVs(dst []KV, b []byte, lim Limits) ([]KV, error) {
+	r := reader{b: b}
+	n := r.header(tagKVs, lim, uint64(len(b)), 4)
+	dst0 := len(dst)
+	dst = slices.Grow(dst, n)
+	var prev []byte
+	for i := range n {
+		owner := r.uvarint()
+		if r.err == nil && owner >= uint64(lim.Ranks) {
+			r.fail(ErrLimit, "owner %d, limit %d", owner, lim.Ranks)
+		}
+		k := r.bytes(lim.MaxKey, "key")
+		v := r.bytes(lim.MaxValue, "value")
+		switch {
+		case r.err != nil:
+		case len(k) == 0:
+			r.fail(ErrMalformed, "empty key")
+		case i > 0 && bytes.Compare(prev, k) >= 0:
+			r.fail(ErrMalformed, "key %q after %q: %v", k, prev, ErrOrder)
+		}
+		if r.err != nil {
+			break
+		}
+		dst = append(dst, KV{Key: k, Value: v, Owner: uint32(owner)})
+		prev = k
+	}
+	r.end()
+	if r.err != nil {
+		return dst[:dst0], fmt.Errorf("decode puts: %w", r.err)
+	}
+	return dst, nil
+}
+
+// DecodeKVs decodes a KV set into a new slice; keys and values alias b.
+func DecodeKVs(b []byte, lim Limits) ([]KV, error) { return AppendDecodedKVs(nil, b, lim) }
+
+// MergeEntries decodes every part (each a valid entry set under lim),
+// merges them in rank order and appends the encoding to dst. A rank in two
+// parts is ErrConflict; a result longer than lim.MaxTotal is ErrLimit.
+func MergeEntries(dst []byte, parts [][]byte, lim Limits) ([]byte, error) {
+	lists := make([][]Entry, len(parts))
+	total := 0
+	for i, p := range parts {
+		es, err := DecodeEntries(p, lim)
+		if err != nil {
+			return dst, fmt.Errorf("merge part %d: %w", i, err)
+		}
+		lists[i] = es
+		total += len(es)
+	}
+	merged := make([]Entry, 0, total)
+	for {
+		best := -1
+		for i, l := range lists {
+			if len(l) == 0 {
+				continue
+			}
+			if best >= 0 && l[0].Rank == lists[best][0].Rank {
+				return dst, fmt.Errorf("merge parts %d and %d: %w: rank %d", best, i, ErrConflict, l[0].Rank)
+			}
+			if best < 0 || l[0].Rank < lists[best][0].Rank {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		merged = append(merged, lists[best][0])
+		lists[best] = lists[best][1:]
+	}
+	start := len(dst)
+	dst, err := AppendEntries(dst, merged)
+	if err == nil && len(dst)-start > lim.MaxTotal {
+		err = fmt.Errorf("%w: merged %d bytes, limit %d", ErrLimit, len(dst)-start, lim.MaxTotal)
+	}
+	if err != nil {
+		return dst[:start], fmt.Errorf("merge %d parts: %w", len(parts), err)
+	}
+	return dst, nil
+}
+
+// MergeKVs is MergeEntries for KV sets; a key in two parts is ErrConflict.
+func MergeKVs(dst []byte, parts [][]byte, lim Limits) ([]byte, error) {
+	lists := make([][]KV, len(parts))
+	total := 0
+	for i, p := range parts {
+		kvs, err := DecodeKVs(p, lim)
+		if err != nil {
+			return dst, fmt.Errorf("merge part %d: %w", i, err)
+		}
+		lists[i] = kvs
+		total += len(kvs)
+	}
+	merged := make([]KV, 0, total)
+	for {
+		best := -1
+		for i, l := range lists {
+			if len(l) == 0 {
+				continue
+			}
+			c := 1
+			if best >= 0 {
+				c = bytes.Compare(l[0].Key, lists[best][0].Key)
+			}
+			if c == 0 {
+				return dst, fmt.Errorf("merge parts %d and %d: %w: key %q (ranks %d and %d)",
+					best, i, ErrConflict, l[0].Key, lists[best][0].Owner, l[0].Owner)
+			}
+			if best < 0 || c < 0 {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		merged = append(merged, lists[best][0])
+		lists[best] = lists[best][1:]
+	}
+	start := len(dst)
+	dst, err := AppendKVs(dst, merged)
+	if err == nil && len(dst)-start > lim.MaxTotal {
+		err = fmt.Errorf("%w: merged %d bytes, limit %d", ErrLimit, len(dst)-start, lim.MaxTotal)
+	}
+	if err != nil {
+		return dst[:start], fmt.Errorf("merge %d parts: %w", len(parts), err)
+	}
+	return dst, nil
+}
