@@ -42,6 +42,9 @@ import (
 // ExitTimeout is pmirun's exit code when --timeout ends the job.
 const ExitTimeout = 124
 
+// DefaultTreeWidth is the agent tree's width when none is given.
+const DefaultTreeWidth = 8
+
 // Config describes a job.
 type Config struct {
 	Size  int      // number of ranks (-n)
@@ -63,6 +66,19 @@ type Config struct {
 	// NoShm turns the shared-memory segment off: ranks get only PMI_FD
 	// (or PMI_PORT).
 	NoShm bool
+
+	// Multi-node jobs (a bootstrap other than fork).
+	Bootstrap  string        // fork (default), loopback, netns, ssh, slurm
+	Hosts      []string      // ssh: host names; netns: namespace names
+	Nodes      int           // loopback: number of agents
+	PPN        int           // ranks per node; 0 = spread evenly
+	Cyclic     bool          // cyclic placement (rank r on node r mod K) instead of block
+	TreeWidth  int           // width k of the agent tree
+	Codec      string        // broadcast compression: auto, s2, zstd, none
+	NetBackend string        // agent links: auto, uring, net
+	NetTimeout time.Duration // a silent agent link is dead after this
+	PmidPath   string        // pmid on the nodes; default: next to pmirun, else on PATH
+	RootAddr   string        // address agents dial pmirun at; default: first non-loopback address
 
 	// KillGrace is how long ranks get between SIGTERM and SIGKILL when the
 	// job is ended. Default 500ms.
@@ -108,6 +124,29 @@ func (c *Config) validate() error {
 		}
 		c.UniverseSize = -1
 	}
+	switch c.Bootstrap {
+	case "", "fork", "loopback", "netns", "ssh", "slurm":
+	default:
+		return fmt.Errorf("invalid bootstrap %q: want fork, loopback, netns, ssh or slurm", c.Bootstrap)
+	}
+	if c.TreeWidth == 0 {
+		c.TreeWidth = DefaultTreeWidth
+	}
+	if c.TreeWidth < 1 {
+		return fmt.Errorf("invalid tree width %d", c.TreeWidth)
+	}
+	if c.PPN < 0 {
+		return fmt.Errorf("invalid ranks per node %d", c.PPN)
+	}
+	if c.Codec == "" {
+		c.Codec = "auto"
+	}
+	if c.NetBackend == "" {
+		c.NetBackend = "auto"
+	}
+	if c.NetTimeout <= 0 {
+		c.NetTimeout = 5 * time.Second
+	}
 	if c.KillGrace <= 0 {
 		c.KillGrace = 500 * time.Millisecond
 	}
@@ -142,3 +181,7 @@ func BlockMapping(size, nnodes, ppn int) string {
 	}
 	return s + ")"
 }
+
+// multiNode reports whether the job needs agents on other nodes (a
+// bootstrap other than fork).
+func (c *Config) multiNode() bool { return c.Bootstrap != "" && c.Bootstrap != "fork" }

@@ -35,7 +35,7 @@ func TestBaseEnvDropsLauncherVariables(t *testing.T) {
 	t.Setenv("MPI_LOCALRANKID", "9")
 	t.Setenv("FASTPMI_KEEP", "yes")
 	cfg := Config{Size: 3, JobID: "j", Env: []string{"A=b c"}}
-	env := baseEnv(cfg)
+	env := baseEnv(cfg, 3, 3)
 	joined := "\n" + strings.Join(env, "\n") + "\n"
 	for _, bad := range []string{"PMI_PORT=", "PMIX_NAMESPACE=", "MPI_LOCALRANKID=9"} {
 		if strings.Contains(joined, "\n"+bad) {

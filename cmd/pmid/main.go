@@ -1,12 +1,17 @@
 // Command pmid is fastpmi's node agent run as its own process.
 //
+//	pmid --node I [--listen ADDR]      (started by pmirun's bootstraps)
 //	pmid -n N [options] program [args...]
 //
-// It serves one node's share of a job: it creates the node agent, forks the
-// node's ranks with their PMI environment and serves their PMI requests,
-// exactly as pmirun does in-process for a job on one machine (the fork
-// bootstrap). Its options and exit codes are pmirun's. Bootstraps that
-// start one agent per node (ssh, Slurm) run pmid on each node.
+// With --node it serves node I of a multi-node job: it reads the job spec
+// (and the job's secret) from its standard input, connects to pmirun and
+// to its peer agents (tree and ring links), forks the node's ranks and
+// serves their PMI, and reports to pmirun until its ranks have ended.
+// "--node slurm" takes the index from SLURM_NODEID.
+//
+// Without --node it runs a whole job on this machine with the agent in
+// this process, exactly as pmirun does (the fork bootstrap); its options
+// and exit codes are pmirun's.
 package main
 
 import (
@@ -25,6 +30,9 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	if len(os.Args) > 2 && os.Args[1] == "--node" {
+		return runAgent()
+	}
 	cfg, err := cli.Parse("pmid", os.Args[1:], os.Stderr)
 	if errors.Is(err, cli.ErrHelp) {
 		return 0
@@ -43,4 +51,25 @@ func run() int {
 	signal.Notify(sigs, sys.SIGINT, sys.SIGTERM, sys.SIGHUP)
 	cfg.Signals = sigs
 	return launch.ExitCode(launch.Run(context.Background(), cfg))
+}
+
+func runAgent() int {
+	node := os.Args[2]
+	listen := ""
+	if len(os.Args) > 4 && os.Args[3] == "--listen" {
+		listen = os.Args[4]
+	}
+	level := slog.LevelWarn
+	if os.Getenv("FASTPMI_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("agent", "pmid", "node", node)
+	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGTERM, sys.SIGINT, sys.SIGHUP)
+	defer stop()
+	err := launch.RunAgent(ctx, launch.AgentOptions{Node: node, Listen: listen, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: log})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pmid: node %s: %v\n", node, err)
+		return 1
+	}
+	return 0
 }

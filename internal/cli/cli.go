@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/fastpmi/fastpmi/launch"
 )
@@ -45,6 +46,19 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	fs.StringVar(&cfg.TracePath, "trace", "", "write a Chrome trace (Perfetto) of start-up to `FILE`")
 	fs.BoolVar(&cfg.NoShm, "no-shm", false, "no shared-memory segment: ranks use only the PMI text protocol")
 	fs.BoolVar(&cfg.PMIPort, "pmi-port", false, "ranks connect over loopback TCP (PMI_PORT, PMI_ID) instead of PMI_FD")
+	var hosts, hostfile string
+	fs.StringVar(&cfg.Bootstrap, "bootstrap", "fork", "how agents start: fork (this machine), loopback, netns, ssh, slurm")
+	fs.StringVar(&hosts, "hosts", "", "comma-separated hosts (ssh) or network namespaces (netns)")
+	fs.StringVar(&hostfile, "hostfile", "", "file with one host per line (ssh)")
+	fs.IntVar(&cfg.Nodes, "nodes", 0, "number of agents for --bootstrap loopback")
+	fs.IntVar(&cfg.PPN, "ppn", 0, "ranks per node (default: spread evenly)")
+	fs.BoolVar(&cfg.Cyclic, "cyclic", false, "cyclic placement: rank r on node r mod nodes (default block)")
+	fs.IntVar(&cfg.TreeWidth, "tree-width", 0, "width of the agent tree (default 8)")
+	fs.StringVar(&cfg.Codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
+	fs.StringVar(&cfg.NetBackend, "netio", "", "agent links: auto, uring, net (default: FASTPMI_NETIO or auto)")
+	fs.DurationVar(&cfg.NetTimeout, "net-timeout", 5*time.Second, "an agent link silent this long is dead")
+	fs.StringVar(&cfg.PmidPath, "pmid", "", "path of pmid on the nodes (default: next to pmirun, else on PATH)")
+	fs.StringVar(&cfg.RootAddr, "root-addr", "", "address agents reach pmirun at (default: first non-loopback address)")
 	fs.IntVar(&cfg.UniverseSize, "usize", -1, "universe size answered to get_universe_size (-1 = unlimited)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: %s -n N [options] program [args...]\n\noptions:\n", name)
@@ -54,6 +68,16 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 		return cfg, err
 	}
 	cfg.Env = env
+	if hosts != "" {
+		cfg.Hosts = strings.Split(hosts, ",")
+	}
+	if hostfile != "" {
+		h, err := launch.ReadHostfile(hostfile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Hosts = append(cfg.Hosts, h...)
+	}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		fs.Usage()

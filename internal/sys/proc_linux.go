@@ -69,3 +69,6 @@ func SignalNumber(s os.Signal) int {
 	}
 	return 0
 }
+
+// Signal returns the signal with number n.
+func Signal(n int) os.Signal { return syscall.Signal(n) }

@@ -1,0 +1,651 @@
+package launch
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/netio"
+	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/ring"
+	"github.com/fastpmi/fastpmi/tree"
+)
+
+// AgentOptions start one node's agent of a multi-node job (pmid).
+type AgentOptions struct {
+	Node   string    // node index, or "slurm" for SLURM_NODEID
+	Listen string    // address to listen on for peer agents; "" = ":0"
+	Stdin  io.Reader // the Spec line, then rank 0's input
+	Stdout io.Writer
+	Stderr io.Writer
+	Logger *slog.Logger
+}
+
+// frameIn is a frame received on a link, or the link's end.
+type frameIn struct {
+	from int // node index of the peer; -1 = the root
+	f    netio.Frame
+	err  error
+}
+
+// agentNode is one node of a multi-node job, on its own goroutine (run):
+// the agent and its ranks, the control link to pmirun, the links to peer
+// agents, and the tree and ring state machines. The agent reaches it
+// through netUpstream, whose calls are queued on ops.
+type agentNode struct {
+	spec  Spec
+	idx   int // this node
+	cfg   Config
+	log   *slog.Logger
+	rec   *perf.Recorder
+	tr    netio.Transport
+	ctl   netio.Conn
+	peers map[int]netio.Conn
+	in    chan frameIn
+	ops   chan func()
+	n     *node
+
+	topo    tree.Topology
+	tnode   *tree.Node
+	lim     tree.Limits
+	rmap    *ring.Map
+	rseq    *ring.Sequence
+	fenceN  uint64
+	agN     uint64
+	fenceCB map[uint64]func([]agent.KV, error)
+	agCB    map[uint64]func([][]byte, error)
+	ringCB  func(agent.RingOut, error)
+	ringIn  []agent.RingIn
+	names   map[uint64]chan nameMsg
+	nameID  uint64
+	lastRx  map[int]time.Time
+	dead    error
+	ctx     context.Context
+}
+
+// RunAgent runs one node's agent until its ranks have ended.
+func RunAgent(ctx context.Context, o AgentOptions) error {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	br := bufio.NewReaderSize(o.Stdin, 1<<16)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("read job spec from stdin: %w", err)
+	}
+	var spec Spec
+	if err := json.Unmarshal(line, &spec); err != nil {
+		return fmt.Errorf("read job spec: %w", err)
+	}
+	idxs := o.Node
+	if idxs == "slurm" {
+		idxs = os.Getenv("SLURM_NODEID")
+	}
+	idx, err := strconv.Atoi(idxs)
+	if err != nil || idx < 0 || idx >= len(spec.Nodes) {
+		return fmt.Errorf("node index %q: want 0..%d", idxs, len(spec.Nodes)-1)
+	}
+	cfg := Config{
+		Size: spec.Size, Prog: spec.Prog, Args: spec.Args, Env: spec.Env, Label: spec.Label,
+		UniverseSize: spec.Usize, JobID: spec.JobID, NoShm: spec.NoShm,
+		Stdout: o.Stdout, Stderr: o.Stderr, Logger: o.Logger, Verbose: spec.Verbose,
+	}
+	if idx == 0 {
+		cfg.Stdin = br
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	a := &agentNode{
+		spec: spec, idx: idx, cfg: cfg, log: o.Logger.With("node", idx), rec: perf.NewRecorder(),
+		peers: make(map[int]netio.Conn), in: make(chan frameIn, 256), ops: make(chan func(), 256),
+		fenceCB: make(map[uint64]func([]agent.KV, error)), agCB: make(map[uint64]func([][]byte, error)),
+		names: make(map[uint64]chan nameMsg), lastRx: make(map[int]time.Time), ctx: ctx,
+	}
+	return a.run(ctx, o.Listen)
+}
+
+func (a *agentNode) run(ctx context.Context, listen string) error {
+	spec := a.spec
+	var err error
+	a.tr, err = netio.New(netio.Config{Backend: spec.NetBackend, Secret: spec.Secret, Logger: a.log})
+	if err != nil {
+		return fmt.Errorf("node %d: %w", a.idx, err)
+	}
+	defer a.tr.Close()
+	if listen == "" {
+		listen = ":0"
+	}
+	ln, err := a.tr.Listen(listen)
+	if err != nil {
+		return fmt.Errorf("node %d: listen for peers: %w", a.idx, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	a.ctl, err = a.tr.Dial(dctx, spec.Root)
+	if err != nil {
+		return fmt.Errorf("node %d: connect to pmirun at %s: %w", a.idx, spec.Root, err)
+	}
+	host, _, _ := net.SplitHostPort(a.ctl.LocalAddr().String())
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	hn, _ := os.Hostname()
+	hello := helloMsg{Node: a.idx, Addr: net.JoinHostPort(host, port), Host: hn, PID: os.Getpid(),
+		NetBE: a.tr.Backend().Name, Ranks: len(spec.Nodes[a.idx])}
+	if err := a.ctl.Send(dctx, netio.Frame{Type: frameHello, Payload: encode(hello)}); err != nil {
+		return fmt.Errorf("node %d: hello: %w", a.idx, err)
+	}
+	f, err := a.ctl.Recv(dctx)
+	if err != nil || f.Type != frameTable {
+		return fmt.Errorf("node %d: wait for the agent table: %v (frame %d)", a.idx, err, f.Type)
+	}
+	var table tableMsg
+	if err := decode(f.Payload, &table); err != nil || len(table.Addrs) != len(spec.Nodes) {
+		return fmt.Errorf("node %d: bad agent table: %v", a.idx, err)
+	}
+	if err := a.setup(dctx, ln, table); err != nil {
+		return fmt.Errorf("node %d: %w", a.idx, err)
+	}
+	ln.Close()
+	go a.recvLoop(-1, a.ctl)
+	for p, c := range a.peers {
+		go a.recvLoop(p, c)
+	}
+	return a.loop(ctx)
+}
+
+// setup builds the tree and ring state and the links to peer agents: the
+// lower-numbered node of each pair dials.
+func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table tableMsg) error {
+	spec := a.spec
+	var err error
+	K := len(spec.Nodes)
+	a.topo, err = tree.NewTopology(K+1, spec.TreeWidth)
+	if err != nil {
+		return err
+	}
+	a.lim = tree.Limits{Ranks: spec.Size, MaxValue: 1 << 20, MaxKey: 1024, MaxTotal: 1 << 31}
+	a.tnode, err = tree.NewNode(tree.Config{Topology: a.topo, Node: a.idx + 1, Limits: a.lim})
+	if err != nil {
+		return err
+	}
+	a.rmap, err = ring.FromNodes(spec.Nodes)
+	if err != nil {
+		return err
+	}
+	a.rseq = ring.NewSequence(ring.Config{Map: a.rmap, Node: a.idx, Epoch: 1, Mode: ring.CountsFromMap})
+	want := map[int]bool{}
+	if p := a.topo.Parent(a.idx + 1); p > 0 {
+		want[p-1] = true
+	}
+	for _, c := range a.topo.Children(a.idx + 1) {
+		want[c-1] = true
+	}
+	if K > 1 {
+		l, r := a.rmap.Neighbours(a.idx)
+		want[l], want[r] = true, true
+	}
+	delete(want, a.idx)
+	accept := 0
+	for p := range want {
+		if p < a.idx {
+			accept++
+			continue
+		}
+		c, err := a.tr.Dial(ctx, table.Addrs[p])
+		if err != nil {
+			return fmt.Errorf("link to node %d at %s: %w", p, table.Addrs[p], err)
+		}
+		if err := c.Send(ctx, netio.Frame{Type: frameLink, Payload: encode(linkMsg{From: a.idx})}); err != nil {
+			return fmt.Errorf("link to node %d: %w", p, err)
+		}
+		a.peers[p] = c
+	}
+	for ; accept > 0; accept-- {
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			return fmt.Errorf("accept peer links: %w", err)
+		}
+		f, err := c.Recv(ctx)
+		var lm linkMsg
+		if err == nil && f.Type == frameLink {
+			err = decode(f.Payload, &lm)
+		} else if err == nil {
+			err = fmt.Errorf("first frame type %d", f.Type)
+		}
+		if err != nil || !want[lm.From] || a.peers[lm.From] != nil {
+			c.Close()
+			return fmt.Errorf("peer link from %v: unexpected (%v)", c.RemoteAddr(), err)
+		}
+		a.peers[lm.From] = c
+	}
+	return nil
+}
+
+func (a *agentNode) recvLoop(from int, c netio.Conn) {
+	for {
+		f, err := c.Recv(context.Background())
+		a.in <- frameIn{from: from, f: f, err: err}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (a *agentNode) send(to int, f netio.Frame) {
+	c := a.ctl
+	if to >= 0 {
+		c = a.peers[to]
+	}
+	if c == nil {
+		a.log.Error("no link", "to", to, "type", f.Type)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.spec.NetTimeout)
+	defer cancel()
+	if err := c.Send(ctx, f); err != nil {
+		a.log.Warn("send", "to", to, "type", f.Type, "err", err)
+	}
+	a.rec.Add("net.frames.sent", 1)
+	a.rec.Add("net.bytes.sent", int64(len(f.Payload)))
+}
+
+func (a *agentNode) emit(e eventMsg) {
+	a.send(-1, netio.Frame{Type: frameEvent, Payload: encode(e)})
+}
+
+func (a *agentNode) loop(ctx context.Context) error {
+	spec := a.spec
+	path, err := lookProg(spec.Prog)
+	if err != nil {
+		a.emit(eventMsg{Kind: evkStartErr, Rank: spec.Nodes[a.idx][0], Msg: fmt.Sprintf("cannot run %q: %v", spec.Prog, err)})
+	}
+	a.n, err = newNode(a.cfg, nodeSpec{size: spec.Size, ranks: spec.Nodes[a.idx], mapping: spec.Mapping, upstream: netUpstream{a}}, a.rec, a.emit)
+	if err != nil {
+		a.emit(eventMsg{Kind: evkStartErr, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})
+		a.send(-1, netio.Frame{Type: frameDone, Payload: encode(a.rec.Counters())})
+		return err
+	}
+	if path != "" {
+		a.n.start(path)
+	}
+	tick := time.NewTicker(heartbeat)
+	defer tick.Stop()
+	now := time.Now()
+	a.lastRx[-1] = now
+	for p := range a.peers {
+		a.lastRx[p] = now
+	}
+	rootLost := false
+	for a.n.live() > 0 {
+		select {
+		case ev := <-a.n.evch:
+			a.n.handle(ev)
+		case op := <-a.ops:
+			op()
+		case fi := <-a.in:
+			if fi.err != nil {
+				if fi.from < 0 && !rootLost {
+					rootLost = true
+					a.log.Error("lost pmirun; ending local ranks", "err", fi.err)
+					a.n.kill()
+				}
+				a.failLink(fi.from, fi.err)
+				continue
+			}
+			a.lastRx[fi.from] = time.Now()
+			a.frame(fi)
+		case <-tick.C:
+			a.send(-1, netio.Frame{Type: frameHeartbeat})
+			for p := range a.peers {
+				a.send(p, netio.Frame{Type: frameHeartbeat})
+			}
+			for p, t := range a.lastRx {
+				if time.Since(t) > spec.NetTimeout {
+					err := fmt.Errorf("no message for %v", spec.NetTimeout)
+					if p < 0 && !rootLost {
+						rootLost = true
+						a.n.kill()
+					}
+					a.failLink(p, err)
+					delete(a.lastRx, p)
+				}
+			}
+		case <-a.n.killTime:
+			a.n.killNow()
+		case <-ctx.Done():
+			a.n.kill()
+		}
+	}
+	a.n.drain()
+	a.n.close()
+	if !rootLost {
+		counters := a.rec.Counters()
+		a.send(-1, netio.Frame{Type: frameDone, Payload: encode(counters)})
+		// Wait (boundedly) for pmirun to close the link, so the done frame
+		// is not lost with the process.
+		deadline := time.After(spec.NetTimeout)
+		for {
+			select {
+			case fi := <-a.in:
+				if fi.err != nil && fi.from < 0 {
+					return nil
+				}
+				continue
+			case <-deadline:
+			}
+			break
+		}
+		return nil
+	}
+	return errors.New("lost the connection to pmirun")
+}
+
+// failLink fails every collective that needs the link to node p (-1:
+// the root).
+func (a *agentNode) failLink(p int, err error) {
+	who := "pmirun"
+	if p >= 0 {
+		who = fmt.Sprintf("node %d", p)
+	}
+	e := fmt.Errorf("link to %s lost: %w", who, err)
+	if a.dead == nil {
+		a.dead = e
+	}
+	for k, cb := range a.fenceCB {
+		delete(a.fenceCB, k)
+		cb(nil, e)
+	}
+	for k, cb := range a.agCB {
+		delete(a.agCB, k)
+		cb(nil, e)
+	}
+	if a.ringCB != nil {
+		cb := a.ringCB
+		a.ringCB = nil
+		cb(agent.RingOut{}, e)
+	}
+	for id, ch := range a.names {
+		delete(a.names, id)
+		ch <- nameMsg{ID: id, Err: e.Error()}
+	}
+}
+
+func (a *agentNode) frame(fi frameIn) {
+	switch fi.f.Type {
+	case frameHeartbeat:
+	case frameKill:
+		var k killMsg
+		_ = decode(fi.f.Payload, &k)
+		a.log.Info("pmirun ends the job", "code", k.Code, "msg", k.Msg)
+		a.n.kill()
+	case frameSignal:
+		var s signalMsg
+		if decode(fi.f.Payload, &s) == nil {
+			a.n.signal(sysSignal(s.Sig))
+		}
+	case frameName:
+		var m nameMsg
+		if decode(fi.f.Payload, &m) == nil {
+			if ch := a.names[m.ID]; ch != nil {
+				delete(a.names, m.ID)
+				ch <- m
+			}
+		}
+	case frameTree:
+		m, err := tree.DecodeMsg(fi.f.Payload)
+		if err != nil {
+			a.log.Error("bad tree message", "from", fi.from, "err", err)
+			return
+		}
+		r, err := a.tnode.Step(m)
+		if err != nil {
+			a.log.Error("tree", "err", err)
+			return
+		}
+		a.ready(r)
+	case frameRing:
+		m, err := ring.DecodeMessage(fi.f.Payload)
+		if err != nil {
+			a.log.Error("bad ring message", "from", fi.from, "err", err)
+			return
+		}
+		a.rec.Add("ring.msgs.recv", 1)
+		msgs, err := a.rseq.Step(m)
+		a.ringStep(msgs, err)
+	default:
+		a.log.Warn("unexpected frame", "from", fi.from, "type", fi.f.Type)
+	}
+}
+
+// ready sends a tree state machine's messages and acts on its events.
+func (a *agentNode) ready(r tree.Ready) {
+	for _, m := range r.Msgs {
+		to := m.To - 1 // tree node t is agent t-1; 0 is the root
+		a.rec.Add("tree.msgs.sent", 1)
+		a.send(to, netio.Frame{Type: frameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
+	}
+	for _, ev := range r.Events {
+		if ev.Type != tree.EventDelivered {
+			continue
+		}
+		a.rec.Add("bcast.bytes.in", int64(len(ev.Payload)))
+		raw, err := netio.Decompress(nil, ev.Payload, int(a.lim.MaxTotal))
+		if err == nil {
+			a.rec.Add("bcast.bytes.raw", int64(len(raw)))
+		}
+		switch ev.Kind {
+		case tree.Fence:
+			cb := a.fenceCB[ev.Epoch]
+			delete(a.fenceCB, ev.Epoch)
+			if cb == nil {
+				continue
+			}
+			if err != nil {
+				cb(nil, err)
+				continue
+			}
+			kvs, err := tree.DecodeKVs(raw, a.lim)
+			if err != nil {
+				cb(nil, err)
+				continue
+			}
+			out := make([]agent.KV, len(kvs))
+			for i, kv := range kvs {
+				out[i] = agent.KV{Key: string(kv.Key), Val: string(kv.Value)}
+			}
+			cb(out, nil)
+		case tree.Allgather:
+			cb := a.agCB[ev.Epoch]
+			delete(a.agCB, ev.Epoch)
+			if cb == nil {
+				continue
+			}
+			if err != nil {
+				cb(nil, err)
+				continue
+			}
+			es, err := tree.DecodeEntries(raw, a.lim)
+			if err != nil {
+				cb(nil, err)
+				continue
+			}
+			all := make([][]byte, a.spec.Size)
+			for _, e := range es {
+				all[e.Rank] = e.Value
+			}
+			cb(all, nil)
+		}
+	}
+}
+
+func (a *agentNode) ringStep(msgs []ring.Message, err error) {
+	if err != nil {
+		a.log.Error("ring", "err", err)
+		if a.ringCB != nil {
+			cb := a.ringCB
+			a.ringCB = nil
+			cb(agent.RingOut{}, err)
+		}
+		return
+	}
+	for _, m := range msgs {
+		a.rec.Add("ring.msgs.sent", 1)
+		a.send(m.To, netio.Frame{Type: frameRing, Epoch: m.Epoch, Payload: ring.AppendMessage(nil, m)})
+	}
+	if a.ringCB != nil && a.rseq.Done() {
+		o, err := a.rseq.Node().Outcome()
+		cb := a.ringCB
+		a.ringCB = nil
+		cb(agent.RingOut{Offset: int(o.Offset), Total: int(o.Size), LeftOfFirst: o.LeftOfFirst, RightOfLast: o.RightOfLast}, err)
+	}
+}
+
+// netUpstream is the agent's Upstream on a multi-node job: calls are
+// queued to the node's loop.
+type netUpstream struct{ a *agentNode }
+
+func (u netUpstream) Fence(epoch uint64, puts []agent.KV, done func([]agent.KV, error)) {
+	u.a.ops <- func() {
+		a := u.a
+		if a.dead != nil {
+			done(nil, a.dead)
+			return
+		}
+		a.fenceN++
+		kvs := make([]tree.KV, len(puts))
+		owner := uint32(a.spec.Nodes[a.idx][0])
+		for i, p := range puts {
+			kvs[i] = tree.KV{Key: []byte(p.Key), Value: []byte(p.Val), Owner: owner}
+		}
+		tree.SortKVs(kvs)
+		kvs = dedupKVs(kvs)
+		payload, err := tree.AppendKVs(nil, kvs)
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		a.fenceCB[a.fenceN] = done
+		r, err := a.tnode.Contribute(tree.Fence, a.fenceN, payload)
+		if err != nil {
+			delete(a.fenceCB, a.fenceN)
+			done(nil, err)
+			return
+		}
+		a.ready(r)
+	}
+}
+
+// dedupKVs keeps the last put of each key (PMI semantics: a repeated put
+// replaces the value). kvs is sorted by key, stably.
+func dedupKVs(kvs []tree.KV) []tree.KV {
+	out := kvs[:0]
+	for i, kv := range kvs {
+		if i+1 < len(kvs) && string(kvs[i+1].Key) == string(kv.Key) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func (u netUpstream) Allgather(epoch uint64, in []agent.RankValue, done func([][]byte, error)) {
+	u.a.ops <- func() {
+		a := u.a
+		if a.dead != nil {
+			done(nil, a.dead)
+			return
+		}
+		a.agN++
+		es := make([]tree.Entry, len(in))
+		for i, rv := range in {
+			es[i] = tree.Entry{Rank: uint32(rv.Rank), Value: rv.Value}
+		}
+		tree.SortEntries(es)
+		payload, err := tree.AppendEntries(nil, es)
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		a.agCB[a.agN] = done
+		r, err := a.tnode.Contribute(tree.Allgather, a.agN, payload)
+		if err != nil {
+			delete(a.agCB, a.agN)
+			done(nil, err)
+			return
+		}
+		a.ready(r)
+	}
+}
+
+func (u netUpstream) Ring(epoch uint64, in []agent.RingIn, done func(agent.RingOut, error)) {
+	u.a.ops <- func() {
+		a := u.a
+		if a.dead != nil {
+			done(agent.RingOut{}, a.dead)
+			return
+		}
+		es := make([]ring.Entry, len(in))
+		for i, e := range in {
+			es[i] = ring.Entry{Count: uint32(e.Count), Left: e.Left, Right: e.Right}
+		}
+		a.ringCB = done
+		msgs, err := a.rseq.Start(es)
+		a.ringStep(msgs, err)
+	}
+}
+
+func (u netUpstream) name(m nameMsg) nameMsg {
+	ch := make(chan nameMsg, 1)
+	u.a.ops <- func() {
+		a := u.a
+		if a.dead != nil {
+			ch <- nameMsg{Err: a.dead.Error()}
+			return
+		}
+		a.nameID++
+		m.ID = a.nameID
+		a.names[m.ID] = ch
+		a.send(-1, netio.Frame{Type: frameName, Payload: encode(m)})
+	}
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(u.a.spec.NetTimeout + 5*time.Second):
+		return nameMsg{Err: "name service: no answer from pmirun"}
+	}
+}
+
+func (u netUpstream) Publish(name, port string) error {
+	return nameErr(u.name(nameMsg{Op: "publish", Name: name, Port: port}))
+}
+
+func (u netUpstream) Unpublish(name string) error {
+	return nameErr(u.name(nameMsg{Op: "unpublish", Name: name}))
+}
+
+func (u netUpstream) Lookup(name string) (string, error) {
+	r := u.name(nameMsg{Op: "lookup", Name: name})
+	return r.Port, nameErr(r)
+}
+
+func nameErr(m nameMsg) error {
+	switch {
+	case m.NotFound:
+		return fmt.Errorf("%s %q: %w", m.Op, m.Name, agent.ErrNameNotFound)
+	case m.Err != "":
+		return errors.New(m.Err)
+	}
+	return nil
+}
+
+func sysSignal(n int) os.Signal { return sys.Signal(n) }

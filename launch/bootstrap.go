@@ -1,0 +1,255 @@
+package launch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bootstraps: how pmirun starts one agent (pmid) per node.
+//
+//   - fork: no agent process; the job runs on this machine with the agent
+//     inside pmirun.
+//   - loopback: Nodes agents on this machine, linked over 127.0.0.1 — the
+//     multi-node protocol without a network, for tests and the scale
+//     benchmark.
+//   - netns: one agent per network namespace (the project's test hosts),
+//     started with "ip netns exec"; pmirun itself runs in the first one.
+//   - ssh: one agent per host, started with ssh.
+//   - slurm: inside an allocation, one srun starts an agent on every node
+//     (--ntasks-per-node=1), hosts from SLURM_JOB_NODELIST; no Slurm MPI
+//     plugin is used.
+//
+// An agent gets the job Spec, including the job secret, on its standard
+// input, never on a command line; what follows the spec on node 0's
+// standard input is rank 0's.
+
+// Spec is what every agent of a job is told. It is the same for every
+// node; an agent learns its index from --node or SLURM_NODEID.
+type Spec struct {
+	JobID      string        `json:"jobid"`
+	Size       int           `json:"size"`
+	Nodes      [][]int       `json:"nodes"` // global ranks of each node, local order
+	Mapping    string        `json:"mapping"`
+	Usize      int           `json:"usize"`
+	Prog       string        `json:"prog"`
+	Args       []string      `json:"args"`
+	Env        []string      `json:"env"`
+	Label      bool          `json:"label"`
+	NoShm      bool          `json:"noshm"`
+	Root       string        `json:"root"` // where agents dial pmirun
+	TreeWidth  int           `json:"treewidth"`
+	Codec      string        `json:"codec"`
+	NetBackend string        `json:"netio"`
+	NetTimeout time.Duration `json:"nettimeout"`
+	Secret     []byte        `json:"secret"`
+	Verbose    bool          `json:"verbose"`
+}
+
+// hostList returns the nodes of a multi-node job: names for ssh,
+// namespaces for netns, Slurm's node list, or Nodes copies of localhost.
+func (c *Config) hostList() ([]string, error) {
+	switch c.Bootstrap {
+	case "loopback":
+		if c.Nodes < 1 {
+			return nil, fmt.Errorf("bootstrap loopback needs --nodes N")
+		}
+		h := make([]string, c.Nodes)
+		for i := range h {
+			h[i] = "127.0.0.1"
+		}
+		return h, nil
+	case "ssh", "netns":
+		if len(c.Hosts) == 0 {
+			return nil, fmt.Errorf("bootstrap %s needs --hosts or --hostfile", c.Bootstrap)
+		}
+		return c.Hosts, nil
+	case "slurm":
+		nl := os.Getenv("SLURM_JOB_NODELIST")
+		if nl == "" {
+			nl = os.Getenv("SLURM_NODELIST")
+		}
+		if nl == "" {
+			return nil, fmt.Errorf("bootstrap slurm: SLURM_JOB_NODELIST is not set (not inside an allocation?)")
+		}
+		return ExpandHostlist(nl)
+	}
+	return nil, fmt.Errorf("unknown bootstrap %q (want fork, loopback, netns, ssh or slurm)", c.Bootstrap)
+}
+
+// agentCommands returns the command that starts each node's agent. For
+// slurm there is one command for every node.
+func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd, error) {
+	pmid := c.PmidPath
+	if pmid == "" {
+		pmid = defaultPmid()
+	}
+	var cmds []*exec.Cmd
+	switch c.Bootstrap {
+	case "loopback":
+		for i := range hosts {
+			cmds = append(cmds, exec.CommandContext(ctx, pmid, "--node", strconv.Itoa(i), "--listen", "127.0.0.1:0"))
+		}
+	case "netns":
+		for i, h := range hosts {
+			ns, _, _ := strings.Cut(h, "=")
+			cmds = append(cmds, exec.CommandContext(ctx, "ip", "netns", "exec", ns, pmid, "--node", strconv.Itoa(i)))
+		}
+	case "ssh":
+		for i, h := range hosts {
+			cmds = append(cmds, exec.CommandContext(ctx, "ssh", "-o", "BatchMode=yes", "-T", h, pmid, "--node", strconv.Itoa(i)))
+		}
+	case "slurm":
+		n := strconv.Itoa(len(hosts))
+		cmds = append(cmds, exec.CommandContext(ctx, "srun", "--nodes="+n, "--ntasks="+n, "--ntasks-per-node=1",
+			"--mpi=none", "--input=all", "--kill-on-bad-exit=1", pmid, "--node", "slurm"))
+	}
+	return cmds, nil
+}
+
+// defaultPmid is pmid next to this executable, else pmid on PATH.
+func defaultPmid() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "pmid")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	return "pmid"
+}
+
+// rootListenAddr is where pmirun listens for its agents.
+func (c *Config) rootListenAddr() string {
+	switch c.Bootstrap {
+	case "loopback":
+		return "127.0.0.1:0"
+	}
+	if c.RootAddr != "" {
+		return net.JoinHostPort(c.RootAddr, "0")
+	}
+	return ":0"
+}
+
+// rootDialAddr is the address agents dial, given where pmirun listens.
+func (c *Config) rootDialAddr(ln net.Addr) string {
+	_, port, _ := net.SplitHostPort(ln.String())
+	host := c.RootAddr
+	if c.Bootstrap == "loopback" {
+		host = "127.0.0.1"
+	}
+	if host == "" {
+		host = firstAddr()
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// firstAddr is this machine's first non-loopback IPv4 address, or
+// 127.0.0.1.
+func firstAddr() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && !ip.IP.IsLoopback() && ip.IP.To4() != nil {
+				return ip.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+// ExpandHostlist expands a Slurm host list such as
+// "node[01-03,7],login,gpu[1-2]" into host names.
+func ExpandHostlist(s string) ([]string, error) {
+	var out []string
+	for len(s) > 0 {
+		// Split off one item at a top-level comma.
+		depth, end := 0, len(s)
+		for i, c := range s {
+			if c == '[' {
+				depth++
+			} else if c == ']' {
+				depth--
+			} else if c == ',' && depth == 0 {
+				end = i
+				break
+			}
+		}
+		item := s[:end]
+		if end < len(s) {
+			s = s[end+1:]
+		} else {
+			s = ""
+		}
+		if item == "" {
+			continue
+		}
+		open := strings.IndexByte(item, '[')
+		if open < 0 {
+			out = append(out, item)
+			continue
+		}
+		close := strings.IndexByte(item, ']')
+		if close < open {
+			return nil, fmt.Errorf("expand host list: unbalanced brackets in %q", item)
+		}
+		prefix, suffix := item[:open], item[close+1:]
+		for _, r := range strings.Split(item[open+1:close], ",") {
+			lo, hi, isRange := strings.Cut(r, "-")
+			if !isRange {
+				hi = lo
+			}
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if err1 != nil || err2 != nil || b < a || b-a > 1<<16 {
+				return nil, fmt.Errorf("expand host list: bad range %q in %q", r, item)
+			}
+			for v := a; v <= b; v++ {
+				out = append(out, fmt.Sprintf("%s%0*d%s", prefix, len(lo), v, suffix))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("expand host list: empty")
+	}
+	return out, nil
+}
+
+// ReadHostfile reads one host per line ("host" or "host:slots"; slots
+// ignored), skipping blank lines and # comments.
+func ReadHostfile(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read hostfile: %w", err)
+	}
+	var hosts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		if line == "" {
+			continue
+		}
+		h, _, _ := strings.Cut(strings.Fields(line)[0], ":")
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("read hostfile %s: no hosts", path)
+	}
+	return hosts, nil
+}
+
+func encodeSpec(s Spec) []byte {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}

@@ -1,0 +1,71 @@
+package launch
+
+import (
+	"fmt"
+	"io"
+)
+
+// fate decides how a job ends, from the events the nodes report. The
+// first failure wins and is printed once; end is then called to stop
+// every rank. It is used by one goroutine: Run's loop on one node, the
+// root's loop across nodes.
+type fate struct {
+	stderr  io.Writer
+	end     func(*JobError) // stop every rank
+	failure *JobError
+
+	anySpoke bool
+	silent   []int // ranks that ended with code 0 before speaking PMI
+}
+
+func (f *fate) fail(e *JobError) {
+	if f.failure != nil {
+		return
+	}
+	f.failure = e
+	fmt.Fprintf(f.stderr, "pmirun: %s\n", e.Msg)
+	f.end(e)
+}
+
+// event applies one report about a rank.
+func (f *fate) event(e eventMsg) {
+	switch e.Kind {
+	case evkInit:
+		f.anySpoke = true
+		f.checkSilent()
+	case evkExit:
+		switch {
+		case e.Sig != 0:
+			f.fail(&JobError{Code: 128 + e.Sig, Msg: fmt.Sprintf("rank %d killed by signal %d (%s)%s", e.Rank, e.Sig, signalName(e.Sig), e.Msg)})
+		case e.Code != 0:
+			f.fail(&JobError{Code: e.Code, Msg: fmt.Sprintf("rank %d exited with code %d%s", e.Rank, e.Code, e.Msg)})
+		case e.Fin:
+		case e.Spoke:
+			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d exited with code 0 without calling PMI finalize", e.Rank)})
+		default:
+			f.silent = append(f.silent, e.Rank)
+			f.checkSilent()
+		}
+	case evkLost:
+		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d closed its PMI connection before finalize and kept running", e.Rank)})
+	case evkAbort:
+		msg := fmt.Sprintf("rank %d called abort with exit code %d", e.Rank, e.Code)
+		if e.Msg != "" {
+			msg += ": " + e.Msg
+		}
+		f.fail(&JobError{Code: e.Code, Msg: msg})
+	case evkProtocol:
+		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d sent malformed PMI: %s", e.Rank, e.Msg)})
+	case evkStartErr:
+		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start rank %d: %s", e.Rank, e.Msg)})
+	}
+}
+
+// checkSilent fails the job once a rank has ended without PMI while others
+// use it: they would wait for it forever.
+func (f *fate) checkSilent() {
+	if len(f.silent) == 0 || !f.anySpoke {
+		return
+	}
+	f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d exited with code 0 before PMI init while other ranks use PMI", f.silent[0])})
+}

@@ -1,0 +1,537 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/netio"
+	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/ring"
+	"github.com/fastpmi/fastpmi/tree"
+)
+
+// rootNode is pmirun in a multi-node job: the root of the agent tree and
+// the job's services (names, fate, output). Only runMulti's goroutine
+// touches it; links and bootstrap processes feed it through channels.
+type rootNode struct {
+	cfg   Config
+	spec  Spec
+	hosts []string
+	rec   *perf.Recorder
+	fate  *fate
+	tr    netio.Transport
+	conns []netio.Conn // by node
+	in    chan frameIn
+	exits chan bootExit
+
+	topo    tree.Topology
+	tnode   *tree.Node
+	lim     tree.Limits
+	codec   netio.Codec
+	contrib [3]uint64 // epochs the root contributed, by tree.Kind
+
+	names    *agent.Local
+	done     []bool
+	counters []map[string]int64
+	lastRx   []time.Time
+	killed   bool
+}
+
+type bootExit struct {
+	i   int
+	err error
+}
+
+// placement assigns ranks to nodes and returns the ring map.
+func placement(cfg Config, k int) (*ring.Map, error) {
+	if cfg.Size < k {
+		return nil, fmt.Errorf("%d ranks on %d nodes: every node needs at least one rank", cfg.Size, k)
+	}
+	ppn := cfg.PPN
+	if ppn == 0 {
+		ppn = (cfg.Size + k - 1) / k
+	}
+	if ppn*k < cfg.Size {
+		return nil, fmt.Errorf("%d ranks do not fit %d nodes with %d per node", cfg.Size, k, ppn)
+	}
+	if cfg.Cyclic {
+		return ring.Cyclic(cfg.Size, k, ppn)
+	}
+	m, err := ring.Block(cfg.Size, k, ppn)
+	if err != nil {
+		return nil, err
+	}
+	for n := 0; n < k; n++ {
+		if len(m.Ranks(n)) == 0 {
+			return nil, fmt.Errorf("block placement of %d ranks, %d per node, leaves node %d empty; lower --ppn", cfg.Size, ppn, n)
+		}
+	}
+	return m, nil
+}
+
+func runMulti(ctx context.Context, cfg Config) error {
+	hosts, err := cfg.hostList()
+	if err != nil {
+		return early(cfg, 2, err.Error())
+	}
+	for i, h := range hosts {
+		if cfg.Bootstrap == "netns" {
+			hosts[i], _, _ = strings.Cut(h, "=")
+		}
+	}
+	K := len(hosts)
+	m, err := placement(cfg, K)
+	if err != nil {
+		return early(cfg, 2, err.Error())
+	}
+	codec, err := netio.ParseCodec(cfg.Codec)
+	if err != nil {
+		return early(cfg, 2, err.Error())
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return early(cfg, 1, fmt.Sprintf("make job secret: %v", err))
+	}
+	rec := perf.NewRecorder()
+	tr, err := netio.New(netio.Config{Backend: cfg.NetBackend, Secret: secret, Logger: cfg.Logger})
+	if err != nil {
+		return early(cfg, 1, err.Error())
+	}
+	defer tr.Close()
+	ln, err := tr.Listen(cfg.rootListenAddr())
+	if err != nil {
+		return early(cfg, 1, fmt.Sprintf("listen for agents: %v", err))
+	}
+	defer ln.Close()
+	if cfg.Verbose {
+		b := tr.Backend()
+		fmt.Fprintf(cfg.Stderr, "pmirun: %d nodes via %s, agent links over %s (%s), tree width %d, compression %s\n",
+			K, cfg.Bootstrap, b.Name, b.Reason, cfg.TreeWidth, cfg.Codec)
+	}
+	nodes := make([][]int, K)
+	for n := range nodes {
+		nodes[n] = m.Ranks(n)
+	}
+	r := &rootNode{
+		cfg: cfg, hosts: hosts, rec: rec, tr: tr, codec: codec,
+		conns: make([]netio.Conn, K), in: make(chan frameIn, 256), exits: make(chan bootExit, K),
+		names: agent.NewLocal(), done: make([]bool, K), counters: make([]map[string]int64, K),
+		lastRx: make([]time.Time, K),
+		spec: Spec{
+			JobID: cfg.JobID, Size: cfg.Size, Nodes: nodes, Mapping: m.ProcessMapping(), Usize: cfg.UniverseSize,
+			Prog: cfg.Prog, Args: cfg.Args, Env: cfg.Env, Label: cfg.Label, NoShm: cfg.NoShm,
+			Root: cfg.rootDialAddr(ln.Addr()), TreeWidth: cfg.TreeWidth, Codec: cfg.Codec,
+			NetBackend: cfg.NetBackend, NetTimeout: cfg.NetTimeout, Secret: secret, Verbose: cfg.Verbose,
+		},
+	}
+	r.fate = &fate{stderr: cfg.Stderr, end: r.kill}
+	r.topo, _ = tree.NewTopology(K+1, cfg.TreeWidth)
+	r.lim = tree.Limits{Ranks: cfg.Size, MaxValue: 1 << 20, MaxKey: 1024, MaxTotal: 1 << 31}
+	if r.tnode, err = tree.NewNode(tree.Config{Topology: r.topo, Node: 0, Limits: r.lim}); err != nil {
+		return early(cfg, 1, err.Error())
+	}
+
+	out := newOutput(Config{Stdout: cfg.Stdout, Stderr: cfg.Stderr, Size: 2})
+	cmds, err := cfg.agentCommands(ctx, hosts)
+	if err != nil {
+		return early(cfg, 2, err.Error())
+	}
+	started := 0
+	for i, cmd := range cmds {
+		if err := r.startAgent(i, cmd, out); err != nil {
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start agent on %s: %v", hosts[i], err)})
+			break
+		}
+		started++
+	}
+	rec.Mark("agents started", -1)
+	if started == len(cmds) {
+		r.accept(ctx, ln, K)
+	}
+	r.loop(ctx, started)
+	tr.Close()
+	r.reap(cmds[:started])
+	out.wait(2 * time.Second)
+	if cfg.Verbose {
+		r.printCounters()
+	}
+	report(cfg, rec)
+	if r.fate.failure != nil {
+		return r.fate.failure
+	}
+	return nil
+}
+
+// startAgent starts one bootstrap command with the spec on its stdin
+// (then, for node 0, pmirun's own stdin for rank 0).
+func (r *rootNode) startAgent(i int, cmd *exec.Cmd, out *output) error {
+	var stdin io.Reader = bytes.NewReader(encodeSpec(r.spec))
+	if i == 0 && r.cfg.Stdin != nil {
+		stdin = io.MultiReader(stdin, r.cfg.Stdin)
+	}
+	cmd.Stdin = stdin
+	cmd.WaitDelay = time.Second
+	so, err := out.pipe(-1, false)
+	if err != nil {
+		return err
+	}
+	se, err := out.pipe(-1, true)
+	if err != nil {
+		so.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = so, se
+	cmd.SysProcAttr = sys.RankProcAttr()
+	err = cmd.Start()
+	so.Close()
+	se.Close()
+	if err != nil {
+		return err
+	}
+	go func() { r.exits <- bootExit{i, cmd.Wait()} }()
+	return nil
+}
+
+// accept waits for every agent's hello, then sends them the table.
+func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	type hello struct {
+		c   netio.Conn
+		h   helloMsg
+		err error
+	}
+	hch := make(chan hello, k)
+	go func() {
+		for {
+			c, err := ln.Accept(actx)
+			if err != nil {
+				hch <- hello{err: err}
+				return
+			}
+			go func() {
+				f, err := c.Recv(actx)
+				var h helloMsg
+				if err == nil && f.Type == frameHello {
+					err = decode(f.Payload, &h)
+				} else if err == nil {
+					err = fmt.Errorf("first frame type %d", f.Type)
+				}
+				hch <- hello{c: c, h: h, err: err}
+			}()
+		}
+	}()
+	addrs := make([]string, k)
+	got := 0
+	for got < k {
+		select {
+		case h := <-hch:
+			if h.c == nil {
+				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("only %d of %d agents connected: %v", got, k, h.err)})
+				return
+			}
+			if h.err != nil || h.h.Node < 0 || h.h.Node >= k || r.conns[h.h.Node] != nil {
+				r.cfg.Logger.Warn("refused agent connection", "from", h.c.RemoteAddr(), "err", h.err, "node", h.h.Node)
+				h.c.Close()
+				continue
+			}
+			r.conns[h.h.Node] = h.c
+			addrs[h.h.Node] = h.h.Addr
+			got++
+			if r.cfg.Verbose {
+				fmt.Fprintf(r.cfg.Stderr, "pmirun: node %d (%s, pid %d) up at %s, %d ranks, links over %s\n",
+					h.h.Node, h.h.Host, h.h.PID, h.h.Addr, h.h.Ranks, h.h.NetBE)
+			}
+		case e := <-r.exits:
+			r.exits <- e // loop reports it
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("agent on %s exited before connecting: %v", r.hosts[e.i], e.err)})
+			return
+		case <-actx.Done():
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("only %d of %d agents connected within 30s", got, k)})
+			return
+		}
+	}
+	r.rec.Mark("agents connected", -1)
+	table := encode(tableMsg{Addrs: addrs})
+	now := time.Now()
+	for i, c := range r.conns {
+		r.lastRx[i] = now
+		r.send(i, netio.Frame{Type: frameTable, Payload: table})
+		go func() {
+			for {
+				f, err := c.Recv(context.Background())
+				r.in <- frameIn{from: i, f: f, err: err}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func (r *rootNode) send(i int, f netio.Frame) {
+	c := r.conns[i]
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.NetTimeout)
+	defer cancel()
+	if err := c.Send(ctx, f); err != nil {
+		r.cfg.Logger.Warn("send to agent", "node", i, "err", err)
+	}
+}
+
+// kill tells every agent to end its ranks.
+func (r *rootNode) kill(e *JobError) {
+	r.killed = true
+	for i := range r.conns {
+		if !r.done[i] {
+			r.send(i, netio.Frame{Type: frameKill, Payload: encode(killMsg{Code: e.Code, Msg: e.Msg})})
+		}
+	}
+}
+
+func (r *rootNode) loop(ctx context.Context, started int) {
+	var timeout <-chan time.Time
+	if r.cfg.Timeout > 0 {
+		t := time.NewTimer(r.cfg.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	tick := time.NewTicker(heartbeat)
+	defer tick.Stop()
+	done := ctx.Done()
+	var grace <-chan time.Time
+	exited := 0
+	for exited < started {
+		if r.fate.failure != nil && grace == nil {
+			// Agents get time to end their ranks and report; then their
+			// bootstrap processes are killed.
+			grace = time.After(r.cfg.KillGrace + r.cfg.NetTimeout)
+		}
+		select {
+		case fi := <-r.in:
+			r.frame(fi)
+		case e := <-r.exits:
+			exited++
+			if !r.done[e.i] && r.fate.failure == nil {
+				why := "exited"
+				if e.err != nil {
+					why = e.err.Error()
+				}
+				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: agent %s", e.i, r.hosts[e.i], why)})
+			}
+		case sig := <-r.cfg.Signals:
+			for i := range r.conns {
+				r.send(i, netio.Frame{Type: frameSignal, Payload: encode(signalMsg{Sig: sys.SignalNumber(sig)})})
+			}
+		case <-tick.C:
+			for i := range r.conns {
+				if r.conns[i] == nil || r.done[i] {
+					continue
+				}
+				r.send(i, netio.Frame{Type: frameHeartbeat})
+				if time.Since(r.lastRx[i]) > r.cfg.NetTimeout {
+					r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: no message for %v", i, r.hosts[i], r.cfg.NetTimeout)})
+					r.lastRx[i] = time.Now()
+				}
+			}
+		case <-timeout:
+			timeout = nil
+			r.fate.fail(&JobError{Code: ExitTimeout, Msg: fmt.Sprintf("job timed out after %v", r.cfg.Timeout)})
+		case <-done:
+			done = nil
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
+		case <-grace:
+			return
+		}
+		if r.allDone() {
+			return
+		}
+	}
+}
+
+func (r *rootNode) allDone() bool {
+	for _, d := range r.done {
+		if !d {
+			return false
+		}
+	}
+	return true
+}
+
+// reap waits for the bootstrap processes, killing those that linger.
+func (r *rootNode) reap(cmds []*exec.Cmd) {
+	deadline := time.After(r.cfg.NetTimeout)
+	pending := 0
+	for _, c := range cmds {
+		if c.ProcessState == nil {
+			pending++
+		}
+	}
+	for pending > 0 {
+		select {
+		case <-r.exits:
+			pending--
+		case <-deadline:
+			for _, c := range cmds {
+				if c.ProcessState == nil && c.Process != nil {
+					_ = sys.SignalGroup(c.Process.Pid, sys.SIGKILL)
+				}
+			}
+			deadline = nil
+		}
+	}
+}
+
+func (r *rootNode) frame(fi frameIn) {
+	i := fi.from
+	if fi.err != nil {
+		if !r.done[i] && r.fate.failure == nil {
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", i, r.hosts[i], fi.err)})
+		}
+		return
+	}
+	r.lastRx[i] = time.Now()
+	switch fi.f.Type {
+	case frameHeartbeat:
+	case frameEvent:
+		var e eventMsg
+		if err := decode(fi.f.Payload, &e); err != nil {
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad event: %v", i, err)})
+			return
+		}
+		switch e.Kind {
+		case evkInit:
+			r.rec.Mark(perf.PhaseInit, e.Rank)
+		case evkFinal:
+			r.rec.Mark(perf.PhaseFinalize, e.Rank)
+		case evkExit:
+			r.rec.Mark(perf.PhaseRankExit, e.Rank)
+		}
+		r.fate.event(e)
+	case frameDone:
+		r.done[i] = true
+		var c map[string]int64
+		if decode(fi.f.Payload, &c) == nil {
+			r.counters[i] = c
+		}
+		r.conns[i].Close()
+	case frameName:
+		var m nameMsg
+		if err := decode(fi.f.Payload, &m); err != nil {
+			return
+		}
+		resp := nameMsg{ID: m.ID, Op: "", Name: m.Name}
+		var err error
+		switch m.Op {
+		case "publish":
+			err = r.names.Publish(m.Name, m.Port)
+		case "unpublish":
+			err = r.names.Unpublish(m.Name)
+		case "lookup":
+			resp.Port, err = r.names.Lookup(m.Name)
+		default:
+			err = fmt.Errorf("unknown name operation %q", m.Op)
+		}
+		if errors.Is(err, agent.ErrNameNotFound) {
+			resp.NotFound = true
+		} else if err != nil {
+			resp.Err = err.Error()
+		}
+		r.send(i, netio.Frame{Type: frameName, Payload: encode(resp)})
+	case frameTree:
+		m, err := tree.DecodeMsg(fi.f.Payload)
+		if err != nil {
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad tree message: %v", i, err)})
+			return
+		}
+		// The root has no ranks: it contributes an empty set to every
+		// epoch it has not seen yet, in order.
+		for r.contrib[m.Kind] < m.Epoch {
+			r.contrib[m.Kind]++
+			var empty []byte
+			if m.Kind == tree.Fence {
+				empty, _ = tree.AppendKVs(nil, nil)
+			} else {
+				empty, _ = tree.AppendEntries(nil, nil)
+			}
+			rd, err := r.tnode.Contribute(m.Kind, r.contrib[m.Kind], empty)
+			if err != nil {
+				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("tree: %v", err)})
+				return
+			}
+			r.ready(rd)
+		}
+		rd, err := r.tnode.Step(m)
+		if err != nil {
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("tree: %v", err)})
+			return
+		}
+		r.ready(rd)
+	default:
+		r.cfg.Logger.Warn("unexpected frame from agent", "node", i, "type", fi.f.Type)
+	}
+}
+
+// ready sends the root's tree messages; a gathered epoch is compressed
+// once and broadcast.
+func (r *rootNode) ready(rd tree.Ready) {
+	for _, m := range rd.Msgs {
+		r.send(m.To-1, netio.Frame{Type: frameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
+	}
+	for _, ev := range rd.Events {
+		if ev.Type != tree.EventGathered {
+			continue
+		}
+		z, err := netio.Compress(r.codec, nil, ev.Payload)
+		if err != nil {
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("compress broadcast: %v", err)})
+			return
+		}
+		r.rec.Add("bcast.bytes.raw", int64(len(ev.Payload)))
+		r.rec.Add("bcast.bytes.sent", int64(len(z)))
+		if ev.Kind == tree.Fence {
+			r.rec.Mark(perf.PhaseFenceDone, -1)
+		}
+		rd2, err := r.tnode.Broadcast(ev.Kind, ev.Epoch, z)
+		if err != nil {
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("tree: %v", err)})
+			return
+		}
+		r.ready(rd2)
+	}
+}
+
+// printCounters prints each node's network counters (--verbose).
+func (r *rootNode) printCounters() {
+	for i, c := range r.counters {
+		if c == nil {
+			continue
+		}
+		keys := make([]string, 0, len(c))
+		for k := range c {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		for _, k := range keys {
+			fmt.Fprintf(&b, " %s=%d", k, c[k])
+		}
+		fmt.Fprintf(r.cfg.Stderr, "pmirun: node %d counters:%s\n", i, b.String())
+	}
+	raw, sent := r.rec.Counter("bcast.bytes.raw"), r.rec.Counter("bcast.bytes.sent")
+	if raw > 0 {
+		fmt.Fprintf(r.cfg.Stderr, "pmirun: broadcast bytes raw %d, sent %d (%.2fx)\n", raw, sent, float64(raw)/float64(max(sent, 1)))
+	}
+}
