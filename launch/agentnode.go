@@ -99,6 +99,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		Size: spec.Size, Prog: spec.Prog, Args: spec.Args, Env: spec.Env, Label: spec.Label,
 		UniverseSize: spec.Usize, JobID: spec.JobID, NoShm: spec.NoShm,
 		Stdout: o.Stdout, Stderr: o.Stderr, Logger: o.Logger, Verbose: spec.Verbose,
+		Virtual: spec.Virtual, VirtualRounds: spec.VirtualRounds,
 	}
 	if idx == 0 {
 		cfg.Stdin = br
@@ -266,6 +267,9 @@ func (a *agentNode) emit(e eventMsg) {
 func (a *agentNode) loop(ctx context.Context) error {
 	spec := a.spec
 	path, err := lookProg(spec.Prog)
+	if spec.Virtual != "" {
+		path, err = "virtual", nil
+	}
 	if err != nil {
 		a.emit(eventMsg{Kind: evkStartErr, Rank: spec.Nodes[a.idx][0], Msg: fmt.Sprintf("cannot run %q: %v", spec.Prog, err)})
 	}

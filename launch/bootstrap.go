@@ -51,6 +51,10 @@ type Spec struct {
 	NetTimeout time.Duration `json:"nettimeout"`
 	Secret     []byte        `json:"secret"`
 	Verbose    bool          `json:"verbose"`
+	// Virtual names a built-in workload run by goroutine ranks (the scale
+	// benchmark) instead of forking Prog.
+	Virtual       string `json:"virtual,omitempty"`
+	VirtualRounds int    `json:"virtual_rounds,omitempty"`
 }
 
 // hostList returns the nodes of a multi-node job: names for ssh,

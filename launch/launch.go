@@ -80,6 +80,12 @@ type Config struct {
 	PmidPath   string        // pmid on the nodes; default: next to pmirun, else on PATH
 	RootAddr   string        // address agents dial pmirun at; default: first non-loopback address
 
+	// Virtual runs the ranks as goroutines inside each agent, each using
+	// the real shared-memory client, instead of processes (the scale
+	// benchmark); it names the workload (see virtual.go).
+	Virtual       string
+	VirtualRounds int
+
 	// KillGrace is how long ranks get between SIGTERM and SIGKILL when the
 	// job is ended. Default 500ms.
 	KillGrace time.Duration

@@ -36,6 +36,9 @@ type node struct {
 	local    map[int]int       // global rank → local index
 	killing  bool
 	killTime <-chan time.Time
+
+	// virtualStop cancels goroutine ranks (Config.Virtual), or is nil.
+	virtualStop func()
 }
 
 type nodeSpec struct {
@@ -106,6 +109,10 @@ func newNode(cfg Config, spec nodeSpec, rec *perf.Recorder, emit func(eventMsg))
 // start forks every local rank. A rank that cannot start is reported and
 // the ranks after it are not started.
 func (n *node) start(path string) {
+	if n.cfg.Virtual != "" {
+		n.startVirtual()
+		return
+	}
 	for i, g := range n.ranks {
 		p, err := startRank(n.cfg, path, n.env, g, i, n.ag, n.out, n.seg)
 		if err != nil {
@@ -162,9 +169,12 @@ func (n *node) killNow() {
 
 func (n *node) signal(sig os.Signal) {
 	for _, p := range n.procs {
-		if !p.exited {
+		if !p.exited && p.pid > 0 { // virtual ranks have no process
 			_ = sys.SignalGroup(p.pid, sig)
 		}
+	}
+	if n.virtualStop != nil && (sig == sys.SIGTERM || sig == sys.SIGKILL) {
+		n.virtualStop()
 	}
 }
 
