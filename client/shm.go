@@ -32,6 +32,8 @@ type shmTransport struct {
 	resp  shm.Msg           // the response waited for, copied out
 	buf   []byte            // response payload copy
 	got   bool
+	// virtual: the segment belongs to the caller (NewVirtual).
+	virtual bool
 }
 
 func newShmTransport(info *Info, fdEnv string) (*shmTransport, error) {
@@ -302,4 +304,26 @@ func (t *shmTransport) finalize(ctx context.Context) error {
 	}
 	t.r.SetState(shm.RankFinalized)
 	return nil
+}
+
+// NewVirtual returns a client for local rank info.LocalRank of a segment
+// this process already mapped: a "virtual rank", one goroutine of a
+// process that plays many ranks (the scale benchmark). Each virtual rank
+// needs its own Client; they share seg, which the caller closes after every
+// client finalized.
+func NewVirtual(seg *shm.Segment, info Info) (*Client, error) {
+	p := seg.Params()
+	if info.LocalRank < 0 || info.LocalRank >= p.LocalRanks || p.WorldSize != info.Size {
+		return nil, &Error{Op: "init", Rank: info.Rank, Err: fmt.Errorf("local rank %d of a segment with %d local ranks of %d, job of %d",
+			info.LocalRank, p.LocalRanks, p.WorldSize, info.Size)}
+	}
+	info.Transport, info.Extensions = "shm", true
+	c := &Client{info: info}
+	t := &shmTransport{info: &c.info, seg: seg, r: seg.Rank(info.LocalRank), errs: make(map[uint32]string), virtual: true}
+	t.r.Announce()
+	if err := t.push(shm.Header{Op: shm.OpHello}, nil); err != nil {
+		return nil, &Error{Op: "init", Rank: info.Rank, Err: err}
+	}
+	c.t = t
+	return c, nil
 }
