@@ -28,7 +28,8 @@ type node struct {
 	rec   *perf.Recorder
 	out   *output
 	env   []string
-	seg   *os.File // shared-memory segment passed to ranks, or nil
+	seg   *os.File     // shared-memory segment passed to ranks, or nil
+	shm   *shm.Segment // the segment itself (goroutine ranks map it in place)
 	evch  chan event
 	emit  func(eventMsg)
 
@@ -88,6 +89,7 @@ func newNode(cfg Config, spec nodeSpec, rec *perf.Recorder, emit func(eventMsg))
 			return nil, err
 		}
 		n.seg = seg.File()
+		n.shm = seg
 		fd := 4
 		if cfg.PMIPort {
 			fd = 3
