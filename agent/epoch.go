@@ -171,15 +171,19 @@ func (a *Agent) deliverLocked(out *outbox, c *epochColl) {
 	if c.err == nil && c.kind == kindAllgather {
 		a.agSeq++
 	}
-	if a.epochSink != nil {
-		a.epochSink(c.epoch, c.kind == kindAllgather, c.values, c.err)
-	}
+	// Answer the ranks before publishing: an allgather's values may be
+	// views into the shared-memory input slots, which a rank may reuse as
+	// soon as the epoch is published.
 	for rs, e := range c.entered {
 		e.done(out, c.err, c)
 		if c.err == nil && c.kind == kindFence && a.rec != nil {
 			a.rec.Mark(perf.PhaseFenceDone, rs.global)
 		}
 	}
+	if a.epochSink != nil {
+		a.epochSink(c.epoch, c.kind == kindAllgather, c.values, c.err)
+	}
+	c.values = nil
 	// Ranks that never entered a failed epoch skip it on entry.
 	if c.err != nil {
 		for _, p := range a.ranks {

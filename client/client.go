@@ -20,8 +20,9 @@
 // Lifetimes. Init returns a client bound to the process's PMI connection;
 // Finalize ends it (further calls fail with ErrFinalized). A Values from
 // Allgather is a view into shared memory that stays valid until this rank
-// starts its second allgather after the one that produced it (results are
-// double-buffered); copy what must live longer.
+// starts its second collective (fence or allgather) after the one that
+// produced it: fences and allgathers share one epoch sequence and results
+// are double-buffered by epoch; copy what must live longer.
 //
 // The client never imports the agent or the network transport: a rank pays
 // only for what it uses.

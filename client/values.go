@@ -5,7 +5,8 @@ import "github.com/fastpmi/fastpmi/shm"
 // Values is an allgather's result: every rank's value, indexed by rank.
 // On shared memory it is a view straight into the segment's result array:
 // At returns a slice of shared memory, valid until this rank starts its
-// second allgather after the one that produced it. Do not modify it.
+// second collective (fence or allgather) after the one that produced it.
+// Do not modify it.
 type Values struct {
 	n     int
 	rank  *shm.Rank // shared memory view, or nil

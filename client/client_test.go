@@ -1,0 +1,125 @@
+package client_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/launch"
+)
+
+// Every test below starts real jobs: launch.Run with the agent in this
+// process and the ranks as processes of this test binary (see TestMain),
+// over shared memory, over PMI-2 text (NoShm), and mixed (odd ranks drop
+// FASTPMI_SHM_FD and speak text to the agent the even ranks reach through
+// shared memory: one KVS, one epoch sequence for both).
+
+func TestAllgather(t *testing.T) { forEach(t, "allgather", 1, 2, 5, 16) }
+
+func TestNonBlocking(t *testing.T) { forEach(t, "nonblocking", 1, 4) }
+
+func TestEpochsAlternate(t *testing.T) { forEach(t, "epochs", 3) }
+
+// TestValuesLifetime checks the documented lifetime of a Values view: it
+// stays valid while this rank starts one more collective (here a fence)
+// after the one that produced it.
+func TestValuesLifetime(t *testing.T) { forEach(t, "lifetime", 2) }
+
+func TestRing(t *testing.T) { forEach(t, "ring", 1, 3, 8) }
+
+func TestPutFenceGet(t *testing.T) { forEach(t, "kvs", 1, 5) }
+
+func TestWaitForPut(t *testing.T) { forEach(t, "waitget", 3) }
+
+func TestPublishLookup(t *testing.T) { forEach(t, "names", 3) }
+
+func TestJobAttr(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			job{scenario: "jobattr", n: 3, transport: tr.name, universe: jobUniverse}.runOK(t)
+		})
+	}
+}
+
+func TestLimitsAndFinalize(t *testing.T) { forEach(t, "limits", 2) }
+
+// TestSingleton runs a rank with no launcher environment at all.
+func TestSingleton(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") || strings.HasPrefix(k, "MPI_") || k == "FASTPMI_SHM_FD" {
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, envScenario+"=singleton", envTransport+"=singleton")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("singleton: %v\n%s", err, out)
+	}
+}
+
+// TestAbort: one rank's Abort(5, "x") ends the job with exit code 5 while
+// the others wait in a fence.
+func TestAbort(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t0 := time.Now()
+			out, err := job{scenario: "abort", n: 3, transport: tr.name}.run(t)
+			if code := launch.ExitCode(err); code != abortCode {
+				t.Fatalf("exit code %d (%v), want %d\n%s", code, err, abortCode, out)
+			}
+			if !strings.Contains(err.Error(), "abort") || !strings.Contains(err.Error(), "rank 1") {
+				t.Errorf("job error %q does not name rank 1's abort", err)
+			}
+			if d := time.Since(t0); d > rankTimeout/2 {
+				t.Errorf("abort took %v to end the job", d)
+			}
+		})
+	}
+}
+
+// TestImportRule keeps the agent and the network transport out of ranks'
+// binaries: the client must not depend on them.
+func TestImportRule(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go command not in PATH")
+	}
+	out, err := exec.Command(gobin, "list", "-deps", "github.com/fastpmi/fastpmi/client").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 5 || !contains(deps, "github.com/fastpmi/fastpmi/shm") {
+		t.Fatalf("go list -deps gave an implausible list: %q", deps)
+	}
+	for _, d := range deps {
+		for _, banned := range []string{
+			"github.com/fastpmi/fastpmi/agent",
+			"github.com/fastpmi/fastpmi/netio",
+			"github.com/fastpmi/fastpmi/launch",
+			"github.com/pawelgaczynski/giouring",
+		} {
+			if d == banned || strings.HasPrefix(d, banned+"/") {
+				t.Errorf("client depends on %s", d)
+			}
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
