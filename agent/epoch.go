@@ -167,6 +167,17 @@ func (a *Agent) deliverLocked(out *outbox, c *epochColl) {
 	if c.err == nil && c.kind == kindFence {
 		a.commitLocked(out, c.puts)
 		a.fenceSeq++
+		if a.seg != nil {
+			// The node KVS in shared memory: ranks read fenced keys in
+			// place once the epoch is published. A key that does not fit
+			// (table full, too long) is still served by the agent.
+			sa := a.seg.Agent()
+			for _, kv := range c.puts {
+				if err := sa.KVSReplace([]byte(kv.Key), []byte(kv.Val), uint32(c.epoch)); err != nil {
+					a.rec.Add("shm.kvs.skipped", 1)
+				}
+			}
+		}
 	}
 	if c.err == nil && c.kind == kindAllgather {
 		a.agSeq++

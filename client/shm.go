@@ -236,6 +236,12 @@ func (t *shmTransport) call(ctx context.Context, op, flags uint16, payload []byt
 }
 
 func (t *shmTransport) get(ctx context.Context, key string, o getOpts) ([]byte, error) {
+	// Fenced keys are read in place from the node KVS; anything else (a
+	// sparse key, a key that did not fit the table, a late put) is asked
+	// of the agent.
+	if v, ok := t.r.Lookup(keyBytes(key)); ok {
+		return append([]byte(nil), v...), nil
+	}
 	var flags uint16
 	if o.wait {
 		flags = shm.GetWait
@@ -327,3 +333,6 @@ func NewVirtual(seg *shm.Segment, info Info) (*Client, error) {
 	c.t = t
 	return c, nil
 }
+
+// keyBytes converts a key for a lookup that only reads it.
+func keyBytes(s string) []byte { return []byte(s) }

@@ -78,7 +78,10 @@ func newNode(cfg Config, spec nodeSpec, rec *perf.Recorder, emit func(eventMsg))
 	n.out = newOutput(cfg)
 	n.env = baseEnv(cfg, spec.size, len(spec.ranks))
 	if !cfg.NoShm {
-		seg, err := shm.Create(shm.Params{LocalRanks: len(spec.ranks), WorldSize: spec.size, FirstEpoch: 1})
+		// The node KVS holds a few keys per rank (its entries are not
+		// pre-faulted: unused capacity costs address space, not memory).
+		kvs := min(max(4*shm.DefaultKVSCapacity, 16*spec.size), 1<<20)
+		seg, err := shm.Create(shm.Params{LocalRanks: len(spec.ranks), WorldSize: spec.size, KVSCapacity: kvs, FirstEpoch: 1})
 		if err != nil {
 			ag.Close()
 			return nil, fmt.Errorf("create shared memory: %w (run with --no-shm to use PMI_FD only)", err)

@@ -54,6 +54,21 @@ func (s *Segment) kvsFind(key []byte, h uint64) (off, empty uint64, found bool) 
 	return 0, uint64(s.l.kvsBuckets), false
 }
 
+// kvsBucketOf returns the bucket that points at the entry at off, found by
+// probing from h as kvsFind does (kvsBuckets if none does).
+func (s *Segment) kvsBucketOf(off, h uint64) uint64 {
+	mask := uint64(s.l.kvsBuckets - 1)
+	want := uint32((off-s.l.kvsEntryOff)/s.l.kvsEntryBytes + 1)
+	b := h & mask
+	for range s.l.kvsBuckets {
+		if s.u32(s.l.kvsIndexOff+4*b).Load() == want {
+			return b
+		}
+		b = (b + 1) & mask
+	}
+	return uint64(s.l.kvsBuckets)
+}
+
 // kvsValue returns the value of the entry at off and its epoch.
 func (s *Segment) kvsValue(off uint64) ([]byte, uint32, bool) {
 	le := binary.LittleEndian
@@ -70,17 +85,54 @@ func (s *Segment) kvsValue(off uint64) ([]byte, uint32, bool) {
 // visible: ranks see it once the agent publishes that epoch. Keys are
 // unique (ErrKeyExists); the table holds KVSCapacity entries (ErrKVSFull).
 func (a *Agent) KVSPut(key, value []byte, epoch uint32) error {
+	return a.kvsPut(key, value, epoch, false)
+}
+
+// KVSReplace is KVSPut that also replaces the value of an existing key (a
+// key put again in a later fence): the new value goes into a new entry and
+// the key's bucket is swung to it with one atomic store, so a reader sees
+// either the old entry or the new one, each complete. Until the new
+// entry's epoch is published a rank's Lookup reports the key absent (and
+// the rank asks the agent, which already holds the new value).
+func (a *Agent) KVSReplace(key, value []byte, epoch uint32) error {
+	return a.kvsPut(key, value, epoch, true)
+}
+
+// kvsTombstone marks a bucket whose key was withdrawn: probes pass over it
+// (it is not empty) and never match it (it names no entry).
+const kvsTombstone = ^uint32(0)
+
+func (a *Agent) kvsPut(key, value []byte, epoch uint32, replace bool) error {
 	s := a.s
-	if len(key) > s.l.kvsKeyMax || len(value) > s.l.maxValue {
+	if len(key) > s.l.kvsKeyMax {
 		return ErrTooLarge
 	}
 	h := fnv1a(key)
-	_, empty, found := s.kvsFind(key, h)
+	old, empty, found := s.kvsFind(key, h)
 	if found {
-		return ErrKeyExists
+		if !replace {
+			return ErrKeyExists
+		}
+		if v, _, ok := s.kvsValue(old); ok && bytes.Equal(v, value) {
+			return nil // same value: nothing to publish
+		}
+		// The bucket that points at the old entry takes the new one.
+		empty = s.kvsBucketOf(old, h)
 	}
-	if a.kvsN >= s.l.kvsCap || empty >= uint64(s.l.kvsBuckets) {
-		return ErrKVSFull
+	var err error
+	switch {
+	case len(value) > s.l.maxValue:
+		err = ErrTooLarge
+	case a.kvsN >= s.l.kvsCap || empty >= uint64(s.l.kvsBuckets):
+		err = ErrKVSFull
+	}
+	if err != nil {
+		if found && empty < uint64(s.l.kvsBuckets) {
+			// The old value must not stay readable: withdraw the key, so
+			// ranks ask the agent for it.
+			s.u32(s.l.kvsIndexOff + 4*empty).Store(kvsTombstone)
+		}
+		return err
 	}
 	n := uint64(a.kvsN)
 	off := s.l.kvsEntryOff + n*s.l.kvsEntryBytes
