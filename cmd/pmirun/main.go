@@ -7,7 +7,8 @@
 // their output line by line, stdin to rank 0 and SIGINT/SIGTERM/SIGHUP to
 // every rank, and exits with the first failing rank's code (128+signal for
 // a rank killed by a signal, 124 on --timeout), else 0. See the README for
-// every option.
+// every option. FASTPMI_CPUPROFILE=FILE writes a CPU profile of pmirun
+// itself (go tool pprof) to show where the launcher spends its time.
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 
 	"github.com/fastpmi/fastpmi/internal/cli"
 	"github.com/fastpmi/fastpmi/internal/sys"
@@ -34,6 +36,14 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "pmirun: %v\n", err)
 		return 2
 	}
+	if path := os.Getenv("FASTPMI_CPUPROFILE"); path != "" {
+		stop, err := startProfile(path)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "pmirun: %v\n", err)
+			return 2
+		}
+		defer stop()
+	}
 	level := slog.LevelWarn
 	if cfg.Verbose {
 		level = slog.LevelInfo
@@ -45,4 +55,16 @@ func run() int {
 	cfg.Signals = sigs
 	err = launch.Run(context.Background(), cfg)
 	return launch.ExitCode(err)
+}
+
+func startProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
