@@ -65,7 +65,6 @@ type agentNode struct {
 	fenceCB map[uint64]func([]agent.KV, error)
 	agCB    map[uint64]func([][]byte, error)
 	ringCB  func(agent.RingOut, error)
-	ringIn  []agent.RingIn
 	names   map[uint64]chan nameMsg
 	nameID  uint64
 	lastRx  map[int]time.Time
@@ -335,21 +334,31 @@ func (a *agentNode) loop(ctx context.Context) error {
 	if !rootLost {
 		counters := a.rec.Counters()
 		a.send(-1, netio.Frame{Type: frameDone, Payload: encode(counters)})
-		// Wait (boundedly) for pmirun to close the link, so the done frame
-		// is not lost with the process.
-		deadline := time.After(spec.NetTimeout)
+		// Stay until pmirun closes the link, when every node is done: a
+		// node that leaves early would look lost to the peers still
+		// running. Heartbeats go on meanwhile; a pmirun silent for
+		// --net-timeout ends the wait.
 		for {
 			select {
 			case fi := <-a.in:
-				if fi.err != nil && fi.from < 0 {
+				if fi.from < 0 {
+					if fi.err != nil {
+						return nil
+					}
+					a.lastRx[-1] = time.Now()
+				}
+			case <-tick.C:
+				a.send(-1, netio.Frame{Type: frameHeartbeat})
+				for p := range a.peers {
+					a.send(p, netio.Frame{Type: frameHeartbeat})
+				}
+				if time.Since(a.lastRx[-1]) > spec.NetTimeout {
 					return nil
 				}
-				continue
-			case <-deadline:
+			case <-ctx.Done():
+				return nil
 			}
-			break
 		}
-		return nil
 	}
 	return errors.New("lost the connection to pmirun")
 }

@@ -41,7 +41,8 @@ type rootNode struct {
 	contrib [3]uint64 // epochs the root contributed, by tree.Kind
 
 	names    *agent.Local
-	done     []bool
+	done     []bool // the node's agent reported its counters (its ranks ended)
+	gone     []bool // the node's bootstrap process exited
 	counters []map[string]int64
 	lastRx   []time.Time
 	killed   bool
@@ -125,7 +126,7 @@ func runMulti(ctx context.Context, cfg Config) error {
 	r := &rootNode{
 		cfg: cfg, hosts: hosts, rec: rec, tr: tr, codec: codec,
 		conns: make([]netio.Conn, K), in: make(chan frameIn, 256), exits: make(chan bootExit, K),
-		names: agent.NewLocal(), done: make([]bool, K), counters: make([]map[string]int64, K),
+		names: agent.NewLocal(), done: make([]bool, K), gone: make([]bool, K), counters: make([]map[string]int64, K),
 		lastRx: make([]time.Time, K),
 		spec: Spec{
 			JobID: cfg.JobID, Size: cfg.Size, Nodes: nodes, Mapping: m.ProcessMapping(), Usize: cfg.UniverseSize,
@@ -325,6 +326,7 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 			r.frame(fi)
 		case e := <-r.exits:
 			exited++
+			r.gone[e.i] = true
 			if !r.done[e.i] && r.fate.failure == nil {
 				why := "exited"
 				if e.err != nil {
@@ -338,11 +340,11 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 			}
 		case <-tick.C:
 			for i := range r.conns {
-				if r.conns[i] == nil || r.done[i] {
+				if r.conns[i] == nil {
 					continue
 				}
 				r.send(i, netio.Frame{Type: frameHeartbeat})
-				if time.Since(r.lastRx[i]) > r.cfg.NetTimeout {
+				if !r.done[i] && time.Since(r.lastRx[i]) > r.cfg.NetTimeout {
 					r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: no message for %v", i, r.hosts[i], r.cfg.NetTimeout)})
 					r.lastRx[i] = time.Now()
 				}
@@ -362,9 +364,11 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 	}
 }
 
+// allDone reports whether every node is done or gone: the agents still
+// up wait for pmirun to close their links before they exit.
 func (r *rootNode) allDone() bool {
-	for _, d := range r.done {
-		if !d {
+	for i, d := range r.done {
+		if !d && !r.gone[i] {
 			return false
 		}
 	}
@@ -427,7 +431,8 @@ func (r *rootNode) frame(fi frameIn) {
 		if decode(fi.f.Payload, &c) == nil {
 			r.counters[i] = c
 		}
-		r.conns[i].Close()
+		// The link stays open until every node is done (the agent waits
+		// for that, so its peers never see it leave early).
 	case frameName:
 		var m nameMsg
 		if err := decode(fi.f.Payload, &m); err != nil {

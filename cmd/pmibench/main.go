@@ -34,6 +34,9 @@
 // either), and names the column "hydra" only if the help text says Hydra,
 // else "mpiexec".
 //
+// With -scale pmibench instead runs many loopback agents with goroutine
+// ranks and reports time, bytes and messages per collective; see scale.go.
+//
 // Example (what "make bench" runs):
 //
 //	pmibench -n 1,4,16,64,128 -runs 10 -pmirun build/bin/pmirun \
@@ -106,15 +109,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.markdown, "markdown", false, "print the table as markdown")
 	fs.StringVar(&o.jsonPath, "json", "", "write every raw sample as JSON to this file")
 	fs.BoolVar(&o.verbose, "v", false, "print every run as it finishes")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: pmibench [options]\n\nTimes pmirun against Hydra's mpiexec, alternating runs.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec, alternating runs."); err != nil {
 		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("parse arguments: unexpected %q", fs.Arg(0))
 	}
 	var err error
 	if o.ns, err = parseInts(*nList); err != nil {
@@ -139,6 +135,22 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 }
 
 // parseInts parses a comma-separated list of positive integers.
+// parseFlagSet parses args with fs, whose usage text is usage and about
+// then the flags; arguments beyond the flags are an error.
+func parseFlagSet(fs *flag.FlagSet, args []string, usage, about string) error {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s\n\n%s\n\n", usage, about)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("parse arguments: unexpected %q", fs.Arg(0))
+	}
+	return nil
+}
+
 func parseInts(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
@@ -162,6 +174,9 @@ func parseInts(s string) ([]int, error) {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if rest, ok := scaleArgs(args); ok {
+		return runScale(ctx, rest, stdout, stderr)
+	}
 	o, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,8 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	fs.StringVar(&cfg.PmidPath, "pmid", "", "path of pmid on the nodes (default: next to pmirun, else on PATH)")
 	fs.StringVar(&cfg.RootAddr, "root-addr", "", "address agents reach pmirun at (default: first non-loopback address)")
 	fs.IntVar(&cfg.UniverseSize, "usize", -1, "universe size answered to get_universe_size (-1 = unlimited)")
+	fs.StringVar(&cfg.Virtual, "virtual", "", "run the ranks as goroutines inside the agents, playing `WORKLOAD` ("+strings.Join(launch.VirtualWorkloads(), ", ")+"); the program is not run")
+	fs.IntVar(&cfg.VirtualRounds, "virtual-rounds", 0, fmt.Sprintf("timed rounds of the --virtual workload (default %d)", launch.DefaultVirtualRounds))
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: %s -n N [options] program [args...]\n\noptions:\n", name)
 		fs.PrintDefaults()
@@ -92,6 +95,12 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	}
 	if cfg.UniverseSize == 0 || cfg.UniverseSize < -1 {
 		return cfg, fmt.Errorf("invalid --usize %d: want a positive number or -1", cfg.UniverseSize)
+	}
+	if cfg.Virtual != "" && !slices.Contains(launch.VirtualWorkloads(), cfg.Virtual) {
+		return cfg, fmt.Errorf("invalid --virtual %q: want one of %s", cfg.Virtual, strings.Join(launch.VirtualWorkloads(), ", "))
+	}
+	if cfg.VirtualRounds < 0 {
+		return cfg, fmt.Errorf("invalid --virtual-rounds %d", cfg.VirtualRounds)
 	}
 	return cfg, nil
 }

@@ -8,8 +8,10 @@
  *     rank as hint (and our job id) and with PMI2_ID_NULL (and no job id).
  *  4. Job attributes: PMI_process_mapping parsed (vector form, including
  *     repeats and the legacy cyclic wrap); all ranks on node 0 unless
- *     EXPECT_NNODES says otherwise; MPI_LOCALNRANKS / MPI_LOCALRANKID, if
- *     set, agree with it. universeSize is found and equals EXPECT_USIZE
+ *     EXPECT_NNODES says otherwise; with EXPECT_PLACEMENT=block (ranks
+ *     filled node by node, ceil(size/nodes) per node) or cyclic (rank r on
+ *     node r mod nodes) it must place every rank so; MPI_LOCALNRANKS /
+ *     MPI_LOCALRANKID, if set, agree with it. universeSize is found and equals EXPECT_USIZE
  *     when that is set.
  *  5. Node attributes: the first rank of each node puts nodekey, the
  *     others read it with wait; a missing node attribute without wait is
@@ -306,6 +308,18 @@ int main(void)
             maxnode = node[r];
     if (maxnode + 1 != nnodes_want)
         die("\"%s\" places %d ranks on %d nodes, want %d", val, size, maxnode + 1, nnodes_want);
+    const char *placement = getenv("EXPECT_PLACEMENT");
+    if (placement != NULL && *placement != '\0') {
+        int cyclic = strcmp(placement, "cyclic") == 0, ppn = (size + nnodes_want - 1) / nnodes_want;
+        if (!cyclic && strcmp(placement, "block") != 0)
+            die("EXPECT_PLACEMENT=%s: want block or cyclic", placement);
+        for (int r = 0; r < size; r++) {
+            int want_node = cyclic ? r % nnodes_want : r / ppn;
+            if (node[r] != want_node)
+                die("\"%s\" puts rank %d on node %d, %s placement on %d nodes wants %d", val, r, node[r], placement,
+                    nnodes_want, want_node);
+        }
+    }
     int nlocal = 0, localid = -1, leader = -1;
     for (int r = 0; r < size; r++)
         if (node[r] == node[rank]) {

@@ -69,7 +69,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build compiles pmirun and every C program into dir. A missing MPI or
+// build compiles pmirun, pmid, the Go test ranks and every C program
+// into dir. A missing MPI or
 // libpmi2 installation is an error, never a skip.
 func build(dir string) error {
 	root, err := moduleRoot()
@@ -91,10 +92,20 @@ func build(dir string) error {
 	if err != nil {
 		return fmt.Errorf("go not found to build pmirun: %v", err)
 	}
-	cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, "pmirun"), "./cmd/pmirun")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/pmirun: %v\n%s", err, out)
+	// pmid goes next to pmirun, where pmirun looks for it; the Go test
+	// ranks beside them.
+	for _, b := range []struct{ out, pkg string }{
+		{"pmirun", "./cmd/pmirun"},
+		{"pmid", "./cmd/pmid"},
+		{"hello", "./examples/hello"},
+		{"multiprog", "./tests/e2e/multiprog"},
+		{"pmibench", "./cmd/pmibench"},
+	} {
+		cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
 	}
 
 	src := filepath.Join(root, "tests", "cprog")
@@ -135,6 +146,13 @@ type job struct {
 	env     []string      // added to pmirun's environment
 	stdin   io.Reader     // pmirun's stdin; nil means /dev/null
 	timeout time.Duration // the job must end by then; default 60 s
+	// wrap, if set, is a command prefix pmirun runs under, such as
+	// "ip netns exec NS" to run it inside a test host.
+	wrap []string
+	// markAgents puts the job's marker in pmirun's own environment too,
+	// so the agents (pmid) it starts carry it and the survivor check
+	// covers them.
+	markAgents bool
 }
 
 // result is how a job ended.
@@ -302,8 +320,12 @@ func start(t *testing.T, j job) *running {
 	r := &running{t: t, marker: newMarker(), notify: make(chan struct{}), readerD: make(chan struct{})}
 	r.args = append([]string{"--env", markerVar + "=" + r.marker}, j.args...)
 	r.ctx, r.cancel = context.WithTimeout(context.Background(), j.timeout)
-	r.cmd = exec.CommandContext(r.ctx, pmirun(), r.args...)
+	argv := append(append(append([]string{}, j.wrap...), pmirun()), r.args...)
+	r.cmd = exec.CommandContext(r.ctx, argv[0], argv[1:]...)
 	r.cmd.Env = callerEnv(j.env)
+	if j.markAgents {
+		r.cmd.Env = append(r.cmd.Env, markerVar+"="+r.marker)
+	}
 	r.cmd.Stdin = j.stdin
 	r.cmd.Stderr = &r.stderr
 	// Ranks that outlive pmirun would hold its output pipes open; do not

@@ -1,0 +1,617 @@
+package main
+
+// Scale mode: many agents × many ranks on one machine.
+//
+//	pmibench -scale [-nodes 4,16,64] [-ppn 16,64,128,256] [-ops allgather,fence,ring,iallgather]
+//	         [-rounds 10] [-netio net,uring] [-compress auto] [-tree-width 8]
+//	         [-max-p 0] [-net-timeout 60s] [-timeout 300s] [-pmirun PATH]
+//	         [-markdown] [-json FILE] [-v]
+//
+// For every K in -nodes, ranks per node in -ppn, operation in -ops and
+// agent-link backend in -netio it runs
+//
+//	pmirun --bootstrap loopback --nodes K -n K*PPN --ppn PPN --virtual OP \
+//	       --virtual-rounds R --verbose --netio B --compress C --net-timeout T true
+//
+// K agents (pmid) on 127.0.0.1, each playing its PPN ranks as goroutines
+// that use the real shared-memory client (launch.Config.Virtual). Global
+// rank 0 prints one "fastpmi-scale ..." line with its per-round times
+// (after launch.VirtualWarmupRounds untimed rounds); --verbose makes
+// pmirun print every node's counters and the root's broadcast totals.
+// pmibench reads those and prints, per job size P, one row per operation
+// and K: each backend's median and minimum time per operation, side by
+// side, then what a node received per operation (broadcast bytes before
+// decompression, "in", and after, "raw"), the collective messages a node
+// sent per operation (tree + ring; the ring's are the inter-node ring
+// messages) and all frames a node sent in the whole job (control events,
+// heartbeats and collectives). Counters cover warm-up and timed rounds,
+// so per-operation figures divide by their sum.
+//
+// Before each job size it computes the shared-memory segment every node
+// maps (shm.Size: control blocks and rings per local rank, plus the
+// allgather result array, 2 × P entries of shm.DefaultMaxValue bytes, all
+// pre-faulted) and warns when K segments approach the memory available;
+// configurations that would not fit are skipped with a note.
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fastpmi/fastpmi/launch"
+	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/shm"
+)
+
+// scaleArgs reports whether args select scale mode (-scale or --scale,
+// anywhere before a "--") and returns them without that flag.
+func scaleArgs(args []string) ([]string, bool) {
+	for i, a := range args {
+		switch a {
+		case "--":
+			return args, false
+		case "-scale", "--scale", "-scale=true", "--scale=true":
+			return append(slices.Clone(args[:i]), args[i+1:]...), true
+		}
+	}
+	return args, false
+}
+
+// scaleOptions are scale mode's parsed command line.
+type scaleOptions struct {
+	nodes, ppns []int
+	ops         []string
+	backends    []string
+	rounds      int
+	codec       string
+	treeWidth   int
+	maxP        int
+	netTimeout  time.Duration
+	timeout     time.Duration
+	pmirun      string
+	markdown    bool
+	jsonPath    string
+	verbose     bool
+}
+
+func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
+	var o scaleOptions
+	fs := flag.NewFlagSet("pmibench -scale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nodes := fs.String("nodes", "4,16,64", "comma-separated agent counts K")
+	ppns := fs.String("ppn", "16,64,128,256", "comma-separated ranks per agent")
+	ops := fs.String("ops", "allgather,fence,ring,iallgather", "comma-separated workloads: "+strings.Join(launch.VirtualWorkloads(), ", "))
+	backends := fs.String("netio", "net,uring", "comma-separated agent-link backends: net, uring, auto")
+	fs.IntVar(&o.rounds, "rounds", launch.DefaultVirtualRounds, "timed rounds per job")
+	fs.StringVar(&o.codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
+	fs.IntVar(&o.treeWidth, "tree-width", 0, "agent tree width (default pmirun's)")
+	fs.IntVar(&o.maxP, "max-p", 0, "skip jobs of more ranks (0 = no limit)")
+	fs.DurationVar(&o.netTimeout, "net-timeout", 60*time.Second, "pmirun --net-timeout: thousands of goroutine ranks on few CPUs starve heartbeats")
+	fs.DurationVar(&o.timeout, "timeout", 300*time.Second, "limit for one job")
+	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
+	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
+	fs.StringVar(&o.jsonPath, "json", "", "write every job's results as JSON to this file")
+	fs.BoolVar(&o.verbose, "v", false, "print each job's command line")
+	if err := parseFlagSet(fs, args, "pmibench -scale [options]", "Runs K loopback agents with goroutine ranks and reports time, bytes and messages per operation."); err != nil {
+		return o, err
+	}
+	var err error
+	if o.nodes, err = parseInts(*nodes); err != nil {
+		return o, fmt.Errorf("parse -nodes: %w", err)
+	}
+	if o.ppns, err = parseInts(*ppns); err != nil {
+		return o, fmt.Errorf("parse -ppn: %w", err)
+	}
+	if o.ops, err = parseNames(*ops, launch.VirtualWorkloads()); err != nil {
+		return o, fmt.Errorf("parse -ops: %w", err)
+	}
+	if o.backends, err = parseNames(*backends, []string{"net", "uring", "auto"}); err != nil {
+		return o, fmt.Errorf("parse -netio: %w", err)
+	}
+	switch {
+	case o.rounds < 1:
+		return o, fmt.Errorf("parse -rounds: %d is below 1", o.rounds)
+	case o.timeout <= 0 || o.netTimeout <= 0:
+		return o, errors.New("parse -timeout, -net-timeout: want positive durations")
+	case o.maxP < 0 || o.treeWidth < 0:
+		return o, errors.New("parse -max-p, -tree-width: want 0 or more")
+	}
+	return o, nil
+}
+
+// parseNames parses a comma-separated list whose items must be in valid.
+func parseNames(s string, valid []string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(valid, f) {
+			return nil, fmt.Errorf("unknown %q (want %s)", f, strings.Join(valid, ", "))
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+// scaleConfig is one job: K agents of PPN ranks, one operation, one backend.
+type scaleConfig struct {
+	Op      string `json:"op"`
+	Backend string `json:"netio"`
+	Nodes   int    `json:"nodes"`
+	PPN     int    `json:"ppn"`
+}
+
+// P is the job's size.
+func (c scaleConfig) P() int { return c.Nodes * c.PPN }
+
+// scaleResult is what one job reported.
+type scaleResult struct {
+	scaleConfig
+	Rounds    int           `json:"rounds"`            // timed rounds (rank 0's line)
+	Median    time.Duration `json:"median_ns"`         // per operation, rank 0
+	Min       time.Duration `json:"min_ns"`            // per operation, rank 0
+	Max       time.Duration `json:"max_ns"`            // per operation, rank 0
+	Warmup    time.Duration `json:"warmup_ns"`         // the untimed rounds together
+	Wall      time.Duration `json:"wall_ns"`           // the whole pmirun
+	LinkedBy  string        `json:"linked_by"`         // backend pmirun reported using
+	Counters  []nodeCounter `json:"node_counters"`     // by node index
+	RootRaw   int64         `json:"root_bcast_raw"`    // bytes the root gathered, all rounds
+	RootSent  int64         `json:"root_bcast_sent"`   // after compression
+	SegBytes  int           `json:"segment_bytes"`     // shm.Size of one node's segment
+	Err       string        `json:"error,omitempty"`   // the job failed
+	Skipped   string        `json:"skipped,omitempty"` // the job was not run
+	StderrEnd string        `json:"stderr_end,omitempty"`
+}
+
+// nodeCounter is one node's counters (pmirun --verbose), whole job.
+type nodeCounter map[string]int64
+
+// ops is the number of operations the counters cover.
+func (r scaleResult) ops() int64 { return int64(r.Rounds + launch.VirtualWarmupRounds) }
+
+// perNode returns min and max over nodes of counter name summed over
+// names, per operation.
+func (r scaleResult) perNode(names ...string) (lo, hi float64, ok bool) {
+	if len(r.Counters) == 0 || r.Rounds == 0 {
+		return 0, 0, false
+	}
+	for i, c := range r.Counters {
+		if c == nil {
+			return 0, 0, false
+		}
+		var v int64
+		for _, n := range names {
+			v += c[n]
+		}
+		f := float64(v) / float64(r.ops())
+		if i == 0 || f < lo {
+			lo = f
+		}
+		if i == 0 || f > hi {
+			hi = f
+		}
+	}
+	return lo, hi, true
+}
+
+// parseScaleOutput fills r from pmirun's stdout (rank 0's line) and
+// stderr (--verbose lines).
+func parseScaleOutput(r *scaleResult, stdout, stderr []byte) error {
+	found := false
+	sc := bufio.NewScanner(bytes.NewReader(stdout))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f, ok := strings.CutPrefix(sc.Text(), launch.ScaleLinePrefix+" ")
+		if !ok {
+			continue
+		}
+		kv := fields(f)
+		us := func(k string) time.Duration {
+			v, _ := strconv.ParseFloat(kv[k], 64)
+			return time.Duration(v * 1e3)
+		}
+		r.Rounds, _ = strconv.Atoi(kv["rounds"])
+		r.Median, r.Min, r.Max, r.Warmup = us("median_us"), us("min_us"), us("max_us"), us("warmup_us")
+		if p, _ := strconv.Atoi(kv["P"]); p != r.P() || kv["op"] != r.Op {
+			return fmt.Errorf("result line for op=%s P=%s, want %s P=%d", kv["op"], kv["P"], r.Op, r.P())
+		}
+		found = true
+	}
+	if !found {
+		return fmt.Errorf("no %q line on pmirun's standard output", launch.ScaleLinePrefix)
+	}
+	r.Counters = make([]nodeCounter, r.Nodes)
+	sc = bufio.NewScanner(bytes.NewReader(stderr))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "pmirun: node "); ok {
+			idx, counters, ok := strings.Cut(rest, " counters:")
+			i, err := strconv.Atoi(idx)
+			if !ok || err != nil || i < 0 || i >= len(r.Counters) {
+				continue
+			}
+			c := nodeCounter{}
+			for k, v := range fields(counters) {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					c[k] = n
+				}
+			}
+			r.Counters[i] = c
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "pmirun: broadcast bytes raw "); ok {
+			_, _ = fmt.Sscanf(rest, "%d, sent %d", &r.RootRaw, &r.RootSent)
+			continue
+		}
+		if _, rest, ok := strings.Cut(line, "agent links over "); ok && strings.HasPrefix(line, "pmirun: ") {
+			r.LinkedBy, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	for i, c := range r.Counters {
+		if c == nil {
+			return fmt.Errorf("no counters from node %d", i)
+		}
+	}
+	return nil
+}
+
+// fields parses "k=v k=v ..." into a map.
+func fields(s string) map[string]string {
+	m := make(map[string]string)
+	for _, f := range strings.Fields(s) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// scaleArgv is pmirun's command line for c.
+func (o scaleOptions) scaleArgv(pmirun string, c scaleConfig) []string {
+	argv := []string{pmirun, "--bootstrap", "loopback", "--nodes", strconv.Itoa(c.Nodes),
+		"-n", strconv.Itoa(c.P()), "--ppn", strconv.Itoa(c.PPN),
+		"--virtual", c.Op, "--virtual-rounds", strconv.Itoa(o.rounds), "--verbose",
+		"--netio", c.Backend, "--compress", o.codec, "--net-timeout", o.netTimeout.String()}
+	if o.treeWidth > 0 {
+		argv = append(argv, "--tree-width", strconv.Itoa(o.treeWidth))
+	}
+	return append(argv, "true")
+}
+
+// runScaleJob runs one job and parses what it reported.
+func runScaleJob(ctx context.Context, o scaleOptions, argv []string, c scaleConfig) scaleResult {
+	r := scaleResult{scaleConfig: c}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	cmd := ExecCommand(ctx, argv)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r.Wall = time.Since(start)
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		r.Err = fmt.Sprintf("timed out after %v", o.timeout)
+	case err != nil:
+		r.Err = err.Error()
+	default:
+		if perr := parseScaleOutput(&r, stdout.Bytes(), stderr.Bytes()); perr != nil {
+			r.Err = perr.Error()
+		}
+	}
+	if r.Err != "" {
+		r.StderrEnd = lastLines(stderr.String(), 4)
+	}
+	return r
+}
+
+// lastLines returns the last n lines of s that are not --verbose chatter.
+func lastLines(s string, n int) string {
+	var keep []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if strings.Contains(l, " counters:") || strings.Contains(l, ") up at ") {
+			continue
+		}
+		keep = append(keep, l)
+	}
+	return strings.Join(keep[max(0, len(keep)-n):], " | ")
+}
+
+// memAvailable is MemAvailable from /proc/meminfo in bytes, or 0 where it
+// cannot be read (the memory check is then skipped).
+func memAvailable() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// scalePlan lists the jobs in the order they run: by P, then K, then op,
+// the backends alternating within each (op, K, PPN) so drift in the
+// machine's load hits them alike.
+func (o scaleOptions) scalePlan() []scaleConfig {
+	var out []scaleConfig
+	for _, k := range o.nodes {
+		for _, ppn := range o.ppns {
+			for _, op := range o.ops {
+				for _, b := range o.backends {
+					out = append(out, scaleConfig{Op: op, Backend: b, Nodes: k, PPN: ppn})
+				}
+			}
+		}
+	}
+	opIdx := func(op string) int { return slices.Index(o.ops, op) }
+	slices.SortStableFunc(out, func(a, b scaleConfig) int {
+		return cmp.Or(cmp.Compare(a.P(), b.P()), cmp.Compare(a.Nodes, b.Nodes), cmp.Compare(opIdx(a.Op), opIdx(b.Op)))
+	})
+	return out
+}
+
+func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseScaleFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		return 2
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: find current directory: %v\n", err)
+		return 2
+	}
+	pmirun, err := findPmirun(o.pmirun, repoRoot(cwd))
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		return 2
+	}
+	avail := memAvailable()
+	fmt.Fprintf(stderr, "pmibench: scale: pmirun = %s; %d CPUs, %s available; %d timed rounds per job (+%d warm-up); compression %s\n",
+		pmirun, runtime.NumCPU(), mib(avail), o.rounds, launch.VirtualWarmupRounds, o.codec)
+
+	started := time.Now()
+	var results []scaleResult
+	code := 0
+	warned := map[[2]int]bool{}
+	for _, c := range o.scalePlan() {
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "pmibench: stopped early: %v\n", ctx.Err())
+			code = 1
+			break
+		}
+		r := scaleResult{scaleConfig: c}
+		seg, serr := shm.Size(shm.Params{LocalRanks: c.PPN, WorldSize: c.P()})
+		r.SegBytes = seg
+		total := int64(seg) * int64(c.Nodes)
+		switch {
+		case o.maxP > 0 && c.P() > o.maxP:
+			r.Skipped = fmt.Sprintf("P=%d above -max-p", c.P())
+		case serr != nil:
+			r.Skipped = fmt.Sprintf("segment: %v", serr)
+		case avail > 0 && total > avail*3/4:
+			r.Skipped = fmt.Sprintf("%d segments of %s (%s) exceed 3/4 of the %s available", c.Nodes, mib(int64(seg)), mib(total), mib(avail))
+		}
+		if key := [2]int{c.Nodes, c.PPN}; !warned[key] && serr == nil && r.Skipped == "" {
+			warned[key] = true
+			if avail > 0 && total > avail/4 {
+				fmt.Fprintf(stderr, "pmibench: warning: K=%d PPN=%d: %d pre-faulted segments of %s = %s of the %s available\n",
+					c.Nodes, c.PPN, c.Nodes, mib(int64(seg)), mib(total), mib(avail))
+			}
+		}
+		if r.Skipped != "" {
+			fmt.Fprintf(stderr, "pmibench: skip %s K=%d PPN=%d %s: %s\n", c.Op, c.Nodes, c.PPN, c.Backend, r.Skipped)
+			results = append(results, r)
+			continue
+		}
+		argv := o.scaleArgv(pmirun, c)
+		if o.verbose {
+			fmt.Fprintf(stderr, "pmibench: %s\n", strings.Join(argv, " "))
+		}
+		got := runScaleJob(ctx, o, argv, c)
+		got.SegBytes = seg
+		results = append(results, got)
+		if got.Err != "" {
+			code = 1
+			fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: %s: %s\n", c.Op, c.Nodes, c.PPN, c.P(), c.Backend, got.Err, got.StderrEnd)
+			continue
+		}
+		fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: median %s min %s (job %s, segment %s/node)\n",
+			c.Op, c.Nodes, c.PPN, c.P(), got.LinkedBy, perf.FormatDuration(got.Median), perf.FormatDuration(got.Min),
+			perf.FormatDuration(got.Wall), mib(int64(seg)))
+	}
+	if err := writeScaleTables(stdout, results, o.backends, o.markdown); err != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		code = 1
+	}
+	if o.jsonPath != "" {
+		if err := writeScaleJSON(o.jsonPath, o, started, results); err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// scaleRow is one (op, K, PPN) with a result per backend.
+type scaleRow struct {
+	op        string
+	nodes     int
+	ppn       int
+	byBackend map[string]scaleResult
+}
+
+// scaleTables groups results into rows per P, in P order.
+func scaleTables(results []scaleResult) (ps []int, rows map[int][]*scaleRow) {
+	rows = make(map[int][]*scaleRow)
+	for _, r := range results {
+		p := r.P()
+		var row *scaleRow
+		for _, x := range rows[p] {
+			if x.op == r.Op && x.nodes == r.Nodes {
+				row = x
+			}
+		}
+		if row == nil {
+			if len(rows[p]) == 0 {
+				ps = append(ps, p)
+			}
+			row = &scaleRow{op: r.Op, nodes: r.Nodes, ppn: r.PPN, byBackend: map[string]scaleResult{}}
+			rows[p] = append(rows[p], row)
+		}
+		row.byBackend[r.Backend] = r
+	}
+	slices.Sort(ps)
+	return ps, rows
+}
+
+// scaleTable lays out one P's rows: per backend median and min per
+// operation; then, from the first backend that succeeded, per node and
+// operation the broadcast bytes received (compressed "in" and "raw"),
+// their ratio, the collective messages sent (tree + ring, min-max over
+// nodes), and all frames a node sent in the job (max over nodes).
+func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]string) {
+	header = []string{"op", "K", "ppn"}
+	for _, b := range backends {
+		header = append(header, b+" median", b+" min")
+	}
+	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)")
+	for _, row := range rows {
+		line := []string{row.op, strconv.Itoa(row.nodes), strconv.Itoa(row.ppn)}
+		var first *scaleResult
+		for _, b := range backends {
+			r, ok := row.byBackend[b]
+			switch {
+			case !ok:
+				line = append(line, "-", "-")
+			case r.Skipped != "":
+				line = append(line, "skipped", "-")
+			case r.Err != "":
+				line = append(line, "failed", "-")
+			default:
+				line = append(line, perf.FormatDuration(r.Median), perf.FormatDuration(r.Min))
+				if first == nil {
+					first = &r
+				}
+			}
+		}
+		if first == nil {
+			body = append(body, append(line, "-", "-", "-", "-", "-", "-"))
+			continue
+		}
+		in, _, _ := first.perNode("bcast.bytes.in")
+		raw, _, _ := first.perNode("bcast.bytes.raw")
+		ratio := "-"
+		if raw > 0 {
+			ratio = fmt.Sprintf("%.2f", in/raw)
+		}
+		line = append(line, bytesCell(in), bytesCell(raw), ratio,
+			rangeCell(first.perNode("tree.msgs.sent")), rangeCell(first.perNode("ring.msgs.sent")))
+		_, frames, _ := first.perNode("net.frames.sent")
+		line = append(line, strconv.FormatInt(int64(frames*float64(first.ops())+0.5), 10))
+		body = append(body, line)
+	}
+	return header, body
+}
+
+func bytesCell(b float64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+func rangeCell(lo, hi float64, ok bool) string {
+	switch {
+	case !ok:
+		return "-"
+	case lo == hi:
+		return strconv.FormatFloat(lo, 'g', 3, 64)
+	}
+	return fmt.Sprintf("%.3g-%.3g", lo, hi)
+}
+
+// writeScaleTables writes one table per P.
+func writeScaleTables(w io.Writer, results []scaleResult, backends []string, markdown bool) error {
+	ps, rows := scaleTables(results)
+	for i, p := range ps {
+		header, body := scaleTable(rows[p], backends)
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if markdown {
+			fmt.Fprintf(w, "P = %d\n\n", p)
+			if _, err := io.WriteString(w, perf.MarkdownTable(header, body)); err != nil {
+				return fmt.Errorf("write table: %w", err)
+			}
+			continue
+		}
+		fmt.Fprintf(w, "P = %d\n", p)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		for _, line := range append([][]string{header}, body...) {
+			fmt.Fprintln(tw, strings.Join(line, "\t")+"\t")
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("write table: %w", err)
+		}
+	}
+	return nil
+}
+
+// scaleReport is the -json output of scale mode.
+type scaleReport struct {
+	Started time.Time     `json:"started"`
+	Host    string        `json:"host,omitempty"`
+	CPUs    int           `json:"cpus"`
+	Rounds  int           `json:"rounds"`
+	Warmup  int           `json:"warmup_rounds"`
+	Codec   string        `json:"compress"`
+	Results []scaleResult `json:"results"`
+}
+
+func writeScaleJSON(path string, o scaleOptions, started time.Time, results []scaleResult) error {
+	host, _ := os.Hostname()
+	rep := scaleReport{Started: started, Host: host, CPUs: runtime.NumCPU(), Rounds: o.rounds,
+		Warmup: launch.VirtualWarmupRounds, Codec: o.codec, Results: results}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write json output: %w", err)
+	}
+	return nil
+}

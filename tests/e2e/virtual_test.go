@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// Virtual ranks: each agent plays its ranks as goroutines that use the
+// real shared-memory client (the scale benchmark's ranks). Every workload
+// checks its own results; the tests check rank 0's report and the message
+// counts: one tree message per node per collective, exactly two ring
+// messages per node per ring.
+
+// virtualLine is global rank 0's report of a virtual job.
+var virtualLine = regexp.MustCompile(`^fastpmi-scale op=(\w+) P=(\d+) local=(\d+) rounds=(\d+) median_us=[0-9.]+ min_us=[0-9.]+ `)
+
+func TestVirtualRanks(t *testing.T) {
+	const nodes, ppn, rounds = 4, 8, 5
+	ops := rounds + 1 // one warm-up round
+	for _, be := range backends {
+		for _, op := range []string{"allgather", "fence", "ring", "iallgather"} {
+			t.Run(be+"/"+op, func(t *testing.T) {
+				r := run(t, loopbackJob(nodes, be, "--verbose", "-n", n(nodes*ppn), "--virtual", op,
+					"--virtual-rounds", n(rounds), "true"))
+				r.wantCode(t, 0)
+				ls := lines(r.stdout)
+				if len(ls) != 1 {
+					t.Fatalf("want one report line from rank 0\n%s", r)
+				}
+				m := virtualLine.FindStringSubmatch(ls[0])
+				if m == nil || m[1] != op || m[2] != n(nodes*ppn) || m[3] != n(ppn) || m[4] != n(rounds) {
+					t.Fatalf("report %q: want op=%s P=%d local=%d rounds=%d\n%s", ls[0], op, nodes*ppn, ppn, rounds, r)
+				}
+				for i, c := range r.counters(t, nodes) {
+					if c == nil {
+						continue
+					}
+					tree, ring := int64(ops), int64(0)
+					if op == "ring" {
+						tree, ring = 0, int64(2*ops)
+					}
+					if c["tree.msgs.sent"] != tree || c["ring.msgs.sent"] != ring || c["ring.msgs.recv"] != ring {
+						t.Errorf("node %d sent %d tree and %d ring messages (received %d) for %d %s rounds; want %d and %d\n%s",
+							i, c["tree.msgs.sent"], c["ring.msgs.sent"], c["ring.msgs.recv"], ops, op, tree, ring, r)
+					}
+				}
+			})
+		}
+	}
+}
+
+// An unknown workload is refused before anything starts.
+func TestVirtualUnknownWorkload(t *testing.T) {
+	r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "4", "--virtual", "nosuch", "true"}, timeout: 20 * time.Second})
+	if r.code == 0 {
+		t.Fatalf("exit 0 for an unknown virtual workload\n%s", r)
+	}
+	r.wantMessage(t, `invalid --virtual "nosuch"`)
+}
+
+// pmibench -scale runs virtual jobs over both backends and reports each
+// operation's time and message counts.
+func TestScaleBenchmark(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "scale.json")
+	cmd := exec.Command(prog("pmibench"), "-scale", "-nodes", "2,4", "-ppn", "4", "-ops", "allgather,ring",
+		"-rounds", "3", "-netio", "net,uring", "-net-timeout", "10s", "-timeout", "60s", "-pmirun", pmirun(), "-json", js)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pmibench -scale: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Results []struct {
+			Op       string             `json:"op"`
+			Nodes    int                `json:"nodes"`
+			Backend  string             `json:"netio"`
+			Err      string             `json:"error"`
+			Median   int64              `json:"median_ns"`
+			Counters []map[string]int64 `json:"node_counters"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("%s: %v", js, err)
+	}
+	if len(rep.Results) != 2*2*2 {
+		t.Fatalf("%d results, want 8 (2 sizes x 2 ops x 2 backends)\n%s\n%s", len(rep.Results), out, b)
+	}
+	for _, r := range rep.Results {
+		if r.Err != "" || r.Median <= 0 || len(r.Counters) != r.Nodes {
+			t.Errorf("%s K=%d over %s: error %q, median %dns, %d counter sets\n%s", r.Op, r.Nodes, r.Backend, r.Err, r.Median, len(r.Counters), out)
+			continue
+		}
+		if r.Op == "ring" {
+			for i, c := range r.Counters {
+				if c["ring.msgs.sent"] != 2*4 { // 3 rounds + 1 warm-up
+					t.Errorf("ring K=%d over %s: node %d sent %d ring messages, want 8", r.Nodes, r.Backend, i, c["ring.msgs.sent"])
+				}
+			}
+		}
+	}
+	if !regexp.MustCompile(`(?m)^P = 8$`).Match(out) || !regexp.MustCompile(`(?m)^P = 16$`).Match(out) {
+		t.Errorf("no table for P = 8 and P = 16\n%s", out)
+	}
+}
