@@ -138,6 +138,7 @@ type rankState struct {
 	spoke                 bool      // sent at least one request
 	finalized             bool
 	gone                  bool          // connection closed or process ended
+	ended                 bool          // counted in Agent.ended (finalized or gone)
 	pending               []KV          // puts since the last fence
 	collSeq               uint64        // fence/allgather epochs entered
 	drained               chan struct{} // closed when the bound connection has ended
@@ -155,6 +156,7 @@ type Agent struct {
 	// Guarded by mu.
 	closed    bool
 	ranks     []*rankState
+	ended     int // ranks finalized or gone
 	byGlobal  map[int]*rankState
 	conns     map[*textConn]struct{}
 	listeners []net.Listener

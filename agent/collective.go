@@ -182,6 +182,10 @@ func (a *Agent) failRingLocked(out *outbox, err error) {
 
 // peerGoneLocked fails every collective that waits for rs.
 func (a *Agent) peerGoneLocked(out *outbox, rs *rankState, why string) {
+	if !rs.ended {
+		rs.ended = true
+		a.ended++
+	}
 	err := fmt.Errorf("rank %d %s", rs.global, why)
 	a.failEpochsLocked(out, func(c *epochColl) error {
 		if _, in := c.entered[rs]; in || rs.collSeq >= c.epoch || len(c.entered) == 0 {

@@ -119,6 +119,9 @@ func (a *Agent) enterEpochLocked(out *outbox, rs *rankState, kind collKind, val 
 // checkEpochPeersLocked fails a collective that a local rank can never
 // enter because it finalized or is gone.
 func (a *Agent) checkEpochPeersLocked(c *epochColl, joining *rankState) error {
+	if a.ended == 0 {
+		return nil // the common case, at every entry: nobody to check
+	}
 	for _, p := range a.ranks {
 		if p == joining {
 			continue

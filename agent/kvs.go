@@ -109,6 +109,28 @@ func (a *Agent) blockedLocked(rs *rankState) string {
 // for what. In a job that spans nodes, a get may be answered by another
 // node, so only node attributes are judged there.
 func (a *Agent) checkStuckLocked(out *outbox) {
+	// It runs at every entry into a wait: first a bound in the number of
+	// collectives and waits, not of ranks. A rank is blocked only as an
+	// entry of an unstarted collective, barrier group or ring, or as a
+	// waiting get; with fewer entries than live ranks, one still runs.
+	entries := 0
+	for _, c := range a.colls {
+		if !c.started && !c.finished {
+			entries += len(c.entered)
+		}
+	}
+	for _, g := range a.groups {
+		entries += len(g.entered)
+	}
+	if r := a.ring; r != nil && !r.started {
+		entries += len(r.entered)
+	}
+	for _, ws := range a.waits {
+		entries += len(ws)
+	}
+	if entries < len(a.ranks)-a.ended {
+		return
+	}
 	single := a.cfg.Size == len(a.ranks)
 	var stuck []string
 	for _, p := range a.ranks {

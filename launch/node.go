@@ -34,6 +34,7 @@ type node struct {
 	emit  func(eventMsg)
 
 	procs    map[int]*rankProc // by global rank
+	exited   int               // procs that exited
 	local    map[int]int       // global rank → local index
 	killing  bool
 	killTime <-chan time.Time
@@ -85,6 +86,10 @@ func newNode(cfg Config, spec nodeSpec, rec *perf.Recorder, emit func(eventMsg))
 		if err != nil {
 			ag.Close()
 			return nil, fmt.Errorf("create shared memory: %w (run with --no-shm to use PMI_FD only)", err)
+		}
+		if cfg.Virtual != "" {
+			// Every party is a goroutine of this process (virtual.go).
+			seg.SetWaiter(shm.InProcessWaiter())
 		}
 		if err := ag.AttachSegment(seg); err != nil {
 			seg.Close()
@@ -146,15 +151,7 @@ func (n *node) start(path string) {
 	}
 }
 
-func (n *node) live() int {
-	c := 0
-	for _, p := range n.procs {
-		if !p.exited {
-			c++
-		}
-	}
-	return c
-}
+func (n *node) live() int { return len(n.procs) - n.exited }
 
 // kill ends every local rank: SIGTERM now, SIGKILL after KillGrace.
 func (n *node) kill() {
@@ -192,6 +189,7 @@ func (n *node) handle(ev event) {
 			return
 		}
 		p.exited = true
+		n.exited++
 		n.rec.Mark(perf.PhaseRankExit, ev.rank)
 		if ev.sig != 0 || ev.code != 0 {
 			msg := n.stage(ev.rank)

@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -283,7 +284,7 @@ func TestWaiterPolicy(t *testing.T) {
 	}
 	// A timed wait that never becomes ready reports ErrTimeout, both ways.
 	seg, _ := NewHeap(Params{LocalRanks: 1, KVSCapacity: 1})
-	for _, w := range []Waiter{{}, SpinWaiter(100)} {
+	for _, w := range []Waiter{{}, SpinWaiter(100), InProcessWaiter()} {
 		seg.SetWaiter(w)
 		start := time.Now()
 		if err := seg.Rank(0).WaitEpoch(5, 10*time.Millisecond); err != ErrTimeout {
@@ -447,5 +448,85 @@ func TestSleepPrepare(t *testing.T) {
 	}
 	if err := a.Wait(time.Millisecond); err != ErrTimeout {
 		t.Fatalf("second wait after one kick: %v", err)
+	}
+}
+
+// osThreads is this process's thread count.
+func osThreads(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads line in /proc/self/status")
+	return 0
+}
+
+// In-process waiting: many goroutine ranks sleep on epochs without an OS
+// thread each, and every publish wakes all of them; a sleeping agent is
+// woken by a rank's push the same way.
+func TestInProcessWaiter(t *testing.T) {
+	const ranks, rounds = 512, 20
+	seg, err := NewHeap(Params{LocalRanks: ranks, KVSCapacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg.SetWaiter(InProcessWaiter())
+	done := make(chan error, ranks)
+	for i := range ranks {
+		go func() {
+			for e := uint32(1); e <= rounds; e++ {
+				if err := seg.Rank(i).WaitEpoch(e, 10*time.Second); err != nil {
+					done <- fmt.Errorf("rank %d epoch %d: %w", i, e, err)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	sleepers := seg.u32(offEpochSleepers)
+	for e := uint32(1); e <= rounds; e++ {
+		deadline := time.Now().Add(10 * time.Second)
+		for sleepers.Load() != ranks {
+			if time.Now().After(deadline) {
+				t.Fatalf("epoch %d: %d of %d ranks asleep", e, sleepers.Load(), ranks)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		if e == 1 {
+			if n := osThreads(t); n >= ranks/4 {
+				t.Errorf("%d ranks asleep hold %d OS threads", ranks, n)
+			}
+		}
+		seg.Agent().Publish(e)
+	}
+	for range ranks {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The agent's doorbell: a push from a rank goroutine wakes it.
+	woke := make(chan error, 1)
+	go func() { woke <- seg.Agent().Wait(10 * time.Second) }()
+	time.Sleep(5 * time.Millisecond)
+	if err := seg.Rank(3).Requests().Push(Header{Op: OpHello}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("agent not woken by a rank's push")
 	}
 }

@@ -25,7 +25,8 @@ const pollInterval = 50 * time.Microsecond
 // A Waiter decides how a party waits for a condition in shared memory:
 // spin briefly, then sleep on a futex. The zero Waiter never spins.
 type Waiter struct {
-	spins int // condition checks before sleeping; 0 sleeps at once
+	spins  int  // condition checks before sleeping; 0 sleeps at once
+	inProc bool // sleep on a Go channel, not the futex (see InProcessWaiter)
 }
 
 // onlineCPUs caches sys.OnlineCPUs for the process: the affinity mask does
@@ -54,6 +55,16 @@ func NewWaiter(parties int) Waiter {
 // SpinWaiter returns a waiter that checks its condition spins times
 // before sleeping, whatever the CPU count (benchmarks, tests).
 func SpinWaiter(spins int) Waiter { return Waiter{spins: max(spins, 0)} }
+
+// InProcessWaiter returns the waiter for a segment whose parties are all
+// goroutines of this process (the agent and virtual ranks): they sleep on
+// Go channels instead of the futex, so a sleeping party holds no OS
+// thread. A futex wait is a blocking system call, one thread each; with
+// thousands of goroutine ranks per process the threads, and the
+// scheduler's hand-offs of them, cost more than the work. Signallers
+// always wake both kinds of sleeper, so the agent still serves rank
+// processes' futex waits.
+func InProcessWaiter() Waiter { return Waiter{inProc: true} }
 
 // Spins reports how many times w checks its condition before sleeping.
 func (w Waiter) Spins() int { return w.spins }
@@ -91,6 +102,67 @@ func (e event) signal() {
 	// A failed wake can only mean futexes are unsupported, and then waiters
 	// poll (see wait); there is nothing to report.
 	_, _ = sys.FutexWake(futexAddr(e.word), math.MaxInt32)
+	if procSleepers.Load() != 0 {
+		procWake(e.word)
+	}
+}
+
+// In-process sleepers (InProcessWaiter) wait on a channel per futex word,
+// closed by the next signal of that word. procSleepers counts them, so a
+// signaller in a process without any pays one atomic load. The protocol
+// is the futex one with "the word moved" in place of the kernel's compare:
+//
+//	waiter:    procSleepers.Add(1); seen = word.Load(); sleepers.Add(1); ch = procChan(word);
+//	           if ready() || word.Load() != seen {retry}; <-ch
+//	signaller: state.Store(new); if sleepers.Load() != 0 { word.Add(1); ...; if procSleepers.Load() != 0 { close(procChan(word)) } }
+//
+// A signaller that sees the waiter in sleepers also sees it in
+// procSleepers (incremented first); if it closed the word's channel before
+// the waiter took it, it bumped the word before that, and the waiter's
+// second load sees the bump.
+var (
+	procSleepers atomic.Int32
+	procMu       sync.Mutex
+	procChans    = map[*atomic.Uint32]chan struct{}{}
+)
+
+// procChan returns the channel the next signal of word closes.
+func procChan(word *atomic.Uint32) chan struct{} {
+	procMu.Lock()
+	defer procMu.Unlock()
+	ch := procChans[word]
+	if ch == nil {
+		ch = make(chan struct{})
+		procChans[word] = ch
+	}
+	return ch
+}
+
+// procWake wakes the in-process sleepers of word.
+func procWake(word *atomic.Uint32) {
+	procMu.Lock()
+	ch := procChans[word]
+	delete(procChans, word)
+	procMu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// procSleep sleeps until word's next signal or for d (negative: no bound).
+// The caller counts itself in procSleepers and sleepers, and took ch
+// before its last check of the condition.
+func procSleep(ch chan struct{}, d time.Duration) {
+	if d < 0 {
+		<-ch
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
 }
 
 // futexMissing is set once a futex call answered ErrNotSupported; waiters
@@ -113,9 +185,17 @@ func (w Waiter) wait(e event, ready func() bool, timeout time.Duration) error {
 	if timeout >= 0 {
 		deadline = time.Now().Add(timeout)
 	}
+	if w.inProc {
+		procSleepers.Add(1)
+		defer procSleepers.Add(-1)
+	}
 	for {
 		seen := e.word.Load()
 		e.sleepers.Add(1)
+		var ch chan struct{}
+		if w.inProc {
+			ch = procChan(e.word)
+		}
 		if ready() {
 			e.sleepers.Add(^uint32(0))
 			return nil
@@ -128,9 +208,14 @@ func (w Waiter) wait(e event, ready func() bool, timeout time.Duration) error {
 			}
 		}
 		var err error
-		if futexMissing.Load() {
+		switch {
+		case w.inProc:
+			if e.word.Load() == seen {
+				procSleep(ch, d)
+			}
+		case futexMissing.Load():
 			time.Sleep(pollInterval) // the loop re-checks ready and the deadline
-		} else {
+		default:
 			err = sys.FutexWait(futexAddr(e.word), seen, d)
 		}
 		e.sleepers.Add(^uint32(0))
