@@ -362,16 +362,16 @@ func (s *Segment) resultOff(g int, epoch uint32) uint64 {
 // Shared events.
 
 func (s *Segment) doorbell() event {
-	return event{word: s.u32(offDoorbell), sleepers: s.u32(offAgentSleepers)}
+	return event{word: s.u32(offDoorbell), sleepers: s.u32(offAgentSleepers), w: &s.waiter}
 }
 
 func (s *Segment) epochEvent() event {
-	return event{word: s.u32(offEpochWake), sleepers: s.u32(offEpochSleepers)}
+	return event{word: s.u32(offEpochWake), sleepers: s.u32(offEpochSleepers), w: &s.waiter}
 }
 
 func (s *Segment) rankEvent(i int) event {
 	c := s.ctrl(i)
-	return event{word: s.u32(c + ctlRankWake), sleepers: s.u32(c + ctlRankSleepers)}
+	return event{word: s.u32(c + ctlRankWake), sleepers: s.u32(c + ctlRankSleepers), w: &s.waiter}
 }
 
 // reached reports whether epoch counter cur has reached want, with both

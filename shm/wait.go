@@ -61,9 +61,8 @@ func SpinWaiter(spins int) Waiter { return Waiter{spins: max(spins, 0)} }
 // Go channels instead of the futex, so a sleeping party holds no OS
 // thread. A futex wait is a blocking system call, one thread each; with
 // thousands of goroutine ranks per process the threads, and the
-// scheduler's hand-offs of them, cost more than the work. Signallers
-// always wake both kinds of sleeper, so the agent still serves rank
-// processes' futex waits.
+// scheduler's hand-offs of them, cost more than the work. Signals on such
+// a segment skip the futex wake, so no other process may wait on it.
 func InProcessWaiter() Waiter { return Waiter{inProc: true} }
 
 // Spins reports how many times w checks its condition before sleeping.
@@ -90,6 +89,7 @@ func (w Waiter) Spins() int { return w.spins }
 type event struct {
 	word     *atomic.Uint32 // futex word; only ever incremented, by signallers
 	sleepers *atomic.Uint32 // parties inside wait (incremented before the last check, decremented after waking)
+	w        *Waiter        // the segment's policy: with InProcessWaiter nobody sleeps on the futex
 }
 
 // signal wakes every waiter that may be asleep on e. The caller has already
@@ -99,9 +99,11 @@ func (e event) signal() {
 		return
 	}
 	e.word.Add(1)
-	// A failed wake can only mean futexes are unsupported, and then waiters
-	// poll (see wait); there is nothing to report.
-	_, _ = sys.FutexWake(futexAddr(e.word), math.MaxInt32)
+	if e.w == nil || !e.w.inProc {
+		// A failed wake can only mean futexes are unsupported, and then
+		// waiters poll (see wait); there is nothing to report.
+		_, _ = sys.FutexWake(futexAddr(e.word), math.MaxInt32)
+	}
 	if procSleepers.Load() != 0 {
 		procWake(e.word)
 	}

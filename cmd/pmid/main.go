@@ -9,6 +9,9 @@
 // serves their PMI, and reports to pmirun until its ranks have ended.
 // "--node slurm" takes the index from SLURM_NODEID.
 //
+//
+// FASTPMI_CPUPROFILE=FILE (in pmirun's environment, which agents inherit
+// on this machine) writes each agent's CPU profile to FILE.nodeI.
 // Without --node it runs a whole job on this machine with the agent in
 // this process, exactly as pmirun does (the fork bootstrap); its options
 // and exit codes are pmirun's.
@@ -64,6 +67,14 @@ func runAgent() int {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("agent", "pmid", "node", node)
+	if path := os.Getenv("FASTPMI_CPUPROFILE"); path != "" {
+		stopProfile, err := cli.StartProfile(path + ".node" + node)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "pmid: node %s: %v\n", node, err)
+			return 2
+		}
+		defer stopProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGTERM, sys.SIGINT, sys.SIGHUP)
 	defer stop()
 	err := launch.RunAgent(ctx, launch.AgentOptions{Node: node, Listen: listen, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: log})

@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 
 	"github.com/fastpmi/fastpmi/internal/cli"
 	"github.com/fastpmi/fastpmi/internal/sys"
@@ -37,7 +36,7 @@ func run() int {
 		return 2
 	}
 	if path := os.Getenv("FASTPMI_CPUPROFILE"); path != "" {
-		stop, err := startProfile(path)
+		stop, err := cli.StartProfile(path)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "pmirun: %v\n", err)
 			return 2
@@ -55,16 +54,4 @@ func run() int {
 	cfg.Signals = sigs
 	err = launch.Run(context.Background(), cfg)
 	return launch.ExitCode(err)
-}
-
-func startProfile(path string) (func(), error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

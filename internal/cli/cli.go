@@ -10,6 +10,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -103,4 +105,18 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 		return cfg, fmt.Errorf("invalid --virtual-rounds %d", cfg.VirtualRounds)
 	}
 	return cfg, nil
+}
+
+// StartProfile writes a CPU profile of this process to path until the
+// returned function is called (FASTPMI_CPUPROFILE).
+func StartProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
