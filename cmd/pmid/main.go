@@ -9,9 +9,9 @@
 // serves their PMI, and reports to pmirun until its ranks have ended.
 // "--node slurm" takes the index from SLURM_NODEID.
 //
-//
 // FASTPMI_CPUPROFILE=FILE (in pmirun's environment, which agents inherit
 // on this machine) writes each agent's CPU profile to FILE.nodeI.
+//
 // Without --node it runs a whole job on this machine with the agent in
 // this process, exactly as pmirun does (the fork bootstrap); its options
 // and exit codes are pmirun's.
