@@ -13,7 +13,7 @@ N          ?= 8
 APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make
 FUZZTIME   ?= 30s
 
-.PHONY: help deps build run test test-race bench fuzz check clean cprog
+.PHONY: help deps build run test test-race bench bench-scale fuzz check clean cprog
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -63,6 +63,10 @@ test: deps ## install what is needed and run every test
 bench: deps build cprog ## pmirun vs Hydra side by side, and the Go benchmarks
 	$(BIN)/pmibench -n 1,4,16,64,128 -runs 10 -pmirun $(BIN)/pmirun \
 		-pmi2-prog $(CPROG)/pmi2_bench -hello-prog $(CPROG)/mpi_hello
+
+bench-scale: build ## scale benchmark: loopback agents x goroutine ranks to P=16384, both backends (docs/scale.md)
+	$(BIN)/pmibench -scale -nodes 4,16,64 -ppn 16,64,128,256 -rounds 10 -netio net,uring -markdown \
+		-pmirun $(BIN)/pmirun
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \
