@@ -46,17 +46,18 @@
 // backends.
 //
 // The io_uring backend (giouring, uring_linux.go) gives each Transport one
-// ring owned by one goroutine locked to its OS thread (SINGLE_ISSUER,
-// DEFER_TASKRUN where the kernel has them): multishot accept per listener,
-// multishot recv per connection with one provided-buffer ring, sends as
-// plain SEND SQEs, one in flight per connection with the frames queued
-// meanwhile coalesced into one pooled buffer (bytebufferpool). Other
-// goroutines reach the owner through a request queue and an eventfd that
-// is also registered with the ring; the owner parks on that eventfd through
-// Go's poller (never in io_uring_enter, which would hold a scheduler slot)
-// and never polls. A receiver that falls RecvQueue bytes behind makes the
-// owner stop reading that socket until it catches up; a sender blocks while
-// SendQueue bytes wait.
+// ring shared by its goroutines: multishot accept per listener, multishot
+// recv per connection with one provided-buffer ring, sends as plain SEND
+// SQEs, one in flight per connection with the frames queued meanwhile
+// coalesced into one pooled buffer (bytebufferpool). Any goroutine submits
+// (under a mutex, with one non-blocking io_uring_enter); one goroutine at a
+// time holds the reaper token and may wait in io_uring_enter — a Recv with
+// nothing to return takes it when it is free, so its frame wakes its own
+// thread. When nobody holds the token, an eventfd registered with the ring
+// and read through Go's poller wakes a watcher goroutine to reap. A
+// receiver that falls RecvQueue bytes behind makes the backend stop
+// reading that socket until it catches up; a sender blocks while SendQueue
+// bytes wait.
 //
 // The backend is chosen once per Transport: Config.Backend "uring" or "net"
 // forces it; "auto" (the default) takes FASTPMI_NETIO=uring|net if set, and

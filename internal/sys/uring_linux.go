@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -168,4 +169,73 @@ func NetDupConnFD(c interface {
 		return -1, err
 	}
 	return fd, derr
+}
+
+// ioRingParamsSize and ioRingCQFlagsOff describe struct io_uring_params of
+// the kernel ABI: 40 bytes of fields, io_sqring_offsets (40 bytes), then
+// io_cqring_offsets, whose flags member is at byte 24.
+const (
+	ioRingParamsSize = 120
+	ioRingCQFlagsOff = 80 + 24
+)
+
+// NetCQFlags is the flags word of an io_uring completion queue, mapped a
+// second time (giouring does not expose its own mapping), so netio can
+// switch the registered eventfd's notifications off and on
+// (IORING_CQ_EVENTFD_DISABLED) while one of its goroutines waits in
+// io_uring_enter anyway. The kernel only reads the word.
+type NetCQFlags struct {
+	mem  []byte
+	word *uint32
+}
+
+// NetMapCQFlags maps the CQ flags word of the ring ringFd; params is the
+// io_uring_params the ring was set up with (giouring's Params is that
+// struct, filled in by io_uring_setup).
+func NetMapCQFlags[P any](ringFd int, params *P) (*NetCQFlags, error) {
+	if unsafe.Sizeof(*params) != ioRingParamsSize {
+		return nil, errors.New("map io_uring CQ flags: params is not struct io_uring_params")
+	}
+	off := *(*uint32)(unsafe.Add(unsafe.Pointer(params), ioRingCQFlagsOff))
+	page := uint32(os.Getpagesize())
+	size := (off + 4 + page - 1) / page * page
+	// IORING_OFF_SQ_RING (0) maps the rings: the CQ ring shares them on
+	// every kernel with IORING_FEAT_SINGLE_MMAP (5.4+), and its offsets
+	// are relative to the same base there.
+	mem, err := unix.Mmap(ringFd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, os.NewSyscallError("mmap io_uring rings", err)
+	}
+	return &NetCQFlags{mem: mem, word: (*uint32)(unsafe.Pointer(&mem[off]))}, nil
+}
+
+// SetEventfd switches the registered eventfd's notifications on or off.
+// The store is atomic: the kernel reads the word on every completion it
+// posts (a release store; completions posted before it is visible may
+// still see the old value, which callers allow for).
+func (f *NetCQFlags) SetEventfd(on bool) {
+	var v uint32 = 1 // IORING_CQ_EVENTFD_DISABLED
+	if on {
+		v = 0
+	}
+	atomic.StoreUint32(f.word, v)
+}
+
+// Close unmaps the word.
+func (f *NetCQFlags) Close() error {
+	if err := unix.Munmap(f.mem); err != nil {
+		return os.NewSyscallError("munmap io_uring rings", err)
+	}
+	return nil
+}
+
+// NetParamsSetFlags sets the setup flags (byte 8) of an io_uring_params
+// before it is handed to io_uring_setup (giouring's Params keeps its
+// fields unexported).
+func NetParamsSetFlags[P any](params *P, flags uint32) error {
+	if unsafe.Sizeof(*params) != ioRingParamsSize {
+		return errors.New("set io_uring setup flags: params is not struct io_uring_params")
+	}
+	*(*uint32)(unsafe.Add(unsafe.Pointer(params), 8)) = flags
+	return nil
 }
