@@ -45,7 +45,11 @@ type uconn struct {
 	off       int                        // bytes of inflight already sent
 	ops       int                        // this connection's SQEs not yet finished
 	recvArmed bool                       // the multishot recv is armed
-	pausing   bool                       // a cancel of the recv is in flight (flow control)
+	pausing   bool                       // a cancel of the recv is in flight (flow control, or moving it to another thread)
+	armTid    int                        // the thread that armed the recv
+	stranger  int                        // the thread that reaped the last recv completions, if not armTid
+	strangers int                        // recv completions in a row reaped by stranger
+	moveAfter int                        // strangers that move the recv to stranger (0: not yet set)
 	recvDone  bool                       // EOF or error: no more frames
 	closing   bool
 	released  bool

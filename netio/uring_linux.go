@@ -4,6 +4,7 @@ package netio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -38,14 +39,19 @@ import (
 //
 // Reaping: whoever holds the lead token (a one-slot channel) is the reaper:
 // it alone advances the CQ head (and handles completions under mu), and it
-// alone may block in io_uring_enter waiting for completions. Recv takes the
-// token when nobody holds it and waits in io_uring_enter itself, so a frame
-// for it wakes its own thread and is decoded and returned there: no hop to
-// another goroutine. Other waiters (Send under flow control, Close, accept)
-// never block in the kernel; they wait on their channels for the reaper.
-// A blocked reaper holds an OS thread but no CPU; it returns when a
-// completion arrives, and a waiter that must wake it early (its context
-// ended, the backend stops) submits a NOP (kick).
+// alone waits for completions. Recv takes the token when nobody holds it
+// and waits itself, so a frame for it is decoded and returned on its own
+// goroutine: no hop to another goroutine. Other waiters (Send under flow
+// control, Close, accept) wait on their channels for the reaper.
+//
+// The reaper waits parked in Go's poller on the ring's descriptor, which
+// polls readable whenever the kernel posts a completion
+// (sys.NetPollWatcher), never in io_uring_enter: a goroutine blocked in a
+// system call keeps its thread asleep until the kernel wakes it, a context
+// switch per message, while a parked goroutine leaves its thread free to
+// run the other goroutines and is found by the scheduler's own poll of
+// the network (see doc.go for the numbers). A waiter that must wake the
+// reaper early (its context ended) kicks it with a read deadline.
 //
 // When nobody holds the token, completions still have to be handled (an
 // accept, a send queued behind another): the ring's registered eventfd is
@@ -56,6 +62,13 @@ import (
 // token and then looks at the CQ once more, reaping what came in after
 // the holder's last reap, so none is stranded.
 //
+// Where recvs run: the kernel finishes a recv on the thread that
+// submitted it (task work), waking that thread if it sleeps. A multishot
+// recv armed by a thread that no longer runs the reaping thus costs one
+// more wake-up per message. A recv whose completions keep being reaped on
+// another thread is moved there (cancelled and armed again from it; see
+// strangerReaps).
+//
 // User data of every SQE is kind<<56 | object id; objects live in maps the
 // backend keeps, so a completion for something already gone is recognised
 // and dropped.
@@ -65,7 +78,6 @@ const (
 	uringBufSize = 64 << 10 // bytes per provided buffer
 	uringBgid    = 0        // the backend's only buffer group
 
-	kindKick   = 1 // a NOP that wakes the reaper
 	kindRecv   = 2 // a connection's multishot recv
 	kindSend   = 3 // a connection's send
 	kindAccept = 4 // a listener's multishot accept
@@ -85,10 +97,11 @@ type uringBackend struct {
 	// from it again (release). close takes it for good.
 	lead chan struct{}
 
-	wake      int             // the eventfd registered with the ring
-	wakeFile  *os.File        // the eventfd, for the watcher's reads through the poller
-	cqFlags   *sys.NetCQFlags // switches the eventfd's notifications; written by the token holder
-	quit      chan struct{}   // closed by close: the watcher exits
+	wake      int                 // the eventfd registered with the ring
+	wakeFile  *os.File            // the eventfd, for the watcher's reads through the poller
+	poll      *sys.NetPollWatcher // the ring's descriptor in Go's poller, for the token holder's waits
+	cqFlags   *sys.NetCQFlags     // switches the eventfd's notifications; written by the token holder
+	quit      chan struct{}       // closed by close: the watcher exits
 	watcherWG sync.WaitGroup
 	done      chan struct{} // closed when close has torn the ring down
 
@@ -182,13 +195,17 @@ func (b *uringBackend) setup() error {
 	if _, err := b.ring.RegisterEventFd(b.wake); err != nil {
 		return fmt.Errorf("register eventfd with ring: %w", err)
 	}
-	return nil
+	b.poll, err = sys.NewNetPollWatcher(b.ring.RingFd(), "netio-ring")
+	return err
 }
 
 // teardown releases the ring; outstanding work the kernel did not finish
 // keeps its buffers alive for good.
 func (b *uringBackend) teardown() {
 	b.tornDown = true
+	if b.poll != nil {
+		b.poll.Close()
+	}
 	if b.cqFlags != nil {
 		b.cqFlags.Close()
 	}
@@ -327,7 +344,10 @@ func (b *uringBackend) reapLocked() int {
 	}
 	total := 0
 	for {
-		n := b.ring.PeekBatchCQE(b.cqes)
+		// PeekBatchCQE fills the whole slice it is given, whatever is
+		// ready: give it only as much as is ready.
+		want := min(b.ring.CQReady(), uint32(len(b.cqes)))
+		n := b.ring.PeekBatchCQE(b.cqes[:max(want, 1)])
 		if n == 0 {
 			return total
 		}
@@ -348,28 +368,27 @@ func (b *uringBackend) reap() int {
 	return n
 }
 
-// enterWait blocks in io_uring_enter until the CQ holds a completion (one
-// posted since the caller's last reap, as nobody else reaps). The caller
-// holds the lead token.
-func (b *uringBackend) enterWait() {
-	_, err := b.ring.Enter(0, 1, giouring.EnterGetEvents, nil)
-	if err != nil && !isTransientEnter(err) {
-		b.cfg.Logger.Error("netio: io_uring_enter", "err", err)
+// waitCQ waits, parked in Go's poller on the ring's descriptor, until
+// done returns true or a kick. done is called at once and again after
+// every completion the kernel posts; it reaps. The caller holds the lead
+// token.
+func (b *uringBackend) waitCQ(done func() bool) {
+	err := b.poll.Wait(done)
+	if err == nil {
+		return
+	}
+	// Kicked, or the deadline of close: clear it for the next wait. A
+	// kick that lands after this is seen by the next wait, which then
+	// returns at once and looks again.
+	b.poll.SetDeadline(time.Time{})
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		b.cfg.Logger.Error("netio: wait for io_uring completions", "err", err)
 		time.Sleep(time.Millisecond)
 	}
 }
 
-// kick wakes a reaper blocked in io_uring_enter with a NOP.
-func (b *uringBackend) kick() {
-	b.mu.Lock()
-	if !b.tornDown {
-		sqe := b.sqe()
-		sqe.PrepareNop()
-		sqe.UserData = userData(kindKick, 0)
-		b.outstanding++
-	}
-	b.unlockSubmit()
-}
+// kick wakes the token holder from waitCQ.
+func (b *uringBackend) kick() { b.poll.Kick() }
 
 // await waits until ready or stop is signalled, ctx ends, or completions
 // were reaped: as the reaper if nobody else is one, else on the channels.
@@ -404,8 +423,17 @@ func (b *uringBackend) await(ctx context.Context, ready, stop <-chan struct{}) e
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, b.kick)()
 	}
-	b.enterWait()
-	b.reap()
+	b.waitCQ(func() bool {
+		b.reap()
+		select {
+		case <-ready:
+			return true
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	})
 	return nil
 }
 
@@ -447,6 +475,7 @@ func (b *uringBackend) armRecv(c *uconn) {
 	sqe.BufIG = uringBgid
 	sqe.UserData = userData(kindRecv, c.id)
 	c.recvArmed = true
+	c.armTid, c.stranger, c.strangers = sys.NetGettid(), 0, 0
 	c.ops++
 	b.outstanding++
 }
@@ -498,7 +527,7 @@ func (b *uringBackend) complete(ud uint64, res int32, flags uint32) {
 			l.ops--
 			b.maybeFinishListener(l)
 		}
-	case kindKick, kindStop:
+	case kindStop:
 	}
 }
 
@@ -528,6 +557,12 @@ func (b *uringBackend) completeRecv(c *uconn, res int32, flags uint32, more bool
 		} else if !c.closing && c.recvArmed && !c.pausing && c.rq.overLimit(b.cfg.RecvQueue) {
 			// The receiver is behind: stop reading until it catches up
 			// (Recv calls resume).
+			c.pausing = true
+			b.cancel(userData(kindRecv, c.id), c.id)
+			c.ops++
+		} else if more && !c.closing && !c.pausing && !c.recvDone && b.strangerReaps(c) {
+			// Move the recv to this thread: cancel it, and the final
+			// completion arms it again (below).
 			c.pausing = true
 			b.cancel(userData(kindRecv, c.id), c.id)
 			c.ops++
@@ -561,6 +596,43 @@ func (b *uringBackend) completeRecv(c *uconn, res int32, flags uint32, more bool
 	default:
 		b.armRecv(c)
 	}
+}
+
+// A recv moves to another thread once that thread has reaped
+// c.moveAfter of its completions in a row; moveAfter starts at
+// strangerMoves and doubles with every move, up to maxStrangerMoves, so
+// connections whose completions are reaped by changing threads (streams,
+// with both Ps busy) stop moving.
+const (
+	strangerMoves    = 4
+	maxStrangerMoves = 1 << 12
+)
+
+// strangerReaps reports whether c's recv should move to the current
+// thread. The kernel finishes a recv on the thread that submitted it (task
+// work), waking that thread if it sleeps: a recv armed by a thread that no
+// longer runs the reaping costs a wake-up of a sleeping thread, a context
+// switch, per message. The thread that reaps is the one whose goroutines
+// run when messages come, so the recv should be its.
+func (b *uringBackend) strangerReaps(c *uconn) bool {
+	tid := sys.NetGettid()
+	switch tid {
+	case c.armTid:
+		c.strangers = 0
+		return false
+	case c.stranger:
+		c.strangers++
+	default:
+		c.stranger, c.strangers = tid, 1
+	}
+	if c.moveAfter == 0 {
+		c.moveAfter = strangerMoves
+	}
+	if c.strangers < c.moveAfter {
+		return false
+	}
+	c.moveAfter = min(2*c.moveAfter, maxStrangerMoves)
+	return true
 }
 
 // endRecv records that no more frames will come on c.
@@ -921,21 +993,24 @@ func (b *uringBackend) close() error {
 	b.lead <- struct{}{}
 	b.cqFlags.SetEventfd(false)
 	deadline := time.Now().Add(5 * time.Second)
+	left := 0
 	for {
-		b.reap()
-		b.mu.Lock()
-		left := b.outstanding
-		b.mu.Unlock()
-		if left == 0 {
+		// The token is ours for good, and with it the poller wait; a
+		// stale kick only makes the loop look again.
+		b.poll.SetDeadline(deadline)
+		err := b.poll.Wait(func() bool {
+			b.reap()
+			b.mu.Lock()
+			left = b.outstanding
+			b.mu.Unlock()
+			return left == 0
+		})
+		if err == nil || !time.Now().Before(deadline) {
 			break
 		}
-		if time.Now().After(deadline) {
-			b.cfg.Logger.Error("netio: io_uring operations did not drain at shutdown", "outstanding", left)
-			break
-		}
-		t := time.AfterFunc(100*time.Millisecond, b.kick)
-		b.enterWait()
-		t.Stop()
+	}
+	if left > 0 {
+		b.cfg.Logger.Error("netio: io_uring operations did not drain at shutdown", "outstanding", left)
 	}
 	close(b.quit)
 	b.signalWatcher()

@@ -5,6 +5,7 @@ package sys
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"sync/atomic"
@@ -239,3 +240,65 @@ func NetParamsSetFlags[P any](params *P, flags uint32) error {
 	*(*uint32)(unsafe.Add(unsafe.Pointer(params), 8)) = flags
 	return nil
 }
+
+// NetPollWatcher waits for a descriptor to become readable through Go's
+// poller: the waiting goroutine holds no thread and uses no CPU. netio
+// watches its io_uring ring's descriptor with it (the ring polls readable
+// while its completion queue holds completions). The watcher has a
+// descriptor of its own, a duplicate, so closing it leaves the original
+// open.
+type NetPollWatcher struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+// NewNetPollWatcher duplicates fd, makes the file description
+// non-blocking (shared with fd) and registers it with Go's poller. It
+// fails if the poller cannot watch the descriptor.
+func NewNetPollWatcher(fd int, name string) (*NetPollWatcher, error) {
+	nfd, err := NetDupFD(uintptr(fd))
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return nil, os.NewSyscallError("set O_NONBLOCK", err)
+	}
+	f := os.NewFile(uintptr(nfd), name)
+	// Only a file the poller registered takes a deadline.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("watch %s through Go's poller: %w", name, err)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &NetPollWatcher{f: f, rc: rc}, nil
+}
+
+// Wait returns nil once ready returns true. It calls ready at once, and
+// again each time the descriptor has polled readable since ready's
+// previous call began: readiness is edge-triggered, so ready must look at
+// everything a readable descriptor may announce. Wait returns an error
+// wrapping os.ErrDeadlineExceeded after Kick (or the deadline of
+// SetDeadline), and one wrapping os.ErrClosed after Close. One goroutine
+// at a time may call Wait.
+func (w *NetPollWatcher) Wait(ready func() bool) error {
+	return w.rc.Read(func(uintptr) bool { return ready() })
+}
+
+// SetDeadline makes Wait return at t (the zero time: never).
+func (w *NetPollWatcher) SetDeadline(t time.Time) error { return w.f.SetReadDeadline(t) }
+
+// Kick makes a Wait in progress, or the next one, return at once; the
+// waiter calls SetDeadline(time.Time{}) before it waits again.
+func (w *NetPollWatcher) Kick() error { return w.f.SetReadDeadline(time.Unix(1, 0)) }
+
+// Close ends Wait (waiting for a call of ready in progress) and closes
+// the watcher's descriptor.
+func (w *NetPollWatcher) Close() error { return w.f.Close() }
+
+// NetGettid returns the calling thread's id.
+func NetGettid() int { return unix.Gettid() }
