@@ -49,7 +49,7 @@ type uconn struct {
 	armTid    int                        // the thread that armed the recv
 	stranger  int                        // the thread that reaped the last recv completions, if not armTid
 	strangers int                        // recv completions in a row reaped by stranger
-	moveAfter int                        // strangers that move the recv to stranger (0: not yet set)
+	moved     time.Time                  // when the recv last moved to another thread
 	recvDone  bool                       // EOF or error: no more frames
 	closing   bool
 	released  bool

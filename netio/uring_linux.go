@@ -599,13 +599,12 @@ func (b *uringBackend) completeRecv(c *uconn, res int32, flags uint32, more bool
 }
 
 // A recv moves to another thread once that thread has reaped
-// c.moveAfter of its completions in a row; moveAfter starts at
-// strangerMoves and doubles with every move, up to maxStrangerMoves, so
-// connections whose completions are reaped by changing threads (streams,
-// with both Ps busy) stop moving.
+// strangerMoves of its completions in a row, and at most once per
+// moveEvery, so connections whose completions are reaped by changing
+// threads (streams, with both Ps busy) do not spend their time moving.
 const (
-	strangerMoves    = 4
-	maxStrangerMoves = 1 << 12
+	strangerMoves = 4
+	moveEvery     = 10 * time.Millisecond
 )
 
 // strangerReaps reports whether c's recv should move to the current
@@ -625,13 +624,14 @@ func (b *uringBackend) strangerReaps(c *uconn) bool {
 	default:
 		c.stranger, c.strangers = tid, 1
 	}
-	if c.moveAfter == 0 {
-		c.moveAfter = strangerMoves
-	}
-	if c.strangers < c.moveAfter {
+	if c.strangers < strangerMoves {
 		return false
 	}
-	c.moveAfter = min(2*c.moveAfter, maxStrangerMoves)
+	now := time.Now()
+	if now.Sub(c.moved) < moveEvery {
+		return false
+	}
+	c.moved = now
 	return true
 }
 
