@@ -46,17 +46,34 @@
 // backends.
 //
 // The io_uring backend (giouring, uring_linux.go) gives each Transport one
-// ring owned by one goroutine locked to its OS thread (SINGLE_ISSUER,
-// DEFER_TASKRUN where the kernel has them): multishot accept per listener,
-// multishot recv per connection with one provided-buffer ring, sends as
-// plain SEND SQEs, one in flight per connection with the frames queued
-// meanwhile coalesced into one pooled buffer (bytebufferpool). Other
-// goroutines reach the owner through a request queue and an eventfd that
-// is also registered with the ring; the owner parks on that eventfd through
-// Go's poller (never in io_uring_enter, which would hold a scheduler slot)
-// and never polls. A receiver that falls RecvQueue bytes behind makes the
-// owner stop reading that socket until it catches up; a sender blocks while
-// SendQueue bytes wait.
+// ring shared by its goroutines: multishot accept per listener, multishot
+// recv per connection with one provided-buffer ring, sends as plain SEND
+// SQEs, one in flight per connection with the frames queued meanwhile
+// coalesced into one pooled buffer (bytebufferpool). Any goroutine submits
+// (under a mutex, with one non-blocking io_uring_enter) and a Send reaps
+// its own completion at once; one goroutine at a time holds the reaper
+// token — a Recv with nothing to return takes it when it is free — and
+// waits parked in Go's poller on the ring's descriptor, never in
+// io_uring_enter, so its frame is decoded and returned on its own
+// goroutine and its thread stays free meanwhile. When nobody holds the
+// token, an eventfd registered with the ring wakes a watcher goroutine to
+// reap. A recv whose completions keep being reaped on another thread is
+// armed again from that thread (the kernel finishes a recv on the thread
+// that armed it, waking it if it sleeps). A receiver that falls RecvQueue
+// bytes behind makes the backend stop reading that socket until it
+// catches up; a sender blocks while SendQueue bytes wait.
+//
+// Why no owner thread: the first version gave the ring to one goroutine
+// locked to its OS thread (SINGLE_ISSUER, DEFER_TASKRUN) that every other
+// goroutine reached through a request queue and an eventfd. Every message
+// then crossed goroutines and threads several times (the locked goroutine
+// can run only on its own thread, so each hand-off to it is a thread
+// wake-up): about 100 µs one way. Letting the waiting goroutine reap and
+// block in io_uring_enter itself cut that to about 40 µs, still two
+// context switches per round trip (a thread asleep in the kernel must be
+// woken, on another CPU). Parking the reaper in Go's poller lets a
+// ping-pong run on one thread with almost no context switch, as the net
+// backend's does.
 //
 // The backend is chosen once per Transport: Config.Backend "uring" or "net"
 // forces it; "auto" (the default) takes FASTPMI_NETIO=uring|net if set, and
@@ -67,24 +84,24 @@
 // and why, for --verbose. Forcing uring where the probe fails is an error
 // wrapping ErrNotSupported.
 //
-// # Measured here (2 shared cores, loopback, medians of 5 runs)
+// # Measured here (2 shared cores, loopback, medians of 7 interleaved runs)
 //
-// BenchmarkLatency and BenchmarkThroughput, each end on its own Transport
-// as two agents would be:
+// BenchmarkLatency, each end on its own Transport as two agents would be,
+// one way:
 //
-//	                                  net          uring
-//	ping-pong one way, 64 B frame     7.2 µs       98 µs
-//	ping-pong one way, 4 KiB frame    9.7 µs       96 µs
-//	stream of 256 B frames            0.26 M/s     2.2 M/s   (67 vs 569 MB/s)
-//	stream of 64 KiB frames           1.29 GB/s    0.83 GB/s
-//	stream of 1 MiB frames            1.50 GB/s    1.43 GB/s
+//	                                  64 B frame   4 KiB frame
+//	net                               9.1 µs       15.0 µs
+//	uring (reaper parked in poller)   12.6 µs      17.6 µs
+//	uring, reaper in io_uring_enter   47.6 µs      51.4 µs
+//	uring, locked owner thread        116 µs       112 µs
 //
-// io_uring wins where frames queue up (its sends coalesce them) and loses
-// on a lone round trip: every hop into and out of the locked owner costs a
-// wake-up of a locked goroutine, two thread switches, so a one-way message
-// pays about five wake-ups against one for the net backend (the same ring
-// without the locked thread measured 38 µs one way; parking in
-// io_uring_enter instead of the poller, 70 µs).
+// The remaining gap to net is CPU per message, not waiting: both run the
+// ping-pong on one thread with ~0.1-0.4 context switches per round trip;
+// io_uring pays for the ring's poll wake-ups, an epoll event per message
+// and the thread check of the recv (a gettid). Earlier measurements of
+// the owner design, for throughput: stream of 256 B frames 2.2 M/s against
+// 0.26 M/s for net (sends coalesce), 64 KiB frames 0.83 against 1.29 GB/s,
+// 1 MiB frames 1.43 against 1.50 GB/s.
 //
 // # Compression
 //

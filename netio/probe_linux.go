@@ -67,6 +67,12 @@ func probeUringOnce() error {
 			return fmt.Errorf("io_uring opcode %s unsupported", o.name)
 		}
 	}
+	// The backend waits for completions through Go's poller.
+	w, err := sys.NewNetPollWatcher(ring.RingFd(), "netio-probe")
+	if err != nil {
+		return err
+	}
+	w.Close()
 	br, err := ring.SetupBufRing(2, 0, 0)
 	if err != nil {
 		return fmt.Errorf("register provided buffer ring: %w (kernel before 5.19?)", err)

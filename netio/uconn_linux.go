@@ -13,31 +13,31 @@ import (
 )
 
 // uconn is a connection of the io_uring backend. Its socket belongs to the
-// ring owner from attach to release; callers reach it only through the
-// queues below.
+// backend's ring from attach to release; callers reach it only through the
+// queues below and the backend's methods.
 type uconn struct {
 	b            *uringBackend
 	fd           int
 	laddr, raddr net.Addr
 	max          int
 
-	rq frameQueue // frames the owner decoded, for Recv
+	rq frameQueue // frames the reaper decoded, for Recv
 
 	// Send side, guarded by smu.
 	smu     sync.Mutex
-	pending *bytebufferpool.ByteBuffer // encoded frames not yet handed to the owner
-	queued  bool                       // the owner has pending or a send in flight to look after
+	pending *bytebufferpool.ByteBuffer // encoded frames not yet in a send SQE
+	queued  bool                       // pending or a send in flight is being looked after (flushConn was called)
 	werr    error                      // sticky send error
 	dead    chan struct{}              // closed when werr is set: wakes blocked Sends
 
-	space   chan struct{} // one slot: the owner took pending (room for Send)
-	drained chan struct{} // one slot: the owner found nothing pending or in flight
+	space   chan struct{} // one slot: pending was taken into a send (room for Send)
+	drained chan struct{} // one slot: nothing is pending or in flight any more
 
 	closed      atomic.Bool   // Close was called (or the listener dropped c)
 	closeCalled chan struct{} // closed with closed: wakes Recv
-	finished    chan struct{} // closed by the owner when the socket is released
+	finished    chan struct{} // closed when the socket is released
 
-	// Owner-only.
+	// Guarded by b.mu.
 	id        uint64 // 0 until attached
 	emit      func(Frame)
 	dec       Decoder
@@ -45,7 +45,11 @@ type uconn struct {
 	off       int                        // bytes of inflight already sent
 	ops       int                        // this connection's SQEs not yet finished
 	recvArmed bool                       // the multishot recv is armed
-	pausing   bool                       // a cancel of the recv is in flight (flow control)
+	pausing   bool                       // a cancel of the recv is in flight (flow control, or moving it to another thread)
+	armTid    int                        // the thread that armed the recv
+	stranger  int                        // the thread that reaped the last recv completions, if not armTid
+	strangers int                        // recv completions in a row reaped by stranger
+	moved     time.Time                  // when the recv last moved to another thread
 	recvDone  bool                       // EOF or error: no more frames
 	closing   bool
 	released  bool
@@ -136,8 +140,8 @@ func (c *uconn) send(ctx context.Context, f Frame) error {
 	if room {
 		signal(c.space) // pass the wake-up on to another blocked Send
 	}
-	if post && !c.b.submit(request{op: reqFlush, c: c}) {
-		return ErrClosed
+	if post {
+		c.b.flushConn(c)
 	}
 	return nil
 }
@@ -149,7 +153,7 @@ func (c *uconn) Recv(ctx context.Context) (Frame, error) {
 		}
 		f, ok, resume, err := c.rq.pop(c.b.cfg.RecvQueue / 2)
 		if resume {
-			c.b.submit(request{op: reqResume, c: c})
+			c.b.resume(c)
 		}
 		if ok {
 			return f, nil
@@ -157,11 +161,10 @@ func (c *uconn) Recv(ctx context.Context) (Frame, error) {
 		if err != nil {
 			return Frame{}, err
 		}
-		select {
-		case <-c.rq.notify:
-		case <-c.closeCalled:
-		case <-ctx.Done():
-			return Frame{}, ctx.Err()
+		// Wait for frames, reaping completions on this goroutine
+		// when no other goroutine does.
+		if err := c.b.await(ctx, c.rq.notify, c.closeCalled); err != nil {
+			return Frame{}, err
 		}
 	}
 }
@@ -191,13 +194,13 @@ wait:
 		}
 	}
 	c.fail(ErrClosed)
-	// If the owner is stopping it closes c itself.
-	c.b.submit(request{op: reqClose, c: c})
+	// If the backend is stopping it closes c itself.
+	c.b.closeConnAsync(c)
 	<-c.finished
 	return nil
 }
 
-// frameQueue holds frames between the owner (push) and Recv (pop).
+// frameQueue holds frames between the reaper (push) and Recv (pop).
 type frameQueue struct {
 	notify chan struct{} // one slot: frames or an error arrived
 
@@ -206,12 +209,12 @@ type frameQueue struct {
 	head   int
 	bytes  int   // payload bytes pending
 	err    error // set once: no more frames after the pending ones
-	paused bool  // the owner stopped reading: bytes went over the limit
+	paused bool  // reading stopped: bytes went over the limit
 }
 
 func (q *frameQueue) init() { q.notify = make(chan struct{}, 1) }
 
-// push appends f; the owner calls signal once per batch.
+// push appends f; the reaper calls signal once per batch.
 func (q *frameQueue) push(f Frame) {
 	q.mu.Lock()
 	q.frames = append(q.frames, f)
@@ -238,7 +241,7 @@ func (q *frameQueue) isPaused() bool {
 }
 
 // pop takes the next frame. resume says the queue fell to low bytes while
-// paused: the caller asks the owner to read again.
+// paused: the caller has the backend read again.
 func (q *frameQueue) pop(low int) (f Frame, ok, resume bool, err error) {
 	q.mu.Lock()
 	if q.head < len(q.frames) {
@@ -278,10 +281,10 @@ type ulistener struct {
 	fd       int
 	laddr    net.Addr
 	q        acceptQueue
-	finished chan struct{} // closed by the owner when the socket is released
+	finished chan struct{} // closed when the socket is released
 	once     sync.Once
 
-	// Owner-only.
+	// Guarded by b.mu.
 	id       uint64
 	armed    bool
 	ops      int
@@ -303,7 +306,7 @@ func (l *ulistener) accept() (rawConn, error) {
 		if ok {
 			if r.err != nil {
 				if r.rearm {
-					l.b.submit(request{op: reqArmAccept, l: l})
+					l.b.rearmAccept(l)
 				}
 				return nil, r.err
 			}
@@ -318,13 +321,13 @@ func (l *ulistener) accept() (rawConn, error) {
 
 func (l *ulistener) close() error {
 	l.once.Do(func() {
-		l.b.submit(request{op: reqCloseListen, l: l})
+		l.b.closeListenerAsync(l)
 	})
 	<-l.finished
 	return nil
 }
 
-// acceptQueue holds accepted connections between the owner and the
+// acceptQueue holds accepted connections between the reaper and the
 // listener's accept loop.
 type acceptQueue struct {
 	notify chan struct{} // one slot

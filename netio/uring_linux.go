@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/sys"
@@ -18,15 +16,14 @@ import (
 	"github.com/valyala/bytebufferpool"
 )
 
-// The io_uring backend. One ring per Transport, owned by one goroutine (the
-// owner) locked to its OS thread: the ring is set up SINGLE_ISSUER and
-// DEFER_TASKRUN where the kernel allows, so only that thread may submit or
-// reap. Everything the kernel does for the transport goes through it:
+// The io_uring backend. One ring per Transport, shared by every goroutine
+// that uses the transport; no goroutine owns it and none is locked to a
+// thread. What the kernel does for the transport:
 //
 //   - listening sockets: one multishot accept each;
 //   - connections: one multishot recv each, taking buffers from one
 //     provided-buffer ring (uringBufs buffers of uringBufSize bytes, Go heap
-//     memory the backend keeps referenced until the ring is gone); the owner
+//     memory the backend keeps referenced until the ring is gone); the reaper
 //     decodes each completion's bytes into frames and recycles the buffer at
 //     once;
 //   - sends: plain IORING_OP_SEND SQEs (MSG_WAITALL|MSG_NOSIGNAL), at most
@@ -35,21 +32,45 @@ import (
 //     (bytebufferpool) and go out together when the send in flight
 //     completes; a short send is resubmitted from where it stopped.
 //
-// The owner never blocks in io_uring_enter: a goroutine blocked in a system
-// call keeps its P (scheduler slot) until sysmon takes it back, 20 µs or
-// more later, and the goroutines the owner has just made runnable would
-// wait that long (measured: 80 µs one way instead of 10). Instead one
-// eventfd, registered with the ring (IORING_REGISTER_EVENTFD) and read
-// through Go's poller, wakes it: the kernel signals it when completions (or
-// the deferred work that produces them) appear, and other goroutines signal
-// it after queueing a request (a mutex and a slice). The owner then submits
-// and runs the deferred work in one non-blocking io_uring_enter
-// (GETEVENTS, min_complete 0), reaps, and parks on the eventfd again when
-// there is nothing left; it never polls. The awake flag suppresses the
-// goroutines' eventfd writes while the owner is running anyway.
+// Submitting: any goroutine, holding mu, fills SQEs and submits them with
+// one non-blocking io_uring_enter before it unlocks (unlockSubmit); a Send
+// on an idle connection thus hands its frame to the kernel itself, and on
+// loopback the kernel usually completes it inside that call.
+//
+// Reaping: whoever holds the lead token (a one-slot channel) is the reaper:
+// it alone advances the CQ head (and handles completions under mu), and it
+// alone waits for completions. Recv takes the token when nobody holds it
+// and waits itself, so a frame for it is decoded and returned on its own
+// goroutine: no hop to another goroutine. Other waiters (Send under flow
+// control, Close, accept) wait on their channels for the reaper.
+//
+// The reaper waits parked in Go's poller on the ring's descriptor, which
+// polls readable whenever the kernel posts a completion
+// (sys.NetPollWatcher), never in io_uring_enter: a goroutine blocked in a
+// system call keeps its thread asleep until the kernel wakes it, a context
+// switch per message, while a parked goroutine leaves its thread free to
+// run the other goroutines and is found by the scheduler's own poll of
+// the network (see doc.go for the numbers). A waiter that must wake the
+// reaper early (its context ended) kicks it with a read deadline.
+//
+// When nobody holds the token, completions still have to be handled (an
+// accept, a send queued behind another): the ring's registered eventfd is
+// then enabled, and the watcher goroutine, parked on it through Go's poller
+// (no thread, no CPU), takes the token and reaps. While a goroutine holds
+// the token the eventfd is disabled (IORING_CQ_EVENTFD_DISABLED), so a
+// completion wakes only the reaper. release enables it again, drops the
+// token and then looks at the CQ once more, reaping what came in after
+// the holder's last reap, so none is stranded.
+//
+// Where recvs run: the kernel finishes a recv on the thread that
+// submitted it (task work), waking that thread if it sleeps. A multishot
+// recv armed by a thread that no longer runs the reaping thus costs one
+// more wake-up per message. A recv whose completions keep being reaped on
+// another thread is moved there (cancelled and armed again from it; see
+// strangerReaps).
 //
 // User data of every SQE is kind<<56 | object id; objects live in maps the
-// owner keeps, so a completion for something already gone is recognised
+// backend keeps, so a completion for something already gone is recognised
 // and dropped.
 const (
 	uringEntries = 1024     // SQ entries; the CQ has twice as many
@@ -68,99 +89,68 @@ const (
 
 func userData(kind uint64, id uint64) uint64 { return kind<<56 | id&idMask }
 
-type reqOp int
-
-const (
-	reqAttach      reqOp = iota // start receiving on a new connection
-	reqFlush                    // a connection has frames queued to send
-	reqResume                   // a connection's receiver caught up: read again
-	reqClose                    // close a connection
-	reqListen                   // arm accept on a new listener
-	reqArmAccept                // re-arm accept after an error was reported
-	reqCloseListen              // close a listener
-	reqStop                     // shut the backend down
-)
-
-type request struct {
-	op reqOp
-	c  *uconn
-	l  *ulistener
-}
-
 type uringBackend struct {
-	cfg  *Config
-	done chan struct{} // closed when the owner has exited and torn down
+	cfg *Config
 
-	// Requests to the owner, guarded by mu.
-	mu      sync.Mutex
-	reqs    []request
-	stopped bool // no more requests are taken
+	// lead is the reaper's token: a goroutine that has sent into it may
+	// advance the CQ head and block in io_uring_enter, until it receives
+	// from it again (release). close takes it for good.
+	lead chan struct{}
 
-	// awake publishes "the owner will look at reqs before it next sleeps":
-	// set by the owner when it wakes, cleared by it just before its last
-	// look at reqs; whoever flips it from false to true writes the eventfd.
-	// The mutex around reqs orders the owner's last look against a
-	// requester's append.
-	awake    atomic.Bool
-	wake     int      // the eventfd
-	wakeFile *os.File // the eventfd, for the owner's reads through the poller
+	wake      int                 // the eventfd registered with the ring
+	wakeFile  *os.File            // the eventfd, for the watcher's reads through the poller
+	poll      *sys.NetPollWatcher // the ring's descriptor in Go's poller, for the token holder's waits
+	cqFlags   *sys.NetCQFlags     // switches the eventfd's notifications; written by the token holder
+	quit      chan struct{}       // closed by close: the watcher exits
+	watcherWG sync.WaitGroup
+	done      chan struct{} // closed when close has torn the ring down
 
-	// Owner-only state: touched only by the owner goroutine.
+	// mu guards the ring's SQ and CQ (the CQ also needs the token) and
+	// every field below, and the fields of uconn and ulistener marked
+	// "guarded by b.mu". Lock order: mu, then uconn.smu, then
+	// frameQueue.mu / acceptQueue.mu.
+	mu          sync.Mutex
 	ring        *giouring.Ring
 	br          *giouring.BufAndRing
 	bufs        []byte // provided buffers; referenced until teardown
-	wakeBuf     []byte // target of the owner's eventfd reads
+	wakeBuf     []byte // target of the watcher's eventfd reads
 	conns       map[uint64]*uconn
 	listeners   map[uint64]*ulistener
 	nextID      uint64
-	outstanding int // SQEs whose last completion has not arrived
-	stopping    bool
+	outstanding int  // SQEs whose last completion has not arrived
+	unsubmitted int  // SQEs filled since the last io_uring_enter
+	stopping    bool // close has begun: nothing new is attached
+	tornDown    bool // the ring is gone
 	cqes        []*giouring.CompletionQueueEvent
-	spare       []request
 	sqFlags     uint32 // setup flags the ring got
 }
+
+// uringSetupFlags are tried in order; older kernels refuse the newer flags
+// with EINVAL and get the next set. COOP_TASKRUN: the kernel does not
+// interrupt a running thread to run the completion work it queues for it
+// (the thread runs it at its next kernel entry; a sleeping one is woken).
+// SINGLE_ISSUER and DEFER_TASKRUN are not used: any goroutine, on any
+// thread, submits.
+var uringSetupFlags = []uint32{giouring.SetupCoopTaskrun, 0}
 
 func newUringBackend(cfg *Config) (*uringBackend, error) {
 	b := &uringBackend{
 		cfg:       cfg,
+		lead:      make(chan struct{}, 1),
+		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
 		conns:     map[uint64]*uconn{},
 		listeners: map[uint64]*ulistener{},
 		cqes:      make([]*giouring.CompletionQueueEvent, 256),
 		wakeBuf:   make([]byte, 8),
 	}
-	started := make(chan error, 1)
-	go b.run(started)
-	if err := <-started; err != nil {
-		<-b.done
-		return nil, err
-	}
-	return b, nil
-}
-
-// run is the owner goroutine.
-func (b *uringBackend) run(started chan<- error) {
-	defer close(b.done)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	if err := b.setup(); err != nil {
 		b.teardown()
-		started <- err
-		return
+		return nil, err
 	}
-	started <- nil
-	b.loop()
-	// Whatever did not drain in time is released now; its buffers are
-	// kept alive by teardown.
-	for _, c := range b.conns {
-		delete(b.conns, c.id)
-		b.finishConn(c, ErrClosed)
-	}
-	for _, l := range b.listeners {
-		delete(b.listeners, l.id)
-		b.finishListener(l)
-	}
-	b.teardown()
+	b.watcherWG.Add(1)
+	go b.watch()
+	return b, nil
 }
 
 func (b *uringBackend) setup() error {
@@ -170,24 +160,26 @@ func (b *uringBackend) setup() error {
 		return err
 	}
 	// Non-blocking, so os registers it with the poller: a Read parks the
-	// goroutine, not the thread's P.
+	// goroutine, not a thread.
 	b.wakeFile = os.NewFile(uintptr(b.wake), "netio-wake")
-	b.ring = giouring.NewRing()
-	// Prefer the flags that fit one issuing thread; older kernels refuse
-	// them with EINVAL and get a plain ring.
-	for _, flags := range []uint32{
-		giouring.SetupSingleIssuer | giouring.SetupDeferTaskrun | giouring.SetupCoopTaskrun,
-		giouring.SetupCoopTaskrun,
-		0,
-	} {
-		if err = b.ring.QueueInit(uringEntries, flags); err == nil {
-			b.sqFlags = flags
+	var params giouring.Params
+	for _, flags := range uringSetupFlags {
+		params = giouring.Params{}
+		if err = sys.NetParamsSetFlags(&params, flags); err != nil {
+			return err
+		}
+		ring := giouring.NewRing()
+		if err = ring.QueueInitParams(uringEntries, &params); err == nil {
+			b.ring, b.sqFlags = ring, flags
 			break
 		}
 	}
 	if err != nil {
-		b.ring = nil
 		return fmt.Errorf("set up ring: %w", err)
+	}
+	b.cqFlags, err = sys.NetMapCQFlags(b.ring.RingFd(), &params)
+	if err != nil {
+		return err
 	}
 	b.br, err = b.ring.SetupBufRing(uringBufs, uringBgid, 0)
 	if err != nil {
@@ -203,12 +195,20 @@ func (b *uringBackend) setup() error {
 	if _, err := b.ring.RegisterEventFd(b.wake); err != nil {
 		return fmt.Errorf("register eventfd with ring: %w", err)
 	}
-	return nil
+	b.poll, err = sys.NewNetPollWatcher(b.ring.RingFd(), "netio-ring")
+	return err
 }
 
-// teardown releases the ring once nothing is outstanding (or the kernel
-// has been told to cancel it all and the wait gave up).
+// teardown releases the ring; outstanding work the kernel did not finish
+// keeps its buffers alive for good.
 func (b *uringBackend) teardown() {
+	b.tornDown = true
+	if b.poll != nil {
+		b.poll.Close()
+	}
+	if b.cqFlags != nil {
+		b.cqFlags.Close()
+	}
 	if b.ring != nil {
 		if b.br != nil {
 			b.ring.FreeBufRing(uringBgid)
@@ -224,7 +224,7 @@ func (b *uringBackend) teardown() {
 		// The kernel may still own buffers: keep them alive for good
 		// rather than let the heap reuse them.
 		leakedMu.Lock()
-		leaked = append(leaked, b.bufs, b.wakeBuf)
+		leaked = append(leaked, b.bufs)
 		leakedMu.Unlock()
 	}
 }
@@ -234,67 +234,27 @@ var (
 	leaked   [][]byte // buffers a ring that did not drain may still write
 )
 
-// submit hands r to the owner; false if the backend has stopped.
-func (b *uringBackend) submit(r request) bool {
-	b.mu.Lock()
-	if b.stopped {
-		b.mu.Unlock()
-		return false
-	}
-	b.reqs = append(b.reqs, r)
-	if r.op == reqStop {
-		b.stopped = true
-	}
+// ---- submitting and reaping ----
+
+// unlockSubmit submits the SQEs filled under mu and unlocks it.
+func (b *uringBackend) unlockSubmit() {
+	b.submitLocked()
 	b.mu.Unlock()
-	if b.awake.CompareAndSwap(false, true) {
-		if err := sys.NetEventFDSignal(b.wake); err != nil {
-			b.cfg.Logger.Error("netio: wake io_uring owner", "err", err)
-		}
-	}
-	return true
 }
 
-func (b *uringBackend) loop() {
-	var stopDeadline time.Time
-	for {
-		b.awake.Store(true)
-		b.runRequests()
-		// Submit what is queued and run the completion work the kernel
-		// deferred to this thread; min_complete 0, so it never blocks.
-		if _, err := b.ring.SubmitAndGetEvents(); err != nil && !isTransientEnter(err) {
-			b.cfg.Logger.Error("netio: io_uring_enter", "err", err)
-		}
-		n := b.reap()
-		if b.stopping {
-			if b.outstanding == 0 {
-				return
+func (b *uringBackend) submitLocked() {
+	for b.unsubmitted > 0 && !b.tornDown {
+		n, err := b.ring.Submit()
+		if err != nil {
+			if isTransientEnter(err) {
+				continue
 			}
-			if stopDeadline.IsZero() {
-				stopDeadline = time.Now().Add(5 * time.Second)
-			} else if time.Now().After(stopDeadline) {
-				b.cfg.Logger.Error("netio: io_uring operations did not drain at shutdown", "outstanding", b.outstanding)
-				return
-			}
+			b.cfg.Logger.Error("netio: io_uring submit", "err", err)
+			return
 		}
-		if n > 0 {
-			continue // handling completions may have queued SQEs
-		}
-		b.awake.Store(false)
-		b.mu.Lock()
-		more := len(b.reqs) > 0
-		b.mu.Unlock()
-		if more {
-			continue
-		}
-		// Park until the kernel or a goroutine signals the eventfd. A
-		// signal that came after the last read makes this return at once:
-		// no wake-up is lost.
-		if b.stopping {
-			b.wakeFile.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		}
-		if _, err := b.wakeFile.Read(b.wakeBuf); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			b.cfg.Logger.Error("netio: read eventfd", "err", err)
-			time.Sleep(time.Millisecond)
+		b.unsubmitted -= int(n)
+		if b.unsubmitted < 0 {
+			b.unsubmitted = 0
 		}
 	}
 }
@@ -308,85 +268,205 @@ func isTransientEnter(err error) bool {
 	return false
 }
 
-func (b *uringBackend) runRequests() {
-	b.mu.Lock()
-	reqs := b.reqs
-	b.reqs = b.spare[:0]
-	b.mu.Unlock()
-	for i, r := range reqs {
-		b.handle(r)
-		reqs[i] = request{}
-	}
-	b.spare = reqs
-}
-
-func (b *uringBackend) handle(r request) {
-	switch r.op {
-	case reqAttach:
-		if b.stopping {
-			b.finishConn(r.c, ErrClosed)
-			return
-		}
-		b.nextID++
-		r.c.id = b.nextID
-		b.conns[r.c.id] = r.c
-		b.armRecv(r.c)
-	case reqFlush:
-		if r.c.id != 0 && !r.c.closing {
-			b.flush(r.c)
-		}
-	case reqResume:
-		if r.c.id != 0 && !r.c.closing && !r.c.recvArmed && !r.c.recvDone {
-			b.armRecv(r.c)
-		}
-	case reqClose:
-		b.closeConn(r.c)
-	case reqListen:
-		if b.stopping {
-			b.finishListener(r.l)
-			return
-		}
-		b.nextID++
-		r.l.id = b.nextID
-		b.listeners[r.l.id] = r.l
-		b.armAccept(r.l)
-	case reqArmAccept:
-		if r.l.id != 0 && !r.l.closing && !r.l.armed {
-			b.armAccept(r.l)
-		}
-	case reqCloseListen:
-		b.closeListener(r.l)
-	case reqStop:
-		b.stopping = true
-		for _, c := range b.conns {
-			b.closeConn(c)
-		}
-		for _, l := range b.listeners {
-			b.closeListener(l)
-		}
-		sqe := b.sqe()
-		sqe.PrepareCancel64(0, int(giouring.AsyncCancelAny))
-		sqe.UserData = userData(kindStop, 0)
-		b.outstanding++
-	}
-}
-
 // sqe returns a zeroed SQE, submitting what is queued when the submission
-// queue is full (GetSQE returns nil then).
+// queue is full (GetSQE returns nil then). Called with mu held.
 func (b *uringBackend) sqe() *giouring.SubmissionQueueEntry {
 	for {
 		if s := b.ring.GetSQE(); s != nil {
 			// Zero it: the Prepare helpers leave some fields of the
 			// slot's previous use in place.
 			*s = giouring.SubmissionQueueEntry{}
+			b.unsubmitted++
 			return s
 		}
 		if _, err := b.ring.Submit(); err != nil && !isTransientEnter(err) {
 			b.cfg.Logger.Error("netio: io_uring submit", "err", err)
 			time.Sleep(time.Millisecond)
 		}
+		b.unsubmitted = 0
 	}
 }
+
+// tryLead takes the lead token if it is free.
+func (b *uringBackend) tryLead() bool {
+	select {
+	case b.lead <- struct{}{}:
+		b.cqFlags.SetEventfd(false)
+		return true
+	default:
+		return false
+	}
+}
+
+// release gives the lead token back, and then makes sure no completion is
+// left with nobody to reap it. A completion posted after the holder's last
+// reap is stranded otherwise: while the eventfd was off it signalled
+// nobody, and while it was on but the token still held, the watcher woke,
+// failed to take the token and went back to its read. So once the token is
+// free, release looks at the CQ again; if it holds anything and the token
+// is still free, it takes it back and reaps. If another goroutine took the
+// token meanwhile, that one does the same check when it releases.
+//
+// Ordering: the eventfd is enabled (an atomic exchange, a full barrier on
+// the kernel's side and ours) before the token is dropped and the CQ tail
+// is read; the kernel publishes the tail before it reads the flag (there
+// is a full barrier in between, in its wake-up of CQ waiters). So a
+// completion either sees the eventfd enabled and signals the watcher, or
+// is posted before our tail read and seen by it.
+//
+// The second look is taken under mu: once the token is free, close may
+// take it for good and tear the ring down.
+func (b *uringBackend) release() {
+	for {
+		b.cqFlags.SetEventfd(true)
+		<-b.lead
+		b.mu.Lock()
+		if b.tornDown || b.ring.CQReady() == 0 || !b.tryLead() {
+			b.mu.Unlock()
+			return
+		}
+		b.reapLocked()
+		b.unlockSubmit()
+	}
+}
+
+func (b *uringBackend) signalWatcher() {
+	if err := sys.NetEventFDSignal(b.wake); err != nil {
+		b.cfg.Logger.Error("netio: signal io_uring eventfd", "err", err)
+	}
+}
+
+// reapLocked handles every completion in the CQ and returns how many there
+// were. Called with mu and the lead token held.
+func (b *uringBackend) reapLocked() int {
+	if b.tornDown {
+		return 0
+	}
+	total := 0
+	for {
+		// PeekBatchCQE fills the whole slice it is given, whatever is
+		// ready: give it only as much as is ready.
+		want := min(b.ring.CQReady(), uint32(len(b.cqes)))
+		n := b.ring.PeekBatchCQE(b.cqes[:max(want, 1)])
+		if n == 0 {
+			return total
+		}
+		total += int(n)
+		for _, cqe := range b.cqes[:n] {
+			ud, res, flags := cqe.UserData, cqe.Res, cqe.Flags
+			b.complete(ud, res, flags)
+		}
+		b.ring.CQAdvance(n)
+	}
+}
+
+// reap handles what is in the CQ; the caller holds the lead token.
+func (b *uringBackend) reap() int {
+	b.mu.Lock()
+	n := b.reapLocked()
+	b.unlockSubmit()
+	return n
+}
+
+// waitCQ waits, parked in Go's poller on the ring's descriptor, until
+// done returns true or a kick. done is called at once and again after
+// every completion the kernel posts; it reaps. The caller holds the lead
+// token.
+func (b *uringBackend) waitCQ(done func() bool) {
+	err := b.poll.Wait(done)
+	if err == nil {
+		return
+	}
+	// Kicked, or the deadline of close: clear it for the next wait. A
+	// kick that lands after this is seen by the next wait, which then
+	// returns at once and looks again.
+	b.poll.SetDeadline(time.Time{})
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		b.cfg.Logger.Error("netio: wait for io_uring completions", "err", err)
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// kick wakes the token holder from waitCQ.
+func (b *uringBackend) kick() { b.poll.Kick() }
+
+// await waits until ready or stop is signalled, ctx ends, or completions
+// were reaped: as the reaper if nobody else is one, else on the channels.
+// The caller looks again at what it waits for whenever await returns nil.
+func (b *uringBackend) await(ctx context.Context, ready, stop <-chan struct{}) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-ready:
+		return nil
+	case <-stop:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case b.lead <- struct{}{}:
+		b.cqFlags.SetEventfd(false)
+	}
+	defer b.release()
+	// Completions may have come before the token did, and their handling
+	// may have been for us.
+	if b.reap() > 0 {
+		return nil
+	}
+	select {
+	case <-ready:
+		return nil
+	case <-stop:
+		return nil
+	default:
+	}
+	if ctx.Done() != nil {
+		defer context.AfterFunc(ctx, b.kick)()
+	}
+	b.waitCQ(func() bool {
+		b.reap()
+		select {
+		case <-ready:
+			return true
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	})
+	return nil
+}
+
+// watch is the watcher goroutine: it reaps when the eventfd says
+// completions came while nobody held the lead token.
+func (b *uringBackend) watch() {
+	defer b.watcherWG.Done()
+	for {
+		if _, err := b.wakeFile.Read(b.wakeBuf); err != nil {
+			select {
+			case <-b.quit:
+				return
+			default:
+			}
+			b.cfg.Logger.Error("netio: read eventfd", "err", err)
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		select {
+		case <-b.quit:
+			return
+		default:
+		}
+		// If the token is busy, its holder looks at the CQ again after
+		// it gives the token back (release), so nothing is lost.
+		if b.tryLead() {
+			b.reap()
+			b.release()
+		}
+	}
+}
+
+// ---- completions (called with mu and the lead token held) ----
 
 func (b *uringBackend) armRecv(c *uconn) {
 	sqe := b.sqe()
@@ -395,6 +475,7 @@ func (b *uringBackend) armRecv(c *uconn) {
 	sqe.BufIG = uringBgid
 	sqe.UserData = userData(kindRecv, c.id)
 	c.recvArmed = true
+	c.armTid, c.stranger, c.strangers = sys.NetGettid(), 0, 0
 	c.ops++
 	b.outstanding++
 }
@@ -414,23 +495,6 @@ func (b *uringBackend) cancel(target uint64, id uint64) {
 	sqe.PrepareCancel64(target, 0)
 	sqe.UserData = userData(kindCancel, id)
 	b.outstanding++
-}
-
-// reap handles every completion in the CQ and returns how many there were.
-func (b *uringBackend) reap() int {
-	total := 0
-	for {
-		n := b.ring.PeekBatchCQE(b.cqes)
-		if n == 0 {
-			return total
-		}
-		total += int(n)
-		for _, cqe := range b.cqes[:n] {
-			ud, res, flags := cqe.UserData, cqe.Res, cqe.Flags
-			b.complete(ud, res, flags)
-		}
-		b.ring.CQAdvance(n)
-	}
 }
 
 func (b *uringBackend) complete(ud uint64, res int32, flags uint32) {
@@ -492,7 +556,13 @@ func (b *uringBackend) completeRecv(c *uconn, res int32, flags uint32, more bool
 			b.endRecv(c, fmt.Errorf("receive: %w", err))
 		} else if !c.closing && c.recvArmed && !c.pausing && c.rq.overLimit(b.cfg.RecvQueue) {
 			// The receiver is behind: stop reading until it catches up
-			// (Recv asks for reqResume).
+			// (Recv calls resume).
+			c.pausing = true
+			b.cancel(userData(kindRecv, c.id), c.id)
+			c.ops++
+		} else if more && !c.closing && !c.pausing && !c.recvDone && b.strangerReaps(c) {
+			// Move the recv to this thread: cancel it, and the final
+			// completion arms it again (below).
 			c.pausing = true
 			b.cancel(userData(kindRecv, c.id), c.id)
 			c.ops++
@@ -528,6 +598,43 @@ func (b *uringBackend) completeRecv(c *uconn, res int32, flags uint32, more bool
 	}
 }
 
+// A recv moves to another thread once that thread has reaped
+// strangerMoves of its completions in a row, and at most once per
+// moveEvery, so connections whose completions are reaped by changing
+// threads (streams, with both Ps busy) do not spend their time moving.
+const (
+	strangerMoves = 4
+	moveEvery     = 10 * time.Millisecond
+)
+
+// strangerReaps reports whether c's recv should move to the current
+// thread. The kernel finishes a recv on the thread that submitted it (task
+// work), waking that thread if it sleeps: a recv armed by a thread that no
+// longer runs the reaping costs a wake-up of a sleeping thread, a context
+// switch, per message. The thread that reaps is the one whose goroutines
+// run when messages come, so the recv should be its.
+func (b *uringBackend) strangerReaps(c *uconn) bool {
+	tid := sys.NetGettid()
+	switch tid {
+	case c.armTid:
+		c.strangers = 0
+		return false
+	case c.stranger:
+		c.strangers++
+	default:
+		c.stranger, c.strangers = tid, 1
+	}
+	if c.strangers < strangerMoves {
+		return false
+	}
+	now := time.Now()
+	if now.Sub(c.moved) < moveEvery {
+		return false
+	}
+	c.moved = now
+	return true
+}
+
 // endRecv records that no more frames will come on c.
 func (b *uringBackend) endRecv(c *uconn, err error) {
 	if c.recvDone {
@@ -543,6 +650,7 @@ func (b *uringBackend) endRecv(c *uconn, err error) {
 }
 
 // flush starts a send of c's queued frames unless one is in flight.
+// Called with mu held.
 func (b *uringBackend) flush(c *uconn) {
 	if c.inflight != nil {
 		return // completeSend looks at the queue again
@@ -670,10 +778,7 @@ func (b *uringBackend) completeAccept(l *ulistener, res int32, more bool) {
 			sys.NetCloseFD(fd)
 			l.q.push(acceptResult{err: err})
 		} else {
-			b.nextID++
-			c.id = b.nextID
-			b.conns[c.id] = c
-			b.armRecv(c)
+			b.attachLocked(c)
 			l.q.push(acceptResult{c: c})
 		}
 	case res == -sys.NetECANCELED:
@@ -692,8 +797,8 @@ func (b *uringBackend) completeAccept(l *ulistener, res int32, more bool) {
 	} else if res >= 0 || res == -sys.NetECANCELED {
 		b.armAccept(l)
 	}
-	// After an error the listener's accept asks for reqArmAccept once
-	// it has reported the error: errors such as EMFILE cannot spin.
+	// After an error the listener's accept calls rearmAccept once it has
+	// reported the error: errors such as EMFILE cannot spin.
 }
 
 func (b *uringBackend) newAccepted(fd int) (*uconn, error) {
@@ -746,7 +851,67 @@ func (b *uringBackend) finishListener(l *ulistener) {
 	close(l.finished)
 }
 
-// ---- the backend interface, called from any goroutine ----
+// attachLocked registers c and starts receiving on it (mu held).
+func (b *uringBackend) attachLocked(c *uconn) {
+	b.nextID++
+	c.id = b.nextID
+	b.conns[c.id] = c
+	b.armRecv(c)
+}
+
+// ---- operations for connections and listeners, from any goroutine ----
+
+// flushConn starts sending c's queued frames if nothing is in flight.
+// If nobody is reaping, the caller takes the token for the moment: the
+// kernel usually completes the send inside the submitting io_uring_enter,
+// and reaping it here costs less than waking the watcher for it.
+func (b *uringBackend) flushConn(c *uconn) {
+	led := b.tryLead()
+	b.mu.Lock()
+	if c.id != 0 && !c.closing {
+		b.flush(c)
+	}
+	b.submitLocked()
+	if led {
+		b.reapLocked()
+		b.submitLocked()
+	}
+	b.mu.Unlock()
+	if led {
+		b.release()
+	}
+}
+
+// resume re-arms c's recv once its receiver caught up.
+func (b *uringBackend) resume(c *uconn) {
+	b.mu.Lock()
+	if c.id != 0 && !c.closing && !c.recvArmed && !c.recvDone {
+		b.armRecv(c)
+	}
+	b.unlockSubmit()
+}
+
+func (b *uringBackend) closeConnAsync(c *uconn) {
+	b.mu.Lock()
+	b.closeConn(c)
+	b.unlockSubmit()
+}
+
+func (b *uringBackend) rearmAccept(l *ulistener) {
+	b.mu.Lock()
+	if l.id != 0 && !l.closing && !l.armed && !b.tornDown {
+		b.armAccept(l)
+	}
+	b.unlockSubmit()
+}
+
+func (b *uringBackend) closeListenerAsync(l *ulistener) {
+	b.mu.Lock()
+	b.closeListener(l)
+	b.unlockSubmit()
+}
+
+// ---- the backend interface ----
 
 func (b *uringBackend) listen(addr string) (rawListener, error) {
 	ln, err := net.Listen("tcp", addr)
@@ -760,10 +925,17 @@ func (b *uringBackend) listen(addr string) (rawListener, error) {
 	}
 	l := &ulistener{b: b, fd: fd, laddr: ln.Addr(), finished: make(chan struct{})}
 	l.q.init()
-	if !b.submit(request{op: reqListen, l: l}) {
+	b.mu.Lock()
+	if b.stopping {
+		b.mu.Unlock()
 		sys.NetCloseFD(fd)
 		return nil, ErrClosed
 	}
+	b.nextID++
+	l.id = b.nextID
+	b.listeners[l.id] = l
+	b.armAccept(l)
+	b.unlockSubmit()
 	return l, nil
 }
 
@@ -783,16 +955,81 @@ func (b *uringBackend) dial(ctx context.Context, addr string) (rawConn, error) {
 		return nil, err
 	}
 	c := newUconn(b, fd, tc.LocalAddr(), tc.RemoteAddr())
-	if !b.submit(request{op: reqAttach, c: c}) {
+	b.mu.Lock()
+	if b.stopping {
+		b.mu.Unlock()
 		sys.NetCloseFD(fd)
 		return nil, ErrClosed
 	}
+	b.attachLocked(c)
+	b.unlockSubmit()
 	return c, nil
 }
 
+// close cancels everything, waits up to 5 s for the kernel to let go,
+// stops the watcher and tears the ring down.
 func (b *uringBackend) close() error {
-	b.submit(request{op: reqStop})
-	<-b.done
+	b.mu.Lock()
+	if b.stopping {
+		b.mu.Unlock()
+		<-b.done
+		return nil
+	}
+	b.stopping = true
+	for _, c := range b.conns {
+		b.closeConn(c)
+	}
+	for _, l := range b.listeners {
+		b.closeListener(l)
+	}
+	sqe := b.sqe()
+	sqe.PrepareCancel64(0, int(giouring.AsyncCancelAny))
+	sqe.UserData = userData(kindStop, 0)
+	b.outstanding++
+	b.unlockSubmit()
+
+	// Take the token for good: a reaper blocked in io_uring_enter is
+	// woken by the cancellations' completions and gives it up.
+	b.lead <- struct{}{}
+	b.cqFlags.SetEventfd(false)
+	deadline := time.Now().Add(5 * time.Second)
+	left := 0
+	for {
+		// The token is ours for good, and with it the poller wait; a
+		// stale kick only makes the loop look again.
+		b.poll.SetDeadline(deadline)
+		err := b.poll.Wait(func() bool {
+			b.reap()
+			b.mu.Lock()
+			left = b.outstanding
+			b.mu.Unlock()
+			return left == 0
+		})
+		if err == nil || !time.Now().Before(deadline) {
+			break
+		}
+	}
+	if left > 0 {
+		b.cfg.Logger.Error("netio: io_uring operations did not drain at shutdown", "outstanding", left)
+	}
+	close(b.quit)
+	b.signalWatcher()
+	b.watcherWG.Wait()
+
+	b.mu.Lock()
+	// Whatever did not drain in time is released now; its buffers are
+	// kept alive by teardown.
+	for _, c := range b.conns {
+		delete(b.conns, c.id)
+		b.finishConn(c, ErrClosed)
+	}
+	for _, l := range b.listeners {
+		delete(b.listeners, l.id)
+		b.finishListener(l)
+	}
+	b.teardown()
+	b.mu.Unlock()
+	close(b.done)
 	return nil
 }
 

@@ -5,8 +5,10 @@ package sys
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -169,3 +171,134 @@ func NetDupConnFD(c interface {
 	}
 	return fd, derr
 }
+
+// ioRingParamsSize and ioRingCQFlagsOff describe struct io_uring_params of
+// the kernel ABI: 40 bytes of fields, io_sqring_offsets (40 bytes), then
+// io_cqring_offsets, whose flags member is at byte 24.
+const (
+	ioRingParamsSize = 120
+	ioRingCQFlagsOff = 80 + 24
+)
+
+// NetCQFlags is the flags word of an io_uring completion queue, mapped a
+// second time (giouring does not expose its own mapping), so netio can
+// switch the registered eventfd's notifications off and on
+// (IORING_CQ_EVENTFD_DISABLED) while one of its goroutines waits in
+// io_uring_enter anyway. The kernel only reads the word.
+type NetCQFlags struct {
+	mem  []byte
+	word *uint32
+}
+
+// NetMapCQFlags maps the CQ flags word of the ring ringFd; params is the
+// io_uring_params the ring was set up with (giouring's Params is that
+// struct, filled in by io_uring_setup).
+func NetMapCQFlags[P any](ringFd int, params *P) (*NetCQFlags, error) {
+	if unsafe.Sizeof(*params) != ioRingParamsSize {
+		return nil, errors.New("map io_uring CQ flags: params is not struct io_uring_params")
+	}
+	off := *(*uint32)(unsafe.Add(unsafe.Pointer(params), ioRingCQFlagsOff))
+	page := uint32(os.Getpagesize())
+	size := (off + 4 + page - 1) / page * page
+	// IORING_OFF_SQ_RING (0) maps the rings: the CQ ring shares them on
+	// every kernel with IORING_FEAT_SINGLE_MMAP (5.4+), and its offsets
+	// are relative to the same base there.
+	mem, err := unix.Mmap(ringFd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, os.NewSyscallError("mmap io_uring rings", err)
+	}
+	return &NetCQFlags{mem: mem, word: (*uint32)(unsafe.Pointer(&mem[off]))}, nil
+}
+
+// SetEventfd switches the registered eventfd's notifications on or off.
+// The store is atomic: the kernel reads the word on every completion it
+// posts (a release store; completions posted before it is visible may
+// still see the old value, which callers allow for).
+func (f *NetCQFlags) SetEventfd(on bool) {
+	var v uint32 = 1 // IORING_CQ_EVENTFD_DISABLED
+	if on {
+		v = 0
+	}
+	atomic.StoreUint32(f.word, v)
+}
+
+// Close unmaps the word.
+func (f *NetCQFlags) Close() error {
+	if err := unix.Munmap(f.mem); err != nil {
+		return os.NewSyscallError("munmap io_uring rings", err)
+	}
+	return nil
+}
+
+// NetParamsSetFlags sets the setup flags (byte 8) of an io_uring_params
+// before it is handed to io_uring_setup (giouring's Params keeps its
+// fields unexported).
+func NetParamsSetFlags[P any](params *P, flags uint32) error {
+	if unsafe.Sizeof(*params) != ioRingParamsSize {
+		return errors.New("set io_uring setup flags: params is not struct io_uring_params")
+	}
+	*(*uint32)(unsafe.Add(unsafe.Pointer(params), 8)) = flags
+	return nil
+}
+
+// NetPollWatcher waits for a descriptor to become readable through Go's
+// poller: the waiting goroutine holds no thread and uses no CPU. netio
+// watches its io_uring ring's descriptor with it (the ring polls readable
+// while its completion queue holds completions). The watcher has a
+// descriptor of its own, a duplicate, so closing it leaves the original
+// open.
+type NetPollWatcher struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+// NewNetPollWatcher duplicates fd, makes the file description
+// non-blocking (shared with fd) and registers it with Go's poller. It
+// fails if the poller cannot watch the descriptor.
+func NewNetPollWatcher(fd int, name string) (*NetPollWatcher, error) {
+	nfd, err := NetDupFD(uintptr(fd))
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return nil, os.NewSyscallError("set O_NONBLOCK", err)
+	}
+	f := os.NewFile(uintptr(nfd), name)
+	// Only a file the poller registered takes a deadline.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("watch %s through Go's poller: %w", name, err)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &NetPollWatcher{f: f, rc: rc}, nil
+}
+
+// Wait returns nil once ready returns true. It calls ready at once, and
+// again each time the descriptor has polled readable since ready's
+// previous call began: readiness is edge-triggered, so ready must look at
+// everything a readable descriptor may announce. Wait returns an error
+// wrapping os.ErrDeadlineExceeded after Kick (or the deadline of
+// SetDeadline), and one wrapping os.ErrClosed after Close. One goroutine
+// at a time may call Wait.
+func (w *NetPollWatcher) Wait(ready func() bool) error {
+	return w.rc.Read(func(uintptr) bool { return ready() })
+}
+
+// SetDeadline makes Wait return at t (the zero time: never).
+func (w *NetPollWatcher) SetDeadline(t time.Time) error { return w.f.SetReadDeadline(t) }
+
+// Kick makes a Wait in progress, or the next one, return at once; the
+// waiter calls SetDeadline(time.Time{}) before it waits again.
+func (w *NetPollWatcher) Kick() error { return w.f.SetReadDeadline(time.Unix(1, 0)) }
+
+// Close ends Wait (waiting for a call of ready in progress) and closes
+// the watcher's descriptor.
+func (w *NetPollWatcher) Close() error { return w.f.Close() }
+
+// NetGettid returns the calling thread's id.
+func NetGettid() int { return unix.Gettid() }
