@@ -20,7 +20,8 @@ type Agent struct {
 	epochEv  event          // ranks sleep here for Publish
 	epoch    *atomic.Uint32 // published epoch; Store in Publish pairs with the Load in Rank.WaitEpoch, Rank.Result and Rank.Lookup
 
-	kvsN int // KVS entries inserted; only the agent goroutine touches it
+	kvsN    int    // KVS entries inserted; only the agent goroutine touches it
+	kvsUsed uint64 // KVS arena bytes in use; likewise
 
 	// kicked is process-local: Kick stores true, then signals the doorbell;
 	// Wait's condition consumes it with CompareAndSwap. It publishes
@@ -61,6 +62,7 @@ func (a *Agent) load() {
 		a.resp[i].headCache = a.resp[i].head.Load()
 	}
 	a.kvsN = int(a.s.u32(offKVSCount).Load())
+	a.kvsUsed = uint64(a.s.u32(offKVSArenaUsed).Load())
 }
 
 // Requests returns the ring on which local rank i sends requests, or nil

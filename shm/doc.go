@@ -4,7 +4,7 @@
 // mapped shared by the agent and by every rank process, which inherits the
 // descriptor across fork/exec (exec.Cmd.ExtraFiles) and maps it with Open.
 //
-// # Layout (LayoutVersion 1)
+// # Layout (LayoutVersion 2)
 //
 // Every region starts on a 4 KiB boundary; offsets and strides are named
 // constants in layout.go and all are stored in the header, which a reader
@@ -26,7 +26,10 @@
 //	            WorldSize entries indexed by global rank: length, epoch,
 //	            MaxValue bytes
 //	kvs index   open-addressing hash buckets (uint32: entry number + 1)
-//	kvs entries append-only: epoch, key length, value length, hash, key, value
+//	kvs entries append-only, 24 bytes: epoch, key length, value length, hash,
+//	            arena offset
+//	kvs arena   append-only key and value bytes, each entry's at its own
+//	            size (Params.KVSArenaBytes; unused pages are never touched)
 //
 // Plain fields are little-endian; atomic words are native-endian (the
 // segment never leaves its node). Counters are free-running and wrap: ring

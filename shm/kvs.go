@@ -6,8 +6,11 @@ import (
 )
 
 // The node KVS table: an open-addressing hash index of uint32 buckets
-// (0 = empty, else entry number + 1) over an append-only array of entries.
-// Only the agent writes it. An entry is written completely with plain
+// (0 = empty, else entry number + 1) over an append-only array of small
+// fixed entries, whose keys and values sit in an append-only arena (so a
+// 100-byte business card costs ~130 bytes of memory touched, not the
+// key and value maxima). Only the agent writes it. An entry and its arena
+// bytes are written completely with plain
 // stores, then its bucket is published with an atomic Store; readers load
 // buckets atomically, so an entry they reach is complete. Entries never
 // change once published, so readers need neither a lock nor a seqlock
@@ -41,12 +44,12 @@ func (s *Segment) kvsFind(key []byte, h uint64) (off, empty uint64, found bool) 
 			return 0, b, false
 		}
 		if v <= uint64(s.l.kvsCap) {
-			off := s.l.kvsEntryOff + (v-1)*s.l.kvsEntryBytes
-			e := s.mem[off : off+s.l.kvsEntryBytes]
-			kl := uint64(le.Uint32(e[kvsKeyLen:]))
-			if le.Uint32(e[kvsHash:]) == uint32(h) && kl == uint64(len(key)) && kl <= uint64(s.l.kvsKeyMax) &&
-				bytes.Equal(e[kvsKey:kvsKey+kl], key) {
-				return off, 0, true
+			off := s.l.kvsEntryOff + (v-1)*kvsEntryBytes
+			e := s.mem[off : off+kvsEntryBytes]
+			if le.Uint32(e[kvsHash:]) == uint32(h) && uint64(le.Uint32(e[kvsKeyLen:])) == uint64(len(key)) {
+				if k, _, ok := s.kvsKV(e); ok && bytes.Equal(k, key) {
+					return off, 0, true
+				}
 			}
 		}
 		b = (b + 1) & mask
@@ -54,11 +57,23 @@ func (s *Segment) kvsFind(key []byte, h uint64) (off, empty uint64, found bool) 
 	return 0, uint64(s.l.kvsBuckets), false
 }
 
+// kvsKV returns the key and value bytes entry e names in the arena, or
+// false if its lengths or offset do not fit the layout.
+func (s *Segment) kvsKV(e []byte) (key, value []byte, ok bool) {
+	le := binary.LittleEndian
+	kl, vl, at := uint64(le.Uint32(e[kvsKeyLen:])), uint64(le.Uint32(e[kvsValLen:])), le.Uint64(e[kvsData:])
+	if kl > uint64(s.l.kvsKeyMax) || vl > uint64(s.l.maxValue) || at > s.l.kvsArena || kl+vl > s.l.kvsArena-at {
+		return nil, nil, false
+	}
+	a := s.l.kvsArenaOff + at
+	return s.mem[a : a+kl : a+kl], s.mem[a+kl : a+kl+vl : a+kl+vl], true
+}
+
 // kvsBucketOf returns the bucket that points at the entry at off, found by
 // probing from h as kvsFind does (kvsBuckets if none does).
 func (s *Segment) kvsBucketOf(off, h uint64) uint64 {
 	mask := uint64(s.l.kvsBuckets - 1)
-	want := uint32((off-s.l.kvsEntryOff)/s.l.kvsEntryBytes + 1)
+	want := uint32((off-s.l.kvsEntryOff)/kvsEntryBytes + 1)
 	b := h & mask
 	for range s.l.kvsBuckets {
 		if s.u32(s.l.kvsIndexOff+4*b).Load() == want {
@@ -71,14 +86,12 @@ func (s *Segment) kvsBucketOf(off, h uint64) uint64 {
 
 // kvsValue returns the value of the entry at off and its epoch.
 func (s *Segment) kvsValue(off uint64) ([]byte, uint32, bool) {
-	le := binary.LittleEndian
-	e := s.mem[off : off+s.l.kvsEntryBytes]
-	n := uint64(le.Uint32(e[kvsValLen:]))
-	if n > uint64(s.l.maxValue) {
+	e := s.mem[off : off+kvsEntryBytes]
+	_, v, ok := s.kvsKV(e)
+	if !ok {
 		return nil, 0, false
 	}
-	v := kvsKey + uint64(s.l.kvsKeyMax)
-	return e[v : v+n : v+n], le.Uint32(e[kvsEpoch:]), true
+	return v, binary.LittleEndian.Uint32(e[kvsEpoch:]), true
 }
 
 // KVSPut inserts key → value, tagged with the fence epoch that makes it
@@ -119,11 +132,12 @@ func (a *Agent) kvsPut(key, value []byte, epoch uint32, replace bool) error {
 		// The bucket that points at the old entry takes the new one.
 		empty = s.kvsBucketOf(old, h)
 	}
+	need := alignUp(uint64(len(key)+len(value)), kvsDataAlign)
 	var err error
 	switch {
 	case len(value) > s.l.maxValue:
 		err = ErrTooLarge
-	case a.kvsN >= s.l.kvsCap || empty >= uint64(s.l.kvsBuckets):
+	case a.kvsN >= s.l.kvsCap || empty >= uint64(s.l.kvsBuckets) || a.kvsUsed > s.l.kvsArena || need > s.l.kvsArena-a.kvsUsed:
 		err = ErrKVSFull
 	}
 	if err != nil {
@@ -134,19 +148,24 @@ func (a *Agent) kvsPut(key, value []byte, epoch uint32, replace bool) error {
 		}
 		return err
 	}
+	at := a.kvsUsed
+	data := s.mem[s.l.kvsArenaOff+at : s.l.kvsArenaOff+at+uint64(len(key)+len(value))]
+	copy(data, key)
+	copy(data[len(key):], value)
 	n := uint64(a.kvsN)
-	off := s.l.kvsEntryOff + n*s.l.kvsEntryBytes
-	e := s.mem[off : off+s.l.kvsEntryBytes]
+	off := s.l.kvsEntryOff + n*kvsEntryBytes
+	e := s.mem[off : off+kvsEntryBytes]
 	le := binary.LittleEndian
 	le.PutUint32(e[kvsEpoch:], epoch)
 	le.PutUint32(e[kvsKeyLen:], uint32(len(key)))
 	le.PutUint32(e[kvsValLen:], uint32(len(value)))
 	le.PutUint32(e[kvsHash:], uint32(h))
-	copy(e[kvsKey:], key)
-	copy(e[kvsKey+uint64(s.l.kvsKeyMax):], value)
-	s.u32(s.l.kvsIndexOff + 4*empty).Store(uint32(n + 1)) // publishes the entry; pairs with kvsFind's Load
+	le.PutUint64(e[kvsData:], at)
+	s.u32(s.l.kvsIndexOff + 4*empty).Store(uint32(n + 1)) // publishes the entry and its arena bytes; pairs with kvsFind's Load
 	a.kvsN++
-	s.u32(offKVSCount).Store(uint32(a.kvsN)) // informational; no load depends on it for ordering
+	a.kvsUsed += need
+	s.u32(offKVSCount).Store(uint32(a.kvsN))        // informational; no load depends on it for ordering
+	s.u32(offKVSArenaUsed).Store(uint32(a.kvsUsed)) // informational, for an agent view attached later
 	return nil
 }
 

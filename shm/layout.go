@@ -14,7 +14,7 @@ const (
 	Magic uint64 = 0x6d68732d696d7066
 	// LayoutVersion changes whenever any offset or record format below
 	// changes; agent and ranks must agree on it exactly.
-	LayoutVersion uint32 = 1
+	LayoutVersion uint32 = 2
 )
 
 // Alignment units.
@@ -60,7 +60,7 @@ const (
 	hdrSlotBytes     = 112 // uint32: bytes per input slot (one parity)
 	hdrResultStride  = 116 // uint32: bytes per result entry
 	hdrKVSEntryBytes = 120 // uint32: bytes per KVS entry
-	hdrReserved      = 124 // uint32: zero (a reader rejects anything else)
+	hdrKVSArenaPages = 124 // uint32: KVS arena size in regionAlign pages
 	hdrFieldsEnd     = 128
 )
 
@@ -76,6 +76,7 @@ const (
 	offEpochWake     = 260 // uint32 futex word: bumped by the agent when it wakes epoch sleepers
 	offEpochSleepers = 264 // uint32: number of ranks inside an epoch wait
 	offKVSCount      = 268 // uint32: entries in the KVS (agent stores after each insert; informational)
+	offKVSArenaUsed  = 272 // uint32: KVS arena bytes in use (agent stores after each insert; informational)
 )
 
 // Control block of one local rank: two halves, each written by one party.
@@ -109,13 +110,16 @@ const (
 )
 
 // KVS entry. Entries are append-only and immutable once their index bucket
-// is published.
+// is published; each names its key and value bytes in the arena, which is
+// append-only too, so an entry costs its own size, not the maxima.
 const (
-	kvsEpoch  = 0  // uint32: fence epoch that made the entry visible
-	kvsKeyLen = 4  // uint32
-	kvsValLen = 8  // uint32
-	kvsHash   = 12 // uint32: low 32 bits of the key's FNV-1a hash
-	kvsKey    = 16 // KVSKeyMax bytes, then MaxValue bytes of value
+	kvsEpoch      = 0  // uint32: fence epoch that made the entry visible
+	kvsKeyLen     = 4  // uint32
+	kvsValLen     = 8  // uint32
+	kvsHash       = 12 // uint32: low 32 bits of the key's FNV-1a hash
+	kvsData       = 16 // uint64: arena offset of the key bytes, the value bytes follow
+	kvsEntryBytes = 24
+	kvsDataAlign  = 8 // arena allocations start 8-byte aligned
 )
 
 // Limits that keep every size and offset far from overflow.
@@ -127,6 +131,7 @@ const (
 	maxRingBytes  = 1 << 26
 	maxKVSEntries = 1 << 24
 	maxKVSKeyMax  = 1 << 12
+	maxKVSArena   = 1 << 31 // offKVSArenaUsed is a uint32
 	maxTotal      = 1 << 40
 )
 
@@ -134,11 +139,11 @@ const (
 // "_ uint = a - b" constant fails the build if a < b; a "[x]" index into a
 // one-element array fails it unless x == 0.
 const (
-	_ uint = hdrFieldsEnd - (hdrKVSEntryBytes + 4)            // header fields end by hdrFieldsEnd
+	_ uint = hdrFieldsEnd - (hdrKVSArenaPages + 4)            // header fields end by hdrFieldsEnd
 	_ uint = offDoorbell - hdrFieldsEnd                       // the doorbell line follows the fields
 	_ uint = offDoorbell + CacheLine - (offAgentSleepers + 4) // doorbell words share one line
 	_ uint = offEpoch - (offDoorbell + lineGap)               // the epoch line is a line pair away
-	_ uint = offEpoch + CacheLine - (offKVSCount + 4)         // epoch words share one line
+	_ uint = offEpoch + CacheLine - (offKVSArenaUsed + 4)     // epoch words share one line
 	_ uint = headerBytes - (offEpoch + CacheLine)             // all of it inside the header region
 	_ uint = CacheLine - (ctlRankPID + 4)                     // the rank half is one line
 	_ uint = lineGap + CacheLine - (ctlRankWake + 4)          // the agent half is one line
@@ -156,7 +161,11 @@ const (
 	DefaultMaxValue    = 1024 // PMI-2's value limit
 	DefaultRingBytes   = 16 << 10
 	DefaultKVSCapacity = 1024
-	DefaultKVSKeyMax   = 64 // PMI-2's key limit
+	// DefaultKVSArenaPerEntry sizes the arena when Params.KVSArenaBytes is
+	// zero: bytes per entry of capacity, enough for an MPICH business card
+	// and its key several times over (unused arena is never touched).
+	DefaultKVSArenaPerEntry = 256
+	DefaultKVSKeyMax        = 64 // PMI-2's key limit
 )
 
 // Params sizes a segment. Zero fields take the defaults above, except
@@ -170,6 +179,7 @@ type Params struct {
 	ResponseRingBytes int // data bytes per response ring, a power of two
 	KVSCapacity       int // maximum KVS entries
 	KVSKeyMax         int // maximum KVS key bytes
+	KVSArenaBytes     int // bytes for KVS keys and values, rounded up to 4 KiB; at least one maximal key and value
 
 	// Starting values, for tests that preset counters near wrap-around.
 	// They are not part of the layout and are not stored in the header.
@@ -197,6 +207,14 @@ func (p Params) validate() (Params, error) {
 	if p.WorldSize == 0 {
 		p.WorldSize = p.LocalRanks
 	}
+	if p.KVSArenaBytes == 0 && p.KVSCapacity > 0 && p.KVSCapacity <= maxKVSEntries {
+		p.KVSArenaBytes = p.KVSCapacity * DefaultKVSArenaPerEntry
+	}
+	minArena := alignUp(uint64(max(p.KVSKeyMax, 0))+uint64(max(p.MaxValue, 0)), kvsDataAlign)
+	if uint64(max(p.KVSArenaBytes, 0)) < minArena {
+		p.KVSArenaBytes = int(minArena)
+	}
+	p.KVSArenaBytes = int(alignUp(uint64(max(p.KVSArenaBytes, 0)), regionAlign))
 	switch {
 	case p.LocalRanks < 1 || p.LocalRanks > maxLocalRanks:
 		return p, fmt.Errorf("%d local ranks, want 1..%d", p.LocalRanks, maxLocalRanks)
@@ -212,6 +230,8 @@ func (p Params) validate() (Params, error) {
 		return p, fmt.Errorf("kvs capacity %d, want 1..%d", p.KVSCapacity, maxKVSEntries)
 	case p.KVSKeyMax < 1 || p.KVSKeyMax > maxKVSKeyMax:
 		return p, fmt.Errorf("kvs key max %d bytes, want 1..%d", p.KVSKeyMax, maxKVSKeyMax)
+	case p.KVSArenaBytes > maxKVSArena:
+		return p, fmt.Errorf("kvs arena %d bytes, want at most %d", p.KVSArenaBytes, maxKVSArena)
 	case p.RingBase%recordAlign != 0:
 		return p, fmt.Errorf("ring base %d is not a multiple of %d", p.RingBase, recordAlign)
 	}
@@ -229,29 +249,29 @@ type layout struct {
 	localRanks, worldSize, maxValue int
 	reqRing, respRing               int
 	kvsCap, kvsKeyMax, kvsBuckets   int
+	kvsArena                        uint64 // arena bytes, a multiple of regionAlign
 
-	ctrlOff, ringOff, slotOff, resultOff, kvsIndexOff, kvsEntryOff uint64
-	ringStride, slotBytes, resultStride, kvsEntryBytes             uint64
-	resultBufBytes                                                 uint64 // one parity's result entries, region-aligned
-	total                                                          uint64
+	ctrlOff, ringOff, slotOff, resultOff, kvsIndexOff, kvsEntryOff, kvsArenaOff uint64
+	ringStride, slotBytes, resultStride                                         uint64
+	resultBufBytes                                                              uint64 // one parity's result entries, region-aligned
+	total                                                                       uint64
 }
 
 // computeLayout lays the regions out in order: header, control blocks,
-// rings, slots, results (two parities), KVS index, KVS entries. The limits
+// rings, slots, results (two parities), KVS index, KVS entries, KVS arena. The limits
 // checked by validate keep every product below 2^63; maxTotal bounds the
 // sum.
 func computeLayout(p Params) (layout, error) {
 	l := layout{
 		localRanks: p.LocalRanks, worldSize: p.WorldSize, maxValue: p.MaxValue,
 		reqRing: p.RequestRingBytes, respRing: p.ResponseRingBytes,
-		kvsCap: p.KVSCapacity, kvsKeyMax: p.KVSKeyMax,
+		kvsCap: p.KVSCapacity, kvsKeyMax: p.KVSKeyMax, kvsArena: uint64(p.KVSArenaBytes),
 	}
 	l.kvsBuckets = 1 << bits.Len(uint(2*p.KVSCapacity-1)) // ≥ 2×capacity keeps probes short
 	n := uint64(p.LocalRanks)
 	l.ringStride = uint64(p.RequestRingBytes + p.ResponseRingBytes)
 	l.slotBytes = alignUp(slotData+uint64(p.MaxValue), CacheLine)
 	l.resultStride = alignUp(resData+uint64(p.MaxValue), 8)
-	l.kvsEntryBytes = alignUp(kvsKey+uint64(p.KVSKeyMax)+uint64(p.MaxValue), CacheLine)
 	l.resultBufBytes = alignUp(uint64(p.WorldSize)*l.resultStride, regionAlign)
 
 	off := uint64(headerBytes)
@@ -266,7 +286,9 @@ func computeLayout(p Params) (layout, error) {
 	l.kvsIndexOff = off
 	off = alignUp(off+uint64(l.kvsBuckets)*4, regionAlign)
 	l.kvsEntryOff = off
-	off = alignUp(off+uint64(p.KVSCapacity)*l.kvsEntryBytes, regionAlign)
+	off = alignUp(off+uint64(p.KVSCapacity)*kvsEntryBytes, regionAlign)
+	l.kvsArenaOff = off
+	off += l.kvsArena
 	l.total = off
 	if l.total > maxTotal {
 		return l, fmt.Errorf("segment of %d bytes exceeds the %d-byte limit", l.total, uint64(maxTotal))
@@ -301,7 +323,8 @@ func (l *layout) writeHeader(b []byte) {
 	le.PutUint32(b[hdrRingStride:], uint32(l.ringStride))
 	le.PutUint32(b[hdrSlotBytes:], uint32(l.slotBytes))
 	le.PutUint32(b[hdrResultStride:], uint32(l.resultStride))
-	le.PutUint32(b[hdrKVSEntryBytes:], uint32(l.kvsEntryBytes))
+	le.PutUint32(b[hdrKVSEntryBytes:], kvsEntryBytes)
+	le.PutUint32(b[hdrKVSArenaPages:], uint32(l.kvsArena/regionAlign))
 }
 
 // readHeader validates the header at the start of a segment of size bytes
@@ -320,9 +343,6 @@ func readHeader(b []byte, size uint64) (layout, error) {
 	if v := le.Uint32(b[hdrVersion:]); v != LayoutVersion {
 		return layout{}, fmt.Errorf("layout version %d, want %d", v, LayoutVersion)
 	}
-	if r := le.Uint32(b[hdrReserved:]); r != 0 {
-		return layout{}, fmt.Errorf("reserved header word is %#x, want 0", r)
-	}
 	if h := le.Uint32(b[hdrHeaderBytes:]); h != headerBytes {
 		return layout{}, fmt.Errorf("header of %d bytes, want %d", h, headerBytes)
 	}
@@ -334,9 +354,10 @@ func readHeader(b []byte, size uint64) (layout, error) {
 		ResponseRingBytes: int(le.Uint32(b[hdrRespRingBytes:])),
 		KVSCapacity:       int(le.Uint32(b[hdrKVSCapacity:])),
 		KVSKeyMax:         int(le.Uint32(b[hdrKVSKeyMax:])),
+		KVSArenaBytes:     int(le.Uint32(b[hdrKVSArenaPages:])) * regionAlign,
 	}
 	if p.LocalRanks == 0 || p.WorldSize == 0 || p.MaxValue == 0 || p.RequestRingBytes == 0 ||
-		p.ResponseRingBytes == 0 || p.KVSCapacity == 0 || p.KVSKeyMax == 0 {
+		p.ResponseRingBytes == 0 || p.KVSCapacity == 0 || p.KVSKeyMax == 0 || p.KVSArenaBytes == 0 {
 		return layout{}, fmt.Errorf("header has a zero size field")
 	}
 	p, err := p.validate()
@@ -363,7 +384,8 @@ func readHeader(b []byte, size uint64) (layout, error) {
 		{"ring stride", uint64(le.Uint32(b[hdrRingStride:])), l.ringStride},
 		{"slot size", uint64(le.Uint32(b[hdrSlotBytes:])), l.slotBytes},
 		{"result stride", uint64(le.Uint32(b[hdrResultStride:])), l.resultStride},
-		{"kvs entry size", uint64(le.Uint32(b[hdrKVSEntryBytes:])), l.kvsEntryBytes},
+		{"kvs entry size", uint64(le.Uint32(b[hdrKVSEntryBytes:])), kvsEntryBytes},
+		{"kvs arena size", uint64(le.Uint32(b[hdrKVSArenaPages:])) * regionAlign, l.kvsArena},
 	}
 	for _, f := range stored {
 		if f.got != f.want {

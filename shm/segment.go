@@ -227,7 +227,7 @@ func paramsOf(l layout) Params {
 	return Params{
 		LocalRanks: l.localRanks, WorldSize: l.worldSize, MaxValue: l.maxValue,
 		RequestRingBytes: l.reqRing, ResponseRingBytes: l.respRing,
-		KVSCapacity: l.kvsCap, KVSKeyMax: l.kvsKeyMax,
+		KVSCapacity: l.kvsCap, KVSKeyMax: l.kvsKeyMax, KVSArenaBytes: int(l.kvsArena),
 	}
 }
 

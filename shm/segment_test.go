@@ -104,7 +104,9 @@ func TestOpenValidatesHeader(t *testing.T) {
 	}{
 		{"valid", 0, func([]byte) {}, ""},
 		{"magic", 0, func(b []byte) { b[0] ^= 1 }, "map segment: bad magic"},
-		{"version", 0, func(b []byte) { le.PutUint32(b[hdrVersion:], 3) }, "map segment: layout version 3, want 1"},
+		{"version", 0, func(b []byte) { le.PutUint32(b[hdrVersion:], 1) }, "map segment: layout version 1, want 2"},
+		{"arena size", 0, func(b []byte) { le.PutUint32(b[hdrKVSArenaPages:], le.Uint32(b[hdrKVSArenaPages:])+1) }, "header total length"},
+		{"no arena", 0, func(b []byte) { le.PutUint32(b[hdrKVSArenaPages:], 0) }, "zero size field"},
 		{"header size", 0, func(b []byte) { le.PutUint32(b[hdrHeaderBytes:], 64) }, "header of 64 bytes"},
 		{"zero ranks", 0, func(b []byte) { le.PutUint32(b[hdrLocalRanks:], 0) }, "zero size field"},
 		{"world below local", 0, func(b []byte) { le.PutUint32(b[hdrWorldSize:], 1) }, "world size 1"},
@@ -194,19 +196,22 @@ func TestLayoutGeometry(t *testing.T) {
 			l.slotOff, l.slotOff + 2*uint64(p.LocalRanks)*l.slotBytes,
 			l.resultOff, l.resultOff + 2*l.resultBufBytes,
 			l.kvsIndexOff, l.kvsIndexOff + 4*uint64(l.kvsBuckets),
-			l.kvsEntryOff, l.kvsEntryOff + uint64(p.KVSCapacity)*l.kvsEntryBytes, l.total,
+			l.kvsEntryOff, l.kvsEntryOff + uint64(p.KVSCapacity)*kvsEntryBytes,
+			l.kvsArenaOff, l.kvsArenaOff + l.kvsArena, l.total,
 		}
 		if !slices.IsSorted(ends) {
 			t.Errorf("%+v: regions overlap or are out of order: %v", p, ends)
 		}
-		for _, off := range []uint64{l.ctrlOff, l.ringOff, l.slotOff, l.resultOff, l.kvsIndexOff, l.kvsEntryOff, l.total} {
+		for _, off := range []uint64{l.ctrlOff, l.ringOff, l.slotOff, l.resultOff, l.kvsIndexOff, l.kvsEntryOff, l.kvsArenaOff, l.total} {
 			if off%regionAlign != 0 {
 				t.Errorf("%+v: region at %d is not %d-aligned", p, off, regionAlign)
 			}
 		}
-		if l.slotBytes%CacheLine != 0 || l.resultStride%8 != 0 || l.kvsEntryBytes%CacheLine != 0 ||
-			uint64(l.kvsBuckets) < 2*uint64(p.KVSCapacity) {
-			t.Errorf("%+v: strides %d %d %d, %d buckets", p, l.slotBytes, l.resultStride, l.kvsEntryBytes, l.kvsBuckets)
+		if l.slotBytes%CacheLine != 0 || l.resultStride%8 != 0 || uint64(l.kvsBuckets) < 2*uint64(p.KVSCapacity) {
+			t.Errorf("%+v: strides %d %d, %d buckets", p, l.slotBytes, l.resultStride, l.kvsBuckets)
+		}
+		if l.kvsArena < uint64(p.KVSKeyMax+p.MaxValue) || l.kvsArena%regionAlign != 0 {
+			t.Errorf("%+v: kvs arena of %d bytes cannot hold one maximal key and value", p, l.kvsArena)
 		}
 		if l.resultBufBytes < uint64(p.WorldSize)*(resData+uint64(p.MaxValue)) {
 			t.Errorf("%+v: result buffer of %d bytes is too small", p, l.resultBufBytes)
@@ -528,5 +533,55 @@ func TestInProcessWaiter(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("agent not woken by a rank's push")
+	}
+}
+
+// The KVS arena holds keys and values at their own size: a small arena
+// fills by bytes, not by entries, and a later agent view continues where
+// the first stopped.
+func TestKVSArena(t *testing.T) {
+	seg, err := NewHeap(Params{LocalRanks: 1, KVSCapacity: 1 << 12, KVSKeyMax: 16, MaxValue: 1000, KVSArenaBytes: 4096, FirstEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seg.Params().KVSArenaBytes; got != 4096 {
+		t.Fatalf("arena of %d bytes, want 4096", got)
+	}
+	a := seg.Agent()
+	val := strings.Repeat("v", 56) // key "k-NNN" (5 bytes) + 56 = 61, 64 with alignment
+	n := 0
+	for ; ; n++ {
+		err := a.KVSPut([]byte(fmt.Sprintf("k-%03d", n)), []byte(val), 1)
+		if err == ErrKVSFull {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 4096/64 {
+		t.Fatalf("%d entries of 64 arena bytes fit in 4096, want %d", n, 4096/64)
+	}
+	a.Publish(1)
+	for i := range n {
+		k := fmt.Sprintf("k-%03d", i)
+		if v, ok := seg.Rank(0).Lookup([]byte(k)); !ok || string(v) != val {
+			t.Fatalf("lookup %s: %q %v", k, v, ok)
+		}
+	}
+	// Replacing a key needs arena space too: with none left the key is
+	// withdrawn (lookups miss, so ranks ask the agent), never stale.
+	if err := a.KVSReplace([]byte("k-000"), []byte("new"), 2); err != ErrKVSFull {
+		t.Fatalf("replace in a full arena: %v", err)
+	}
+	if _, ok := seg.Rank(0).Lookup([]byte("k-000")); ok {
+		t.Fatal("withdrawn key still visible")
+	}
+	view, err := Attach(seg.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := view.Agent().KVSPut([]byte("x"), []byte("y"), 2); err != ErrKVSFull {
+		t.Fatalf("another agent view put into the full arena: %v", err)
 	}
 }
