@@ -61,6 +61,7 @@ func (a *Agent) AttachSegment(seg *shm.Segment) error {
 func (a *Agent) serveShm(seg *shm.Segment) {
 	sa := seg.Agent()
 	dead := make([]bool, len(a.ranks)) // rings that sent garbage
+	var ready []int                    // local ranks with requests, per pass
 	for {
 		a.mu.Lock()
 		if a.closed {
@@ -70,7 +71,9 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 		var out outbox
 		var events []func()
 		did := false
-		for i, rs := range a.ranks {
+		ready = sa.TakeReady(ready[:0])
+		for _, i := range ready {
+			rs := a.ranks[i]
 			if dead[i] {
 				continue
 			}

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"sync/atomic"
 	"time"
 )
@@ -106,17 +107,37 @@ func (a *Agent) SleepPrepare() (word *uint32, val uint32, ready bool) {
 // SleepDone ends the sleep SleepPrepare announced.
 func (a *Agent) SleepDone() { a.doorbell.sleepers.Add(^uint32(0)) }
 
-// pending is Wait's condition: a kick, or any non-empty request ring.
+// pending is Wait's condition: a kick, or a rank marked ready.
 func (a *Agent) pending() bool {
 	if a.kicked.Load() && a.kicked.CompareAndSwap(true, false) {
 		return true
 	}
-	for i := range a.req {
-		if a.req[i].nonEmpty() {
+	for w := range readyWords(len(a.req)) {
+		if a.s.readyWord(int(w)*64).Load() != 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// TakeReady appends to dst the local ranks that committed requests since
+// they were last taken, and clears their marks; the caller then drains
+// those ranks' request rings. A rank that commits again meanwhile is
+// marked again, so no request is missed; a mark may find its ring already
+// drained.
+func (a *Agent) TakeReady(dst []int) []int {
+	n := len(a.req)
+	for w := range readyWords(n) {
+		set := a.s.readyWord(int(w) * 64).Swap(0)
+		for set != 0 {
+			i := int(w)*64 + bits.TrailingZeros64(set)
+			set &= set - 1
+			if i < n {
+				dst = append(dst, i)
+			}
+		}
+	}
+	return dst
 }
 
 // Kick makes the agent's current or next Wait return. Any goroutine of the

@@ -251,10 +251,10 @@ type layout struct {
 	kvsCap, kvsKeyMax, kvsBuckets   int
 	kvsArena                        uint64 // arena bytes, a multiple of regionAlign
 
-	ctrlOff, ringOff, slotOff, resultOff, kvsIndexOff, kvsEntryOff, kvsArenaOff uint64
-	ringStride, slotBytes, resultStride                                         uint64
-	resultBufBytes                                                              uint64 // one parity's result entries, region-aligned
-	total                                                                       uint64
+	ctrlOff, readyOff, ringOff, slotOff, resultOff, kvsIndexOff, kvsEntryOff, kvsArenaOff uint64
+	ringStride, slotBytes, resultStride                                                   uint64
+	resultBufBytes                                                                        uint64 // one parity's result entries, region-aligned
+	total                                                                                 uint64
 }
 
 // computeLayout lays the regions out in order: header, control blocks,
@@ -276,7 +276,8 @@ func computeLayout(p Params) (layout, error) {
 
 	off := uint64(headerBytes)
 	l.ctrlOff = off
-	off = alignUp(off+n*ctrlStride, regionAlign)
+	l.readyOff = off + n*ctrlStride // the ready bitmap closes the control region
+	off = alignUp(l.readyOff+8*readyWords(p.LocalRanks), regionAlign)
 	l.ringOff = off
 	off = alignUp(off+n*l.ringStride, regionAlign)
 	l.slotOff = off
@@ -297,6 +298,12 @@ func computeLayout(p Params) (layout, error) {
 }
 
 func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
+
+// readyWords is the size of the ready bitmap in uint64 words: one bit per
+// local rank, set by the rank after it commits a request (Producer.Commit)
+// and taken by the agent (Agent.TakeReady), so the agent visits only the
+// request rings that have something.
+func readyWords(localRanks int) uint64 { return uint64(localRanks+63) / 64 }
 
 // writeHeader stores l's header fields into b (at least hdrFieldsEnd bytes).
 func (l *layout) writeHeader(b []byte) {

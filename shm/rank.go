@@ -44,6 +44,7 @@ func newRank(s *Segment, i int) *Rank {
 			data: rq, mask: uint64(len(rq) - 1),
 			tail: s.u64(c + ctlReqTail), head: s.u64(c + ctlReqHead),
 			self: self, peer: s.doorbell(), waiter: &s.waiter,
+			ready: s.readyWord(i), readyBit: 1 << (i % 64),
 		},
 		resp: Consumer{
 			data: rs, mask: uint64(len(rs) - 1),

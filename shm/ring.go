@@ -68,6 +68,12 @@ type Producer struct {
 	self   event   // what the producer sleeps on while the ring is full
 	peer   event   // signalled after Commit: the consumer may be asleep
 	waiter *Waiter // the segment's waiting policy
+
+	// A request ring marks its rank in the agent's ready bitmap after each
+	// Commit (nil for response rings): the Or follows the tail Store, so
+	// an agent that takes the bit sees the record.
+	ready    *atomic.Uint64
+	readyBit uint64
 }
 
 // MaxPayload is the largest payload the ring accepts: half the ring less a
@@ -139,6 +145,9 @@ func (p *Producer) Commit(h Header, n int) error {
 	p.pos += p.pad + alignUp(MsgHeaderLen+uint64(n), recordAlign)
 	p.pad, p.resv = 0, 0
 	p.tail.Store(p.pos) // publishes the pad, header and payload bytes above
+	if p.ready != nil {
+		p.ready.Or(p.readyBit)
+	}
 	p.peer.signal()
 	return nil
 }

@@ -341,6 +341,9 @@ func (s *Segment) u64(off uint64) *atomic.Uint64 {
 
 func (s *Segment) ctrl(i int) uint64 { return s.l.ctrlOff + uint64(i)*ctrlStride }
 
+// readyWord is the ready-bitmap word holding local rank i's bit.
+func (s *Segment) readyWord(i int) *atomic.Uint64 { return s.u64(s.l.readyOff + 8*uint64(i/64)) }
+
 func (s *Segment) reqRing(i int) []byte {
 	off := s.l.ringOff + uint64(i)*s.l.ringStride
 	return s.mem[off : off+uint64(s.l.reqRing) : off+uint64(s.l.reqRing)]

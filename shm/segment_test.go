@@ -247,32 +247,34 @@ func TestFutexAcrossMappings(t *testing.T) {
 	if err := sys.FutexWait(futexAddr(w1), w1.Load()+1, time.Second); err != nil {
 		t.Fatalf("wait on a changed word: %v", err)
 	}
-	var woke atomic.Bool
-	done := make(chan error, 1)
-	go func() {
-		err := sys.FutexWait(futexAddr(w1), 0, 10*time.Second)
-		woke.Store(w1.Load() == 1)
-		done <- err
-	}()
-	for {
-		time.Sleep(time.Millisecond)
+	// Wake a waiter on w1 through w2. The waiter may not be asleep yet when
+	// the store lands (it then returns at once, as futexes do); only a
+	// wake that reached a sleeper counts, so retry until one does.
+	for attempt := 0; ; attempt++ {
+		if attempt == 50 {
+			t.Fatal("no waiter was asleep in 50 attempts")
+		}
+		w2.Store(0)
+		var woke atomic.Bool
+		done := make(chan error, 1)
+		go func() {
+			err := sys.FutexWait(futexAddr(w1), 0, 10*time.Second)
+			woke.Store(w1.Load() == 1)
+			done <- err
+		}()
+		time.Sleep(time.Duration(attempt+1) * time.Millisecond)
 		w2.Store(1)
 		n, err := sys.FutexWake(futexAddr(w2), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
+		err = <-done // it returns either way: woken, or the word had changed
 		if n == 1 {
-			break
+			if err != nil || !woke.Load() {
+				t.Fatalf("woken waiter: %v, saw the store: %v", err, woke.Load())
+			}
+			return
 		}
-		w2.Store(0) // the waiter was not asleep yet: retry
-		select {
-		case err := <-done:
-			t.Fatalf("waiter returned early: %v", err)
-		default:
-		}
-	}
-	if err := <-done; err != nil || !woke.Load() {
-		t.Fatalf("woken waiter: %v, saw the store: %v", err, woke.Load())
 	}
 }
 
@@ -318,6 +320,7 @@ func TestHotPathAllocs(t *testing.T) {
 	if err := a.KVSPut([]byte("key"), []byte("value"), 0); err != nil {
 		t.Fatal(err)
 	}
+	ready := make([]int, 0, 1)
 	payload := []byte("payload")
 	e := uint32(0)
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -329,6 +332,9 @@ func TestHotPathAllocs(t *testing.T) {
 		}
 		if err := a.Wait(time.Second); err != nil {
 			t.Fatal(err)
+		}
+		if ready = a.TakeReady(ready[:0]); len(ready) != 1 || ready[0] != 0 {
+			t.Fatalf("ready ranks %v, want [0]", ready)
 		}
 		m, err := a.Requests(0).Peek()
 		if err != nil {
@@ -447,6 +453,12 @@ func TestSleepPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Requests(0).Release()
+	if ready := a.TakeReady(nil); len(ready) != 1 || ready[0] != 0 {
+		t.Fatalf("ready ranks %v after a push by rank 0, want [0]", ready)
+	}
+	if ready := a.TakeReady(nil); len(ready) != 0 {
+		t.Fatalf("ready ranks %v after taking them, want none", ready)
+	}
 	a.Kick()
 	if err := a.Wait(0); err != nil {
 		t.Fatalf("wait after kick: %v", err)
