@@ -17,6 +17,8 @@
 //	            (request-ring tail, response-ring head, rank-sleeping flag,
 //	            state, pid) and, two lines further, a line written only by the
 //	            agent (request-ring head, response-ring tail, rank wake word)
+//	ready       one bit per local rank (uint64 words, closing the control
+//	            region): set by the rank after each request, taken by the agent
 //	rings       per local rank: request ring (rank → agent), response ring
 //	            (agent → rank); power-of-two byte rings of 16-byte-aligned
 //	            records, each a header (length, op, flags, seq, epoch) and a
@@ -57,6 +59,10 @@
 //     the consumer's tail Load (Consumer.Peek) pairs with it. The head Store
 //     (Consumer.Release) returns bytes to the producer; the producer's head
 //     Load pairs with it before overwriting them.
+//   - A rank's ready bit (an atomic Or after its tail Store) tells the
+//     agent which rings to drain; the agent's Swap (Agent.TakeReady)
+//     pairs with it, and its doorbell wait tests the bitmap, so a request
+//     is never missed and an idle ring is never visited.
 //   - A request record publishes the slot the rank wrote before pushing it
 //     (CommitSlot, then Push): the agent reads the slot after Peek.
 //   - The epoch Store (Agent.Publish) publishes every result entry and KVS
