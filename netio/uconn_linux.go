@@ -20,6 +20,7 @@ type uconn struct {
 	fd           int
 	laddr, raddr net.Addr
 	max          int
+	reapReady    func(uintptr) bool // c.recvReady, made once: Recv's waits do not allocate
 
 	rq frameQueue // frames the reaper decoded, for Recv
 
@@ -67,6 +68,7 @@ func newUconn(b *uringBackend, fd int, laddr, raddr net.Addr) *uconn {
 	}
 	c.rq.init()
 	c.emit = c.rq.push
+	c.reapReady = c.recvReady
 	return c
 }
 
@@ -163,7 +165,7 @@ func (c *uconn) Recv(ctx context.Context) (Frame, error) {
 		}
 		// Wait for frames, reaping completions on this goroutine
 		// when no other goroutine does.
-		if err := c.b.await(ctx, c.rq.notify, c.closeCalled); err != nil {
+		if err := c.b.awaitRecv(ctx, c); err != nil {
 			return Frame{}, err
 		}
 	}

@@ -372,7 +372,7 @@ func (b *uringBackend) reap() int {
 // done returns true or a kick. done is called at once and again after
 // every completion the kernel posts; it reaps. The caller holds the lead
 // token.
-func (b *uringBackend) waitCQ(done func() bool) {
+func (b *uringBackend) waitCQ(done func(uintptr) bool) {
 	err := b.poll.Wait(done)
 	if err == nil {
 		return
@@ -390,17 +390,18 @@ func (b *uringBackend) waitCQ(done func() bool) {
 // kick wakes the token holder from waitCQ.
 func (b *uringBackend) kick() { b.poll.Kick() }
 
-// await waits until ready or stop is signalled, ctx ends, or completions
-// were reaped: as the reaper if nobody else is one, else on the channels.
-// The caller looks again at what it waits for whenever await returns nil.
-func (b *uringBackend) await(ctx context.Context, ready, stop <-chan struct{}) error {
+// awaitRecv waits until c's receive queue is signalled, Close is called,
+// ctx ends, or completions were reaped: as the reaper if nobody else is
+// one, else on the channels. The caller looks again at what it waits for
+// whenever awaitRecv returns nil.
+func (b *uringBackend) awaitRecv(ctx context.Context, c *uconn) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	select {
-	case <-ready:
+	case <-c.rq.notify:
 		return nil
-	case <-stop:
+	case <-c.closeCalled:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -414,27 +415,32 @@ func (b *uringBackend) await(ctx context.Context, ready, stop <-chan struct{}) e
 		return nil
 	}
 	select {
-	case <-ready:
+	case <-c.rq.notify:
 		return nil
-	case <-stop:
+	case <-c.closeCalled:
 		return nil
 	default:
 	}
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, b.kick)()
 	}
-	b.waitCQ(func() bool {
-		b.reap()
-		select {
-		case <-ready:
-			return true
-		case <-stop:
-			return true
-		default:
-			return false
-		}
-	})
+	b.waitCQ(c.reapReady)
 	return nil
+}
+
+// recvReady reaps and reports whether c's Recv should look again. It is
+// the function c's Recv waits with (reapReady, made once, so a wait does
+// not allocate); the argument is the poller's descriptor, unused.
+func (c *uconn) recvReady(uintptr) bool {
+	c.b.reap()
+	select {
+	case <-c.rq.notify:
+	case <-c.closeCalled:
+	default:
+		return false
+	}
+	// The notification was consumed: Recv looks at the queue anyway.
+	return true
 }
 
 // watch is the watcher goroutine: it reaps when the eventfd says
@@ -998,7 +1004,7 @@ func (b *uringBackend) close() error {
 		// The token is ours for good, and with it the poller wait; a
 		// stale kick only makes the loop look again.
 		b.poll.SetDeadline(deadline)
-		err := b.poll.Wait(func() bool {
+		err := b.poll.Wait(func(uintptr) bool {
 			b.reap()
 			b.mu.Lock()
 			left = b.outstanding

@@ -281,12 +281,15 @@ func NewNetPollWatcher(fd int, name string) (*NetPollWatcher, error) {
 // Wait returns nil once ready returns true. It calls ready at once, and
 // again each time the descriptor has polled readable since ready's
 // previous call began: readiness is edge-triggered, so ready must look at
-// everything a readable descriptor may announce. Wait returns an error
-// wrapping os.ErrDeadlineExceeded after Kick (or the deadline of
-// SetDeadline), and one wrapping os.ErrClosed after Close. One goroutine
-// at a time may call Wait.
-func (w *NetPollWatcher) Wait(ready func() bool) error {
-	return w.rc.Read(func(uintptr) bool { return ready() })
+// everything a readable descriptor may announce. ready gets the watcher's
+// descriptor, which it should ignore; it has syscall.RawConn.Read's type
+// so that Wait passes it on without wrapping it in a closure (an
+// allocation per wait). Wait returns an error wrapping
+// os.ErrDeadlineExceeded after Kick (or the deadline of SetDeadline), and
+// one wrapping os.ErrClosed after Close. One goroutine at a time may call
+// Wait.
+func (w *NetPollWatcher) Wait(ready func(fd uintptr) bool) error {
+	return w.rc.Read(ready)
 }
 
 // SetDeadline makes Wait return at t (the zero time: never).
