@@ -49,7 +49,8 @@ type uconn struct {
 	pausing   bool                       // a cancel of the recv is in flight (flow control, or moving it to another thread)
 	armTid    int                        // the thread that armed the recv
 	stranger  int                        // the thread that reaped the last recv completions, if not armTid
-	strangers int                        // recv completions in a row reaped by stranger
+	strangers int                        // looks in a row that found stranger reaping
+	reaps     uint                       // recv completions reaped, for looking at the thread every tidEvery
 	moved     time.Time                  // when the recv last moved to another thread
 	recvDone  bool                       // EOF or error: no more frames
 	closing   bool

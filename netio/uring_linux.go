@@ -608,8 +608,13 @@ func (b *uringBackend) completeRecv(c *uconn, res int32, flags uint32, more bool
 // strangerMoves of its completions in a row, and at most once per
 // moveEvery, so connections whose completions are reaped by changing
 // threads (streams, with both Ps busy) do not spend their time moving.
+// The thread is looked at (a gettid) on every tidEvery-th completion
+// only: a ping-pong that stays on one thread then pays for the system
+// call once per tidEvery messages, and one that moved is noticed after
+// about strangerMoves*tidEvery.
 const (
 	strangerMoves = 4
+	tidEvery      = 8
 	moveEvery     = 10 * time.Millisecond
 )
 
@@ -620,6 +625,10 @@ const (
 // switch, per message. The thread that reaps is the one whose goroutines
 // run when messages come, so the recv should be its.
 func (b *uringBackend) strangerReaps(c *uconn) bool {
+	c.reaps++
+	if c.reaps%tidEvery != 0 {
+		return false
+	}
 	tid := sys.NetGettid()
 	switch tid {
 	case c.armTid:
