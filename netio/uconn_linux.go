@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/valyala/bytebufferpool"
 )
 
@@ -27,6 +28,7 @@ type uconn struct {
 	// Send side, guarded by smu.
 	smu     sync.Mutex
 	pending *bytebufferpool.ByteBuffer // encoded frames not yet in a send SQE
+	pendOff int                        // bytes of pending already sent (by Send, straight to the socket)
 	queued  bool                       // pending or a send in flight is being looked after (flushConn was called)
 	werr    error                      // sticky send error
 	dead    chan struct{}              // closed when werr is set: wakes blocked Sends
@@ -131,11 +133,30 @@ func (c *uconn) send(ctx context.Context, f Frame) error {
 		}
 		c.smu.Lock()
 	}
-	if c.pending == nil {
-		c.pending = bytebufferpool.Get()
-		c.pending.B = c.pending.B[:0]
+	if !c.queued {
+		// Nothing pending, nothing in flight: hand the frame to the
+		// socket at once, as far as it takes it without blocking. On
+		// loopback and on an idle link that is all of it, and the ring
+		// never sees the send (no SQE, no completion to reap, no
+		// wake-up of the ring's pollers). The rest — all of it after an
+		// error, which the ring's send then reports as it would have —
+		// goes through the ring.
+		buf := bytebufferpool.Get()
+		buf.B, _ = AppendFrame(buf.B[:0], f, c.max)
+		n, err := sys.NetSendNow(c.fd, buf.B)
+		if err == nil && n == len(buf.B) {
+			c.smu.Unlock()
+			bytebufferpool.Put(buf)
+			return nil
+		}
+		c.pending, c.pendOff = buf, n
+	} else {
+		if c.pending == nil {
+			c.pending = bytebufferpool.Get()
+			c.pending.B = c.pending.B[:0]
+		}
+		c.pending.B, _ = AppendFrame(c.pending.B, f, c.max)
 	}
-	c.pending.B, _ = AppendFrame(c.pending.B, f, c.max)
 	room := len(c.pending.B) < limit
 	post := !c.queued
 	c.queued = true

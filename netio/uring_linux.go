@@ -671,9 +671,9 @@ func (b *uringBackend) flush(c *uconn) {
 		return // completeSend looks at the queue again
 	}
 	c.smu.Lock()
-	p := c.pending
-	c.pending = nil
-	if p == nil || len(p.B) == 0 || c.werr != nil {
+	p, off := c.pending, c.pendOff
+	c.pending, c.pendOff = nil, 0
+	if p == nil || len(p.B) == off || c.werr != nil {
 		c.queued = false
 		c.smu.Unlock()
 		if p != nil {
@@ -684,7 +684,7 @@ func (b *uringBackend) flush(c *uconn) {
 	}
 	c.smu.Unlock()
 	signal(c.space)
-	c.inflight, c.off = p, 0
+	c.inflight, c.off = p, off
 	b.submitSend(c)
 }
 
@@ -773,7 +773,7 @@ func (b *uringBackend) finishConn(c *uconn, err error) {
 	c.smu.Lock()
 	if c.pending != nil {
 		bytebufferpool.Put(c.pending)
-		c.pending = nil
+		c.pending, c.pendOff = nil, 0
 	}
 	c.queued = false
 	c.smu.Unlock()

@@ -305,3 +305,25 @@ func (w *NetPollWatcher) Close() error { return w.f.Close() }
 
 // NetGettid returns the calling thread's id.
 func NetGettid() int { return unix.Gettid() }
+
+// NetSendNow sends as much of p on the socket fd as it takes without
+// blocking (send(2) with MSG_DONTWAIT|MSG_NOSIGNAL) and returns how many
+// bytes that was; a socket with no room gives 0 and no error.
+func NetSendNow(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)),
+			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, nil
+		}
+		return 0, os.NewSyscallError("send", e)
+	}
+}
