@@ -362,6 +362,11 @@ func (b *uringBackend) reapLocked() int {
 
 // reap handles what is in the CQ; the caller holds the lead token.
 func (b *uringBackend) reap() int {
+	// The token keeps the ring from being torn down (close takes it for
+	// good first), so the CQ can be looked at before mu is taken.
+	if b.ring.CQReady() == 0 {
+		return 0
+	}
 	b.mu.Lock()
 	n := b.reapLocked()
 	b.unlockSubmit()
@@ -398,32 +403,28 @@ func (b *uringBackend) awaitRecv(ctx context.Context, c *uconn) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	select {
-	case <-c.rq.notify:
+	// The common cases first, without a select over four channels (it
+	// locks them all): frames came meanwhile, or the token is free.
+	if c.takeNotify() {
 		return nil
-	case <-c.closeCalled:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case b.lead <- struct{}{}:
-		b.cqFlags.SetEventfd(false)
+	}
+	if !b.tryLead() {
+		select {
+		case <-c.rq.notify:
+			return nil
+		case <-c.closeCalled:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case b.lead <- struct{}{}:
+			b.cqFlags.SetEventfd(false)
+		}
 	}
 	defer b.release()
-	// Completions may have come before the token did, and their handling
-	// may have been for us.
-	if b.reap() > 0 {
-		return nil
-	}
-	select {
-	case <-c.rq.notify:
-		return nil
-	case <-c.closeCalled:
-		return nil
-	default:
-	}
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, b.kick)()
 	}
+	// The first call of recvReady reaps what came before the token did.
 	b.waitCQ(c.reapReady)
 	return nil
 }
@@ -433,14 +434,18 @@ func (b *uringBackend) awaitRecv(ctx context.Context, c *uconn) error {
 // not allocate); the argument is the poller's descriptor, unused.
 func (c *uconn) recvReady(uintptr) bool {
 	c.b.reap()
+	return c.takeNotify()
+}
+
+// takeNotify consumes the receive queue's notification and reports whether
+// there was one or Close was called: Recv should look again.
+func (c *uconn) takeNotify() bool {
 	select {
 	case <-c.rq.notify:
-	case <-c.closeCalled:
+		return true
 	default:
-		return false
 	}
-	// The notification was consumed: Recv looks at the queue anyway.
-	return true
+	return c.closed.Load()
 }
 
 // watch is the watcher goroutine: it reaps when the eventfd says
