@@ -133,7 +133,7 @@ func (c *uconn) send(ctx context.Context, f Frame) error {
 		}
 		c.smu.Lock()
 	}
-	if !c.queued {
+	if !c.queued && c.pending == nil {
 		// Nothing pending, nothing in flight: hand the frame to the
 		// socket at once, as far as it takes it without blocking. On
 		// loopback and on an idle link that is all of it, and the ring

@@ -26,16 +26,24 @@ import (
 //     memory the backend keeps referenced until the ring is gone); the reaper
 //     decodes each completion's bytes into frames and recycles the buffer at
 //     once;
-//   - sends: plain IORING_OP_SEND SQEs (MSG_WAITALL|MSG_NOSIGNAL), at most
-//     one in flight per connection, so the byte stream keeps its order;
-//     frames queued meanwhile accumulate in one pooled buffer
-//     (bytebufferpool) and go out together when the send in flight
-//     completes; a short send is resubmitted from where it stopped.
+//   - sends that would block: plain IORING_OP_SEND SQEs
+//     (MSG_WAITALL|MSG_NOSIGNAL), at most one in flight per connection, so
+//     the byte stream keeps its order; frames queued meanwhile accumulate
+//     in one pooled buffer (bytebufferpool) and go out together when the
+//     send in flight completes; a short send is resubmitted from where it
+//     stopped.
+//
+// A Send on a connection with nothing queued and nothing in flight first
+// gives the frame to the socket itself, with a non-blocking send(2) under
+// the connection's send lock (uconn.send); only what the socket does not
+// take goes to the ring. On loopback or an idle link that is nothing: the
+// ring never sees the send, so no completion has to be reaped and nobody
+// waiting on the ring is woken for it. (A SEND SQE costs the same system
+// call, an io_uring_enter, plus the completion, the wake-up of the ring's
+// pollers it causes, and the reaping.)
 //
 // Submitting: any goroutine, holding mu, fills SQEs and submits them with
-// one non-blocking io_uring_enter before it unlocks (unlockSubmit); a Send
-// on an idle connection thus hands its frame to the kernel itself, and on
-// loopback the kernel usually completes it inside that call.
+// one non-blocking io_uring_enter before it unlocks (unlockSubmit).
 //
 // Reaping: whoever holds the lead token (a one-slot channel) is the reaper:
 // it alone advances the CQ head (and handles completions under mu), and it
