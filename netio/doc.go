@@ -135,6 +135,13 @@
 // io_uring, as they were before the latency work (1.09 against 1.44 GB/s
 // then): not investigated yet.
 //
+// 64 agents on the 2 cores (pmirun -bootstrap loopback -nodes 64 -n 1024
+// -virtual fence, medians of 5 interleaved runs): 1.35 s wall and 2.6 s
+// CPU over io_uring against 1.42 s and 2.7 s with the previous version;
+// -virtual ring 0.56 against 0.57 s. An idle pair of connections, each
+// with a Recv waiting, uses no CPU of its own (3 ms of the process's
+// over 3 s, as with net).
+//
 // # Compression
 //
 // Compress(policy, dst, src) appends a one-byte codec tag and the
