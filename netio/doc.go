@@ -131,9 +131,15 @@
 //
 // (The locked-owner design streamed 256 B frames at 2.2 M/s, its sends
 // coalescing behind the hand-off to the owner thread; here a Send of an
-// idle connection goes out at once.) 64 KiB frames are slower over
-// io_uring, as they were before the latency work (1.09 against 1.44 GB/s
-// then): not investigated yet.
+// idle connection goes out at once.) The 64 KiB figure depends on what
+// ran before it in the process: with only the 64 KiB benchmarks
+// (-test.bench 'BenchmarkThroughput/.*/65536B', 9 rounds) io_uring streams
+// 2.1 GB/s against net's 1.5, but after the 256 B stream it allocates
+// about 3.4 times the bytes per frame and halves. Likely cause, not yet
+// confirmed: bytebufferpool, calibrated by the small frames, drops the
+// large buffers that frames queued behind a send in flight grow, so each
+// is grown again from scratch. The earlier design showed the same (1.09
+// against 1.44 GB/s in the full run).
 //
 // 64 agents on the 2 cores (pmirun -bootstrap loopback -nodes 64 -n 1024
 // -virtual fence, medians of 5 interleaved runs): 1.35 s wall and 2.6 s
