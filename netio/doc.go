@@ -47,21 +47,26 @@
 //
 // The io_uring backend (giouring, uring_linux.go) gives each Transport one
 // ring shared by its goroutines: multishot accept per listener, multishot
-// recv per connection with one provided-buffer ring, sends as plain SEND
-// SQEs, one in flight per connection with the frames queued meanwhile
-// coalesced into one pooled buffer (bytebufferpool). Any goroutine submits
-// (under a mutex, with one non-blocking io_uring_enter) and a Send reaps
-// its own completion at once; one goroutine at a time holds the reaper
-// token — a Recv with nothing to return takes it when it is free — and
-// waits parked in Go's poller on the ring's descriptor, never in
-// io_uring_enter, so its frame is decoded and returned on its own
-// goroutine and its thread stays free meanwhile. When nobody holds the
-// token, an eventfd registered with the ring wakes a watcher goroutine to
-// reap. A recv whose completions keep being reaped on another thread is
-// armed again from that thread (the kernel finishes a recv on the thread
-// that armed it, waking it if it sleeps). A receiver that falls RecvQueue
-// bytes behind makes the backend stop reading that socket until it
-// catches up; a sender blocks while SendQueue bytes wait.
+// recv per connection with one provided-buffer ring. A Send on a
+// connection with nothing queued writes the frame to the socket itself
+// with a non-blocking send(2); only what the socket does not take goes to
+// the ring as a plain SEND SQE, one in flight per connection with the
+// frames queued meanwhile coalesced into one pooled buffer
+// (bytebufferpool). Any goroutine submits (under a mutex, with one
+// non-blocking io_uring_enter) and a Send reaps its own completion at
+// once; one goroutine at a time holds the reaper token — a Recv with
+// nothing to return takes it when it is free — and waits parked in Go's
+// poller on the ring's descriptor, never in io_uring_enter, so its frame
+// is decoded and returned on its own goroutine and its thread stays free
+// meanwhile. When nobody holds the token, an eventfd registered with the
+// ring wakes a watcher goroutine to reap. A recv whose completions keep
+// being reaped on another thread is armed again from that thread (the
+// kernel finishes a recv on the thread that armed it, waking it if it
+// sleeps; the thread is looked at every 4th completion, a recv moves
+// after 2 looks in a row find another one, at most once per millisecond).
+// A receiver that falls RecvQueue bytes behind makes the backend stop
+// reading that socket until it catches up; a sender blocks while
+// SendQueue bytes wait.
 //
 // Why no owner thread: the first version gave the ring to one goroutine
 // locked to its OS thread (SINGLE_ISSUER, DEFER_TASKRUN) that every other
@@ -84,24 +89,64 @@
 // and why, for --verbose. Forcing uring where the probe fails is an error
 // wrapping ErrNotSupported.
 //
-// # Measured here (2 shared cores, loopback, medians of 7 interleaved runs)
+// # Measured here (2 shared cores, loopback, medians of 9 interleaved rounds)
 //
 // BenchmarkLatency, each end on its own Transport as two agents would be,
-// one way:
+// one way; both backends, and a build of the previous version (commit
+// 466dc05) run the same way inside the same loop:
 //
-//	                                  64 B frame   4 KiB frame
-//	net                               9.1 µs       15.0 µs
-//	uring (reaper parked in poller)   12.6 µs      17.6 µs
-//	uring, reaper in io_uring_enter   47.6 µs      51.4 µs
-//	uring, locked owner thread        116 µs       112 µs
+//	go test -c -ldflags=-checklinkname=0 -o netio.test ./netio
+//	cd netio; for r in 1 2 3 4 5 6 7 8 9; do ../netio.test -test.run '^$' \
+//	    -test.bench BenchmarkLatency -test.benchtime 30000x -test.benchmem; done
 //
-// The remaining gap to net is CPU per message, not waiting: both run the
-// ping-pong on one thread with ~0.1-0.4 context switches per round trip;
-// io_uring pays for the ring's poll wake-ups, an epoll event per message
-// and the thread check of the recv (a gettid). Earlier measurements of
-// the owner design, for throughput: stream of 256 B frames 2.2 M/s against
-// 0.26 M/s for net (sends coalesce), 64 KiB frames 0.83 against 1.29 GB/s,
-// 1 MiB frames 1.43 against 1.50 GB/s.
+//	                                         64 B frame   4 KiB frame
+//	net                                      7.5 µs       11.1 µs
+//	uring                                    7.4 µs       10.5 µs
+//	uring before: SEND SQEs, recv moved      10.1 µs      13.9 µs
+//	  after 32 messages, at most every 10 ms
+//	uring, reaper in io_uring_enter          47.6 µs      51.4 µs
+//	uring, locked owner thread               116 µs       112 µs
+//
+// (The last two rows are from earlier runs, when net measured 9.1 and 15.0
+// µs.) At 64 B the backends are level within the noise (medians of
+// repeated runs move by ±0.3 µs here); at 4 KiB io_uring is ahead. Per
+// one-way message the io_uring backend now makes one sendto and one
+// epoll_pwait, plus a gettid every 4th message, against net's write, two
+// reads (the second finds nothing) and epoll_pwait; allocations are the
+// payloads only (2 per round trip, against 10-14 for net). What it still
+// pays for that net does not: the recv runs as task work at the sender's
+// return to user space, and its completion wakes the ring's pollers. What
+// made the difference: moving the recv to the reaping thread soon (perf
+// stat, 4 KiB: 0.44 -> 0.07 context switches per round trip, as net), the
+// send written to the socket by Send itself (no SQE, completion, reaping
+// or poller wake-up for it), and no select over four channels nor
+// allocation per wait.
+//
+// BenchmarkThroughput, one agent streaming to another, same build, medians
+// of 7 interleaved rounds of -test.benchtime 1s:
+//
+//	            256 B frames    64 KiB frames   1 MiB frames
+//	net         214 K/s         1.37 GB/s       1.59 GB/s
+//	uring       232 K/s         1.04 GB/s       1.81 GB/s
+//
+// (The locked-owner design streamed 256 B frames at 2.2 M/s, its sends
+// coalescing behind the hand-off to the owner thread; here a Send of an
+// idle connection goes out at once.) The 64 KiB figure depends on what
+// ran before it in the process: with only the 64 KiB benchmarks
+// (-test.bench 'BenchmarkThroughput/.*/65536B', 9 rounds) io_uring streams
+// 2.1 GB/s against net's 1.5, but after the 256 B stream it allocates
+// about 3.4 times the bytes per frame and halves. Likely cause, not yet
+// confirmed: bytebufferpool, calibrated by the small frames, drops the
+// large buffers that frames queued behind a send in flight grow, so each
+// is grown again from scratch. The earlier design showed the same (1.09
+// against 1.44 GB/s in the full run).
+//
+// 64 agents on the 2 cores (pmirun -bootstrap loopback -nodes 64 -n 1024
+// -virtual fence, medians of 5 interleaved runs): 1.35 s wall and 2.6 s
+// CPU over io_uring against 1.42 s and 2.7 s with the previous version;
+// -virtual ring 0.56 against 0.57 s. An idle pair of connections, each
+// with a Recv waiting, uses no CPU of its own (3 ms of the process's
+// over 3 s, as with net).
 //
 // # Compression
 //

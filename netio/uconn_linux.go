@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/valyala/bytebufferpool"
 )
 
@@ -20,12 +21,14 @@ type uconn struct {
 	fd           int
 	laddr, raddr net.Addr
 	max          int
+	reapReady    func(uintptr) bool // c.recvReady, made once: Recv's waits do not allocate
 
 	rq frameQueue // frames the reaper decoded, for Recv
 
 	// Send side, guarded by smu.
 	smu     sync.Mutex
 	pending *bytebufferpool.ByteBuffer // encoded frames not yet in a send SQE
+	pendOff int                        // bytes of pending already sent (by Send, straight to the socket)
 	queued  bool                       // pending or a send in flight is being looked after (flushConn was called)
 	werr    error                      // sticky send error
 	dead    chan struct{}              // closed when werr is set: wakes blocked Sends
@@ -48,7 +51,8 @@ type uconn struct {
 	pausing   bool                       // a cancel of the recv is in flight (flow control, or moving it to another thread)
 	armTid    int                        // the thread that armed the recv
 	stranger  int                        // the thread that reaped the last recv completions, if not armTid
-	strangers int                        // recv completions in a row reaped by stranger
+	strangers int                        // looks in a row that found stranger reaping
+	reaps     uint                       // recv completions reaped, for looking at the thread every tidEvery
 	moved     time.Time                  // when the recv last moved to another thread
 	recvDone  bool                       // EOF or error: no more frames
 	closing   bool
@@ -67,6 +71,7 @@ func newUconn(b *uringBackend, fd int, laddr, raddr net.Addr) *uconn {
 	}
 	c.rq.init()
 	c.emit = c.rq.push
+	c.reapReady = c.recvReady
 	return c
 }
 
@@ -128,11 +133,30 @@ func (c *uconn) send(ctx context.Context, f Frame) error {
 		}
 		c.smu.Lock()
 	}
-	if c.pending == nil {
-		c.pending = bytebufferpool.Get()
-		c.pending.B = c.pending.B[:0]
+	if !c.queued && c.pending == nil {
+		// Nothing pending, nothing in flight: hand the frame to the
+		// socket at once, as far as it takes it without blocking. On
+		// loopback and on an idle link that is all of it, and the ring
+		// never sees the send (no SQE, no completion to reap, no
+		// wake-up of the ring's pollers). The rest — all of it after an
+		// error, which the ring's send then reports as it would have —
+		// goes through the ring.
+		buf := bytebufferpool.Get()
+		buf.B, _ = AppendFrame(buf.B[:0], f, c.max)
+		n, err := sys.NetSendNow(c.fd, buf.B)
+		if err == nil && n == len(buf.B) {
+			c.smu.Unlock()
+			bytebufferpool.Put(buf)
+			return nil
+		}
+		c.pending, c.pendOff = buf, n
+	} else {
+		if c.pending == nil {
+			c.pending = bytebufferpool.Get()
+			c.pending.B = c.pending.B[:0]
+		}
+		c.pending.B, _ = AppendFrame(c.pending.B, f, c.max)
 	}
-	c.pending.B, _ = AppendFrame(c.pending.B, f, c.max)
 	room := len(c.pending.B) < limit
 	post := !c.queued
 	c.queued = true
@@ -163,7 +187,7 @@ func (c *uconn) Recv(ctx context.Context) (Frame, error) {
 		}
 		// Wait for frames, reaping completions on this goroutine
 		// when no other goroutine does.
-		if err := c.b.await(ctx, c.rq.notify, c.closeCalled); err != nil {
+		if err := c.b.awaitRecv(ctx, c); err != nil {
 			return Frame{}, err
 		}
 	}

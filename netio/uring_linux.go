@@ -26,16 +26,24 @@ import (
 //     memory the backend keeps referenced until the ring is gone); the reaper
 //     decodes each completion's bytes into frames and recycles the buffer at
 //     once;
-//   - sends: plain IORING_OP_SEND SQEs (MSG_WAITALL|MSG_NOSIGNAL), at most
-//     one in flight per connection, so the byte stream keeps its order;
-//     frames queued meanwhile accumulate in one pooled buffer
-//     (bytebufferpool) and go out together when the send in flight
-//     completes; a short send is resubmitted from where it stopped.
+//   - sends that would block: plain IORING_OP_SEND SQEs
+//     (MSG_WAITALL|MSG_NOSIGNAL), at most one in flight per connection, so
+//     the byte stream keeps its order; frames queued meanwhile accumulate
+//     in one pooled buffer (bytebufferpool) and go out together when the
+//     send in flight completes; a short send is resubmitted from where it
+//     stopped.
+//
+// A Send on a connection with nothing queued and nothing in flight first
+// gives the frame to the socket itself, with a non-blocking send(2) under
+// the connection's send lock (uconn.send); only what the socket does not
+// take goes to the ring. On loopback or an idle link that is nothing: the
+// ring never sees the send, so no completion has to be reaped and nobody
+// waiting on the ring is woken for it. (A SEND SQE costs the same system
+// call, an io_uring_enter, plus the completion, the wake-up of the ring's
+// pollers it causes, and the reaping.)
 //
 // Submitting: any goroutine, holding mu, fills SQEs and submits them with
-// one non-blocking io_uring_enter before it unlocks (unlockSubmit); a Send
-// on an idle connection thus hands its frame to the kernel itself, and on
-// loopback the kernel usually completes it inside that call.
+// one non-blocking io_uring_enter before it unlocks (unlockSubmit).
 //
 // Reaping: whoever holds the lead token (a one-slot channel) is the reaper:
 // it alone advances the CQ head (and handles completions under mu), and it
@@ -362,6 +370,11 @@ func (b *uringBackend) reapLocked() int {
 
 // reap handles what is in the CQ; the caller holds the lead token.
 func (b *uringBackend) reap() int {
+	// The token keeps the ring from being torn down (close takes it for
+	// good first), so the CQ can be looked at before mu is taken.
+	if b.ring.CQReady() == 0 {
+		return 0
+	}
 	b.mu.Lock()
 	n := b.reapLocked()
 	b.unlockSubmit()
@@ -372,7 +385,7 @@ func (b *uringBackend) reap() int {
 // done returns true or a kick. done is called at once and again after
 // every completion the kernel posts; it reaps. The caller holds the lead
 // token.
-func (b *uringBackend) waitCQ(done func() bool) {
+func (b *uringBackend) waitCQ(done func(uintptr) bool) {
 	err := b.poll.Wait(done)
 	if err == nil {
 		return
@@ -390,51 +403,57 @@ func (b *uringBackend) waitCQ(done func() bool) {
 // kick wakes the token holder from waitCQ.
 func (b *uringBackend) kick() { b.poll.Kick() }
 
-// await waits until ready or stop is signalled, ctx ends, or completions
-// were reaped: as the reaper if nobody else is one, else on the channels.
-// The caller looks again at what it waits for whenever await returns nil.
-func (b *uringBackend) await(ctx context.Context, ready, stop <-chan struct{}) error {
+// awaitRecv waits until c's receive queue is signalled, Close is called,
+// ctx ends, or completions were reaped: as the reaper if nobody else is
+// one, else on the channels. The caller looks again at what it waits for
+// whenever awaitRecv returns nil.
+func (b *uringBackend) awaitRecv(ctx context.Context, c *uconn) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	select {
-	case <-ready:
+	// The common cases first, without a select over four channels (it
+	// locks them all): frames came meanwhile, or the token is free.
+	if c.takeNotify() {
 		return nil
-	case <-stop:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case b.lead <- struct{}{}:
-		b.cqFlags.SetEventfd(false)
+	}
+	if !b.tryLead() {
+		select {
+		case <-c.rq.notify:
+			return nil
+		case <-c.closeCalled:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case b.lead <- struct{}{}:
+			b.cqFlags.SetEventfd(false)
+		}
 	}
 	defer b.release()
-	// Completions may have come before the token did, and their handling
-	// may have been for us.
-	if b.reap() > 0 {
-		return nil
-	}
-	select {
-	case <-ready:
-		return nil
-	case <-stop:
-		return nil
-	default:
-	}
 	if ctx.Done() != nil {
 		defer context.AfterFunc(ctx, b.kick)()
 	}
-	b.waitCQ(func() bool {
-		b.reap()
-		select {
-		case <-ready:
-			return true
-		case <-stop:
-			return true
-		default:
-			return false
-		}
-	})
+	// The first call of recvReady reaps what came before the token did.
+	b.waitCQ(c.reapReady)
 	return nil
+}
+
+// recvReady reaps and reports whether c's Recv should look again. It is
+// the function c's Recv waits with (reapReady, made once, so a wait does
+// not allocate); the argument is the poller's descriptor, unused.
+func (c *uconn) recvReady(uintptr) bool {
+	c.b.reap()
+	return c.takeNotify()
+}
+
+// takeNotify consumes the receive queue's notification and reports whether
+// there was one or Close was called: Recv should look again.
+func (c *uconn) takeNotify() bool {
+	select {
+	case <-c.rq.notify:
+		return true
+	default:
+	}
+	return c.closed.Load()
 }
 
 // watch is the watcher goroutine: it reaps when the eventfd says
@@ -598,13 +617,29 @@ func (b *uringBackend) completeRecv(c *uconn, res int32, flags uint32, more bool
 	}
 }
 
-// A recv moves to another thread once that thread has reaped
-// strangerMoves of its completions in a row, and at most once per
+// A recv moves to another thread once that thread was found reaping its
+// completions strangerMoves looks in a row, and at most once per
 // moveEvery, so connections whose completions are reaped by changing
-// threads (streams, with both Ps busy) do not spend their time moving.
+// threads (streams, with both Ps busy) do not spend their time moving. The
+// thread is looked at (a gettid) on every tidEvery-th completion only: a
+// ping-pong that stays on one thread pays for the system call once per
+// tidEvery messages, and one that changed threads is noticed after about
+// strangerMoves*tidEvery (8) messages.
+//
+// Moving soon matters more than it seems: Go hands goroutines between its
+// threads often enough (sysmon retaking a P from a long system call, an
+// idle thread woken for a ready goroutine) that with a 10 ms limit and 32
+// messages to notice, a 4 KiB ping-pong spent much of its time with the
+// recv on a sleeping thread — each message then woke that thread to run
+// the recv, and the completion woke a third one in epoll: 0.44 context
+// switches per round trip against 0.07 with this setting (13 against
+// 9.5 us one way). A move costs a cancel and a new recv (two SQEs, three
+// completions), so the 1 ms limit bounds it to a fraction of a percent of
+// a CPU per connection; throughput did not change.
 const (
-	strangerMoves = 4
-	moveEvery     = 10 * time.Millisecond
+	strangerMoves = 2
+	tidEvery      = 4
+	moveEvery     = time.Millisecond
 )
 
 // strangerReaps reports whether c's recv should move to the current
@@ -614,6 +649,10 @@ const (
 // switch, per message. The thread that reaps is the one whose goroutines
 // run when messages come, so the recv should be its.
 func (b *uringBackend) strangerReaps(c *uconn) bool {
+	c.reaps++
+	if c.reaps%tidEvery != 0 {
+		return false
+	}
 	tid := sys.NetGettid()
 	switch tid {
 	case c.armTid:
@@ -656,9 +695,9 @@ func (b *uringBackend) flush(c *uconn) {
 		return // completeSend looks at the queue again
 	}
 	c.smu.Lock()
-	p := c.pending
-	c.pending = nil
-	if p == nil || len(p.B) == 0 || c.werr != nil {
+	p, off := c.pending, c.pendOff
+	c.pending, c.pendOff = nil, 0
+	if p == nil || len(p.B) == off || c.werr != nil {
 		c.queued = false
 		c.smu.Unlock()
 		if p != nil {
@@ -669,7 +708,7 @@ func (b *uringBackend) flush(c *uconn) {
 	}
 	c.smu.Unlock()
 	signal(c.space)
-	c.inflight, c.off = p, 0
+	c.inflight, c.off = p, off
 	b.submitSend(c)
 }
 
@@ -758,7 +797,7 @@ func (b *uringBackend) finishConn(c *uconn, err error) {
 	c.smu.Lock()
 	if c.pending != nil {
 		bytebufferpool.Put(c.pending)
-		c.pending = nil
+		c.pending, c.pendOff = nil, 0
 	}
 	c.queued = false
 	c.smu.Unlock()
@@ -998,7 +1037,7 @@ func (b *uringBackend) close() error {
 		// The token is ours for good, and with it the poller wait; a
 		// stale kick only makes the loop look again.
 		b.poll.SetDeadline(deadline)
-		err := b.poll.Wait(func() bool {
+		err := b.poll.Wait(func(uintptr) bool {
 			b.reap()
 			b.mu.Lock()
 			left = b.outstanding

@@ -281,12 +281,15 @@ func NewNetPollWatcher(fd int, name string) (*NetPollWatcher, error) {
 // Wait returns nil once ready returns true. It calls ready at once, and
 // again each time the descriptor has polled readable since ready's
 // previous call began: readiness is edge-triggered, so ready must look at
-// everything a readable descriptor may announce. Wait returns an error
-// wrapping os.ErrDeadlineExceeded after Kick (or the deadline of
-// SetDeadline), and one wrapping os.ErrClosed after Close. One goroutine
-// at a time may call Wait.
-func (w *NetPollWatcher) Wait(ready func() bool) error {
-	return w.rc.Read(func(uintptr) bool { return ready() })
+// everything a readable descriptor may announce. ready gets the watcher's
+// descriptor, which it should ignore; it has syscall.RawConn.Read's type
+// so that Wait passes it on without wrapping it in a closure (an
+// allocation per wait). Wait returns an error wrapping
+// os.ErrDeadlineExceeded after Kick (or the deadline of SetDeadline), and
+// one wrapping os.ErrClosed after Close. One goroutine at a time may call
+// Wait.
+func (w *NetPollWatcher) Wait(ready func(fd uintptr) bool) error {
+	return w.rc.Read(ready)
 }
 
 // SetDeadline makes Wait return at t (the zero time: never).
@@ -302,3 +305,25 @@ func (w *NetPollWatcher) Close() error { return w.f.Close() }
 
 // NetGettid returns the calling thread's id.
 func NetGettid() int { return unix.Gettid() }
+
+// NetSendNow sends as much of p on the socket fd as it takes without
+// blocking (send(2) with MSG_DONTWAIT|MSG_NOSIGNAL) and returns how many
+// bytes that was; a socket with no room gives 0 and no error.
+func NetSendNow(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)),
+			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, nil
+		}
+		return 0, os.NewSyscallError("send", e)
+	}
+}
