@@ -173,24 +173,34 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
+// start ends a run whose options did not parse (exit 0 after -h, 2 after
+// an error) and otherwise finds the repository root defaults are relative
+// to.
+func start(parseErr error, stderr io.Writer) (root string, code int, done bool) {
+	if errors.Is(parseErr, flag.ErrHelp) {
+		return "", 0, true
+	}
+	if parseErr != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", parseErr)
+		return "", 2, true
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: find current directory: %v\n", err)
+		return "", 2, true
+	}
+	return repoRoot(cwd), 0, false
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if rest, ok := scaleArgs(args); ok {
 		return runScale(ctx, rest, stdout, stderr)
 	}
 	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	root, code, done := start(err, stderr)
+	if done {
+		return code
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: %v\n", err)
-		return 2
-	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: find current directory: %v\n", err)
-		return 2
-	}
-	root := repoRoot(cwd)
 
 	var notes []string
 	note := func(format string, a ...any) {
@@ -255,7 +265,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		note("stopped early: %v", runErr)
 	}
 
-	code := 0
+	code = 0
 	if failed > 0 || runErr != nil {
 		code = 1
 	}

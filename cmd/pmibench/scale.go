@@ -377,19 +377,11 @@ func (o scaleOptions) scalePlan() []scaleConfig {
 
 func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseScaleFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	root, code, done := start(err, stderr)
+	if done {
+		return code
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: %v\n", err)
-		return 2
-	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: find current directory: %v\n", err)
-		return 2
-	}
-	pmirun, err := findPmirun(o.pmirun, repoRoot(cwd))
+	pmirun, err := findPmirun(o.pmirun, root)
 	if err != nil {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
 		return 2
@@ -400,7 +392,7 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	started := time.Now()
 	var results []scaleResult
-	code := 0
+	code = 0
 	warned := map[[2]int]bool{}
 	for _, c := range o.scalePlan() {
 		if ctx.Err() != nil {
