@@ -282,6 +282,19 @@ func TestLoopbackJobs(t *testing.T) {
 	}
 }
 
+// Nodes whose ranks are all done stay linked until the job ends: rank 0
+// uses the name service (through its agent's link to pmirun) well after
+// every other node's ranks finalized and exited.
+func TestLoopbackNodesStayUntilJobEnds(t *testing.T) {
+	for _, be := range backends {
+		t.Run(be, func(t *testing.T) {
+			r := run(t, loopbackJob(hostCount, be, "-n", "8", prog("multiprog"), "-late", "1500ms"))
+			r.wantCode(t, 0)
+			r.wantOneLine(t, `^multiprog late names ok: 8 ranks$`)
+		})
+	}
+}
+
 // The root compresses each gathered fence once: MPICH-style business
 // cards of 32 ranks on 4 hosts shrink to at most half with s2, and
 // --compress none sends them as they are.

@@ -12,6 +12,13 @@
 // right are the values of the neighbouring positions (read back through
 // an allgather). Rank 0 prints one summary line; any mismatch goes to
 // stderr and exits 1.
+//
+//	multiprog -late D
+//
+// instead has every rank but 0 finalize and exit at once, while rank 0
+// waits D and then publishes, looks up and unpublishes a name through
+// pmirun: the nodes whose ranks are all done must not take the job's
+// links down with them.
 package main
 
 import (
@@ -29,8 +36,13 @@ import (
 func main() {
 	rounds := flag.Int("rounds", 200, "rounds of Iallgather+Ifence+Iallgather")
 	rings := flag.Int("rings", 1, "ring exchanges after the rounds")
+	late := flag.Duration("late", 0, "only: rank 0 uses the name service this long after the others finalized")
 	flag.Parse()
-	if err := run(*rounds, *rings); err != nil {
+	run := func() error { return run(*rounds, *rings) }
+	if *late > 0 {
+		run = func() error { return lateNames(*late) }
+	}
+	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "multiprog: %v\n", err)
 		os.Exit(1)
 	}
@@ -138,5 +150,33 @@ func run(rounds, rings int) error {
 	if me == 0 {
 		fmt.Printf("multiprog ok: %d ranks, %d rounds, %d rings in %v\n", n, rounds, rings, time.Since(start).Round(time.Millisecond))
 	}
+	return nil
+}
+
+func lateNames(wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Init()
+	if err != nil {
+		return err
+	}
+	if c.Rank() != 0 {
+		return c.Finalize()
+	}
+	time.Sleep(wait)
+	if err := c.Publish(ctx, "late-service", "port-42"); err != nil {
+		return fmt.Errorf("publish after the other ranks ended: %w", err)
+	}
+	port, err := c.Lookup(ctx, "late-service")
+	if err != nil || port != "port-42" {
+		return fmt.Errorf("lookup after the other ranks ended: %q, %v", port, err)
+	}
+	if err := c.Unpublish(ctx, "late-service"); err != nil {
+		return fmt.Errorf("unpublish after the other ranks ended: %w", err)
+	}
+	if err := c.Finalize(); err != nil {
+		return err
+	}
+	fmt.Printf("multiprog late names ok: %d ranks\n", c.Size())
 	return nil
 }
