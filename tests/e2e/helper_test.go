@@ -249,22 +249,7 @@ func (r result) wantRankLines(t *testing.T, n int, format func(rank int) string)
 	for rank := 0; rank < n; rank++ {
 		want[format(rank)]++
 	}
-	got := map[string]int{}
-	for _, l := range lines(r.stdout) {
-		got[l]++
-	}
-	for l, c := range want {
-		if got[l] != c {
-			t.Errorf("stdout has %d lines %q, want %d\n%s", got[l], l, c, r)
-			return
-		}
-	}
-	for l := range got {
-		if want[l] == 0 {
-			t.Errorf("unexpected stdout line %q\n%s", l, r)
-			return
-		}
-	}
+	r.wantLines(t, want)
 }
 
 // newMarker returns a value for markerVar that no other job uses.

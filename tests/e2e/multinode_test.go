@@ -182,20 +182,11 @@ func (r result) wantPMI2(t *testing.T, size, nodes int, cyclic bool) {
 // wantAllreduce checks mpi_allreduce's output for size ranks.
 func (r result) wantAllreduce(t *testing.T, size int) {
 	t.Helper()
-	want := map[string]bool{fmt.Sprintf("allreduce ok N=%d sum=%d", size, size*(size+1)/2): true}
+	want := map[string]int{fmt.Sprintf("allreduce ok N=%d sum=%d", size, size*(size+1)/2): 1}
 	for rank := range size {
-		want[fmt.Sprintf("ok rank %d of %d", rank, size)] = true
+		want[fmt.Sprintf("ok rank %d of %d", rank, size)] = 1
 	}
-	got := lines(r.stdout)
-	if len(got) != len(want) {
-		t.Errorf("%d stdout lines, want %d\n%s", len(got), len(want), r)
-	}
-	for _, l := range got {
-		if !want[l] {
-			t.Errorf("unexpected or repeated stdout line %q\n%s", l, r)
-		}
-		delete(want, l)
-	}
+	r.wantLines(t, want)
 }
 
 // wantOneLine checks that stdout is one line matching re.
