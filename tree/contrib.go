@@ -261,75 +261,54 @@ func DecodeKVs(b []byte, lim Limits) ([]KV, error) { return AppendDecodedKVs(nil
 // merges them in rank order and appends the encoding to dst. A rank in two
 // parts is ErrConflict; a result longer than lim.MaxTotal is ErrLimit.
 func MergeEntries(dst []byte, parts [][]byte, lim Limits) ([]byte, error) {
-	lists := make([][]Entry, len(parts))
-	total := 0
-	for i, p := range parts {
-		es, err := DecodeEntries(p, lim)
-		if err != nil {
-			return dst, fmt.Errorf("merge part %d: %w", i, err)
-		}
-		lists[i] = es
-		total += len(es)
-	}
-	merged := make([]Entry, 0, total)
-	for {
-		best := -1
-		for i, l := range lists {
-			if len(l) == 0 {
-				continue
-			}
-			if best >= 0 && l[0].Rank == lists[best][0].Rank {
-				return dst, fmt.Errorf("merge parts %d and %d: %w: rank %d", best, i, ErrConflict, l[0].Rank)
-			}
-			if best < 0 || l[0].Rank < lists[best][0].Rank {
-				best = i
-			}
-		}
-		if best < 0 {
-			break
-		}
-		merged = append(merged, lists[best][0])
-		lists[best] = lists[best][1:]
-	}
-	start := len(dst)
-	dst, err := AppendEntries(dst, merged)
-	if err == nil && len(dst)-start > lim.MaxTotal {
-		err = fmt.Errorf("%w: merged %d bytes, limit %d", ErrLimit, len(dst)-start, lim.MaxTotal)
-	}
-	if err != nil {
-		return dst[:start], fmt.Errorf("merge %d parts: %w", len(parts), err)
-	}
-	return dst, nil
+	return merge(dst, parts, lim, DecodeEntries, AppendEntries,
+		func(a, b Entry) int { return cmp.Compare(a.Rank, b.Rank) },
+		func(i, j int, a, b Entry) error {
+			return fmt.Errorf("merge parts %d and %d: %w: rank %d", i, j, ErrConflict, b.Rank)
+		})
 }
 
 // MergeKVs is MergeEntries for KV sets; a key in two parts is ErrConflict.
 func MergeKVs(dst []byte, parts [][]byte, lim Limits) ([]byte, error) {
-	lists := make([][]KV, len(parts))
+	return merge(dst, parts, lim, DecodeKVs, AppendKVs,
+		func(a, b KV) int { return bytes.Compare(a.Key, b.Key) },
+		func(i, j int, a, b KV) error {
+			return fmt.Errorf("merge parts %d and %d: %w: key %q (ranks %d and %d)", i, j, ErrConflict, b.Key, a.Owner, b.Owner)
+		})
+}
+
+// merge decodes parts, each sorted by order, merges them k-way (an item
+// in two parts is the error conflict(part of the first, part of the
+// second, first, second)) and appends the encoding of the result to dst,
+// at most lim.MaxTotal bytes.
+func merge[T any](dst []byte, parts [][]byte, lim Limits,
+	decode func([]byte, Limits) ([]T, error), appendAll func([]byte, []T) ([]byte, error),
+	order func(a, b T) int, conflict func(i, j int, a, b T) error) ([]byte, error) {
+	lists := make([][]T, len(parts))
 	total := 0
 	for i, p := range parts {
-		kvs, err := DecodeKVs(p, lim)
+		l, err := decode(p, lim)
 		if err != nil {
 			return dst, fmt.Errorf("merge part %d: %w", i, err)
 		}
-		lists[i] = kvs
-		total += len(kvs)
+		lists[i] = l
+		total += len(l)
 	}
-	merged := make([]KV, 0, total)
+	merged := make([]T, 0, total)
 	for {
 		best := -1
 		for i, l := range lists {
 			if len(l) == 0 {
 				continue
 			}
-			c := 1
-			if best >= 0 {
-				c = bytes.Compare(l[0].Key, lists[best][0].Key)
+			if best < 0 {
+				best = i
+				continue
 			}
-			if c == 0 {
-				return dst, fmt.Errorf("merge parts %d and %d: %w: key %q (ranks %d and %d)",
-					best, i, ErrConflict, l[0].Key, lists[best][0].Owner, l[0].Owner)
-			}
-			if best < 0 || c < 0 {
+			switch c := order(l[0], lists[best][0]); {
+			case c == 0:
+				return dst, conflict(best, i, lists[best][0], l[0])
+			case c < 0:
 				best = i
 			}
 		}
@@ -340,7 +319,7 @@ func MergeKVs(dst []byte, parts [][]byte, lim Limits) ([]byte, error) {
 		lists[best] = lists[best][1:]
 	}
 	start := len(dst)
-	dst, err := AppendKVs(dst, merged)
+	dst, err := appendAll(dst, merged)
 	if err == nil && len(dst)-start > lim.MaxTotal {
 		err = fmt.Errorf("%w: merged %d bytes, limit %d", ErrLimit, len(dst)-start, lim.MaxTotal)
 	}
