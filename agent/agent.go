@@ -141,6 +141,8 @@ type rankState struct {
 	ended                 bool          // counted in Agent.ended (finalized or gone)
 	pending               []KV          // puts since the last fence
 	collSeq               uint64        // fence/allgather epochs entered
+	ringSeq               uint64        // ring exchanges entered
+	inRing                bool          // waiting for the answer of ring exchange ringSeq
 	drained               chan struct{} // closed when the bound connection has ended
 }
 
@@ -154,26 +156,27 @@ type Agent struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	closed    bool
-	ranks     []*rankState
-	ended     int // ranks finalized or gone
-	byGlobal  map[int]*rankState
-	conns     map[*textConn]struct{}
-	listeners []net.Listener
-	kvs       map[string]string // committed job KVS (visible to get)
-	fenceSeq  uint64            // completed world fences
-	groups    map[string]*collective
-	ring      *ringColl
-	ringSeq   uint64
-	nodeAttr  map[string]string
-	sparse    map[string]string     // sparse puts, visible at once
-	waits     map[string][]waiter   // parked requests by "kvs:<key>" or "attr:<key>"
-	later     []func()              // run by the handler after it unlocks mu
-	agSeq     uint64                // completed allgathers
-	colls     map[uint64]*epochColl // collectives in progress, by epoch
-	delivered uint64                // epochs delivered, in order
-	epochSink EpochSink             // shared-memory delivery, or nil
-	seg       *shm.Segment          // shared-memory segment served, or nil
+	closed      bool
+	ranks       []*rankState
+	ended       int // ranks finalized or gone
+	byGlobal    map[int]*rankState
+	conns       map[*textConn]struct{}
+	listeners   []net.Listener
+	kvs         map[string]string // committed job KVS (visible to get)
+	fenceSeq    uint64            // completed world fences
+	groups      map[string]*collective
+	rings       map[uint64]*ringEpoch // ring exchanges in progress, by epoch
+	ringSeq     uint64                // completed ring exchanges
+	ringWaiting int                   // ranks waiting in a ring exchange
+	nodeAttr    map[string]string
+	sparse      map[string]string     // sparse puts, visible at once
+	waits       map[string][]waiter   // parked requests by "kvs:<key>" or "attr:<key>"
+	later       []func()              // run by the handler after it unlocks mu
+	agSeq       uint64                // completed allgathers
+	colls       map[uint64]*epochColl // collectives in progress, by epoch
+	delivered   uint64                // epochs delivered, in order
+	epochSink   EpochSink             // shared-memory delivery, or nil
+	seg         *shm.Segment          // shared-memory segment served, or nil
 }
 
 // New starts an agent for cfg.
@@ -193,6 +196,7 @@ func New(cfg Config) (*Agent, error) {
 		sparse:   make(map[string]string),
 		waits:    make(map[string][]waiter),
 		colls:    make(map[uint64]*epochColl),
+		rings:    make(map[uint64]*ringEpoch),
 	}
 	for i, g := range cfg.Local {
 		app := 0

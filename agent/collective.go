@@ -57,91 +57,6 @@ func (a *Agent) enterGroupLocked(out *outbox, rs *rankState, key string, members
 	}
 }
 
-// ringColl is a ring exchange among all ranks. Guarded by Agent.mu.
-type ringColl struct {
-	entered map[*rankState]ringEntry
-	started bool
-}
-
-// ringDone completes one rank's ring request, under Agent.mu.
-type ringDone func(out *outbox, err error, r ringReply)
-
-type ringEntry struct {
-	in   RingIn
-	done ringDone
-}
-
-// ringReply is a rank's ring result.
-type ringReply struct {
-	Pos, Size   int
-	Left, Right string
-}
-
-func (a *Agent) enterRingLocked(out *outbox, rs *rankState, in RingIn, done ringDone) {
-	if a.ring == nil {
-		a.ring = &ringColl{entered: make(map[*rankState]ringEntry)}
-	}
-	r := a.ring
-	if _, dup := r.entered[rs]; dup || r.started {
-		done(out, fmt.Errorf("rank %d entered ring %d twice", rs.global, a.ringSeq+1), ringReply{})
-		return
-	}
-	for _, p := range a.ranks {
-		if a.ended == 0 {
-			break // nobody to check: the common case, at every entry
-		}
-		if _, in := r.entered[p]; !in && p != rs && (p.gone || p.finalized) {
-			err := fmt.Errorf("ring cannot complete: rank %d has %s", p.global, goneWord(p))
-			done(out, err, ringReply{})
-			a.failRingLocked(out, err)
-			return
-		}
-	}
-	r.entered[rs] = ringEntry{in: in, done: done}
-	if len(r.entered) < len(a.ranks) {
-		a.checkStuckLocked(out)
-		return
-	}
-	r.started = true
-	ins := make([]RingIn, len(a.ranks))
-	for i, p := range a.ranks {
-		ins[i] = r.entered[p].in
-	}
-	epoch := a.ringSeq + 1
-	a.afterUnlock(func() {
-		a.cfg.Upstream.Ring(epoch, ins, func(o RingOut, err error) { a.ringFinished(r, ins, o, err) })
-	})
-}
-
-func (a *Agent) ringFinished(r *ringColl, ins []RingIn, o RingOut, err error) {
-	a.mu.Lock()
-	var out outbox
-	if a.ring == r {
-		a.ring = nil
-		if err == nil {
-			a.ringSeq++
-		}
-		pos := o.Offset
-		for i, p := range a.ranks {
-			res := ringReply{Pos: pos, Size: o.Total}
-			if i == 0 {
-				res.Left = o.LeftOfFirst
-			} else {
-				res.Left = ins[i-1].Right
-			}
-			if i == len(a.ranks)-1 {
-				res.Right = o.RightOfLast
-			} else {
-				res.Right = ins[i+1].Left
-			}
-			pos += ins[i].Count
-			r.entered[p].done(&out, err, res)
-		}
-	}
-	a.mu.Unlock()
-	out.flush()
-}
-
 func goneWord(p *rankState) string {
 	if p.finalized {
 		return "finalized"
@@ -176,16 +91,6 @@ func (a *Agent) failCollectiveLocked(out *outbox, c *collective, err error) {
 	c.entered = map[*rankState]deferred{}
 }
 
-func (a *Agent) failRingLocked(out *outbox, err error) {
-	if a.ring == nil {
-		return
-	}
-	for _, e := range a.ring.entered {
-		e.done(out, err, ringReply{})
-	}
-	a.ring = nil
-}
-
 // peerGoneLocked fails every collective that waits for rs.
 func (a *Agent) peerGoneLocked(out *outbox, rs *rankState, why string) {
 	if !rs.ended {
@@ -205,11 +110,7 @@ func (a *Agent) peerGoneLocked(out *outbox, rs *rankState, why string) {
 			delete(a.groups, key)
 		}
 	}
-	if r := a.ring; r != nil && !r.started {
-		if _, in := r.entered[rs]; !in && len(r.entered) > 0 {
-			a.failRingLocked(out, fmt.Errorf("ring cannot complete: %w", err))
-		}
-	}
+	a.ringPeerGoneLocked(out, rs, err)
 	a.checkStuckLocked(out)
 }
 
@@ -228,7 +129,7 @@ func (a *Agent) failAllLocked(out *outbox, err error) {
 		a.failCollectiveLocked(out, g, err)
 		delete(a.groups, k)
 	}
-	a.failRingLocked(out, err)
+	a.failRingsLocked(out, err)
 	a.failWaitersLocked(out, err)
 }
 

@@ -88,10 +88,8 @@ func (a *Agent) blockedLocked(rs *rankState) string {
 			return "barrier " + k
 		}
 	}
-	if r := a.ring; r != nil && !r.started {
-		if _, in := r.entered[rs]; in {
-			return "ring"
-		}
+	if a.ringBlockedLocked(rs) {
+		return "ring"
 	}
 	for k, ws := range a.waits {
 		for _, w := range ws {
@@ -122,9 +120,7 @@ func (a *Agent) checkStuckLocked(out *outbox) {
 	for _, g := range a.groups {
 		entries += len(g.entered)
 	}
-	if r := a.ring; r != nil && !r.started {
-		entries += len(r.entered)
-	}
+	entries += a.ringWaiting
 	for _, ws := range a.waits {
 		entries += len(ws)
 	}

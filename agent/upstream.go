@@ -15,18 +15,6 @@ type RingIn struct {
 	Left, Right string // values handed to the left and right neighbours
 }
 
-// RingOut is the node-level result of a ring exchange: where this node's
-// first entry sits in the job-wide ring, the value its left neighbour node
-// handed to the right (the left value of this node's first entry), the value
-// its right neighbour node handed to the left (the right value of this
-// node's last entry), and the ring size (sum of counts).
-type RingOut struct {
-	Offset      int
-	Total       int
-	LeftOfFirst string
-	RightOfLast string
-}
-
 // Upstream is everything a node agent needs from the rest of the job. The
 // done callbacks may be called from any goroutine, once, and possibly
 // before the method returns; agents call these methods without locks held.
@@ -34,9 +22,20 @@ type Upstream interface {
 	// Fence contributes this node's puts to world fence number epoch and
 	// reports every node's puts once all nodes have entered.
 	Fence(epoch uint64, puts []KV, done func(all []KV, err error))
-	// Ring contributes this node's ring entries (in order) to ring number
-	// epoch.
-	Ring(epoch uint64, in []RingIn, done func(RingOut, error))
+	// RingLayout reports where this node's ranks sit in the job-wide ring
+	// (see ring.Map): the ring position of its first local rank and the
+	// ring size, given the number of local ranks. Every rank counts 1.
+	RingLayout(local int) (offset, size int)
+	// RingEdge exchanges one of this node's boundary values of ring
+	// exchange epoch with a neighbour node. With toLeft, value is the first
+	// local rank's Left value, for the left neighbour node, and done gets
+	// what that node sent to the right: its last rank's Right value, the
+	// first local rank's left neighbour. Otherwise value is the last local
+	// rank's Right value, for the right neighbour node, and done gets that
+	// node's first rank's Left value. An agent calls it once per epoch and
+	// side, in epoch order, as soon as the boundary rank has entered; on a
+	// ring that closes on this node the two sides answer each other.
+	RingEdge(epoch uint64, toLeft bool, value string, done func(string, error))
 	// Allgather contributes this node's values to allgather number epoch
 	// and reports every rank's value, indexed by rank.
 	Allgather(epoch uint64, in []RankValue, done func(all [][]byte, err error))
@@ -57,26 +56,55 @@ var (
 // map. It is also the root's name service in multi-node jobs.
 type Local struct {
 	mu    sync.Mutex
-	names map[string]string // guarded by mu
+	names map[string]string      // guarded by mu
+	edges map[uint64]*localEdges // ring edges waiting for their pair, guarded by mu
 }
 
 // NewLocal returns a single-node Upstream.
-func NewLocal() *Local { return &Local{names: make(map[string]string)} }
+func NewLocal() *Local { return &Local{names: make(map[string]string), edges: make(map[uint64]*localEdges)} }
 
 // Fence completes at once: this node holds the whole job.
 func (l *Local) Fence(epoch uint64, puts []KV, done func([]KV, error)) { done(puts, nil) }
 
-// Ring completes at once: the ring closes on this node.
-func (l *Local) Ring(epoch uint64, in []RingIn, done func(RingOut, error)) {
-	if len(in) == 0 {
-		done(RingOut{}, fmt.Errorf("ring %d: no entries", epoch))
+// RingLayout: this node holds the whole ring.
+func (l *Local) RingLayout(local int) (offset, size int) { return 0, local }
+
+// RingEdge pairs the node's two sides: the ring closes on this node, so
+// the first rank's Left is the last rank's right neighbour value and the
+// last rank's Right is the first rank's left neighbour value.
+func (l *Local) RingEdge(epoch uint64, toLeft bool, value string, done func(string, error)) {
+	l.mu.Lock()
+	e := l.edges[epoch]
+	if e == nil {
+		e = new(localEdges)
+		l.edges[epoch] = e
+	}
+	side, other := &e.sides[0], &e.sides[1]
+	if !toLeft {
+		side, other = other, side
+	}
+	if side.done != nil {
+		l.mu.Unlock()
+		done("", fmt.Errorf("ring %d: second edge of one side", epoch))
 		return
 	}
-	total := 0
-	for _, e := range in {
-		total += e.Count
+	side.value, side.done = value, done
+	if other.done == nil {
+		l.mu.Unlock()
+		return
 	}
-	done(RingOut{Offset: 0, Total: total, LeftOfFirst: in[len(in)-1].Right, RightOfLast: in[0].Left}, nil)
+	delete(l.edges, epoch)
+	l.mu.Unlock()
+	side.done(other.value, nil)
+	other.done(side.value, nil)
+}
+
+// localEdges is one epoch's pair of ring edges on a Local node.
+type localEdges struct {
+	sides [2]struct {
+		value string
+		done  func(string, error)
+	}
 }
 
 // Allgather completes at once: every rank is on this node.

@@ -59,12 +59,12 @@ type agentNode struct {
 	tnode   *tree.Node
 	lim     tree.Limits
 	rmap    *ring.Map
-	rseq    *ring.Sequence
+	rlink   *ring.Link
 	fenceN  uint64
 	agN     uint64
 	fenceCB map[uint64]func([]agent.KV, error)
 	agCB    map[uint64]func([][]byte, error)
-	ringCB  func(agent.RingOut, error)
+	ringCB  [2]map[uint64]func(string, error) // ring edges waiting for the neighbour, by side (0: left) and epoch
 	names   map[uint64]chan nameMsg
 	nameID  uint64
 	lastRx  map[int]time.Time
@@ -182,7 +182,11 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table tableMsg
 	if err != nil {
 		return err
 	}
-	a.rseq = ring.NewSequence(ring.Config{Map: a.rmap, Node: a.idx, Epoch: 1, Mode: ring.CountsFromMap})
+	a.rlink, err = ring.NewLink(a.rmap, a.idx)
+	if err != nil {
+		return err
+	}
+	a.ringCB = [2]map[uint64]func(string, error){{}, {}}
 	want := map[int]bool{}
 	if p := a.topo.Parent(a.idx + 1); p > 0 {
 		want[p-1] = true
@@ -382,11 +386,7 @@ func (a *agentNode) failLink(p int, err error) {
 		delete(a.agCB, k)
 		cb(nil, e)
 	}
-	if a.ringCB != nil {
-		cb := a.ringCB
-		a.ringCB = nil
-		cb(agent.RingOut{}, e)
-	}
+	a.failRing(e)
 	for id, ch := range a.names {
 		delete(a.names, id)
 		ch <- nameMsg{ID: id, Err: e.Error()}
@@ -433,8 +433,7 @@ func (a *agentNode) frame(fi frameIn) {
 			return
 		}
 		a.rec.Add("ring.msgs.recv", 1)
-		msgs, err := a.rseq.Step(m)
-		a.ringStep(msgs, err)
+		a.ringRecv(m)
 	default:
 		a.log.Warn("unexpected frame", "from", fi.from, "type", fi.f.Type)
 	}
@@ -501,25 +500,67 @@ func (a *agentNode) ready(r tree.Ready) {
 	}
 }
 
-func (a *agentNode) ringStep(msgs []ring.Message, err error) {
+// ringSide indexes agentNode.ringCB: 0 for the edge with the left
+// neighbour node (sent ToLeft), 1 for the right.
+func ringSide(toLeft bool) int {
+	if toLeft {
+		return 0
+	}
+	return 1
+}
+
+// ringSend sends one boundary value of a ring epoch; done gets the
+// neighbour's value for the same epoch, now if it already came.
+func (a *agentNode) ringSend(epoch uint64, toLeft bool, value string, done func(string, error)) {
+	d := ring.ToRight
+	if toLeft {
+		d = ring.ToLeft
+	}
+	m, got, ok, err := a.rlink.Send(d, epoch, value)
 	if err != nil {
-		a.log.Error("ring", "err", err)
-		if a.ringCB != nil {
-			cb := a.ringCB
-			a.ringCB = nil
-			cb(agent.RingOut{}, err)
-		}
+		done("", err)
 		return
 	}
-	for _, m := range msgs {
+	a.ringCB[ringSide(toLeft)][epoch] = done
+	if m.To == a.idx { // the ring closes on this node
+		a.ringRecv(m)
+	} else {
 		a.rec.Add("ring.msgs.sent", 1)
 		a.send(m.To, netio.Frame{Type: frameRing, Epoch: m.Epoch, Payload: ring.AppendMessage(nil, m)})
 	}
-	if a.ringCB != nil && a.rseq.Done() {
-		o, err := a.rseq.Node().Outcome()
-		cb := a.ringCB
-		a.ringCB = nil
-		cb(agent.RingOut{Offset: int(o.Offset), Total: int(o.Size), LeftOfFirst: o.LeftOfFirst, RightOfLast: o.RightOfLast}, err)
+	if ok {
+		a.ringDeliver(ringSide(toLeft), epoch, got)
+	}
+}
+
+// ringRecv takes a neighbour's ring message. A bad one fails every ring
+// edge waiting and, through them, the ranks in the ring.
+func (a *agentNode) ringRecv(m ring.Message) {
+	side, deliver, err := a.rlink.Recv(m)
+	if err != nil {
+		a.log.Error("ring", "err", err)
+		a.failRing(err)
+		return
+	}
+	if deliver {
+		a.ringDeliver(ringSide(side == ring.ToLeft), m.Epoch, m.Value)
+	}
+}
+
+func (a *agentNode) ringDeliver(side int, epoch uint64, v string) {
+	if cb := a.ringCB[side][epoch]; cb != nil {
+		delete(a.ringCB[side], epoch)
+		cb(v, nil)
+	}
+}
+
+// failRing fails every ring edge waiting for a neighbour.
+func (a *agentNode) failRing(err error) {
+	for _, cbs := range a.ringCB {
+		for e, cb := range cbs {
+			delete(cbs, e)
+			cb("", err)
+		}
 	}
 }
 
@@ -600,20 +641,17 @@ func (u netUpstream) Allgather(epoch uint64, in []agent.RankValue, done func([][
 	}
 }
 
-func (u netUpstream) Ring(epoch uint64, in []agent.RingIn, done func(agent.RingOut, error)) {
+func (u netUpstream) RingLayout(int) (offset, size int) {
+	return u.a.rmap.Offset(u.a.idx), u.a.rmap.Size()
+}
+
+func (u netUpstream) RingEdge(epoch uint64, toLeft bool, value string, done func(string, error)) {
 	u.a.ops <- func() {
-		a := u.a
-		if a.dead != nil {
-			done(agent.RingOut{}, a.dead)
-			return
+		if a := u.a; a.dead != nil {
+			done("", a.dead)
+		} else {
+			a.ringSend(epoch, toLeft, value, done)
 		}
-		es := make([]ring.Entry, len(in))
-		for i, e := range in {
-			es[i] = ring.Entry{Count: uint32(e.Count), Left: e.Left, Right: e.Right}
-		}
-		a.ringCB = done
-		msgs, err := a.rseq.Start(es)
-		a.ringStep(msgs, err)
 	}
 }
 
