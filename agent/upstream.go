@@ -61,7 +61,9 @@ type Local struct {
 }
 
 // NewLocal returns a single-node Upstream.
-func NewLocal() *Local { return &Local{names: make(map[string]string), edges: make(map[uint64]*localEdges)} }
+func NewLocal() *Local {
+	return &Local{names: make(map[string]string), edges: make(map[uint64]*localEdges)}
+}
 
 // Fence completes at once: this node holds the whole job.
 func (l *Local) Fence(epoch uint64, puts []KV, done func([]KV, error)) { done(puts, nil) }
