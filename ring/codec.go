@@ -12,13 +12,15 @@ import (
 //	version  1 byte, 1
 //	epoch, from, to
 //	dir      1 byte (1 ToLeft, 2 ToRight)
-//	mode     1 byte (1 CountsFromMap, 2 CountsChained)
+//	mode     1 byte, 1 (CountsFromMap)
 //	flags    1 byte (bit 0: size present; other bits must be 0)
 //	offset
 //	size     only if flag bit 0
 //	vlen, then vlen bytes of value
 //
-// Nothing may follow the value.
+// Nothing may follow the value. The mode byte stays for compatibility, but
+// 1 is the only mode: 2 (counts passed along the ring) is no longer spoken
+// and is refused like any other value.
 const (
 	msgTag     = 'r'
 	msgVersion = 1
@@ -75,7 +77,7 @@ func DecodeMessage(b []byte) (Message, error) {
 		return Message{}, fmt.Errorf("decode ring message: %w", d.err)
 	case m.Dir != ToLeft && m.Dir != ToRight:
 		return Message{}, fmt.Errorf("decode ring message: %w: direction %d", ErrMalformed, m.Dir)
-	case m.Mode != CountsFromMap && m.Mode != CountsChained:
+	case m.Mode != CountsFromMap:
 		return Message{}, fmt.Errorf("decode ring message: %w: mode %d", ErrMalformed, m.Mode)
 	case flags&^flagSize != 0:
 		return Message{}, fmt.Errorf("decode ring message: %w: flags %#x", ErrMalformed, flags)

@@ -3,64 +3,56 @@
 //
 // # Model
 //
-// Every process contributes (count, left value, right value). Processes are
-// laid out in ring order: node order 0..K-1, then local order inside a node,
-// so ring positions are contiguous per node. A process's position is the sum
-// of the counts of the processes before it; the ring size is the sum of all
-// counts. The process at index j of the ring order receives, as its "left",
-// the Right value of process j-1 and, as its "right", the Left value of
-// process j+1 (both wrapping). A Map describes the placement of ranks on
-// nodes and gives each rank its node, local index and ring position.
+// Every rank contributes a Left and a Right value and counts 1 (PMIX_Ring
+// clients always pass count 1; Slurm's libpmi2 hard-codes it). Ranks are
+// laid out in ring order, node order then local order, so a node's ranks
+// hold contiguous ring positions. The rank at position p receives, as its
+// left, the Right value of position p-1 and, as its right, the Left value
+// of position p+1, both wrapping. A Map is the placement of ranks on nodes:
+// it gives every rank its node, local index and position and every node
+// its offset, so positions and the ring size need no communication. A node
+// holding no ranks takes no part; a node's ring neighbours are the nearest
+// nodes holding ranks on either side. ParseProcessMapping and
+// Map.ProcessMapping read and write the PMI_process_mapping value.
 //
-// Only nodes that hold ranks take part; a node with no ranks is skipped, and
-// its ring neighbours are the nearest non-empty nodes on either side.
+// # Links and messages
 //
-// # Two messages per node
-//
-// A Node is one node's part of one ring epoch. Its inputs are its local
-// entries and the two messages of its neighbour nodes; it sends exactly two
-// messages, both on the ring: ToLeft (its first entry's Left value) to the
-// left neighbour node and ToRight (its last entry's Right value) to the right
-// neighbour node. A ring with one non-empty node sends nothing and closes on
-// itself.
-//
-// Positions need the counts of all nodes before this one. Two count modes,
-// chosen job-wide by the agent:
-//
-//   - CountsFromMap (the normal case): PMIX_Ring clients always pass count=1
-//     (Slurm's libpmi2 hard-codes it), so every node's offset and the ring
-//     size follow from the Map without communication. Both messages leave at
-//     Start; the ring takes one message latency. A local entry with
-//     Count != 1 is refused at New (ErrCounts): the agent must not guess.
-//   - CountsChained (arbitrary counts): the same two messages per node, but
-//     a ToRight message carries the running prefix sum and leaves only once
-//     the sender knows its offset, and a ToLeft message carries the ring size
-//     and leaves only once the sender knows it. Offsets travel head to tail
-//     and the size travels back tail to head, so the ring takes about 2K
-//     message latencies. The head node (first non-empty node, offset 0)
-//     sends its ToLeft at once: its receiver, the tail, learns the size
-//     itself.
-//
-// Every message carries the epoch, both node ids, the mode and the
-// sender's view of the offsets, and the receiver checks them against its own
-// view, so neighbours that disagree on the map, the mode or the counts get
-// an error rather than a wrong answer.
+// Only a node's first and last ranks need a value from another node. A
+// Link is a node's two sides. The left side sends the first rank's Left
+// value to the left neighbour node (a ToLeft Message) and receives that
+// node's last rank's Right value (its ToRight); the right side is the
+// mirror image. A side sends the moment its rank enters an epoch
+// (Link.Send), so a node sends exactly two messages per epoch and a rank
+// waits only for its own two neighbours. A message carries the epoch, both
+// node ids, the count mode, the ring size and an offset, and Link.Recv
+// checks them against the Map, so neighbours that disagree on the
+// placement get an error, not a wrong answer. AppendMessage and
+// DecodeMessage are the wire codec.
 //
 // # Epochs
 //
-// A Node handles one epoch and rejects a message of any other epoch
-// (ErrStaleEpoch for an older one, ErrFutureEpoch for a newer one).
-// Sequence runs consecutive epochs on one node and holds messages for the
-// next epoch until it starts: a neighbour can be at most one epoch ahead,
-// because it cannot finish epoch e+1 without this node's messages for e+1,
-// so at most two messages are ever held.
+// Epochs run 1, 2, 3, ... on each side separately: a node's ranks, and so
+// its two sides, may be in different epochs. A side's Sends must follow
+// each other, and Recv takes exactly the epoch after the side's last
+// received one, at most one past its last Send: the neighbour's boundary
+// rank cannot leave epoch e before this side's value of e reached it, so
+// it is at most one epoch ahead. A value that arrives before its side's
+// Send is held, and that Send returns it. Anything else is refused
+// (ErrSequence, ErrFutureEpoch, ErrUnexpected, ErrMismatch) and leaves the
+// Link as it was; the caller fails the ring.
+//
+// # One node
+//
+// When one node holds every rank the ring closes on it: both neighbours
+// are the node itself, Send's message is addressed to the node, and the
+// caller feeds it straight back into Recv. Nothing crosses the network.
 //
 // # Ownership
 //
 // A Map is immutable after construction and may be shared between
-// goroutines; slices it returns must not be modified. A Node and a Sequence
-// are used by one goroutine (the agent's I/O shell) and keep the entries
-// slice passed to New; values are strings, so nothing aliases a receive
-// buffer. Messages are plain values; EncodeMessage appends to a caller's
-// buffer and DecodeMessage copies the value out of its input.
+// goroutines; slices it returns must not be modified. A Link is used by one
+// goroutine (the agent's I/O shell). Messages are plain values and values
+// are strings, so nothing aliases a receive buffer: AppendMessage appends
+// to the caller's buffer and DecodeMessage copies the value out of its
+// input.
 package ring

@@ -5,14 +5,13 @@ import (
 	"fmt"
 )
 
-// Link is a node's two ring links for eager exchanges, where every count
-// is 1 (CountsFromMap). Unlike Node, which needs all local entries before
-// it sends, a Link sends each boundary value the moment its rank enters:
-// the node's first rank's Left value to the left neighbour node (ToLeft)
-// and its last rank's Right value to the right one (ToRight), still two
-// messages per node and epoch. The agent answers every rank whose two
-// neighbours are known, so the node's ranks, and the node's two sides,
-// may be in different epochs.
+// Link is a node's two ring links, where every count is 1
+// (CountsFromMap). A Link sends each boundary value the moment its rank
+// enters, without waiting for the node's other ranks: the node's first
+// rank's Left value to the left neighbour node (ToLeft) and its last
+// rank's Right value to the right one (ToRight), two messages per node and
+// epoch. The agent answers every rank whose two neighbours are known, so
+// the node's ranks, and the node's two sides, may be in different epochs.
 //
 // Each side carries its epochs in order: the side's boundary rank enters
 // epoch after epoch (Send), and the neighbour's messages arrive epoch after
@@ -45,9 +44,6 @@ const (
 	sideLeft  = 0 // sends ToLeft, receives ToRight
 	sideRight = 1 // sends ToRight, receives ToLeft
 )
-
-// ErrSequence reports a ring message out of its side's epoch order.
-var ErrSequence = errors.New("ring message out of epoch order")
 
 // NewLink makes node's ring links in m.
 func NewLink(m *Map, node int) (*Link, error) {

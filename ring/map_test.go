@@ -77,11 +77,52 @@ func TestProcessMappingTooLong(t *testing.T) {
 	}
 }
 
+// randomMap places up to maxRanks ranks per node on 1..maxNodes nodes in
+// blocks, cyclically, or at random with some nodes left empty (the first
+// ones too).
+func randomMap(t *testing.T, rng *rand.Rand, maxNodes, maxRanks int) *Map {
+	t.Helper()
+	k := 1 + rng.IntN(maxNodes)
+	var m *Map
+	var err error
+	switch rng.IntN(3) {
+	case 0:
+		ppn := 1 + rng.IntN(maxRanks)
+		m, err = Block(1+rng.IntN(k*ppn), k, ppn)
+	case 1:
+		ppn := 1 + rng.IntN(maxRanks)
+		m, err = Cyclic(1+rng.IntN(k*ppn), k, ppn)
+	default:
+		nodes := make([][]int, k)
+		p := 0
+		for n := range nodes {
+			if rng.IntN(5) > 0 || n == k-1 && p == 0 {
+				c := 1 + rng.IntN(maxRanks)
+				for range c {
+					nodes[n] = append(nodes[n], p)
+					p++
+				}
+			}
+		}
+		perm := rng.Perm(p)
+		for _, rs := range nodes {
+			for i := range rs {
+				rs[i] = perm[rs[i]]
+			}
+		}
+		m, err = FromNodes(nodes)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func TestProcessMappingRandomRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	empty := 0
 	for range 2000 {
-		m := randomMap(t, rng)
+		m := randomMap(t, rng, 50, 20)
 		s := m.ProcessMapping()
 		if s == "" {
 			empty++
