@@ -24,6 +24,17 @@ package launch
 // returns the agent has served every request of the rank — so the rank
 // then binds an already-closed connection (drainedNow): the agent sees a
 // finalized rank's connection end, closes Drained and reports nothing.
+//
+// Job-wide timing. Global rank 0's own per-round times measure, on a
+// machine with fewer cores than ranks, mostly how long all ranks take to
+// get a turn. So every rank also stamps each timed round on entry and on
+// completion with the machine's CLOCK_MONOTONIC (machineClock), which all
+// agents share because the scale benchmark runs them on one machine; after
+// the timed rounds the ranks allgather their stamps (untimed) and rank 0
+// reduces them to each round's span and tail (roundEnds). The exchange's
+// share of the node's collective counters is booked again under
+// StampCounterPrefix (stampExchange), so that readers of the counters can
+// leave it out of the per-operation figures.
 
 import (
 	"context"
@@ -34,9 +45,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fastpmi/fastpmi/client"
+	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/perf"
 )
 
 // DefaultVirtualRounds is the number of timed rounds of a virtual workload
@@ -52,9 +66,21 @@ const VirtualWarmupRounds = 1
 // prints to standard output with its timings (see scaleReport.line).
 const ScaleLinePrefix = "fastpmi-scale"
 
+// StampCounterPrefix starts the names under which a virtual node books
+// its counters' growth during the timestamp exchange a second time:
+// StampCounterPrefix+"tree.msgs.sent" is the part of "tree.msgs.sent"
+// that the exchange caused (see stampExchange).
+const StampCounterPrefix = "stamps."
+
+// stampCounters are the counters stampExchange books: those a tree
+// collective (the exchange is an allgather) moves. The links' frame and
+// byte counters are left alone; they count heartbeats as well.
+var stampCounters = []string{"tree.msgs.sent", "bcast.bytes.in", "bcast.bytes.raw"}
+
 // virtualRound is one round of a workload for one rank: it runs the
-// operation and checks its result.
-type virtualRound func(ctx context.Context, c *client.Client, round int) error
+// operation, calls done as soon as the operation returned, and then
+// checks its result (the check is not part of the round's span and tail).
+type virtualRound func(ctx context.Context, c *client.Client, round int, done func()) error
 
 // virtualWorkloads are the workloads Config.Virtual may name.
 var virtualWorkloads = map[string]virtualRound{
@@ -77,6 +103,7 @@ func VirtualWorkloads() []string {
 // startVirtual runs the node's ranks as goroutines (Config.Virtual).
 func (n *node) startVirtual() {
 	round, ok := virtualWorkloads[n.cfg.Virtual]
+	clk, cerr := newMachineClock()
 	var why string
 	switch {
 	case !ok:
@@ -85,6 +112,8 @@ func (n *node) startVirtual() {
 		why = "virtual ranks need the shared-memory segment (drop --no-shm)"
 	case n.cfg.VirtualRounds < 0:
 		why = fmt.Sprintf("virtual ranks: %d rounds", n.cfg.VirtualRounds)
+	case cerr != nil:
+		why = fmt.Sprintf("virtual ranks: %v", cerr)
 	}
 	if why != "" {
 		n.emit(eventMsg{Kind: evkStartErr, Rank: n.ranks[0], Msg: why})
@@ -97,15 +126,20 @@ func (n *node) startVirtual() {
 	if rounds == 0 {
 		rounds = DefaultVirtualRounds
 	}
+	x := &stampExchange{rec: n.rec, ranks: len(n.ranks)}
+	maxValue := n.shm.Params().MaxValue
 	ctx, cancel := context.WithCancel(context.Background())
 	n.virtualStop = cancel
 	for i, g := range n.ranks {
 		n.procs[g] = &rankProc{rank: g}
 		vr := virtualRank{
-			info:   client.Info{Rank: g, Size: n.size, LocalRank: i, LocalSize: len(n.ranks), JobID: n.cfg.JobID},
-			op:     n.cfg.Virtual,
-			round:  round,
-			rounds: rounds,
+			info:     client.Info{Rank: g, Size: n.size, LocalRank: i, LocalSize: len(n.ranks), JobID: n.cfg.JobID},
+			op:       n.cfg.Virtual,
+			round:    round,
+			rounds:   rounds,
+			clk:      clk,
+			x:        x,
+			maxValue: maxValue,
 		}
 		go func() {
 			code := 0
@@ -122,14 +156,18 @@ func (n *node) startVirtual() {
 
 // virtualRank is one goroutine rank.
 type virtualRank struct {
-	info   client.Info
-	op     string
-	round  virtualRound
-	rounds int
+	info     client.Info
+	op       string
+	round    virtualRound
+	rounds   int
+	clk      machineClock
+	x        *stampExchange // shared by the node's ranks
+	maxValue int            // the segment's value limit, which bounds one allgather of stamps
 }
 
 // run plays the rank: VirtualWarmupRounds untimed rounds, then the timed
-// rounds back to back, then Finalize. Global rank 0 prints the timings.
+// rounds back to back, then the timestamp exchange, then Finalize. Global
+// rank 0 prints the timings.
 func (v virtualRank) run(ctx context.Context, n *node) error {
 	c, err := client.NewVirtual(n.shm, v.info)
 	if err != nil {
@@ -152,25 +190,199 @@ func (v virtualRank) run(ctx context.Context, n *node) error {
 func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error {
 	rep := scaleReport{op: v.op, size: v.info.Size, local: v.info.LocalSize}
 	timed := v.info.Rank == 0
+	stamps := make([]int64, 0, 2*v.rounds) // in and out of each timed round
+	var out int64
+	done := func() { out = v.clk.now() }
 	for r := range VirtualWarmupRounds + v.rounds {
 		t := time.Now()
-		if err := v.round(ctx, c, r); err != nil {
+		in := v.clk.now()
+		if err := v.round(ctx, c, r, done); err != nil {
 			return fmt.Errorf("%s round %d: %w", v.op, r, err)
 		}
 		switch d := time.Since(t); {
 		case r < VirtualWarmupRounds:
 			rep.warmup += d
+			continue
 		case timed:
 			rep.times = append(rep.times, d)
 		}
+		stamps = append(stamps, in, out)
+	}
+	ends, err := v.exchangeStamps(ctx, c, stamps)
+	if err != nil {
+		return err
 	}
 	if timed {
+		rep.ends = ends
 		n.out.out.write([]byte(rep.line() + "\n"))
 	}
 	// No end barrier: an agent whose ranks are done keeps its links open
 	// until pmirun closes them all (agentNode.loop), so a peer still in
 	// its last round never sees it leave.
 	return nil
+}
+
+// stampBytes is one timed round's stamps in an exchanged value: entry and
+// completion, little-endian int64 nanoseconds of machineClock.
+const stampBytes = 16
+
+// exchangeStamps allgathers every rank's stamps (2 per timed round), as
+// many rounds per allgather as a value holds, and returns, on global rank
+// 0 only, each round's ends over the job.
+func (v virtualRank) exchangeStamps(ctx context.Context, c *client.Client, stamps []int64) ([]roundEnds, error) {
+	per := v.maxValue / stampBytes
+	if per < 1 {
+		return nil, fmt.Errorf("exchange timestamps: values of %d bytes cannot hold a round's %d", v.maxValue, stampBytes)
+	}
+	var ends []roundEnds
+	if v.info.Rank == 0 {
+		ends = make([]roundEnds, v.rounds)
+	}
+	v.x.enter()
+	buf := make([]byte, 0, min(per, v.rounds)*stampBytes)
+	for lo := 0; lo < v.rounds; lo += per {
+		hi := min(lo+per, v.rounds)
+		buf = buf[:0]
+		for _, t := range stamps[2*lo : 2*hi] {
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(t))
+		}
+		vals, err := c.Allgather(ctx, buf)
+		if err != nil {
+			return nil, fmt.Errorf("exchange timestamps of rounds %d-%d: %w", lo, hi-1, err)
+		}
+		if ends != nil {
+			if err := foldStamps(ends[lo:hi], vals); err != nil {
+				return nil, fmt.Errorf("exchange timestamps of rounds %d-%d: %w", lo, hi-1, err)
+			}
+		}
+	}
+	v.x.leave()
+	return ends, nil
+}
+
+// stampValues is an allgather result of stamps (client.Values).
+type stampValues interface {
+	Len() int
+	At(r int) []byte
+}
+
+// foldStamps adds every rank's stamps of len(ends) consecutive rounds, one
+// value per rank as exchangeStamps sends it, to ends.
+func foldStamps(ends []roundEnds, vals stampValues) error {
+	for r := range vals.Len() {
+		b := vals.At(r)
+		if len(b) != len(ends)*stampBytes {
+			return fmt.Errorf("rank %d sent %d bytes, want %d", r, len(b), len(ends)*stampBytes)
+		}
+		for k := range ends {
+			in := int64(binary.LittleEndian.Uint64(b[k*stampBytes:]))
+			out := int64(binary.LittleEndian.Uint64(b[k*stampBytes+8:]))
+			if out < in {
+				return fmt.Errorf("rank %d completed a round %dns before entering it", r, in-out)
+			}
+			ends[k].add(in, out)
+		}
+	}
+	return nil
+}
+
+// roundEnds is one timed round over the whole job: the first and the last
+// rank's entry into the operation and the last rank's completion, in
+// nanoseconds of machineClock.
+type roundEnds struct {
+	firstIn, lastIn, lastOut int64
+	ranks                    int // stamps added
+}
+
+func (e *roundEnds) add(in, out int64) {
+	if e.ranks == 0 {
+		e.firstIn, e.lastIn, e.lastOut = in, in, out
+	} else {
+		e.firstIn, e.lastIn, e.lastOut = min(e.firstIn, in), max(e.lastIn, in), max(e.lastOut, out)
+	}
+	e.ranks++
+}
+
+// span is the round from the first rank's entry to the last rank's
+// completion.
+func (e roundEnds) span() time.Duration { return time.Duration(e.lastOut - e.firstIn) }
+
+// tail is how long after the last rank entered every rank had its result:
+// the operation's own latency once everybody arrived, without the arrival
+// skew. The last rank to enter completes after it entered, so tail ≥ 0,
+// and tail ≤ span.
+func (e roundEnds) tail() time.Duration { return time.Duration(e.lastOut - e.lastIn) }
+
+// machineClock reads the machine's CLOCK_MONOTONIC as nanoseconds, cheaply.
+// On Linux, Go's monotonic clock is CLOCK_MONOTONIC read through the vDSO
+// but counted from the process's start, so readings of different agents
+// cannot be compared; clock_gettime(2) can, but as a system call it costs
+// several times as much (about 300 ns against 50 ns here), which thousands
+// of goroutine ranks would pay twice a round, on the measured path. So
+// newMachineClock reads both once and keeps the offset; now adds it to
+// Go's clock. The offset is off by at most half the narrowest of a few
+// bracketing reads, well under a microsecond.
+type machineClock struct {
+	base   time.Time // carries Go's monotonic reading
+	offset int64     // CLOCK_MONOTONIC at base
+}
+
+func newMachineClock() (machineClock, error) {
+	var c machineClock
+	best := time.Duration(-1)
+	for range 5 {
+		t0 := time.Now()
+		m, err := sys.MonotonicNanos()
+		if err != nil {
+			return c, err
+		}
+		if w := time.Since(t0); best < 0 || w < best {
+			best = w
+			c = machineClock{base: t0, offset: m - int64(w/2)}
+		}
+	}
+	return c, nil
+}
+
+func (c machineClock) now() int64 { return c.offset + int64(time.Since(c.base)) }
+
+// stampExchange books, on one node, the growth of the stampCounters while
+// the node's ranks exchange their stamps, under StampCounterPrefix. It
+// relies on the agent's order of work: a node's counters for a collective
+// are final when its ranks get the result (it sends its tree messages
+// before it delivers), and the node sends nothing for a collective until
+// all its ranks entered it. So the growth from the moment the last local
+// rank finished its timed rounds to the moment the last local rank has the
+// exchange's last result is the exchange's alone.
+type stampExchange struct {
+	rec   *perf.Recorder
+	ranks int // local ranks
+
+	mu sync.Mutex
+	// guarded by mu
+	entered, left int              // local ranks that entered, left the exchange
+	before        map[string]int64 // the counters when the last rank entered
+}
+
+// enter is called by each local rank before its first exchange allgather.
+func (x *stampExchange) enter() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.entered++; x.entered == x.ranks {
+		x.before = x.rec.Counters()
+	}
+}
+
+// leave is called by each local rank once it has its last exchange result.
+func (x *stampExchange) leave() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.left++; x.left != x.ranks || x.before == nil {
+		return
+	}
+	for _, name := range stampCounters {
+		x.rec.Add(StampCounterPrefix+name, x.rec.Counter(name)-x.before[name])
+	}
 }
 
 // drainedNow tells the agent that local rank i, which has finalized, will
@@ -191,35 +403,63 @@ type scaleReport struct {
 	op          string
 	size, local int
 	warmup      time.Duration
-	times       []time.Duration // per timed round
+	times       []time.Duration // per timed round, rank 0's own
+	ends        []roundEnds     // per timed round, over the job
 }
 
 // line formats the report as one machine-readable line:
 //
-//	fastpmi-scale op=allgather P=8192 local=128 rounds=10 median_us=... min_us=... max_us=... mean_us=... warmup_us=...
+//	fastpmi-scale op=allgather P=8192 local=128 rounds=10 median_us=... min_us=... max_us=... mean_us=... warmup_us=... span_median_us=... span_min_us=... tail_median_us=... tail_min_us=... tail_max_us=...
 //
-// Times are microseconds with one decimal, measured by global rank 0 from
-// before its operation to after it completed (a fence round is put, fence
-// and get).
+// Times are microseconds with one decimal. median, min, max and mean are
+// global rank 0's own rounds, from before its operation to after it
+// completed and its result was checked (a fence round is put, fence and
+// get); rounds run back to back, so on a machine with fewer cores than
+// ranks they measure how fast the job gets through rounds. warmup is the
+// untimed rounds together.
+//
+// span and tail are per round over every rank, from each rank's
+// CLOCK_MONOTONIC stamps just before its operation and just after it
+// returned (before the check); the clocks are comparable only because
+// every agent runs on the same machine. span is the last completion minus
+// the first entry: the round job-wide, arrival skew included. tail is the
+// last completion minus the last entry: how long after the last rank
+// arrived every rank had its result, the operation's own latency once
+// everybody is in. tail ≤ span in every round.
 func (r scaleReport) line() string {
-	s := slices.Clone(r.times)
-	slices.Sort(s)
-	var med, lo, hi, mean time.Duration
-	if len(s) > 0 {
-		lo, hi = s[0], s[len(s)-1]
-		med = s[len(s)/2]
-		if len(s)%2 == 0 {
-			med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-		}
-		var sum time.Duration
-		for _, d := range s {
-			sum += d
-		}
-		mean = sum / time.Duration(len(s))
+	med, lo, hi, mean := durationStats(r.times)
+	spans := make([]time.Duration, len(r.ends))
+	tails := make([]time.Duration, len(r.ends))
+	for i, e := range r.ends {
+		spans[i], tails[i] = e.span(), e.tail()
 	}
+	spanMed, spanLo, _, _ := durationStats(spans)
+	tailMed, tailLo, tailHi, _ := durationStats(tails)
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
-	return fmt.Sprintf("%s op=%s P=%d local=%d rounds=%d median_us=%s min_us=%s max_us=%s mean_us=%s warmup_us=%s",
-		ScaleLinePrefix, r.op, r.size, r.local, len(s), us(med), us(lo), us(hi), us(mean), us(r.warmup))
+	return fmt.Sprintf("%s op=%s P=%d local=%d rounds=%d median_us=%s min_us=%s max_us=%s mean_us=%s warmup_us=%s"+
+		" span_median_us=%s span_min_us=%s tail_median_us=%s tail_min_us=%s tail_max_us=%s",
+		ScaleLinePrefix, r.op, r.size, r.local, len(r.times), us(med), us(lo), us(hi), us(mean), us(r.warmup),
+		us(spanMed), us(spanLo), us(tailMed), us(tailLo), us(tailHi))
+}
+
+// durationStats returns the median (the mean of the middle two for an
+// even count), minimum, maximum and mean of ds; zeros for none.
+func durationStats(ds []time.Duration) (med, lo, hi, mean time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	lo, hi = s[0], s[len(s)-1]
+	med = s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return med, lo, hi, sum / time.Duration(len(s))
 }
 
 // The workloads. Values depend only on (rank, round), so any rank can
@@ -256,21 +496,23 @@ func checkValues(vals client.Values, rank, size, round int) error {
 	return nil
 }
 
-func allgatherRound(ctx context.Context, c *client.Client, round int) error {
+func allgatherRound(ctx context.Context, c *client.Client, round int, done func()) error {
 	var b [agValueLen]byte
 	vals, err := c.Allgather(ctx, agValue(b[:], c.Rank(), round))
 	if err != nil {
 		return err
 	}
+	done()
 	return checkValues(vals, c.Rank(), c.Size(), round)
 }
 
-func iallgatherRound(ctx context.Context, c *client.Client, round int) error {
+func iallgatherRound(ctx context.Context, c *client.Client, round int, done func()) error {
 	var b [agValueLen]byte
 	req := c.Iallgather(agValue(b[:], c.Rank(), round))
 	if err := req.Wait(ctx); err != nil {
 		return err
 	}
+	done()
 	return checkValues(req.Values(), c.Rank(), c.Size(), round)
 }
 
@@ -287,7 +529,7 @@ func cardKey(r int) string { return fmt.Sprintf("bc-%d", r) }
 
 // fenceRound puts this rank's business card (dense: it travels with the
 // fence), fences, and reads the next rank's card.
-func fenceRound(ctx context.Context, c *client.Client, round int) error {
+func fenceRound(ctx context.Context, c *client.Client, round int, done func()) error {
 	r, size := c.Rank(), c.Size()
 	if err := c.Put(cardKey(r), []byte(businessCard(r, round)), client.Dense); err != nil {
 		return err
@@ -300,13 +542,14 @@ func fenceRound(ctx context.Context, c *client.Client, round int) error {
 	if err != nil {
 		return err
 	}
+	done()
 	if want := businessCard(src, round); string(v) != want {
 		return fmt.Errorf("get %s: %q, want %q", cardKey(src), v, want)
 	}
 	return nil
 }
 
-func ringRound(ctx context.Context, c *client.Client, round int) error {
+func ringRound(ctx context.Context, c *client.Client, round int, done func()) error {
 	var b [8]byte
 	binary.LittleEndian.PutUint32(b[:], uint32(c.Rank()))
 	binary.LittleEndian.PutUint32(b[4:], uint32(round))
@@ -314,6 +557,7 @@ func ringRound(ctx context.Context, c *client.Client, round int) error {
 	if err != nil {
 		return err
 	}
+	done()
 	switch {
 	case res.Size != c.Size():
 		return fmt.Errorf("ring of %d ranks, want %d", res.Size, c.Size())

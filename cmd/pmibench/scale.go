@@ -15,17 +15,20 @@ package main
 //
 // K agents (pmid) on 127.0.0.1, each playing its PPN ranks as goroutines
 // that use the real shared-memory client (launch.Config.Virtual). Global
-// rank 0 prints one "fastpmi-scale ..." line with its per-round times
-// (after launch.VirtualWarmupRounds untimed rounds); --verbose makes
+// rank 0 prints one "fastpmi-scale ..." line with its own per-round times
+// (after launch.VirtualWarmupRounds untimed rounds) and each round's tail
+// and span over all ranks (see launch's scaleReport.line); --verbose makes
 // pmirun print every node's counters and the root's broadcast totals.
 // pmibench reads those and prints, per job size P, one row per operation
 // and K: each backend's median and minimum time per operation, side by
-// side, then what a node received per operation (broadcast bytes before
-// decompression, "in", and after, "raw"), the collective messages a node
-// sent per operation (tree + ring; the ring's are the inter-node ring
-// messages) and all frames a node sent in the whole job (control events,
-// heartbeats and collectives). Counters cover warm-up and timed rounds,
-// so per-operation figures divide by their sum.
+// side, then each backend's median tail and median span, then what a node
+// received per operation (broadcast bytes before decompression, "in", and
+// after, "raw"), the collective messages a node sent per operation (tree +
+// ring; the ring's are the inter-node ring messages) and all frames a node
+// sent in the whole job (control events, heartbeats and collectives).
+// Counters cover warm-up and timed rounds, so per-operation figures divide
+// by their sum; the ranks' untimed exchange of timestamps, which the nodes
+// book again under launch.StampCounterPrefix, is taken out of them.
 //
 // Before each job size it computes the shared-memory segment every node
 // maps (shm.Size: control blocks and rings per local rank, plus the
@@ -170,10 +173,15 @@ type scaleResult struct {
 	Min       time.Duration `json:"min_ns"`            // per operation, rank 0
 	Max       time.Duration `json:"max_ns"`            // per operation, rank 0
 	Warmup    time.Duration `json:"warmup_ns"`         // the untimed rounds together
+	SpanMed   time.Duration `json:"span_median_ns"`    // per round, first entry to last completion, all ranks
+	SpanMin   time.Duration `json:"span_min_ns"`       // per round, all ranks
+	TailMed   time.Duration `json:"tail_median_ns"`    // per round, last entry to last completion, all ranks
+	TailMin   time.Duration `json:"tail_min_ns"`       // per round, all ranks
+	TailMax   time.Duration `json:"tail_max_ns"`       // per round, all ranks
 	Wall      time.Duration `json:"wall_ns"`           // the whole pmirun
 	LinkedBy  string        `json:"linked_by"`         // backend pmirun reported using
-	Counters  []nodeCounter `json:"node_counters"`     // by node index
-	RootRaw   int64         `json:"root_bcast_raw"`    // bytes the root gathered, all rounds
+	Counters  []nodeCounter `json:"node_counters"`     // by node index, as pmirun printed them
+	RootRaw   int64         `json:"root_bcast_raw"`    // bytes the root gathered, all rounds (not the timestamp exchange)
 	RootSent  int64         `json:"root_bcast_sent"`   // after compression
 	SegBytes  int           `json:"segment_bytes"`     // shm.Size of one node's segment
 	Err       string        `json:"error,omitempty"`   // the job failed
@@ -188,7 +196,7 @@ type nodeCounter map[string]int64
 func (r scaleResult) ops() int64 { return int64(r.Rounds + launch.VirtualWarmupRounds) }
 
 // perNode returns min and max over nodes of counter name summed over
-// names, per operation.
+// names, per operation, without the timestamp exchange's share.
 func (r scaleResult) perNode(names ...string) (lo, hi float64, ok bool) {
 	if len(r.Counters) == 0 || r.Rounds == 0 {
 		return 0, 0, false
@@ -199,7 +207,7 @@ func (r scaleResult) perNode(names ...string) (lo, hi float64, ok bool) {
 		}
 		var v int64
 		for _, n := range names {
-			v += c[n]
+			v += c[n] - c[launch.StampCounterPrefix+n]
 		}
 		f := float64(v) / float64(r.ops())
 		if i == 0 || f < lo {
@@ -230,6 +238,8 @@ func parseScaleOutput(r *scaleResult, stdout, stderr []byte) error {
 		}
 		r.Rounds, _ = strconv.Atoi(kv["rounds"])
 		r.Median, r.Min, r.Max, r.Warmup = us("median_us"), us("min_us"), us("max_us"), us("warmup_us")
+		r.SpanMed, r.SpanMin = us("span_median_us"), us("span_min_us")
+		r.TailMed, r.TailMin, r.TailMax = us("tail_median_us"), us("tail_min_us"), us("tail_max_us")
 		if p, _ := strconv.Atoi(kv["P"]); p != r.P() || kv["op"] != r.Op {
 			return fmt.Errorf("result line for op=%s P=%s, want %s P=%d", kv["op"], kv["P"], r.Op, r.P())
 		}
@@ -270,6 +280,12 @@ func parseScaleOutput(r *scaleResult, stdout, stderr []byte) error {
 		if c == nil {
 			return fmt.Errorf("no counters from node %d", i)
 		}
+	}
+	// Every node receives the root's broadcasts as the root sent them, so
+	// a node's share of the timestamp exchange is the root's too.
+	if len(r.Counters) > 0 {
+		r.RootRaw -= r.Counters[0][launch.StampCounterPrefix+"bcast.bytes.raw"]
+		r.RootSent -= r.Counters[0][launch.StampCounterPrefix+"bcast.bytes.in"]
 	}
 	return nil
 }
@@ -436,9 +452,9 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: %s: %s\n", c.Op, c.Nodes, c.PPN, c.P(), c.Backend, got.Err, got.StderrEnd)
 			continue
 		}
-		fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: median %s min %s (job %s, segment %s/node)\n",
+		fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: median %s min %s tail %s span %s (job %s, segment %s/node)\n",
 			c.Op, c.Nodes, c.PPN, c.P(), got.LinkedBy, perf.FormatDuration(got.Median), perf.FormatDuration(got.Min),
-			perf.FormatDuration(got.Wall), mib(int64(seg)))
+			perf.FormatDuration(got.TailMed), perf.FormatDuration(got.SpanMed), perf.FormatDuration(got.Wall), mib(int64(seg)))
 	}
 	if err := writeScaleTables(stdout, results, o.backends, o.markdown); err != nil {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
@@ -488,18 +504,27 @@ func scaleTables(results []scaleResult) (ps []int, rows map[int][]*scaleRow) {
 }
 
 // scaleTable lays out one P's rows: per backend median and min per
-// operation; then, from the first backend that succeeded, per node and
-// operation the broadcast bytes received (compressed "in" and "raw"),
-// their ratio, the collective messages sent (tree + ring, min-max over
-// nodes), and all frames a node sent in the job (max over nodes).
+// operation (rank 0's own rounds); per backend the median tail, then the
+// median span (each round over all ranks); then, from the first backend
+// that succeeded, per node and operation the broadcast bytes received
+// (compressed "in" and "raw"), their ratio, the collective messages sent
+// (tree + ring, min-max over nodes), and all frames a node sent in the
+// job (max over nodes).
 func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]string) {
 	header = []string{"op", "K", "ppn"}
 	for _, b := range backends {
 		header = append(header, b+" median", b+" min")
 	}
+	for _, b := range backends {
+		header = append(header, b+" tail")
+	}
+	for _, b := range backends {
+		header = append(header, b+" span")
+	}
 	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)")
 	for _, row := range rows {
 		line := []string{row.op, strconv.Itoa(row.nodes), strconv.Itoa(row.ppn)}
+		var tails, spans []string
 		var first *scaleResult
 		for _, b := range backends {
 			r, ok := row.byBackend[b]
@@ -516,7 +541,13 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 					first = &r
 				}
 			}
+			tail, span := "-", "-"
+			if ok && r.Skipped == "" && r.Err == "" && r.SpanMed > 0 {
+				tail, span = perf.FormatDuration(r.TailMed), perf.FormatDuration(r.SpanMed)
+			}
+			tails, spans = append(tails, tail), append(spans, span)
 		}
+		line = append(append(line, tails...), spans...)
 		if first == nil {
 			body = append(body, append(line, "-", "-", "-", "-", "-", "-"))
 			continue

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -14,10 +16,45 @@ import (
 // real shared-memory client (the scale benchmark's ranks). Every workload
 // checks its own results; the tests check rank 0's report and the message
 // counts: one tree message per node per collective, exactly two ring
-// messages per node per ring.
+// messages per node per ring. The ranks' timestamp exchange after the
+// timed rounds is one more allgather, which each node books again under
+// "stamps." and which the counts leave out.
 
 // virtualLine is global rank 0's report of a virtual job.
 var virtualLine = regexp.MustCompile(`^fastpmi-scale op=(\w+) P=(\d+) local=(\d+) rounds=(\d+) median_us=[0-9.]+ min_us=[0-9.]+ `)
+
+// stampPrefix is launch.StampCounterPrefix.
+const stampPrefix = "stamps."
+
+// checkSpanTail checks the job-wide round times on a report line: present,
+// positive, and tail ≤ span (the median and the minimum of tails are at
+// most those of spans, since every round's tail is at most its span).
+func checkSpanTail(t *testing.T, line string) {
+	t.Helper()
+	us := map[string]float64{}
+	for _, f := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(f, "="); ok && strings.HasSuffix(k, "_us") {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Errorf("report %q: %s: %v", line, k, err)
+			}
+			us[k] = x
+		}
+	}
+	for _, k := range []string{"span_median_us", "span_min_us", "tail_median_us", "tail_min_us", "tail_max_us"} {
+		if v, ok := us[k]; !ok || v <= 0 {
+			t.Errorf("report %q: %s missing or not positive", line, k)
+		}
+	}
+	switch {
+	case us["tail_min_us"] > us["tail_median_us"] || us["tail_median_us"] > us["tail_max_us"]:
+		t.Errorf("report %q: tail min, median, max out of order", line)
+	case us["tail_median_us"] > us["span_median_us"] || us["tail_min_us"] > us["span_min_us"]:
+		t.Errorf("report %q: tail above span", line)
+	case us["span_min_us"] > us["span_median_us"]:
+		t.Errorf("report %q: span min above median", line)
+	}
+}
 
 func TestVirtualRanks(t *testing.T) {
 	const nodes, ppn, rounds = 4, 8, 5
@@ -36,6 +73,7 @@ func TestVirtualRanks(t *testing.T) {
 				if m == nil || m[1] != op || m[2] != n(nodes*ppn) || m[3] != n(ppn) || m[4] != n(rounds) {
 					t.Fatalf("report %q: want op=%s P=%d local=%d rounds=%d\n%s", ls[0], op, nodes*ppn, ppn, rounds, r)
 				}
+				checkSpanTail(t, ls[0])
 				for i, c := range r.counters(t, nodes) {
 					if c == nil {
 						continue
@@ -44,9 +82,19 @@ func TestVirtualRanks(t *testing.T) {
 					if op == "ring" {
 						tree, ring = 0, int64(2*ops)
 					}
-					if c["tree.msgs.sent"] != tree || c["ring.msgs.sent"] != ring || c["ring.msgs.recv"] != ring {
+					// The exchange is one allgather: one tree message
+					// per node (every node is a leaf of pmirun here).
+					if s := c[stampPrefix+"tree.msgs.sent"]; s != 1 || c[stampPrefix+"bcast.bytes.raw"] <= 0 {
+						t.Errorf("node %d booked %d tree messages and %d raw bytes to the timestamp exchange, want 1 and some\n%s",
+							i, s, c[stampPrefix+"bcast.bytes.raw"], r)
+					}
+					if got := c["tree.msgs.sent"] - c[stampPrefix+"tree.msgs.sent"]; got != tree || c["ring.msgs.sent"] != ring || c["ring.msgs.recv"] != ring {
 						t.Errorf("node %d sent %d tree and %d ring messages (received %d) for %d %s rounds; want %d and %d\n%s",
-							i, c["tree.msgs.sent"], c["ring.msgs.sent"], c["ring.msgs.recv"], ops, op, tree, ring, r)
+							i, got, c["ring.msgs.sent"], c["ring.msgs.recv"], ops, op, tree, ring, r)
+					}
+					if op == "ring" && c["bcast.bytes.in"] != c[stampPrefix+"bcast.bytes.in"] {
+						t.Errorf("node %d received %d broadcast bytes in a ring job, %d of them for the timestamp exchange; want only those\n%s",
+							i, c["bcast.bytes.in"], c[stampPrefix+"bcast.bytes.in"], r)
 					}
 				}
 			})
@@ -84,6 +132,11 @@ func TestScaleBenchmark(t *testing.T) {
 			Backend  string             `json:"netio"`
 			Err      string             `json:"error"`
 			Median   int64              `json:"median_ns"`
+			SpanMed  int64              `json:"span_median_ns"`
+			SpanMin  int64              `json:"span_min_ns"`
+			TailMed  int64              `json:"tail_median_ns"`
+			TailMin  int64              `json:"tail_min_ns"`
+			TailMax  int64              `json:"tail_max_ns"`
 			Counters []map[string]int64 `json:"node_counters"`
 		} `json:"results"`
 	}
@@ -98,6 +151,10 @@ func TestScaleBenchmark(t *testing.T) {
 			t.Errorf("%s K=%d over %s: error %q, median %dns, %d counter sets\n%s", r.Op, r.Nodes, r.Backend, r.Err, r.Median, len(r.Counters), out)
 			continue
 		}
+		if r.TailMin <= 0 || r.TailMin > r.TailMed || r.TailMed > r.TailMax || r.TailMed > r.SpanMed || r.TailMin > r.SpanMin {
+			t.Errorf("%s K=%d over %s: tail min %d median %d max %d, span min %d median %d (ns): want 0 < tail ≤ span",
+				r.Op, r.Nodes, r.Backend, r.TailMin, r.TailMed, r.TailMax, r.SpanMin, r.SpanMed)
+		}
 		if r.Op == "ring" {
 			for i, c := range r.Counters {
 				if c["ring.msgs.sent"] != 2*4 { // 3 rounds + 1 warm-up
@@ -108,5 +165,8 @@ func TestScaleBenchmark(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^P = 8$`).Match(out) || !regexp.MustCompile(`(?m)^P = 16$`).Match(out) {
 		t.Errorf("no table for P = 8 and P = 16\n%s", out)
+	}
+	if !regexp.MustCompile(`net tail +uring tail +net span +uring span`).Match(out) {
+		t.Errorf("no tail and span columns\n%s", out)
 	}
 }

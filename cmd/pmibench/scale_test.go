@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scaleStdout and scaleStderr are what pmirun prints for a 2-node ring
+// job of 3 timed rounds with --verbose.
+const (
+	scaleStdout = "fastpmi-scale op=ring P=8 local=4 rounds=3 median_us=250.0 min_us=120.5 max_us=400.0 mean_us=256.8 warmup_us=900.0" +
+		" span_median_us=600.0 span_min_us=450.0 tail_median_us=300.0 tail_min_us=200.0 tail_max_us=350.5\n"
+	scaleStderr = "pmirun: 2 nodes via loopback, agent links over net (forced), tree width 8, compression auto\n" +
+		"pmirun: node 0 counters: bcast.bytes.in=300 bcast.bytes.raw=500 net.frames.sent=30 ring.msgs.recv=8 ring.msgs.sent=8" +
+		" stamps.bcast.bytes.in=300 stamps.bcast.bytes.raw=500 stamps.tree.msgs.sent=1 tree.msgs.sent=1\n" +
+		"pmirun: node 1 counters: bcast.bytes.in=300 bcast.bytes.raw=500 net.frames.sent=28 ring.msgs.recv=8 ring.msgs.sent=8" +
+		" stamps.bcast.bytes.in=300 stamps.bcast.bytes.raw=500 stamps.tree.msgs.sent=1 tree.msgs.sent=1\n" +
+		"pmirun: broadcast bytes raw 500, sent 300 (1.67x)\n"
+)
+
+func TestParseScaleOutput(t *testing.T) {
+	us := func(f float64) time.Duration { return time.Duration(f * 1e3) }
+	r := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
+	if err := parseScaleOutput(&r, []byte(scaleStdout), []byte(scaleStderr)); err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][2]time.Duration{
+		"median":      {r.Median, us(250)},
+		"min":         {r.Min, us(120.5)},
+		"max":         {r.Max, us(400)},
+		"warmup":      {r.Warmup, us(900)},
+		"span median": {r.SpanMed, us(600)},
+		"span min":    {r.SpanMin, us(450)},
+		"tail median": {r.TailMed, us(300)},
+		"tail min":    {r.TailMin, us(200)},
+		"tail max":    {r.TailMax, us(350.5)},
+	} {
+		if got[0] != got[1] {
+			t.Errorf("%s = %v, want %v", name, got[0], got[1])
+		}
+	}
+	if r.Rounds != 3 || r.LinkedBy != "net" || len(r.Counters) != 2 {
+		t.Errorf("rounds %d, linked by %q, %d counter sets", r.Rounds, r.LinkedBy, len(r.Counters))
+	}
+	// The timestamp exchange was the job's only broadcast.
+	if r.RootRaw != 0 || r.RootSent != 0 {
+		t.Errorf("root broadcast raw %d sent %d, want 0 without the timestamp exchange", r.RootRaw, r.RootSent)
+	}
+
+	// A line of another job, or none, is an error.
+	other := scaleResult{scaleConfig: scaleConfig{Op: "fence", Backend: "net", Nodes: 2, PPN: 4}}
+	if err := parseScaleOutput(&other, []byte(scaleStdout), []byte(scaleStderr)); err == nil {
+		t.Error("fence job accepted a ring line")
+	}
+	if err := parseScaleOutput(&r, nil, []byte(scaleStderr)); err == nil {
+		t.Error("no result line accepted")
+	}
+}
+
+func TestScaleTable(t *testing.T) {
+	ok := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
+	if err := parseScaleOutput(&ok, []byte(scaleStdout), []byte(scaleStderr)); err != nil {
+		t.Fatal(err)
+	}
+	failed := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "uring", Nodes: 2, PPN: 4}, Err: "exit status 1"}
+	ps, rows := scaleTables([]scaleResult{ok, failed})
+	if !slices.Equal(ps, []int{8}) || len(rows[8]) != 1 {
+		t.Fatalf("tables for P %v with %d rows, want one row for P = 8", ps, len(rows[8]))
+	}
+	header, body := scaleTable(rows[8], []string{"net", "uring"})
+	wantHeader := []string{"op", "K", "ppn", "net median", "net min", "uring median", "uring min",
+		"net tail", "uring tail", "net span", "uring span",
+		"bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)"}
+	if !slices.Equal(header, wantHeader) {
+		t.Errorf("header\n got %q\nwant %q", header, wantHeader)
+	}
+	// 4 ring operations (3 timed, 1 warm-up): 2 ring messages each and,
+	// without the timestamp exchange, no tree messages or broadcasts.
+	wantBody := [][]string{{"ring", "2", "4", "250µs", "121µs", "failed", "-",
+		"300µs", "-", "600µs", "-",
+		"0 B", "0 B", "-", "0", "2", "30"}}
+	if !slices.EqualFunc(body, wantBody, slices.Equal) {
+		t.Errorf("body\n got %q\nwant %q", body, wantBody)
+	}
+
+	var md strings.Builder
+	if err := writeScaleTables(&md, []scaleResult{ok, failed}, []string{"net", "uring"}, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "net tail") || !strings.Contains(md.String(), "uring span") {
+		t.Errorf("markdown has no tail and span columns:\n%s", md.String())
+	}
+}
+
+func TestScaleJSON(t *testing.T) {
+	r := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
+	if err := parseScaleOutput(&r, []byte(scaleStdout), []byte(scaleStderr)); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "scale.json")
+	if err := writeScaleJSON(path, scaleOptions{rounds: 3, codec: "auto"}, time.Now(), []scaleResult{r}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d results, want 1", len(rep.Results))
+	}
+	for k, want := range map[string]float64{
+		"median_ns": 250e3, "span_median_ns": 600e3, "span_min_ns": 450e3,
+		"tail_median_ns": 300e3, "tail_min_ns": 200e3, "tail_max_ns": 350.5e3,
+	} {
+		if got, _ := rep.Results[0][k].(float64); got != want {
+			t.Errorf("%s = %v, want %v", k, rep.Results[0][k], want)
+		}
+	}
+}

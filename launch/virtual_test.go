@@ -1,0 +1,128 @@
+package launch
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/perf"
+)
+
+// fakeStamps is an allgather result of stamps: rank r's value is vals[r].
+type fakeStamps [][]byte
+
+func (f fakeStamps) Len() int        { return len(f) }
+func (f fakeStamps) At(r int) []byte { return f[r] }
+
+// encodeStamps is rank's value as exchangeStamps sends it.
+func encodeStamps(inOut ...int64) []byte {
+	var b []byte
+	for _, t := range inOut {
+		b = binary.LittleEndian.AppendUint64(b, uint64(t))
+	}
+	return b
+}
+
+func TestFoldStamps(t *testing.T) {
+	// Three ranks, two rounds. Round 0: rank 1 enters first (100) and
+	// rank 2 last (130); rank 0 completes last (200). Round 1: the ranks
+	// enter together and complete at once.
+	vals := fakeStamps{
+		encodeStamps(110, 200, 300, 310),
+		encodeStamps(100, 190, 300, 310),
+		encodeStamps(130, 195, 300, 310),
+	}
+	ends := make([]roundEnds, 2)
+	if err := foldStamps(ends, vals); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct{ span, tail time.Duration }{{100, 70}, {10, 10}} {
+		if e := ends[i]; e.span() != want.span || e.tail() != want.tail || e.ranks != 3 {
+			t.Errorf("round %d: span %v tail %v over %d ranks, want %v, %v over 3", i, e.span(), e.tail(), e.ranks, want.span, want.tail)
+		}
+	}
+
+	for name, bad := range map[string]fakeStamps{
+		"short value":        {encodeStamps(1, 2, 3, 4), encodeStamps(1, 2)},
+		"out before in":      {encodeStamps(5, 4, 6, 7)},
+		"value of one round": {encodeStamps(1, 2)},
+	} {
+		if err := foldStamps(make([]roundEnds, 2), bad); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestScaleReportLine(t *testing.T) {
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+	r := scaleReport{op: "ring", size: 8, local: 4, warmup: us(50),
+		times: []time.Duration{us(30), us(10), us(20), us(40)},
+		ends: []roundEnds{
+			{firstIn: 0, lastIn: int64(us(5)), lastOut: int64(us(25)), ranks: 8},  // span 25, tail 20
+			{firstIn: 0, lastIn: int64(us(2)), lastOut: int64(us(12)), ranks: 8},  // span 12, tail 10
+			{firstIn: 0, lastIn: int64(us(30)), lastOut: int64(us(70)), ranks: 8}, // span 70, tail 40
+			{firstIn: 0, lastIn: int64(us(1)), lastOut: int64(us(31)), ranks: 8}}} // span 31, tail 30
+	want := "fastpmi-scale op=ring P=8 local=4 rounds=4 median_us=25.0 min_us=10.0 max_us=40.0 mean_us=25.0 warmup_us=50.0" +
+		" span_median_us=28.0 span_min_us=12.0 tail_median_us=25.0 tail_min_us=10.0 tail_max_us=40.0"
+	if got := r.line(); got != want {
+		t.Errorf("line\n got %s\nwant %s", got, want)
+	}
+	if !strings.HasPrefix(want, ScaleLinePrefix+" ") {
+		t.Errorf("line does not start with %q", ScaleLinePrefix)
+	}
+}
+
+// machineClock agrees with CLOCK_MONOTONIC read by a system call.
+func TestMachineClock(t *testing.T) {
+	c, err := newMachineClock()
+	if err != nil {
+		t.Skip(err) // not Linux
+	}
+	for range 100 {
+		a := c.now()
+		m, err := sys.MonotonicNanos()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := c.now()
+		// Calibration error is well under a microsecond; allow for a
+		// descheduled test.
+		const slack = int64(50 * time.Microsecond)
+		if m < a-slack || m > b+slack {
+			t.Fatalf("clock_gettime %d outside [%d, %d] read around it", m, a, b)
+		}
+	}
+}
+
+// stampExchange books the counters' growth between the last rank's enter
+// and the last rank's leave.
+func TestStampExchangeBooks(t *testing.T) {
+	rec := perf.NewRecorder()
+	rec.Add("tree.msgs.sent", 11)
+	rec.Add("bcast.bytes.in", 1000)
+	x := &stampExchange{rec: rec, ranks: 2}
+	x.enter()
+	rec.Add("tree.msgs.sent", 1) // still the timed rounds' (a rank has not entered)
+	x.enter()
+	rec.Add("tree.msgs.sent", 1)
+	rec.Add("bcast.bytes.in", 160)
+	rec.Add("bcast.bytes.raw", 320)
+	rec.Add("net.frames.sent", 3)
+	x.leave()
+	rec.Add("bcast.bytes.raw", 1) // not yet: a rank has no result
+	x.leave()
+	rec.Add("tree.msgs.sent", 5) // after the exchange
+	got := rec.Counters()
+	for name, want := range map[string]int64{
+		StampCounterPrefix + "tree.msgs.sent":  1,
+		StampCounterPrefix + "bcast.bytes.in":  160,
+		StampCounterPrefix + "bcast.bytes.raw": 321,
+		StampCounterPrefix + "net.frames.sent": 0,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %d, want %d", name, got[name], want)
+		}
+	}
+}
