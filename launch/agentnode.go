@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -93,6 +94,9 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	idx, err := strconv.Atoi(idxs)
 	if err != nil || idx < 0 || idx >= len(spec.Nodes) {
 		return fmt.Errorf("node index %q: want 0..%d", idxs, len(spec.Nodes)-1)
+	}
+	if spec.AgentProcs > 0 {
+		runtime.GOMAXPROCS(spec.AgentProcs)
 	}
 	cfg := Config{
 		Size: spec.Size, Prog: spec.Prog, Args: spec.Args, Env: spec.Env, Label: spec.Label,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,28 @@ type Spec struct {
 	// benchmark) instead of forking Prog.
 	Virtual       string `json:"virtual,omitempty"`
 	VirtualRounds int    `json:"virtual_rounds,omitempty"`
+	// AgentProcs, when set, is each agent's GOMAXPROCS (see agentProcs).
+	AgentProcs int `json:"agent_procs,omitempty"`
+}
+
+// agentProcs is the GOMAXPROCS of each of k agents that share this
+// machine (loopback and netns bootstraps): its share of the CPUs, at least
+// one, or 0 (the Go default) for agents on machines of their own or when
+// the caller set GOMAXPROCS. Go's scheduler assumes the process owns its
+// CPUs: with more agents than cores, every agent's idle threads spin and
+// hand work between each other for CPUs the other agents need (measured
+// with 64 agents × 256 goroutine ranks on 2 cores: allgather rounds 25-30%
+// shorter with one P per agent; docs/scale.md). The setting reaches the
+// agent in its spec, not its environment, so the ranks it starts keep
+// theirs.
+func agentProcs(bootstrap string, k int) int {
+	if bootstrap != "loopback" && bootstrap != "netns" {
+		return 0
+	}
+	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+		return 0
+	}
+	return max(1, runtime.NumCPU()/k)
 }
 
 // hostList returns the nodes of a multi-node job: names for ssh,

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -109,5 +110,30 @@ func TestExpandHostlist(t *testing.T) {
 		if got, err := ExpandHostlist(bad); err == nil {
 			t.Errorf("ExpandHostlist(%q) = %v, want an error", bad, got)
 		}
+	}
+}
+
+func TestAgentProcs(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "") // restored after the test
+	os.Unsetenv("GOMAXPROCS")
+	cpus := runtime.NumCPU()
+	for _, c := range []struct {
+		bootstrap string
+		k, want   int
+	}{
+		{"loopback", 64, 1},
+		{"netns", 4, max(1, cpus/4)},
+		{"loopback", 1, cpus},
+		{"ssh", 64, 0},
+		{"slurm", 64, 0},
+		{"fork", 1, 0},
+	} {
+		if got := agentProcs(c.bootstrap, c.k); got != c.want {
+			t.Errorf("agentProcs(%s, %d) = %d, want %d", c.bootstrap, c.k, got, c.want)
+		}
+	}
+	t.Setenv("GOMAXPROCS", "3")
+	if got := agentProcs("loopback", 64); got != 0 {
+		t.Errorf("with GOMAXPROCS set: agentProcs = %d, want 0 (the caller's setting stands)", got)
 	}
 }

@@ -116,8 +116,12 @@ func runMulti(ctx context.Context, cfg Config) error {
 	defer ln.Close()
 	if cfg.Verbose {
 		b := tr.Backend()
-		fmt.Fprintf(cfg.Stderr, "pmirun: %d nodes via %s, agent links over %s (%s), tree width %d, compression %s\n",
-			K, cfg.Bootstrap, b.Name, b.Reason, cfg.TreeWidth, cfg.Codec)
+		procs := ""
+		if p := agentProcs(cfg.Bootstrap, K); p > 0 {
+			procs = fmt.Sprintf(", %d CPU(s) per agent (GOMAXPROCS)", p)
+		}
+		fmt.Fprintf(cfg.Stderr, "pmirun: %d nodes via %s, agent links over %s (%s), tree width %d, compression %s%s\n",
+			K, cfg.Bootstrap, b.Name, b.Reason, cfg.TreeWidth, cfg.Codec, procs)
 	}
 	nodes := make([][]int, K)
 	for n := range nodes {
@@ -133,7 +137,7 @@ func runMulti(ctx context.Context, cfg Config) error {
 			Prog: cfg.Prog, Args: cfg.Args, Env: cfg.Env, Label: cfg.Label, NoShm: cfg.NoShm,
 			Root: cfg.rootDialAddr(ln.Addr()), TreeWidth: cfg.TreeWidth, Codec: cfg.Codec,
 			NetBackend: cfg.NetBackend, NetTimeout: cfg.NetTimeout, Secret: secret, Verbose: cfg.Verbose,
-			Virtual: cfg.Virtual, VirtualRounds: cfg.VirtualRounds,
+			Virtual: cfg.Virtual, VirtualRounds: cfg.VirtualRounds, AgentProcs: agentProcs(cfg.Bootstrap, K),
 		},
 	}
 	r.fate = &fate{stderr: cfg.Stderr, end: r.kill}

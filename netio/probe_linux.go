@@ -22,7 +22,7 @@ var probeUring = sync.OnceValues(func() (bool, string) {
 	}
 	v := "unknown kernel"
 	if k, kerr := giouring.GetKernelVersion(); kerr == nil {
-		v = fmt.Sprintf("kernel %d.%d", k.Major, k.Minor)
+		v = fmt.Sprintf("kernel %d.%d.%d", k.Kernel, k.Major, k.Minor) // giouring: Kernel.Major.Minor
 	}
 	return true, "io_uring probe passed: setup, buffer ring and multishot recv work (" + v + ")"
 })
