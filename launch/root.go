@@ -118,10 +118,10 @@ func runMulti(ctx context.Context, cfg Config) error {
 		b := tr.Backend()
 		procs := ""
 		if p := agentProcs(cfg.Bootstrap, K); p > 0 {
-			procs = fmt.Sprintf(", %d CPU(s) per agent (GOMAXPROCS)", p)
+			procs = fmt.Sprintf(" (GOMAXPROCS %d each)", p)
 		}
-		fmt.Fprintf(cfg.Stderr, "pmirun: %d nodes via %s, agent links over %s (%s), tree width %d, compression %s%s\n",
-			K, cfg.Bootstrap, b.Name, b.Reason, cfg.TreeWidth, cfg.Codec, procs)
+		fmt.Fprintf(cfg.Stderr, "pmirun: %d nodes via %s%s, agent links over %s (%s), tree width %d, compression %s\n",
+			K, cfg.Bootstrap, procs, b.Name, b.Reason, cfg.TreeWidth, cfg.Codec)
 	}
 	nodes := make([][]int, K)
 	for n := range nodes {
