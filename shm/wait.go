@@ -166,9 +166,14 @@ type parkShard struct {
 	// n counts the parkers registered in words. It is written under mu
 	// and loaded without it by signallers, as the gate that spares them
 	// the lock while nobody in this process sleeps here (see above).
-	n     atomic.Int32
-	words []*parkedWord // guarded by mu: the words with registered parkers
-	free  []*parkedWord // guarded by mu: emptied records, reused (no allocation per sleep)
+	n atomic.Int32
+	// words holds, in words[:len], one record per word with registered
+	// parkers, by value so a lookup scans contiguous memory. Records in
+	// words[len:cap] are retired ones, emptied, whose parkers slices keep
+	// their capacity for the next word: sleeping allocates nothing once
+	// the shard has seen its busiest moment. Guarded by mu.
+	words []parkedWord
+	_     [CacheLine - 40]byte
 }
 
 // A shard is one cache line long, so busy shards seldom share a line (the
@@ -191,41 +196,48 @@ func shardOf(word *atomic.Uint32) *parkShard {
 
 var _ = [1]struct{}{}[parkShards-1<<8] // shardOf takes the top 8 bits
 
-// findLocked returns word's record, or nil.
-func (sh *parkShard) findLocked(word *atomic.Uint32) (*parkedWord, int) {
-	for i, pw := range sh.words {
-		if pw.word == word {
-			return pw, i
+// findLocked returns the index of word's record, or -1.
+func (sh *parkShard) findLocked(word *atomic.Uint32) int {
+	for i := range sh.words {
+		if sh.words[i].word == word {
+			return i
 		}
 	}
-	return nil, -1
+	return -1
 }
 
-// dropLocked retires the i-th record, emptied, to the free list.
-func (sh *parkShard) dropLocked(pw *parkedWord, i int) {
+// addLocked makes a record for word, reusing a retired one if there is
+// one, and returns its index.
+func (sh *parkShard) addLocked(word *atomic.Uint32) int {
+	n := len(sh.words)
+	if n < cap(sh.words) {
+		sh.words = sh.words[:n+1]
+	} else {
+		sh.words = append(sh.words, parkedWord{})
+	}
+	sh.words[n].word = word
+	return n
+}
+
+// dropLocked retires record i: emptied, it moves just past the end.
+func (sh *parkShard) dropLocked(i int) {
 	last := len(sh.words) - 1
-	sh.words[i], sh.words[last] = sh.words[last], nil
-	sh.words = sh.words[:last]
+	sh.words[i], sh.words[last] = sh.words[last], sh.words[i]
+	pw := &sh.words[last]
 	clear(pw.parkers)
 	pw.word, pw.parkers = nil, pw.parkers[:0]
-	sh.free = append(sh.free, pw)
+	sh.words = sh.words[:last]
 }
 
 // park registers p as asleep on word.
 func park(word *atomic.Uint32, p *parker) {
 	sh := shardOf(word)
 	sh.mu.Lock()
-	pw, _ := sh.findLocked(word)
-	if pw == nil {
-		if n := len(sh.free); n > 0 {
-			pw, sh.free[n-1] = sh.free[n-1], nil
-			sh.free = sh.free[:n-1]
-		} else {
-			pw = new(parkedWord)
-		}
-		pw.word = word
-		sh.words = append(sh.words, pw)
+	i := sh.findLocked(word)
+	if i < 0 {
+		i = sh.addLocked(word)
 	}
+	pw := &sh.words[i]
 	pw.parkers = append(pw.parkers, p)
 	sh.n.Add(1)
 	sh.mu.Unlock()
@@ -239,7 +251,8 @@ func park(word *atomic.Uint32, p *parker) {
 func unpark(word *atomic.Uint32, p *parker) {
 	sh := shardOf(word)
 	sh.mu.Lock()
-	if pw, i := sh.findLocked(word); pw != nil {
+	if i := sh.findLocked(word); i >= 0 {
+		pw := &sh.words[i]
 		for j, q := range pw.parkers {
 			if q != p {
 				continue
@@ -249,7 +262,7 @@ func unpark(word *atomic.Uint32, p *parker) {
 			pw.parkers = pw.parkers[:last]
 			sh.n.Add(-1)
 			if last == 0 {
-				sh.dropLocked(pw, i)
+				sh.dropLocked(i)
 			}
 			sh.mu.Unlock()
 			return
@@ -271,7 +284,8 @@ func wakeParked(word *atomic.Uint32) {
 		return
 	}
 	sh.mu.Lock()
-	if pw, i := sh.findLocked(word); pw != nil {
+	if i := sh.findLocked(word); i >= 0 {
+		pw := &sh.words[i]
 		for _, p := range pw.parkers {
 			select {
 			case p.ch <- struct{}{}:
@@ -279,7 +293,7 @@ func wakeParked(word *atomic.Uint32) {
 			}
 		}
 		sh.n.Add(-int32(len(pw.parkers)))
-		sh.dropLocked(pw, i)
+		sh.dropLocked(i)
 	}
 	sh.mu.Unlock()
 }
