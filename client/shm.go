@@ -11,9 +11,6 @@ import (
 	"github.com/fastpmi/fastpmi/shm"
 )
 
-// waitSlice bounds one sleep so a cancelled context is noticed.
-const waitSlice = 100 * time.Millisecond
-
 // shmTransport talks to the agent through the node's shared segment.
 //
 // Collectives are numbered by epoch: this rank's k-th fence or allgather
@@ -31,6 +28,7 @@ type shmTransport struct {
 	errs  map[uint32]string // failed epochs, from OpError
 	resp  shm.Msg           // the response waited for, copied out
 	buf   []byte            // response payload copy
+	req   []byte            // request payload scratch (push copies it into the ring)
 	got   bool
 	// virtual: the segment belongs to the caller (NewVirtual).
 	virtual bool
@@ -149,27 +147,17 @@ func (t *shmTransport) done(id uint32) (bool, error) {
 	return true, nil
 }
 
+// waitEpoch waits until epoch e is published or ctx ends. The segment's
+// waiter watches ctx itself: virtual ranks (InProcessWaiter) sleep on
+// ctx.Done() with no timer, rank processes wake every 100 ms to check it.
 func (t *shmTransport) waitEpoch(ctx context.Context, e uint32) error {
-	for !published(t.r.Epoch(), e) {
-		if err := ctx.Err(); err != nil {
-			return err
+	if err := t.r.WaitEpochContext(ctx, e); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
 		}
-		err := t.r.WaitEpoch(e, sliceOf(ctx))
-		if err != nil && !errors.Is(err, shm.ErrTimeout) {
-			return fmt.Errorf("wait for epoch %d: %w", e, err)
-		}
+		return fmt.Errorf("wait for epoch %d: %w", e, err)
 	}
 	return nil
-}
-
-func sliceOf(ctx context.Context) time.Duration {
-	d := waitSlice
-	if dl, ok := ctx.Deadline(); ok {
-		if left := time.Until(dl); left < d {
-			d = max(left, 0)
-		}
-	}
-	return d
 }
 
 func (t *shmTransport) progress(ctx context.Context, id uint32) error {
@@ -226,10 +214,11 @@ func (t *shmTransport) call(ctx context.Context, op, flags uint16, payload []byt
 			}
 			return t.resp.Header, t.buf, nil
 		}
-		if err := ctx.Err(); err != nil {
-			return shm.Header{}, nil, err
-		}
-		if err := t.r.Responses().Wait(sliceOf(ctx)); err != nil && !errors.Is(err, shm.ErrTimeout) {
+		// Sleeps on ctx as waitEpoch does.
+		if err := t.r.Responses().WaitContext(ctx); err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return shm.Header{}, nil, cerr
+			}
 			return shm.Header{}, nil, fmt.Errorf("wait for response: %w", err)
 		}
 	}
@@ -246,7 +235,8 @@ func (t *shmTransport) get(ctx context.Context, key string, o getOpts) ([]byte, 
 	if o.wait {
 		flags = shm.GetWait
 	}
-	h, v, err := t.call(ctx, shm.OpGet, flags, shm.AppendInt32(nil, int32(o.src), key))
+	t.req = shm.AppendInt32(t.req[:0], int32(o.src), key)
+	h, v, err := t.call(ctx, shm.OpGet, flags, t.req)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +255,12 @@ func (t *shmTransport) ring(ctx context.Context, val []byte) (RingResult, error)
 	if err != nil {
 		return RingResult{}, fmt.Errorf("ring response: %w", err)
 	}
-	return RingResult{Rank: int(pos), Size: int(size), Left: append([]byte(nil), l...), Right: append([]byte(nil), r...)}, nil
+	// One allocation for both copies; Left's capacity ends where Right
+	// starts, so appending to one never writes into the other.
+	lr := make([]byte, len(l)+len(r))
+	copy(lr, l)
+	copy(lr[len(l):], r)
+	return RingResult{Rank: int(pos), Size: int(size), Left: lr[:len(l):len(l)], Right: lr[len(l):]}, nil
 }
 
 func (t *shmTransport) jobAttr(ctx context.Context, key string) (string, bool, error) {

@@ -158,6 +158,9 @@ func (t *textTransport) send(cmd string, pairs ...pmiwire.Pair) (*textReq, error
 	return r, nil
 }
 
+// waitSlice bounds one read so a cancelled context is noticed.
+const waitSlice = 100 * time.Millisecond
+
 // readMsg reads one message, bounded by ctx.
 func (t *textTransport) readMsg(ctx context.Context) (pmiwire.Msg, error) {
 	for {

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"context"
 	"encoding/binary"
 	"math/bits"
 	"sync/atomic"
@@ -20,6 +21,7 @@ type Agent struct {
 	doorbell event          // the agent sleeps here; ranks and Kick signal it
 	epochEv  event          // ranks sleep here for Publish
 	epoch    *atomic.Uint32 // published epoch; Store in Publish pairs with the Load in Rank.WaitEpoch, Rank.Result and Rank.Lookup
+	park     parker         // Wait's in-process wake-up channel (InProcessWaiter)
 
 	kvsN    int    // KVS entries inserted; only the agent goroutine touches it
 	kvsUsed uint64 // KVS arena bytes in use; likewise
@@ -89,7 +91,7 @@ func (a *Agent) Responses(i int) *Producer {
 // agent sleeps on one doorbell word for all its ranks; a rank rings it only
 // when the agent has announced that it sleeps (see event).
 func (a *Agent) Wait(timeout time.Duration) error {
-	return a.s.waiter.wait(a.doorbell, a.pending, timeout)
+	return a.s.waiter.wait(a.doorbell, a.pending, &a.park, context.Background(), timeout)
 }
 
 // SleepPrepare is Wait split in two, for an agent that sleeps elsewhere:

@@ -77,6 +77,11 @@
 //     non-zero bumps the futex word and calls FUTEX_WAKE. Sequential
 //     consistency guarantees that one of the two sees the other, so no
 //     wake-up is lost and nobody makes a system call while nobody sleeps.
+//     With InProcessWaiter (every party a goroutine of one process) the
+//     sleeper registers its handle's reusable channel under the word's
+//     address before counting itself, and the signaller sends to the
+//     registered channels instead of calling FUTEX_WAKE; the same argument
+//     holds with the registration in place of the kernel's compare.
 //
 // The agent sleeps on the one doorbell word for all ranks (Agent.Wait),
 // woken by request pushes, response-ring releases and Kick. A rank sleeps on

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"sync/atomic"
@@ -29,6 +30,7 @@ type Rank struct {
 	resp Consumer // agent → rank
 
 	epochEv event          // sleeps here in WaitEpoch
+	park    parker         // WaitEpoch's in-process wake-up channel (InProcessWaiter)
 	epoch   *atomic.Uint32 // published epoch; Load pairs with Agent.Publish's Store
 	state   *atomic.Uint32 // RankState; Store publishes the pid
 	pid     *atomic.Uint32
@@ -126,7 +128,15 @@ func (r *Rank) Epoch() uint32 { return r.epoch.Load() }
 // ErrTimeout after timeout (negative: no bound).
 func (r *Rank) WaitEpoch(epoch uint32, timeout time.Duration) error {
 	ready := func() bool { return reached(r.epoch.Load(), epoch) }
-	return r.s.waiter.wait(r.epochEv, ready, timeout)
+	return r.s.waiter.wait(r.epochEv, ready, &r.park, context.Background(), timeout)
+}
+
+// WaitEpochContext returns nil once the agent has published epoch (or a
+// later one), or ctx.Err() once ctx is done; it waits as
+// Consumer.WaitContext does.
+func (r *Rank) WaitEpochContext(ctx context.Context, epoch uint32) error {
+	ready := func() bool { return reached(r.epoch.Load(), epoch) }
+	return r.s.waiter.wait(r.epochEv, ready, &r.park, ctx, -1)
 }
 
 // Result returns global rank g's allgather value for epoch as a view into

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
@@ -68,6 +69,7 @@ type Producer struct {
 	self   event   // what the producer sleeps on while the ring is full
 	peer   event   // signalled after Commit: the consumer may be asleep
 	waiter *Waiter // the segment's waiting policy
+	park   parker  // the producer's in-process wake-up channel (InProcessWaiter)
 
 	// A request ring marks its rank in the agent's ready bitmap after each
 	// Commit (nil for response rings): the Or follows the tail Store, so
@@ -175,7 +177,7 @@ func (p *Producer) PushWait(h Header, payload []byte, timeout time.Duration) err
 		need += room
 	}
 	ready := func() bool { return p.fits(need) != ErrFull }
-	if err := p.waiter.wait(p.self, ready, timeout); err != nil {
+	if err := p.waiter.wait(p.self, ready, &p.park, context.Background(), timeout); err != nil {
 		return err
 	}
 	return p.Push(h, payload)
@@ -211,6 +213,7 @@ type Consumer struct {
 	self   event   // what the consumer sleeps on while the ring is empty
 	peer   event   // signalled after Release: the producer may wait for room
 	waiter *Waiter // the segment's waiting policy
+	park   parker  // the consumer's in-process wake-up channel (InProcessWaiter)
 }
 
 // Peek returns the oldest unreleased message without consuming it, ErrEmpty
@@ -291,5 +294,13 @@ func (c *Consumer) nonEmpty() bool {
 // Wait returns when a message is waiting, or ErrTimeout after timeout
 // (negative: no bound), spinning or sleeping per the segment's Waiter.
 func (c *Consumer) Wait(timeout time.Duration) error {
-	return c.waiter.wait(c.self, c.nonEmpty, timeout)
+	return c.waiter.wait(c.self, c.nonEmpty, &c.park, context.Background(), timeout)
+}
+
+// WaitContext returns nil when a message is waiting, or ctx.Err() once
+// ctx is done. With InProcessWaiter it sleeps on ctx.Done() and its
+// parker, with no timer; a futex sleeper wakes at least every 100 ms (and
+// at ctx's deadline) to check ctx.
+func (c *Consumer) WaitContext(ctx context.Context) error {
+	return c.waiter.wait(c.self, c.nonEmpty, &c.park, ctx, -1)
 }

@@ -1,0 +1,197 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/client"
+	"github.com/fastpmi/fastpmi/shm"
+)
+
+// miniAgent serves the virtual ranks of a heap segment the way the node
+// agent's shared-memory loop does (sleep on the doorbell, drain the rings
+// of the ranks marked ready, answer on their response rings), but only for
+// what the tests and benchmarks ask: hello, ring (answered at once:
+// position = local rank, both neighbours' values = the rank's own), fence
+// (published once every rank asked) and finalize. Stop it with close.
+type miniAgent struct {
+	seg  *shm.Segment
+	stop atomic.Bool
+	done chan error
+}
+
+func startMiniAgent(seg *shm.Segment) *miniAgent {
+	m := &miniAgent{seg: seg, done: make(chan error, 1)}
+	go func() { m.done <- m.serve() }()
+	return m
+}
+
+func (m *miniAgent) serve() error {
+	a := m.seg.Agent()
+	size := uint32(m.seg.Params().WorldSize)
+	var ready []int
+	var out []byte
+	fences := map[uint32]uint32{} // ranks that asked for each fence epoch
+	for !m.stop.Load() {
+		did := false
+		ready = a.TakeReady(ready[:0])
+		for _, i := range ready {
+			c := a.Requests(i)
+			for {
+				req, err := c.Peek()
+				if errors.Is(err, shm.ErrEmpty) {
+					break
+				}
+				if err != nil {
+					return fmt.Errorf("rank %d: %w", i, err)
+				}
+				did = true
+				out = out[:0]
+				switch req.Op {
+				case shm.OpHello:
+				case shm.OpFence:
+					if fences[req.Epoch]++; fences[req.Epoch] == size {
+						delete(fences, req.Epoch)
+						a.Publish(req.Epoch)
+					}
+				case shm.OpRing:
+					out = shm.AppendRing(out, uint32(i), size, string(req.Payload), string(req.Payload))
+					fallthrough
+				case shm.OpFinalize:
+					if err := a.Responses(i).Push(shm.Header{Op: req.Op, Seq: req.Seq}, out); err != nil {
+						return fmt.Errorf("rank %d: respond: %w", i, err)
+					}
+				default:
+					return fmt.Errorf("rank %d: unexpected op %d", i, req.Op)
+				}
+				c.Release()
+			}
+		}
+		if !did {
+			if err := a.Wait(-1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *miniAgent) close() error {
+	m.stop.Store(true)
+	m.seg.Agent().Kick()
+	return <-m.done
+}
+
+// newVirtualRanks makes a heap segment with InProcessWaiter and p virtual
+// ranks of it.
+func newVirtualRanks(tb testing.TB, p int) (*shm.Segment, []*client.Client) {
+	tb.Helper()
+	seg, err := shm.NewHeap(shm.Params{LocalRanks: p, WorldSize: p, KVSCapacity: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	seg.SetWaiter(shm.InProcessWaiter())
+	clients := make([]*client.Client, p)
+	for i := range p {
+		c, err := client.NewVirtual(seg, client.Info{Rank: i, Size: p, LocalRank: i, LocalSize: p})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		clients[i] = c
+	}
+	return seg, clients
+}
+
+// TestVirtualPingPong runs many virtual ranks through the real client
+// against one agent goroutine, every wait unbounded but for the context
+// (no timer): a wake-up missed by a rank or by the agent ends the test
+// with the context's deadline instead of a result.
+func TestVirtualPingPong(t *testing.T) {
+	p, ops := 128, 200
+	if testing.Short() {
+		p, ops = 32, 50
+	}
+	seg, clients := newVirtualRanks(t, p)
+	ag := startMiniAgent(seg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, p)
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range ops {
+				val := []byte(strconv.Itoa(i) + "/" + strconv.Itoa(k))
+				res, err := c.Ring(ctx, val)
+				if err != nil {
+					errs <- fmt.Errorf("rank %d op %d: %w", i, k, err)
+					return
+				}
+				if res.Rank != i || res.Size != p || string(res.Left) != string(val) || string(res.Right) != string(val) {
+					errs <- fmt.Errorf("rank %d op %d: %+v", i, k, res)
+					return
+				}
+			}
+			if err := c.Finalize(); err != nil {
+				errs <- fmt.Errorf("rank %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := ag.close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVirtualCancel checks that a virtual rank waiting for an agent that
+// does not answer returns promptly once its context is cancelled or its
+// deadline passes, both for a response (Ring) and for a collective
+// (Fence), and that the client still works afterwards.
+func TestVirtualCancel(t *testing.T) {
+	seg, clients := newVirtualRanks(t, 1)
+	c := clients[0]
+	within := func(what string, limit time.Duration, f func() error, want error) {
+		t.Helper()
+		start := time.Now()
+		err := f()
+		if !errors.Is(err, want) {
+			t.Fatalf("%s: %v, want %v", what, err, want)
+		}
+		if el := time.Since(start); el > limit {
+			t.Fatalf("%s: returned after %v", what, el)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	within("cancelled ring", time.Second, func() error { _, err := c.Ring(ctx, []byte("v")); return err }, context.Canceled)
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	within("fence past its deadline", time.Second, func() error { return c.Fence(ctx) }, context.DeadlineExceeded)
+
+	// The unanswered requests are still in the ring; the agent answers
+	// them now, and the client goes on (its fence completes).
+	ag := startMiniAgent(seg)
+	if err := c.Fence(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Ring(context.Background(), []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Finalize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ag.close(); err != nil {
+		t.Fatal(err)
+	}
+}
