@@ -11,10 +11,14 @@ import (
 const benchTimeout = 30 * time.Second
 
 // pingPongChild answers every response with a request, rounds times.
-func pingPongChild(r *Rank, rounds int) error {
+func pingPongChild(r *Rank, rounds int) error { return rankPingPong(r, rounds, benchTimeout) }
+
+// rankPingPong is the rank's side of a ping-pong: it answers every
+// response with a request, rounds times, each wait bounded by timeout.
+func rankPingPong(r *Rank, rounds int, timeout time.Duration) error {
 	req, resp := r.Requests(), r.Responses()
 	for k := range rounds {
-		if err := resp.Wait(benchTimeout); err != nil {
+		if err := resp.Wait(timeout); err != nil {
 			return fmt.Errorf("round %d: %w", k, err)
 		}
 		m, err := resp.Peek()
@@ -28,6 +32,34 @@ func pingPongChild(r *Rank, rounds int) error {
 		}
 	}
 	return nil
+}
+
+// agentPingPong is the agent's side of b.N rounds with local rank 0: it
+// pushes a response and waits for the rank's request, each wait bounded
+// by timeout; peer reports how the rank's side ended.
+func agentPingPong(b *testing.B, a *Agent, timeout time.Duration, peer <-chan error) {
+	in, out := a.Requests(0), a.Responses(0)
+	ready := make([]int, 0, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for k := range b.N {
+		if err := out.Push(Header{Seq: uint32(k)}, nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := a.Wait(timeout); err != nil {
+			b.Fatal(err)
+		}
+		ready = a.TakeReady(ready[:0])
+		m, err := in.Peek()
+		if err != nil || m.Seq != uint32(k) {
+			b.Fatalf("round %d: %+v %v", k, m.Header, err)
+		}
+		in.Release()
+	}
+	b.StopTimer()
+	if err := <-peer; err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkPingPong measures a hand-off round trip between two processes
@@ -49,29 +81,7 @@ func BenchmarkPingPong(b *testing.B) {
 			seg.SetWaiter(SpinWaiter(mode.spins))
 			exits := startChildren(b, seg, "pingpong", 1,
 				envRounds+"="+strconv.Itoa(b.N), envSpin+"="+strconv.Itoa(mode.spins))
-			a := seg.Agent()
-			in, out := a.Requests(0), a.Responses(0)
-			ready := make([]int, 0, 1)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for k := range b.N {
-				if err := out.Push(Header{Seq: uint32(k)}, nil); err != nil {
-					b.Fatal(err)
-				}
-				if err := a.Wait(benchTimeout); err != nil {
-					b.Fatal(err)
-				}
-				ready = a.TakeReady(ready[:0])
-				m, err := in.Peek()
-				if err != nil || m.Seq != uint32(k) {
-					b.Fatalf("round %d: %+v %v", k, m.Header, err)
-				}
-				in.Release()
-			}
-			b.StopTimer()
-			if err := <-exits; err != nil {
-				b.Fatal(err)
-			}
+			agentPingPong(b, seg.Agent(), benchTimeout, exits)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/handoff")
 		})
 	}

@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"fmt"
 	"testing"
 	"time"
 )
@@ -24,51 +23,9 @@ func BenchmarkInProcessRoundTrip(b *testing.B) {
 				b.Fatal(err)
 			}
 			seg.SetWaiter(InProcessWaiter())
-			a, r := seg.Agent(), seg.Rank(0)
-			in, out := a.Requests(0), a.Responses(0)
 			errc := make(chan error, 1)
-			go func() {
-				req, resp := r.Requests(), r.Responses()
-				for k := range b.N {
-					if err := resp.Wait(mode.timeout); err != nil {
-						errc <- fmt.Errorf("round %d: %w", k, err)
-						return
-					}
-					m, err := resp.Peek()
-					if err != nil {
-						errc <- err
-						return
-					}
-					h := m.Header
-					resp.Release()
-					if err := req.Push(h, nil); err != nil {
-						errc <- fmt.Errorf("round %d: %w", k, err)
-						return
-					}
-				}
-				errc <- nil
-			}()
-			ready := make([]int, 0, 1)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for k := range b.N {
-				if err := out.Push(Header{Seq: uint32(k)}, nil); err != nil {
-					b.Fatal(err)
-				}
-				if err := a.Wait(mode.timeout); err != nil {
-					b.Fatal(err)
-				}
-				ready = a.TakeReady(ready[:0])
-				m, err := in.Peek()
-				if err != nil || m.Seq != uint32(k) {
-					b.Fatalf("round %d: %+v %v", k, m.Header, err)
-				}
-				in.Release()
-			}
-			b.StopTimer()
-			if err := <-errc; err != nil {
-				b.Fatal(err)
-			}
+			go func() { errc <- rankPingPong(seg.Rank(0), b.N, mode.timeout) }()
+			agentPingPong(b, seg.Agent(), mode.timeout, errc)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/roundtrip")
 		})
 	}
