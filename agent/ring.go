@@ -75,12 +75,12 @@ func (a *Agent) enterRingLocked(out *outbox, rs *rankState, in RingIn, done ring
 	rs.ringSeq = e
 	if r.err != nil {
 		done(out, r.err, ringReply{})
-		a.ringAnsweredLocked(r, 1)
+		a.ringAnsweredLocked(r)
 		return
 	}
 	if err := a.ringPeersLocked(rs, e); err != nil {
 		done(out, err, ringReply{})
-		a.ringAnsweredLocked(r, 1)
+		a.ringAnsweredLocked(r)
 		a.failRingLocked(out, r, err)
 		return
 	}
@@ -179,13 +179,13 @@ func (a *Agent) ringFinishLocked(r *ringEpoch, j int) {
 	r.waiting--
 	a.ringWaiting--
 	a.ranks[j].inRing = false
-	a.ringAnsweredLocked(r, 1)
+	a.ringAnsweredLocked(r)
 }
 
-// ringAnsweredLocked counts k more answered entries of r and drops r once
+// ringAnsweredLocked counts one more answered entry of r and drops r once
 // every local rank has one.
-func (a *Agent) ringAnsweredLocked(r *ringEpoch, k int) {
-	r.answered += k
+func (a *Agent) ringAnsweredLocked(r *ringEpoch) {
+	r.answered++
 	if r.answered < len(a.ranks) {
 		return
 	}
