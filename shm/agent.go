@@ -158,16 +158,7 @@ func (a *Agent) Slot(i int, epoch uint32) ([]byte, error) {
 	if uint(i) >= uint(len(a.req)) {
 		return nil, ErrRange
 	}
-	off := a.s.slotOff(i, epoch)
-	le := binary.LittleEndian
-	if le.Uint32(a.s.mem[off+slotEpoch:]) != epoch {
-		return nil, ErrStale
-	}
-	n := uint64(le.Uint32(a.s.mem[off+slotLen:]))
-	if n > uint64(a.s.l.maxValue) {
-		return nil, ErrCorrupt
-	}
-	return a.s.mem[off+slotData : off+slotData+n : off+slotData+n], nil
+	return a.s.epochValue(a.s.slotOff(i, epoch), epoch)
 }
 
 // ResultBuf returns the MaxValue-byte buffer of global rank g's result

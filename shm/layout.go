@@ -109,6 +109,9 @@ const (
 	resData  = 8 // MaxValue bytes
 )
 
+// Slots and result entries share one header, read by Segment.epochValue.
+var _ = [1]struct{}{}[(slotLen^resLen)|(slotEpoch^resEpoch)|(slotData^resData)]
+
 // KVS entry. Entries are append-only and immutable once their index bucket
 // is published; each names its key and value bytes in the arena, which is
 // append-only too, so an entry costs its own size, not the maxima.

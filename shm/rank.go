@@ -151,14 +151,5 @@ func (r *Rank) Result(g int, epoch uint32) ([]byte, error) {
 	if !reached(r.epoch.Load(), epoch) { // pairs with Publish: the entry below is complete
 		return nil, ErrNotPublished
 	}
-	off := r.s.resultOff(g, epoch)
-	le := binary.LittleEndian
-	if le.Uint32(r.s.mem[off+resEpoch:]) != epoch {
-		return nil, ErrStale
-	}
-	n := uint64(le.Uint32(r.s.mem[off+resLen:]))
-	if n > uint64(r.s.l.maxValue) {
-		return nil, ErrCorrupt
-	}
-	return r.s.mem[off+resData : off+resData+n : off+resData+n], nil
+	return r.s.epochValue(r.s.resultOff(g, epoch), epoch)
 }

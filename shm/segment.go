@@ -381,3 +381,19 @@ func (s *Segment) rankEvent(i int) event {
 // free-running and wrapping at 2^32 (valid while they are less than 2^31
 // apart).
 func reached(cur, want uint32) bool { return int32(cur-want) >= 0 }
+
+// epochValue reads the value of the entry at off, an input slot or a
+// result entry (both are length, epoch, then the bytes; layout.go), if it
+// holds epoch: ErrStale if it holds another, ErrCorrupt if its length is
+// past MaxValue.
+func (s *Segment) epochValue(off uint64, epoch uint32) ([]byte, error) {
+	le := binary.LittleEndian
+	if le.Uint32(s.mem[off+resEpoch:]) != epoch {
+		return nil, ErrStale
+	}
+	n := uint64(le.Uint32(s.mem[off+resLen:]))
+	if n > uint64(s.l.maxValue) {
+		return nil, ErrCorrupt
+	}
+	return s.mem[off+resData : off+resData+n : off+resData+n], nil
+}
