@@ -46,6 +46,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/client"
@@ -127,6 +128,7 @@ func (n *node) startVirtual() {
 		rounds = DefaultVirtualRounds
 	}
 	x := &stampExchange{rec: n.rec, ranks: len(n.ranks)}
+	cpu := &cpuMeter{rec: n.rec, ranks: len(n.ranks)}
 	maxValue := n.shm.Params().MaxValue
 	ctx, cancel := context.WithCancel(context.Background())
 	n.virtualStop = cancel
@@ -139,6 +141,7 @@ func (n *node) startVirtual() {
 			rounds:   rounds,
 			clk:      clk,
 			x:        x,
+			cpu:      cpu,
 			maxValue: maxValue,
 		}
 		go func() {
@@ -162,6 +165,7 @@ type virtualRank struct {
 	rounds   int
 	clk      machineClock
 	x        *stampExchange // shared by the node's ranks
+	cpu      *cpuMeter      // shared by the node's ranks
 	maxValue int            // the segment's value limit, which bounds one allgather of stamps
 }
 
@@ -194,11 +198,15 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error 
 	var out int64
 	done := func() { out = v.clk.now() }
 	for r := range VirtualWarmupRounds + v.rounds {
+		if r == VirtualWarmupRounds {
+			v.cpu.begin()
+		}
 		t := time.Now()
 		in := v.clk.now()
 		if err := v.round(ctx, c, r, done); err != nil {
 			return fmt.Errorf("%s round %d: %w", v.op, r, err)
 		}
+		v.cpu.rounds.Add(1)
 		switch d := time.Since(t); {
 		case r < VirtualWarmupRounds:
 			rep.warmup += d
@@ -208,6 +216,7 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error 
 		}
 		stamps = append(stamps, in, out)
 	}
+	v.cpu.end()
 	ends, err := v.exchangeStamps(ctx, c, stamps)
 	if err != nil {
 		return err
@@ -383,6 +392,62 @@ func (x *stampExchange) leave() {
 	for _, name := range stampCounters {
 		x.rec.Add(StampCounterPrefix+name, x.rec.Counter(name)-x.before[name])
 	}
+}
+
+// The counters under which a virtual node books its CPU time during the
+// timed rounds (see cpuMeter).
+const (
+	// CPUCounter is the CPU time, user and system, in nanoseconds, that
+	// the node's process used from the moment its first rank began its
+	// timed rounds to the moment its last rank finished them.
+	CPUCounter = "virtual.cpu.ns"
+	// CPURoundsCounter is the rounds its ranks completed in that time
+	// (warm-up rounds of late ranks included: they cost the same).
+	CPURoundsCounter = "virtual.cpu.rank.rounds"
+)
+
+// cpuMeter books a node's CPU time per rank round: the work the agent and
+// its goroutine ranks do for one rank's round, protocol and scheduling
+// included, which on a machine with fewer cores than ranks bounds how fast
+// the job can get through rounds (P ranks x this / cores). It reads the
+// process's CPU clock when the node's first rank begins its timed rounds
+// and when its last rank has finished them, and counts the rank rounds
+// completed in between.
+type cpuMeter struct {
+	rec    *perf.Recorder
+	ranks  int          // local ranks
+	rounds atomic.Int64 // rank rounds completed by local ranks, warm-up included
+
+	mu sync.Mutex
+	// guarded by mu
+	begun, ended int   // local ranks that began, finished their timed rounds
+	cpu0, done0  int64 // the CPU clock and rounds when the first rank began
+	err          error // reading the CPU clock failed: book nothing
+}
+
+// begin is called by each local rank before its first timed round.
+func (m *cpuMeter) begin() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.begun++; m.begun == 1 {
+		m.cpu0, m.err = sys.ProcessCPUNanos()
+		m.done0 = m.rounds.Load()
+	}
+}
+
+// end is called by each local rank after its last timed round.
+func (m *cpuMeter) end() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ended++; m.ended != m.ranks || m.err != nil {
+		return
+	}
+	cpu, err := sys.ProcessCPUNanos()
+	if err != nil {
+		return
+	}
+	m.rec.Add(CPUCounter, cpu-m.cpu0)
+	m.rec.Add(CPURoundsCounter, m.rounds.Load()-m.done0)
 }
 
 // drainedNow tells the agent that local rank i, which has finalized, will

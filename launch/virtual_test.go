@@ -126,3 +126,48 @@ func TestStampExchangeBooks(t *testing.T) {
 		}
 	}
 }
+
+// cpuMeter books the CPU time and the rank rounds completed from the first
+// rank's begin to the last rank's end, once, when the last rank ends.
+func TestCPUMeterBooks(t *testing.T) {
+	rec := perf.NewRecorder()
+	m := &cpuMeter{rec: rec, ranks: 2}
+	m.rounds.Add(1) // a warm-up round before the window
+	m.begin()
+	m.rounds.Add(1) // the other rank's warm-up round, inside the window
+	m.begin()
+	burnCPU(t, 10*time.Millisecond)
+	m.rounds.Add(4)
+	m.end()
+	if got := rec.Counters(); got[CPUCounter] != 0 || got[CPURoundsCounter] != 0 {
+		t.Fatalf("booked %v before the last rank ended", got)
+	}
+	m.rounds.Add(2)
+	m.end()
+	got := rec.Counters()
+	if got[CPURoundsCounter] != 7 {
+		t.Errorf("%s = %d, want 7", CPURoundsCounter, got[CPURoundsCounter])
+	}
+	if cpu := time.Duration(got[CPUCounter]); cpu < 10*time.Millisecond || cpu > time.Minute {
+		t.Errorf("%s = %v around 10 ms of CPU", CPUCounter, cpu)
+	}
+}
+
+// burnCPU spins until the process has used d more CPU time.
+func burnCPU(t *testing.T, d time.Duration) {
+	t.Helper()
+	start, err := sys.ProcessCPUNanos()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		now, err := sys.ProcessCPUNanos()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Duration(now-start) >= d {
+			return
+		}
+	}
+	t.Fatalf("the process clock did not reach %v in a minute", d)
+}

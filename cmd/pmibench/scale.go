@@ -178,6 +178,7 @@ type scaleResult struct {
 	TailMed   time.Duration `json:"tail_median_ns"`    // per round, last entry to last completion, all ranks
 	TailMin   time.Duration `json:"tail_min_ns"`       // per round, all ranks
 	TailMax   time.Duration `json:"tail_max_ns"`       // per round, all ranks
+	CPURound  time.Duration `json:"cpu_rank_round_ns"` // agents' CPU per rank and round (cpuPerRankRound)
 	Wall      time.Duration `json:"wall_ns"`           // the whole pmirun
 	LinkedBy  string        `json:"linked_by"`         // backend pmirun reported using
 	Counters  []nodeCounter `json:"node_counters"`     // by node index, as pmirun printed them
@@ -218,6 +219,22 @@ func (r scaleResult) perNode(names ...string) (lo, hi float64, ok bool) {
 		}
 	}
 	return lo, hi, true
+}
+
+// cpuPerRankRound is the CPU time the agents' processes used per rank and
+// round during the timed rounds (launch.CPUCounter over
+// launch.CPURoundsCounter, summed over nodes): the agent's and the
+// goroutine ranks' work for one rank's round.
+func (r scaleResult) cpuPerRankRound() (time.Duration, bool) {
+	var cpu, rounds int64
+	for _, c := range r.Counters {
+		cpu += c[launch.CPUCounter]
+		rounds += c[launch.CPURoundsCounter]
+	}
+	if rounds <= 0 || cpu <= 0 {
+		return 0, false
+	}
+	return time.Duration(cpu / rounds), true
 }
 
 // parseScaleOutput fills r from pmirun's stdout (rank 0's line) and
@@ -281,6 +298,7 @@ func parseScaleOutput(r *scaleResult, stdout, stderr []byte) error {
 			return fmt.Errorf("no counters from node %d", i)
 		}
 	}
+	r.CPURound, _ = r.cpuPerRankRound()
 	// Every node receives the root's broadcasts as the root sent them, so
 	// a node's share of the timestamp exchange is the root's too.
 	if len(r.Counters) > 0 {
@@ -452,9 +470,10 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: %s: %s\n", c.Op, c.Nodes, c.PPN, c.P(), c.Backend, got.Err, got.StderrEnd)
 			continue
 		}
-		fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: median %s min %s tail %s span %s (job %s, segment %s/node)\n",
+		fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: median %s min %s tail %s span %s cpu/rank/round %s (job %s, segment %s/node)\n",
 			c.Op, c.Nodes, c.PPN, c.P(), got.LinkedBy, perf.FormatDuration(got.Median), perf.FormatDuration(got.Min),
-			perf.FormatDuration(got.TailMed), perf.FormatDuration(got.SpanMed), perf.FormatDuration(got.Wall), mib(int64(seg)))
+			perf.FormatDuration(got.TailMed), perf.FormatDuration(got.SpanMed), perf.FormatDuration(got.CPURound),
+			perf.FormatDuration(got.Wall), mib(int64(seg)))
 	}
 	if err := writeScaleTables(stdout, results, o.backends, o.markdown); err != nil {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
@@ -505,7 +524,8 @@ func scaleTables(results []scaleResult) (ps []int, rows map[int][]*scaleRow) {
 
 // scaleTable lays out one P's rows: per backend median and min per
 // operation (rank 0's own rounds); per backend the median tail, then the
-// median span (each round over all ranks); then, from the first backend
+// median span (each round over all ranks); per backend the agents' CPU
+// per rank and round (cpuPerRankRound); then, from the first backend
 // that succeeded, per node and operation the broadcast bytes received
 // (compressed "in" and "raw"), their ratio, the collective messages sent
 // (tree + ring, min-max over nodes), and all frames a node sent in the
@@ -521,10 +541,13 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 	for _, b := range backends {
 		header = append(header, b+" span")
 	}
+	for _, b := range backends {
+		header = append(header, b+" CPU/rank/round")
+	}
 	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)")
 	for _, row := range rows {
 		line := []string{row.op, strconv.Itoa(row.nodes), strconv.Itoa(row.ppn)}
-		var tails, spans []string
+		var tails, spans, cpus []string
 		var first *scaleResult
 		for _, b := range backends {
 			r, ok := row.byBackend[b]
@@ -546,8 +569,13 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 				tail, span = perf.FormatDuration(r.TailMed), perf.FormatDuration(r.SpanMed)
 			}
 			tails, spans = append(tails, tail), append(spans, span)
+			cpu := "-"
+			if ok && r.Skipped == "" && r.Err == "" && r.CPURound > 0 {
+				cpu = perf.FormatDuration(r.CPURound)
+			}
+			cpus = append(cpus, cpu)
 		}
-		line = append(append(line, tails...), spans...)
+		line = append(append(append(line, tails...), spans...), cpus...)
 		if first == nil {
 			body = append(body, append(line, "-", "-", "-", "-", "-", "-"))
 			continue

@@ -17,9 +17,11 @@ const (
 		" span_median_us=600.0 span_min_us=450.0 tail_median_us=300.0 tail_min_us=200.0 tail_max_us=350.5\n"
 	scaleStderr = "pmirun: 2 nodes via loopback, agent links over net (forced), tree width 8, compression auto\n" +
 		"pmirun: node 0 counters: bcast.bytes.in=300 bcast.bytes.raw=500 net.frames.sent=30 ring.msgs.recv=8 ring.msgs.sent=8" +
-		" stamps.bcast.bytes.in=300 stamps.bcast.bytes.raw=500 stamps.tree.msgs.sent=1 tree.msgs.sent=1\n" +
+		" stamps.bcast.bytes.in=300 stamps.bcast.bytes.raw=500 stamps.tree.msgs.sent=1 tree.msgs.sent=1" +
+		" virtual.cpu.ns=90000 virtual.cpu.rank.rounds=13\n" +
 		"pmirun: node 1 counters: bcast.bytes.in=300 bcast.bytes.raw=500 net.frames.sent=28 ring.msgs.recv=8 ring.msgs.sent=8" +
-		" stamps.bcast.bytes.in=300 stamps.bcast.bytes.raw=500 stamps.tree.msgs.sent=1 tree.msgs.sent=1\n" +
+		" stamps.bcast.bytes.in=300 stamps.bcast.bytes.raw=500 stamps.tree.msgs.sent=1 tree.msgs.sent=1" +
+		" virtual.cpu.ns=30000 virtual.cpu.rank.rounds=12\n" +
 		"pmirun: broadcast bytes raw 500, sent 300 (1.67x)\n"
 )
 
@@ -39,6 +41,8 @@ func TestParseScaleOutput(t *testing.T) {
 		"tail median": {r.TailMed, us(300)},
 		"tail min":    {r.TailMin, us(200)},
 		"tail max":    {r.TailMax, us(350.5)},
+		// 120 µs of CPU over 25 rank rounds, both nodes together
+		"cpu per rank round": {r.CPURound, us(4.8)},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("%s = %v, want %v", name, got[0], got[1])
@@ -74,7 +78,7 @@ func TestScaleTable(t *testing.T) {
 	}
 	header, body := scaleTable(rows[8], []string{"net", "uring"})
 	wantHeader := []string{"op", "K", "ppn", "net median", "net min", "uring median", "uring min",
-		"net tail", "uring tail", "net span", "uring span",
+		"net tail", "uring tail", "net span", "uring span", "net CPU/rank/round", "uring CPU/rank/round",
 		"bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)"}
 	if !slices.Equal(header, wantHeader) {
 		t.Errorf("header\n got %q\nwant %q", header, wantHeader)
@@ -82,7 +86,7 @@ func TestScaleTable(t *testing.T) {
 	// 4 ring operations (3 timed, 1 warm-up): 2 ring messages each and,
 	// without the timestamp exchange, no tree messages or broadcasts.
 	wantBody := [][]string{{"ring", "2", "4", "250µs", "121µs", "failed", "-",
-		"300µs", "-", "600µs", "-",
+		"300µs", "-", "600µs", "-", "4.8µs", "-",
 		"0 B", "0 B", "-", "0", "2", "30"}}
 	if !slices.EqualFunc(body, wantBody, slices.Equal) {
 		t.Errorf("body\n got %q\nwant %q", body, wantBody)
@@ -122,6 +126,7 @@ func TestScaleJSON(t *testing.T) {
 	for k, want := range map[string]float64{
 		"median_ns": 250e3, "span_median_ns": 600e3, "span_min_ns": 450e3,
 		"tail_median_ns": 300e3, "tail_min_ns": 200e3, "tail_max_ns": 350.5e3,
+		"cpu_rank_round_ns": 4.8e3,
 	} {
 		if got, _ := rep.Results[0][k].(float64); got != want {
 			t.Errorf("%s = %v, want %v", k, rep.Results[0][k], want)

@@ -19,3 +19,13 @@ func MonotonicNanos() (int64, error) {
 	}
 	return ts.Nano(), nil
 }
+
+// ProcessCPUNanos reads CLOCK_PROCESS_CPUTIME_ID: the CPU time, user and
+// system, that every thread of this process has used, in nanoseconds.
+func ProcessCPUNanos() (int64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts); err != nil {
+		return 0, fmt.Errorf("read process CPU clock: %w", errnoErr("clock_gettime", err))
+	}
+	return ts.Nano(), nil
+}

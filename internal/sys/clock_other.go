@@ -9,3 +9,8 @@ import "fmt"
 func MonotonicNanos() (int64, error) {
 	return 0, fmt.Errorf("read monotonic clock: %w", ErrNotSupported)
 }
+
+// ProcessCPUNanos is implemented for Linux only.
+func ProcessCPUNanos() (int64, error) {
+	return 0, fmt.Errorf("read process CPU clock: %w", ErrNotSupported)
+}

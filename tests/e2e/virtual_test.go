@@ -92,6 +92,12 @@ func TestVirtualRanks(t *testing.T) {
 						t.Errorf("node %d sent %d tree and %d ring messages (received %d) for %d %s rounds; want %d and %d\n%s",
 							i, got, c["ring.msgs.sent"], c["ring.msgs.recv"], ops, op, tree, ring, r)
 					}
+					// Every local rank's timed rounds, and at most its
+					// warm-up round too, fall in the node's CPU window.
+					if cpu, rr := c["virtual.cpu.ns"], c["virtual.cpu.rank.rounds"]; cpu <= 0 || rr < int64(ppn*rounds) || rr > int64(ppn*ops) {
+						t.Errorf("node %d booked %dns of CPU over %d rank rounds; want some over %d to %d\n%s",
+							i, cpu, rr, ppn*rounds, ppn*ops, r)
+					}
 					if op == "ring" && c["bcast.bytes.in"] != c[stampPrefix+"bcast.bytes.in"] {
 						t.Errorf("node %d received %d broadcast bytes in a ring job, %d of them for the timestamp exchange; want only those\n%s",
 							i, c["bcast.bytes.in"], c[stampPrefix+"bcast.bytes.in"], r)
@@ -137,6 +143,7 @@ func TestScaleBenchmark(t *testing.T) {
 			TailMed  int64              `json:"tail_median_ns"`
 			TailMin  int64              `json:"tail_min_ns"`
 			TailMax  int64              `json:"tail_max_ns"`
+			CPURound int64              `json:"cpu_rank_round_ns"`
 			Counters []map[string]int64 `json:"node_counters"`
 		} `json:"results"`
 	}
@@ -155,6 +162,9 @@ func TestScaleBenchmark(t *testing.T) {
 			t.Errorf("%s K=%d over %s: tail min %d median %d max %d, span min %d median %d (ns): want 0 < tail ≤ span",
 				r.Op, r.Nodes, r.Backend, r.TailMin, r.TailMed, r.TailMax, r.SpanMin, r.SpanMed)
 		}
+		if r.CPURound <= 0 {
+			t.Errorf("%s K=%d over %s: no CPU per rank round", r.Op, r.Nodes, r.Backend)
+		}
 		if r.Op == "ring" {
 			for i, c := range r.Counters {
 				if c["ring.msgs.sent"] != 2*4 { // 3 rounds + 1 warm-up
@@ -166,7 +176,7 @@ func TestScaleBenchmark(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^P = 8$`).Match(out) || !regexp.MustCompile(`(?m)^P = 16$`).Match(out) {
 		t.Errorf("no table for P = 8 and P = 16\n%s", out)
 	}
-	if !regexp.MustCompile(`net tail +uring tail +net span +uring span`).Match(out) {
-		t.Errorf("no tail and span columns\n%s", out)
+	if !regexp.MustCompile(`net tail +uring tail +net span +uring span +net CPU/rank/round +uring CPU/rank/round`).Match(out) {
+		t.Errorf("no tail, span and CPU columns\n%s", out)
 	}
 }
