@@ -21,8 +21,9 @@ package main
 // pmirun print every node's counters and the root's broadcast totals.
 // pmibench reads those and prints, per job size P, one row per operation
 // and K: each backend's median and minimum time per operation, side by
-// side, then each backend's median tail and median span, then what a node
-// received per operation (broadcast bytes before decompression, "in", and
+// side, then each backend's median tail and median span, then each
+// backend's agent CPU per rank and round (launch.CPUCounter), then what a
+// node received per operation (broadcast bytes before decompression, "in", and
 // after, "raw"), the collective messages a node sent per operation (tree +
 // ring; the ring's are the inter-node ring messages) and all frames a node
 // sent in the whole job (control events, heartbeats and collectives).
