@@ -31,10 +31,12 @@ package launch
 // completion with the machine's CLOCK_MONOTONIC (machineClock), which all
 // agents share because the scale benchmark runs them on one machine; after
 // the timed rounds the ranks allgather their stamps (untimed) and rank 0
-// reduces them to each round's span and tail (roundEnds). The exchange's
-// share of the node's collective counters is booked again under
-// StampCounterPrefix (stampExchange), so that readers of the counters can
-// leave it out of the per-operation figures.
+// reduces them to each round's span and tail (roundEnds), unless some
+// ranks' clocks turn out to be on another machine. The exchange's share of
+// the node's collective counters is booked again under StampCounterPrefix
+// (stampExchange), so that readers of the counters can leave it out of the
+// per-operation figures. Each node also books its process's CPU time over
+// the timed rounds (cpuMeter).
 
 import (
 	"context"
@@ -42,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -217,12 +220,12 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error 
 		stamps = append(stamps, in, out)
 	}
 	v.cpu.end()
-	ends, err := v.exchangeStamps(ctx, c, stamps)
+	ends, foreign, err := v.exchangeStamps(ctx, c, stamps)
 	if err != nil {
 		return err
 	}
 	if timed {
-		rep.ends = ends
+		rep.ends, rep.foreign = ends, foreign
 		n.out.out.write([]byte(rep.line() + "\n"))
 	}
 	// No end barrier: an agent whose ranks are done keeps its links open
@@ -231,42 +234,48 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error 
 	return nil
 }
 
-// stampBytes is one timed round's stamps in an exchanged value: entry and
-// completion, little-endian int64 nanoseconds of machineClock.
-const stampBytes = 16
+// An exchanged value of stamps starts with stampHeader bytes, the
+// machine of the rank's clock (machineClock.machine, little-endian), and
+// then holds stampBytes per timed round: entry and completion,
+// little-endian int64 nanoseconds of machineClock.
+const (
+	stampHeader = 8
+	stampBytes  = 16
+)
 
 // exchangeStamps allgathers every rank's stamps (2 per timed round), as
 // many rounds per allgather as a value holds, and returns, on global rank
-// 0 only, each round's ends over the job.
-func (v virtualRank) exchangeStamps(ctx context.Context, c *client.Client, stamps []int64) ([]roundEnds, error) {
-	per := v.maxValue / stampBytes
+// 0 only, each round's ends over the job and how many ranks' clocks are
+// on another machine than rank 0's (whose stamps cannot be compared with
+// its own).
+func (v virtualRank) exchangeStamps(ctx context.Context, c *client.Client, stamps []int64) (ends []roundEnds, foreign int, err error) {
+	per := (v.maxValue - stampHeader) / stampBytes
 	if per < 1 {
-		return nil, fmt.Errorf("exchange timestamps: values of %d bytes cannot hold a round's %d", v.maxValue, stampBytes)
+		return nil, 0, fmt.Errorf("exchange timestamps: values of %d bytes cannot hold a round's %d", v.maxValue, stampHeader+stampBytes)
 	}
-	var ends []roundEnds
 	if v.info.Rank == 0 {
 		ends = make([]roundEnds, v.rounds)
 	}
 	v.x.enter()
-	buf := make([]byte, 0, min(per, v.rounds)*stampBytes)
+	buf := make([]byte, 0, stampHeader+min(per, v.rounds)*stampBytes)
 	for lo := 0; lo < v.rounds; lo += per {
 		hi := min(lo+per, v.rounds)
-		buf = buf[:0]
+		buf = binary.LittleEndian.AppendUint64(buf[:0], v.clk.machine)
 		for _, t := range stamps[2*lo : 2*hi] {
 			buf = binary.LittleEndian.AppendUint64(buf, uint64(t))
 		}
 		vals, err := c.Allgather(ctx, buf)
 		if err != nil {
-			return nil, fmt.Errorf("exchange timestamps of rounds %d-%d: %w", lo, hi-1, err)
+			return nil, 0, fmt.Errorf("exchange timestamps of rounds %d-%d: %w", lo, hi-1, err)
 		}
 		if ends != nil {
-			if err := foldStamps(ends[lo:hi], vals); err != nil {
-				return nil, fmt.Errorf("exchange timestamps of rounds %d-%d: %w", lo, hi-1, err)
+			if foreign, err = foldStamps(ends[lo:hi], vals, v.clk.machine); err != nil {
+				return nil, 0, fmt.Errorf("exchange timestamps of rounds %d-%d: %w", lo, hi-1, err)
 			}
 		}
 	}
 	v.x.leave()
-	return ends, nil
+	return ends, foreign, nil
 }
 
 // stampValues is an allgather result of stamps (client.Values).
@@ -276,23 +285,28 @@ type stampValues interface {
 }
 
 // foldStamps adds every rank's stamps of len(ends) consecutive rounds, one
-// value per rank as exchangeStamps sends it, to ends.
-func foldStamps(ends []roundEnds, vals stampValues) error {
+// value per rank as exchangeStamps sends it, to ends, and returns how many
+// ranks' clocks are on another machine than machine.
+func foldStamps(ends []roundEnds, vals stampValues, machine uint64) (foreign int, err error) {
 	for r := range vals.Len() {
 		b := vals.At(r)
-		if len(b) != len(ends)*stampBytes {
-			return fmt.Errorf("rank %d sent %d bytes, want %d", r, len(b), len(ends)*stampBytes)
+		if len(b) != stampHeader+len(ends)*stampBytes {
+			return 0, fmt.Errorf("rank %d sent %d bytes, want %d", r, len(b), stampHeader+len(ends)*stampBytes)
 		}
+		if binary.LittleEndian.Uint64(b) != machine {
+			foreign++
+		}
+		b = b[stampHeader:]
 		for k := range ends {
 			in := int64(binary.LittleEndian.Uint64(b[k*stampBytes:]))
 			out := int64(binary.LittleEndian.Uint64(b[k*stampBytes+8:]))
 			if out < in {
-				return fmt.Errorf("rank %d completed a round %dns before entering it", r, in-out)
+				return 0, fmt.Errorf("rank %d completed a round %dns before entering it", r, in-out)
 			}
 			ends[k].add(in, out)
 		}
 	}
-	return nil
+	return foreign, nil
 }
 
 // roundEnds is one timed round over the whole job: the first and the last
@@ -331,9 +345,16 @@ func (e roundEnds) tail() time.Duration { return time.Duration(e.lastOut - e.las
 // newMachineClock reads both once and keeps the offset; now adds it to
 // Go's clock. The offset is off by at most half the narrowest of a few
 // bracketing reads, well under a microsecond.
+//
+// Readings are comparable only between agents on one machine: machine
+// names it (sys.BootID), so that rank 0 can tell when they are not. When
+// the boot id cannot be read, machine is this process's own (its pid and
+// its clock's offset), which no other agent shares: the span and tail are
+// then left out rather than made up.
 type machineClock struct {
-	base   time.Time // carries Go's monotonic reading
-	offset int64     // CLOCK_MONOTONIC at base
+	base    time.Time // carries Go's monotonic reading
+	offset  int64     // CLOCK_MONOTONIC at base
+	machine uint64
 }
 
 func newMachineClock() (machineClock, error) {
@@ -350,6 +371,11 @@ func newMachineClock() (machineClock, error) {
 			c = machineClock{base: t0, offset: m - int64(w/2)}
 		}
 	}
+	id, err := sys.BootID()
+	if err != nil {
+		id = uint64(os.Getpid())<<32 ^ uint64(c.offset)
+	}
+	c.machine = id
 	return c, nil
 }
 
@@ -470,6 +496,7 @@ type scaleReport struct {
 	warmup      time.Duration
 	times       []time.Duration // per timed round, rank 0's own
 	ends        []roundEnds     // per timed round, over the job
+	foreign     int             // ranks whose clocks are on another machine than rank 0's
 }
 
 // line formats the report as one machine-readable line:
@@ -490,9 +517,17 @@ type scaleReport struct {
 // the first entry: the round job-wide, arrival skew included. tail is the
 // last completion minus the last entry: how long after the last rank
 // arrived every rank had its result, the operation's own latency once
-// everybody is in. tail ≤ span in every round.
+// everybody is in. tail ≤ span in every round. When some ranks' clocks
+// are on other machines than rank 0's, the span and tail fields are left
+// out and the line ends in "clocks=unshared foreign=N" (N such ranks).
 func (r scaleReport) line() string {
 	med, lo, hi, mean := durationStats(r.times)
+	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
+	head := fmt.Sprintf("%s op=%s P=%d local=%d rounds=%d median_us=%s min_us=%s max_us=%s mean_us=%s warmup_us=%s",
+		ScaleLinePrefix, r.op, r.size, r.local, len(r.times), us(med), us(lo), us(hi), us(mean), us(r.warmup))
+	if r.foreign > 0 {
+		return fmt.Sprintf("%s clocks=unshared foreign=%d", head, r.foreign)
+	}
 	spans := make([]time.Duration, len(r.ends))
 	tails := make([]time.Duration, len(r.ends))
 	for i, e := range r.ends {
@@ -500,11 +535,8 @@ func (r scaleReport) line() string {
 	}
 	spanMed, spanLo, _, _ := durationStats(spans)
 	tailMed, tailLo, tailHi, _ := durationStats(tails)
-	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
-	return fmt.Sprintf("%s op=%s P=%d local=%d rounds=%d median_us=%s min_us=%s max_us=%s mean_us=%s warmup_us=%s"+
-		" span_median_us=%s span_min_us=%s tail_median_us=%s tail_min_us=%s tail_max_us=%s",
-		ScaleLinePrefix, r.op, r.size, r.local, len(r.times), us(med), us(lo), us(hi), us(mean), us(r.warmup),
-		us(spanMed), us(spanLo), us(tailMed), us(tailLo), us(tailHi))
+	return fmt.Sprintf("%s span_median_us=%s span_min_us=%s tail_median_us=%s tail_min_us=%s tail_max_us=%s",
+		head, us(spanMed), us(spanLo), us(tailMed), us(tailLo), us(tailHi))
 }
 
 // durationStats returns the median (the mean of the middle two for an

@@ -16,9 +16,17 @@ type fakeStamps [][]byte
 func (f fakeStamps) Len() int        { return len(f) }
 func (f fakeStamps) At(r int) []byte { return f[r] }
 
-// encodeStamps is rank's value as exchangeStamps sends it.
-func encodeStamps(inOut ...int64) []byte {
-	var b []byte
+// testMachine is the machine of the test's clocks.
+const testMachine = 0x5eed
+
+// encodeStamps is a rank's value as exchangeStamps sends it, with its
+// clock on testMachine.
+func encodeStamps(inOut ...int64) []byte { return encodeStampsOn(testMachine, inOut...) }
+
+// encodeStampsOn is a rank's value as exchangeStamps sends it, with its
+// clock on machine.
+func encodeStampsOn(machine uint64, inOut ...int64) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, machine)
 	for _, t := range inOut {
 		b = binary.LittleEndian.AppendUint64(b, uint64(t))
 	}
@@ -35,8 +43,8 @@ func TestFoldStamps(t *testing.T) {
 		encodeStamps(130, 195, 300, 310),
 	}
 	ends := make([]roundEnds, 2)
-	if err := foldStamps(ends, vals); err != nil {
-		t.Fatal(err)
+	if foreign, err := foldStamps(ends, vals, testMachine); err != nil || foreign != 0 {
+		t.Fatalf("foldStamps: %d ranks on other machines, %v", foreign, err)
 	}
 	for i, want := range []struct{ span, tail time.Duration }{{100, 70}, {10, 10}} {
 		if e := ends[i]; e.span() != want.span || e.tail() != want.tail || e.ranks != 3 {
@@ -48,10 +56,17 @@ func TestFoldStamps(t *testing.T) {
 		"short value":        {encodeStamps(1, 2, 3, 4), encodeStamps(1, 2)},
 		"out before in":      {encodeStamps(5, 4, 6, 7)},
 		"value of one round": {encodeStamps(1, 2)},
+		"no machine":         {encodeStamps(1, 2, 3, 4)[8:]},
 	} {
-		if err := foldStamps(make([]roundEnds, 2), bad); err == nil {
+		if _, err := foldStamps(make([]roundEnds, 2), bad, testMachine); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+
+	// Ranks whose clocks are on another machine are counted.
+	mixed := fakeStamps{encodeStamps(1, 2, 3, 4), encodeStampsOn(7, 1, 2, 3, 4), encodeStampsOn(8, 1, 2, 3, 4)}
+	if foreign, err := foldStamps(make([]roundEnds, 2), mixed, testMachine); err != nil || foreign != 2 {
+		t.Errorf("two ranks on other machines: counted %d, %v", foreign, err)
 	}
 }
 
@@ -71,6 +86,14 @@ func TestScaleReportLine(t *testing.T) {
 	}
 	if !strings.HasPrefix(want, ScaleLinePrefix+" ") {
 		t.Errorf("line does not start with %q", ScaleLinePrefix)
+	}
+
+	// Stamps from other machines' clocks give no span and tail.
+	r.foreign = 3
+	want = "fastpmi-scale op=ring P=8 local=4 rounds=4 median_us=25.0 min_us=10.0 max_us=40.0 mean_us=25.0 warmup_us=50.0" +
+		" clocks=unshared foreign=3"
+	if got := r.line(); got != want {
+		t.Errorf("line with clocks on other machines\n got %s\nwant %s", got, want)
 	}
 }
 
@@ -93,6 +116,14 @@ func TestMachineClock(t *testing.T) {
 		if m < a-slack || m > b+slack {
 			t.Fatalf("clock_gettime %d outside [%d, %d] read around it", m, a, b)
 		}
+	}
+	// The machine is the boot's, the same for every clock made here.
+	id, err := sys.BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2, _ := newMachineClock(); c.machine != id || c2.machine != id {
+		t.Errorf("clocks on machines %#x and %#x, want the boot id %#x", c.machine, c2.machine, id)
 	}
 }
 

@@ -56,6 +56,18 @@ func TestParseScaleOutput(t *testing.T) {
 		t.Errorf("root broadcast raw %d sent %d, want 0 without the timestamp exchange", r.RootRaw, r.RootSent)
 	}
 
+	// A job whose agents' clocks are on several machines has no span and
+	// tail; the rest of its report stands.
+	unshared := strings.Replace(scaleStdout, " span_median_us=600.0 span_min_us=450.0 tail_median_us=300.0 tail_min_us=200.0 tail_max_us=350.5",
+		" clocks=unshared foreign=4", 1)
+	apart := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
+	if err := parseScaleOutput(&apart, []byte(unshared), []byte(scaleStderr)); err != nil {
+		t.Fatal(err)
+	}
+	if apart.Median != us(250) || apart.SpanMed != 0 || apart.TailMed != 0 {
+		t.Errorf("clocks on several machines: median %v, span %v, tail %v; want 250µs, none, none", apart.Median, apart.SpanMed, apart.TailMed)
+	}
+
 	// A line of another job, or none, is an error.
 	other := scaleResult{scaleConfig: scaleConfig{Op: "fence", Backend: "net", Nodes: 2, PPN: 4}}
 	if err := parseScaleOutput(&other, []byte(scaleStdout), []byte(scaleStderr)); err == nil {

@@ -3,7 +3,10 @@
 package sys
 
 import (
+	"bytes"
 	"fmt"
+	"hash/fnv"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,4 +31,22 @@ func ProcessCPUNanos() (int64, error) {
 		return 0, fmt.Errorf("read process CPU clock: %w", errnoErr("clock_gettime", err))
 	}
 	return ts.Nano(), nil
+}
+
+// BootID identifies this boot of this machine: a hash of the kernel's
+// random boot id (/proc/sys/kernel/random/boot_id). Processes, network
+// namespaces and containers on one machine share it, and with it
+// CLOCK_MONOTONIC; two machines, or two boots, differ.
+func BootID() (uint64, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return 0, fmt.Errorf("read boot id: %w", err)
+	}
+	id := bytes.TrimSpace(b)
+	if len(id) == 0 {
+		return 0, fmt.Errorf("read boot id: /proc/sys/kernel/random/boot_id is empty")
+	}
+	h := fnv.New64a()
+	h.Write(id)
+	return h.Sum64(), nil
 }

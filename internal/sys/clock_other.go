@@ -14,3 +14,8 @@ func MonotonicNanos() (int64, error) {
 func ProcessCPUNanos() (int64, error) {
 	return 0, fmt.Errorf("read process CPU clock: %w", ErrNotSupported)
 }
+
+// BootID is implemented for Linux only.
+func BootID() (uint64, error) {
+	return 0, fmt.Errorf("read boot id: %w", ErrNotSupported)
+}
