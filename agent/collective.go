@@ -137,3 +137,19 @@ func (a *Agent) failAllLocked(out *outbox, err error) {
 // released a.mu. Only request handlers (which run under mu on a
 // connection goroutine) call it.
 func (a *Agent) afterUnlock(f func()) { a.later = append(a.later, f) }
+
+// unlockAndRun ends a request handler's turn under a.mu: it takes the
+// work queued by afterUnlock, releases a.mu, sends out's messages, then
+// runs events and the queued work, in that order.
+func (a *Agent) unlockAndRun(out *outbox, events []func()) {
+	later := a.later
+	a.later = nil
+	a.mu.Unlock()
+	out.flush()
+	for _, f := range events {
+		f()
+	}
+	for _, f := range later {
+		f()
+	}
+}

@@ -101,16 +101,7 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 				}
 			}
 		}
-		later := a.later
-		a.later = nil
-		a.mu.Unlock()
-		out.flush()
-		for _, f := range events {
-			f()
-		}
-		for _, f := range later {
-			f()
-		}
+		a.unlockAndRun(&out, events)
 		if !did {
 			_ = sa.Wait(-1)
 		}

@@ -131,16 +131,7 @@ func (c *textConn) handle(m *pmiwire.Msg) {
 		}
 	}
 	c.dispatchLocked(&out, &events, m)
-	later := a.later
-	a.later = nil
-	a.mu.Unlock()
-	out.flush()
-	for _, f := range events {
-		f()
-	}
-	for _, f := range later {
-		f()
-	}
+	a.unlockAndRun(&out, events)
 }
 
 // resp starts the response to m, echoing a PMI-2 thrid.
