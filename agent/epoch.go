@@ -155,15 +155,7 @@ func (a *Agent) finishEpochLocked(out *outbox, c *epochColl, err error) {
 		return
 	}
 	c.finished, c.err = true, err
-	for {
-		n := a.colls[a.delivered+1]
-		if n == nil || !n.finished {
-			return
-		}
-		a.delivered++
-		delete(a.colls, n.epoch)
-		a.deliverLocked(out, n)
-	}
+	a.deliverInOrderLocked(out)
 }
 
 func (a *Agent) deliverLocked(out *outbox, c *epochColl) {
@@ -208,6 +200,20 @@ func (a *Agent) deliverLocked(out *outbox, c *epochColl) {
 	}
 }
 
+// deliverInOrderLocked delivers every finished epoch that is next in
+// order, stopping at the first that has not finished.
+func (a *Agent) deliverInOrderLocked(out *outbox) {
+	for {
+		n := a.colls[a.delivered+1]
+		if n == nil || !n.finished {
+			return
+		}
+		a.delivered++
+		delete(a.colls, n.epoch)
+		a.deliverLocked(out, n)
+	}
+}
+
 // failEpochsLocked fails every collective that has not started to
 // complete job-wide and for which errf returns an error, then delivers what
 // is now in order.
@@ -220,13 +226,5 @@ func (a *Agent) failEpochsLocked(out *outbox, errf func(*epochColl) error) {
 			c.finished, c.err = true, err
 		}
 	}
-	for {
-		n := a.colls[a.delivered+1]
-		if n == nil || !n.finished {
-			return
-		}
-		a.delivered++
-		delete(a.colls, n.epoch)
-		a.deliverLocked(out, n)
-	}
+	a.deliverInOrderLocked(out)
 }
