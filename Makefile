@@ -67,6 +67,8 @@ bench: deps build cprog ## pmirun vs Hydra side by side, and the Go benchmarks
 bench-scale: build ## scale benchmark: loopback agents x goroutine ranks to P=16384, both backends (docs/scale.md)
 	$(BIN)/pmibench -scale -nodes 4,16,64 -ppn 16,64,128,256 -rounds 10 -netio net,uring -markdown \
 		-pmirun $(BIN)/pmirun
+	$(BIN)/pmibench -scale -nodes 64 -ppn 16,64,128,256 -late auto -rounds 10 -netio net,uring -markdown \
+		-pmirun $(BIN)/pmirun
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

@@ -102,7 +102,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		Size: spec.Size, Prog: spec.Prog, Args: spec.Args, Env: spec.Env, Label: spec.Label,
 		UniverseSize: spec.Usize, JobID: spec.JobID, NoShm: spec.NoShm,
 		Stdout: o.Stdout, Stderr: o.Stderr, Logger: o.Logger, Verbose: spec.Verbose,
-		Virtual: spec.Virtual, VirtualRounds: spec.VirtualRounds,
+		Virtual: spec.Virtual, VirtualRounds: spec.VirtualRounds, VirtualLate: spec.VirtualLate,
 	}
 	if idx == 0 {
 		cfg.Stdin = br

@@ -54,8 +54,9 @@ type Spec struct {
 	Verbose    bool          `json:"verbose"`
 	// Virtual names a built-in workload run by goroutine ranks (the scale
 	// benchmark) instead of forking Prog.
-	Virtual       string `json:"virtual,omitempty"`
-	VirtualRounds int    `json:"virtual_rounds,omitempty"`
+	Virtual       string        `json:"virtual,omitempty"`
+	VirtualRounds int           `json:"virtual_rounds,omitempty"`
+	VirtualLate   time.Duration `json:"virtual_late,omitempty"`
 	// AgentProcs, when set, is each agent's GOMAXPROCS (see agentProcs).
 	AgentProcs int `json:"agent_procs,omitempty"`
 }

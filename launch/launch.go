@@ -85,6 +85,12 @@ type Config struct {
 	// benchmark); it names the workload (see virtual.go).
 	Virtual       string
 	VirtualRounds int
+	// VirtualLate, when positive, makes every round of the Virtual
+	// workload a late arrival: the ranks first meet in an untimed
+	// barrier, then global rank 0 waits VirtualLate and enters last, at
+	// a machine the other ranks have left quiet. Each round's tail is
+	// then the operation's own latency after its last rank arrived.
+	VirtualLate time.Duration
 
 	// KillGrace is how long ranks get between SIGTERM and SIGKILL when the
 	// job is ended. Default 500ms.

@@ -137,7 +137,7 @@ func runMulti(ctx context.Context, cfg Config) error {
 			Prog: cfg.Prog, Args: cfg.Args, Env: cfg.Env, Label: cfg.Label, NoShm: cfg.NoShm,
 			Root: cfg.rootDialAddr(ln.Addr()), TreeWidth: cfg.TreeWidth, Codec: cfg.Codec,
 			NetBackend: cfg.NetBackend, NetTimeout: cfg.NetTimeout, Secret: secret, Verbose: cfg.Verbose,
-			Virtual: cfg.Virtual, VirtualRounds: cfg.VirtualRounds, AgentProcs: agentProcs(cfg.Bootstrap, K),
+			Virtual: cfg.Virtual, VirtualRounds: cfg.VirtualRounds, VirtualLate: cfg.VirtualLate, AgentProcs: agentProcs(cfg.Bootstrap, K),
 		},
 	}
 	r.fate = &fate{stderr: cfg.Stderr, end: r.kill}

@@ -37,6 +37,15 @@ package launch
 // (stampExchange), so that readers of the counters can leave it out of the
 // per-operation figures. Each node also books its process's CPU time over
 // the timed rounds (cpuMeter).
+//
+// Late arrival. Back to back, a round on a machine with fewer cores than
+// ranks waits mostly for every rank's turn, whatever the operation does.
+// With Config.VirtualLate every round starts with an untimed barrier, and
+// global rank 0 enters only after waiting that long (arrive): the others
+// have entered and done what they could without it, the machine is quiet,
+// and the round's tail is the operation's own latency after its last
+// participant arrived, what a node with its own cores would see. Rank 0's
+// report counts the rounds in which it did enter last.
 
 import (
 	"context"
@@ -116,6 +125,8 @@ func (n *node) startVirtual() {
 		why = "virtual ranks need the shared-memory segment (drop --no-shm)"
 	case n.cfg.VirtualRounds < 0:
 		why = fmt.Sprintf("virtual ranks: %d rounds", n.cfg.VirtualRounds)
+	case n.cfg.VirtualLate < 0:
+		why = fmt.Sprintf("virtual ranks: late arrival of %v", n.cfg.VirtualLate)
 	case cerr != nil:
 		why = fmt.Sprintf("virtual ranks: %v", cerr)
 	}
@@ -142,6 +153,7 @@ func (n *node) startVirtual() {
 			op:       n.cfg.Virtual,
 			round:    round,
 			rounds:   rounds,
+			late:     n.cfg.VirtualLate,
 			clk:      clk,
 			x:        x,
 			cpu:      cpu,
@@ -166,6 +178,7 @@ type virtualRank struct {
 	op       string
 	round    virtualRound
 	rounds   int
+	late     time.Duration // Config.VirtualLate
 	clk      machineClock
 	x        *stampExchange // shared by the node's ranks
 	cpu      *cpuMeter      // shared by the node's ranks
@@ -173,8 +186,9 @@ type virtualRank struct {
 }
 
 // run plays the rank: VirtualWarmupRounds untimed rounds, then the timed
-// rounds back to back, then the timestamp exchange, then Finalize. Global
-// rank 0 prints the timings.
+// rounds back to back (or each after a barrier and rank 0's late arrival,
+// see arrive), then the timestamp exchange, then Finalize. Global rank 0
+// prints the timings.
 func (v virtualRank) run(ctx context.Context, n *node) error {
 	c, err := client.NewVirtual(n.shm, v.info)
 	if err != nil {
@@ -195,7 +209,7 @@ func (v virtualRank) run(ctx context.Context, n *node) error {
 }
 
 func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error {
-	rep := scaleReport{op: v.op, size: v.info.Size, local: v.info.LocalSize}
+	rep := scaleReport{op: v.op, size: v.info.Size, local: v.info.LocalSize, late: v.late}
 	timed := v.info.Rank == 0
 	stamps := make([]int64, 0, 2*v.rounds) // in and out of each timed round
 	var out int64
@@ -203,6 +217,9 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error 
 	for r := range VirtualWarmupRounds + v.rounds {
 		if r == VirtualWarmupRounds {
 			v.cpu.begin()
+		}
+		if err := v.arrive(ctx, c); err != nil {
+			return fmt.Errorf("%s round %d: %w", v.op, r, err)
 		}
 		t := time.Now()
 		in := v.clk.now()
@@ -232,6 +249,31 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error 
 	// until pmirun closes them all (agentNode.loop), so a peer still in
 	// its last round never sees it leave.
 	return nil
+}
+
+// arrive starts a round of a late-arrival job (Config.VirtualLate): every
+// rank enters an untimed barrier (an empty Fence), and global rank 0 then
+// waits v.late before it goes on, so that it enters the operation last,
+// after the others' entries and whatever work they could finish without
+// it. Back-to-back jobs (v.late = 0) go straight on.
+func (v virtualRank) arrive(ctx context.Context, c *client.Client) error {
+	if v.late <= 0 {
+		return nil
+	}
+	if err := c.Fence(ctx); err != nil {
+		return fmt.Errorf("barrier before the round: %w", err)
+	}
+	if v.info.Rank != 0 {
+		return nil
+	}
+	t := time.NewTimer(v.late)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // An exchanged value of stamps starts with stampHeader bytes, the
@@ -303,27 +345,48 @@ func foldStamps(ends []roundEnds, vals stampValues, machine uint64) (foreign int
 			if out < in {
 				return 0, fmt.Errorf("rank %d completed a round %dns before entering it", r, in-out)
 			}
-			ends[k].add(in, out)
+			ends[k].add(r, in, out)
 		}
 	}
 	return foreign, nil
 }
 
 // roundEnds is one timed round over the whole job: the first and the last
-// rank's entry into the operation and the last rank's completion, in
-// nanoseconds of machineClock.
+// rank's entry into the operation and the last rank's completion, and
+// global rank 0's entry and the last entry of the others, in nanoseconds
+// of machineClock.
 type roundEnds struct {
 	firstIn, lastIn, lastOut int64
-	ranks                    int // stamps added
+	rank0In, othersIn        int64 // othersIn: of ranks other than 0
+	ranks, others            int   // stamps added; of them, of ranks other than 0
 }
 
-func (e *roundEnds) add(in, out int64) {
+// add adds rank's stamps of the round.
+func (e *roundEnds) add(rank int, in, out int64) {
 	if e.ranks == 0 {
 		e.firstIn, e.lastIn, e.lastOut = in, in, out
 	} else {
 		e.firstIn, e.lastIn, e.lastOut = min(e.firstIn, in), max(e.lastIn, in), max(e.lastOut, out)
 	}
+	switch {
+	case rank == 0:
+		e.rank0In = in
+	case e.others == 0:
+		e.othersIn, e.others = in, 1
+	default:
+		e.othersIn, e.others = max(e.othersIn, in), e.others+1
+	}
 	e.ranks++
+}
+
+// lateGap is how long after every other rank global rank 0 entered the
+// round (negative: some rank entered after it), and false for a job of
+// one rank.
+func (e roundEnds) lateGap() (time.Duration, bool) {
+	if e.others == 0 || e.others == e.ranks {
+		return 0, false
+	}
+	return time.Duration(e.rank0In - e.othersIn), true
 }
 
 // span is the round from the first rank's entry to the last rank's
@@ -494,6 +557,7 @@ type scaleReport struct {
 	op          string
 	size, local int
 	warmup      time.Duration
+	late        time.Duration   // Config.VirtualLate
 	times       []time.Duration // per timed round, rank 0's own
 	ends        []roundEnds     // per timed round, over the job
 	foreign     int             // ranks whose clocks are on another machine than rank 0's
@@ -520,11 +584,21 @@ type scaleReport struct {
 // everybody is in. tail ≤ span in every round. When some ranks' clocks
 // are on other machines than rank 0's, the span and tail fields are left
 // out and the line ends in "clocks=unshared foreign=N" (N such ranks).
+//
+// A late-arrival job (Config.VirtualLate) adds late_us, rank 0's wait
+// after each round's barrier, and, with shared clocks, late_last, the
+// timed rounds rank 0 entered after every other rank, and
+// late_gap_min_us, the least time by which it did (negative when some
+// rank entered after it). In the rounds rank 0 entered last, the tail is
+// the operation's latency after a late arrival.
 func (r scaleReport) line() string {
 	med, lo, hi, mean := durationStats(r.times)
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
 	head := fmt.Sprintf("%s op=%s P=%d local=%d rounds=%d median_us=%s min_us=%s max_us=%s mean_us=%s warmup_us=%s",
 		ScaleLinePrefix, r.op, r.size, r.local, len(r.times), us(med), us(lo), us(hi), us(mean), us(r.warmup))
+	if r.late > 0 {
+		head += " late_us=" + us(r.late)
+	}
 	if r.foreign > 0 {
 		return fmt.Sprintf("%s clocks=unshared foreign=%d", head, r.foreign)
 	}
@@ -535,8 +609,28 @@ func (r scaleReport) line() string {
 	}
 	spanMed, spanLo, _, _ := durationStats(spans)
 	tailMed, tailLo, tailHi, _ := durationStats(tails)
-	return fmt.Sprintf("%s span_median_us=%s span_min_us=%s tail_median_us=%s tail_min_us=%s tail_max_us=%s",
+	line := fmt.Sprintf("%s span_median_us=%s span_min_us=%s tail_median_us=%s tail_min_us=%s tail_max_us=%s",
 		head, us(spanMed), us(spanLo), us(tailMed), us(tailLo), us(tailHi))
+	if r.late <= 0 {
+		return line
+	}
+	last, gaps := 0, make([]time.Duration, 0, len(r.ends))
+	for _, e := range r.ends {
+		if g, ok := e.lateGap(); ok {
+			gaps = append(gaps, g)
+			if g > 0 {
+				last++
+			}
+		} else {
+			last++ // rank 0 alone is last
+		}
+	}
+	line += fmt.Sprintf(" late_last=%d", last)
+	if len(gaps) > 0 {
+		_, gapLo, _, _ := durationStats(gaps)
+		line += " late_gap_min_us=" + us(gapLo)
+	}
+	return line
 }
 
 // durationStats returns the median (the mean of the middle two for an

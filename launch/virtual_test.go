@@ -46,10 +46,31 @@ func TestFoldStamps(t *testing.T) {
 	if foreign, err := foldStamps(ends, vals, testMachine); err != nil || foreign != 0 {
 		t.Fatalf("foldStamps: %d ranks on other machines, %v", foreign, err)
 	}
-	for i, want := range []struct{ span, tail time.Duration }{{100, 70}, {10, 10}} {
-		if e := ends[i]; e.span() != want.span || e.tail() != want.tail || e.ranks != 3 {
+	// Rank 0 entered 20ns before the last other rank in round 0, with
+	// the others in round 1.
+	for i, want := range []struct{ span, tail, gap time.Duration }{{100, 70, -20}, {10, 10, 0}} {
+		e := ends[i]
+		if e.span() != want.span || e.tail() != want.tail || e.ranks != 3 {
 			t.Errorf("round %d: span %v tail %v over %d ranks, want %v, %v over 3", i, e.span(), e.tail(), e.ranks, want.span, want.tail)
 		}
+		if gap, ok := e.lateGap(); !ok || gap != want.gap {
+			t.Errorf("round %d: rank 0 entered %v after the others (%v), want %v", i, gap, ok, want.gap)
+		}
+	}
+	// Rank 0 entering after the others, and alone.
+	late := make([]roundEnds, 1)
+	if _, err := foldStamps(late, fakeStamps{encodeStamps(500, 520), encodeStamps(100, 530), encodeStamps(90, 510)}, testMachine); err != nil {
+		t.Fatal(err)
+	}
+	if gap, ok := late[0].lateGap(); !ok || gap != 400 || late[0].tail() != 30 {
+		t.Errorf("rank 0 late by 400ns: gap %v (%v), tail %v; want 400ns and a 30ns tail", gap, ok, late[0].tail())
+	}
+	alone := make([]roundEnds, 1)
+	if _, err := foldStamps(alone, fakeStamps{encodeStamps(5, 6)}, testMachine); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := alone[0].lateGap(); ok {
+		t.Errorf("a gap for a job of one rank")
 	}
 
 	for name, bad := range map[string]fakeStamps{
@@ -86,6 +107,21 @@ func TestScaleReportLine(t *testing.T) {
 	}
 	if !strings.HasPrefix(want, ScaleLinePrefix+" ") {
 		t.Errorf("line does not start with %q", ScaleLinePrefix)
+	}
+
+	// A late-arrival job says how long rank 0 waited, in how many rounds
+	// it entered last, and by how little.
+	late := r
+	late.late = us(2000)
+	late.ends = []roundEnds{
+		{firstIn: 0, lastIn: 900, lastOut: 1000, rank0In: 900, othersIn: 400, ranks: 8, others: 7}, // last by 500ns
+		{firstIn: 0, lastIn: 900, lastOut: 1000, rank0In: 900, othersIn: 600, ranks: 8, others: 7}, // last by 300ns
+		{firstIn: 0, lastIn: 900, lastOut: 1000, rank0In: 100, othersIn: 900, ranks: 8, others: 7}, // another rank 800ns after it
+	}
+	want = "fastpmi-scale op=ring P=8 local=4 rounds=4 median_us=25.0 min_us=10.0 max_us=40.0 mean_us=25.0 warmup_us=50.0 late_us=2000.0" +
+		" span_median_us=1.0 span_min_us=1.0 tail_median_us=0.1 tail_min_us=0.1 tail_max_us=0.1 late_last=2 late_gap_min_us=-0.8"
+	if got := late.line(); got != want {
+		t.Errorf("late-arrival line\n got %s\nwant %s", got, want)
 	}
 
 	// Stamps from other machines' clocks give no span and tail.

@@ -3,7 +3,7 @@ package main
 // Scale mode: many agents × many ranks on one machine.
 //
 //	pmibench -scale [-nodes 4,16,64] [-ppn 16,64,128,256] [-ops allgather,fence,ring,iallgather]
-//	         [-rounds 10] [-netio net,uring] [-compress auto] [-tree-width 8]
+//	         [-rounds 10] [-late off|auto|D] [-netio net,uring] [-compress auto] [-tree-width 8]
 //	         [-max-p 0] [-net-timeout 60s] [-timeout 300s] [-pmirun PATH]
 //	         [-markdown] [-json FILE] [-v]
 //
@@ -36,6 +36,14 @@ package main
 // allgather result array, 2 × P entries of shm.DefaultMaxValue bytes, all
 // pre-faulted) and warns when K segments approach the memory available;
 // configurations that would not fit are skipped with a note.
+//
+// -late runs every job as a late arrival (pmirun --virtual-late): each
+// round starts with an untimed barrier, after which global rank 0 waits
+// before it enters, so that it arrives last at a machine the others have
+// left quiet; the tail is then the operation's latency after its last
+// rank arrived, which on a machine with fewer cores than ranks the
+// back-to-back rounds cannot show. "auto" waits lateAuto(P). The tables
+// add, per backend, the timed rounds in which rank 0 did enter last.
 
 import (
 	"bufio"
@@ -80,6 +88,7 @@ type scaleOptions struct {
 	ops         []string
 	backends    []string
 	rounds      int
+	late        string // -late: "off", "auto" or a duration
 	codec       string
 	treeWidth   int
 	maxP        int
@@ -100,6 +109,7 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	ops := fs.String("ops", "allgather,fence,ring,iallgather", "comma-separated workloads: "+strings.Join(launch.VirtualWorkloads(), ", "))
 	backends := fs.String("netio", "net,uring", "comma-separated agent-link backends: net, uring, auto")
 	fs.IntVar(&o.rounds, "rounds", launch.DefaultVirtualRounds, "timed rounds per job")
+	fs.StringVar(&o.late, "late", "off", "late arrival: rank 0 enters each round this long after a barrier (off, auto, or a duration)")
 	fs.StringVar(&o.codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
 	fs.IntVar(&o.treeWidth, "tree-width", 0, "agent tree width (default pmirun's)")
 	fs.IntVar(&o.maxP, "max-p", 0, "skip jobs of more ranks (0 = no limit)")
@@ -125,6 +135,9 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	if o.backends, err = parseNames(*backends, []string{"net", "uring", "auto"}); err != nil {
 		return o, fmt.Errorf("parse -netio: %w", err)
 	}
+	if _, err := o.lateFor(1); err != nil {
+		return o, fmt.Errorf("parse -late: %w", err)
+	}
 	switch {
 	case o.rounds < 1:
 		return o, fmt.Errorf("parse -rounds: %d is below 1", o.rounds)
@@ -134,6 +147,34 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 		return o, errors.New("parse -max-p, -tree-width: want 0 or more")
 	}
 	return o, nil
+}
+
+// lateAuto is -late auto's wait for a job of p ranks: long enough for the
+// others, after the barrier, to enter and finish what they can without
+// rank 0 on this machine's CPUs (a generous 20µs of CPU per rank; the
+// scale workloads take 4-70µs per rank and round, mostly after rank 0
+// arrived), plus 20ms for agents the kernel has not run yet. Rank 0's
+// report says in how many rounds it entered last.
+func lateAuto(p int) time.Duration {
+	return 20*time.Millisecond + time.Duration(p)*20*time.Microsecond/time.Duration(max(1, runtime.NumCPU()))
+}
+
+// lateFor is -late's wait for a job of p ranks; 0 when off.
+func (o scaleOptions) lateFor(p int) (time.Duration, error) {
+	switch o.late {
+	case "", "off", "0":
+		return 0, nil
+	case "auto":
+		return lateAuto(p), nil
+	}
+	d, err := time.ParseDuration(o.late)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%q: want off, auto or a duration", o.late)
+	case d < 0:
+		return 0, fmt.Errorf("%v is negative", d)
+	}
+	return d, nil
 }
 
 // parseNames parses a comma-separated list whose items must be in valid.
@@ -180,6 +221,9 @@ type scaleResult struct {
 	TailMin   time.Duration `json:"tail_min_ns"`       // per round, all ranks
 	TailMax   time.Duration `json:"tail_max_ns"`       // per round, all ranks
 	CPURound  time.Duration `json:"cpu_rank_round_ns"` // agents' CPU per rank and round (cpuPerRankRound)
+	Late      time.Duration `json:"late_ns,omitempty"` // rank 0's wait after each round's barrier (-late)
+	LateLast  int           `json:"late_last_rounds"`  // timed rounds rank 0 entered after every other rank
+	LateGap   time.Duration `json:"late_gap_min_ns"`   // least time by which it did (negative: it did not)
 	Wall      time.Duration `json:"wall_ns"`           // the whole pmirun
 	LinkedBy  string        `json:"linked_by"`         // backend pmirun reported using
 	Counters  []nodeCounter `json:"node_counters"`     // by node index, as pmirun printed them
@@ -258,6 +302,8 @@ func parseScaleOutput(r *scaleResult, stdout, stderr []byte) error {
 		r.Median, r.Min, r.Max, r.Warmup = us("median_us"), us("min_us"), us("max_us"), us("warmup_us")
 		r.SpanMed, r.SpanMin = us("span_median_us"), us("span_min_us")
 		r.TailMed, r.TailMin, r.TailMax = us("tail_median_us"), us("tail_min_us"), us("tail_max_us")
+		r.Late, r.LateGap = us("late_us"), us("late_gap_min_us")
+		r.LateLast, _ = strconv.Atoi(kv["late_last"])
 		if p, _ := strconv.Atoi(kv["P"]); p != r.P() || kv["op"] != r.Op {
 			return fmt.Errorf("result line for op=%s P=%s, want %s P=%d", kv["op"], kv["P"], r.Op, r.P())
 		}
@@ -328,6 +374,9 @@ func (o scaleOptions) scaleArgv(pmirun string, c scaleConfig) []string {
 		"--netio", c.Backend, "--compress", o.codec, "--net-timeout", o.netTimeout.String()}
 	if o.treeWidth > 0 {
 		argv = append(argv, "--tree-width", strconv.Itoa(o.treeWidth))
+	}
+	if late, _ := o.lateFor(c.P()); late > 0 {
+		argv = append(argv, "--virtual-late", late.String())
 	}
 	return append(argv, "true")
 }
@@ -422,8 +471,8 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	avail := memAvailable()
-	fmt.Fprintf(stderr, "pmibench: scale: pmirun = %s; %d CPUs, %s available; %d timed rounds per job (+%d warm-up); compression %s\n",
-		pmirun, runtime.NumCPU(), mib(avail), o.rounds, launch.VirtualWarmupRounds, o.codec)
+	fmt.Fprintf(stderr, "pmibench: scale: pmirun = %s; %d CPUs, %s available; %d timed rounds per job (+%d warm-up); compression %s; late arrival %s\n",
+		pmirun, runtime.NumCPU(), mib(avail), o.rounds, launch.VirtualWarmupRounds, o.codec, o.late)
 
 	started := time.Now()
 	var results []scaleResult
@@ -475,6 +524,10 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			c.Op, c.Nodes, c.PPN, c.P(), got.LinkedBy, perf.FormatDuration(got.Median), perf.FormatDuration(got.Min),
 			perf.FormatDuration(got.TailMed), perf.FormatDuration(got.SpanMed), perf.FormatDuration(got.CPURound),
 			perf.FormatDuration(got.Wall), mib(int64(seg)))
+		if got.Late > 0 && got.LateLast < got.Rounds {
+			fmt.Fprintf(stderr, "pmibench: warning: %s K=%d PPN=%d %s: rank 0 entered last in %d of %d rounds after waiting %s (another rank entered %s after it): raise -late\n",
+				c.Op, c.Nodes, c.PPN, c.Backend, got.LateLast, got.Rounds, perf.FormatDuration(got.Late), perf.FormatDuration(-got.LateGap))
+		}
 	}
 	if err := writeScaleTables(stdout, results, o.backends, o.markdown); err != nil {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
@@ -526,7 +579,8 @@ func scaleTables(results []scaleResult) (ps []int, rows map[int][]*scaleRow) {
 // scaleTable lays out one P's rows: per backend median and min per
 // operation (rank 0's own rounds); per backend the median tail, then the
 // median span (each round over all ranks); per backend the agents' CPU
-// per rank and round (cpuPerRankRound); then, from the first backend
+// per rank and round (cpuPerRankRound); in late-arrival jobs (-late), per
+// backend the timed rounds rank 0 entered last; then, from the first backend
 // that succeeded, per node and operation the broadcast bytes received
 // (compressed "in" and "raw"), their ratio, the collective messages sent
 // (tree + ring, min-max over nodes), and all frames a node sent in the
@@ -545,10 +599,23 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 	for _, b := range backends {
 		header = append(header, b+" CPU/rank/round")
 	}
+	late := slices.ContainsFunc(rows, func(row *scaleRow) bool {
+		for _, r := range row.byBackend {
+			if r.Late > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if late {
+		for _, b := range backends {
+			header = append(header, b+" late last")
+		}
+	}
 	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)")
 	for _, row := range rows {
 		line := []string{row.op, strconv.Itoa(row.nodes), strconv.Itoa(row.ppn)}
-		var tails, spans, cpus []string
+		var tails, spans, cpus, lasts []string
 		var first *scaleResult
 		for _, b := range backends {
 			r, ok := row.byBackend[b]
@@ -575,8 +642,16 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 				cpu = perf.FormatDuration(r.CPURound)
 			}
 			cpus = append(cpus, cpu)
+			last := "-"
+			if ok && r.Skipped == "" && r.Err == "" && r.Late > 0 && r.SpanMed > 0 {
+				last = fmt.Sprintf("%d/%d", r.LateLast, r.Rounds)
+			}
+			lasts = append(lasts, last)
 		}
 		line = append(append(append(line, tails...), spans...), cpus...)
+		if late {
+			line = append(line, lasts...)
+		}
 		if first == nil {
 			body = append(body, append(line, "-", "-", "-", "-", "-", "-"))
 			continue

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,5 +144,48 @@ func TestScaleJSON(t *testing.T) {
 		if got, _ := rep.Results[0][k].(float64); got != want {
 			t.Errorf("%s = %v, want %v", k, rep.Results[0][k], want)
 		}
+	}
+}
+
+// -late: off by default, auto grows with P, a duration is passed as is;
+// late-arrival jobs are read and shown with the rounds rank 0 entered last.
+func TestScaleLate(t *testing.T) {
+	for _, bad := range []string{"soon", "-5ms"} {
+		if _, err := parseScaleFlags([]string{"-late", bad}, io.Discard); err == nil {
+			t.Errorf("-late %s accepted", bad)
+		}
+	}
+	c := scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}
+	for late, want := range map[string]string{"off": "", "auto": lateAuto(8).String(), "3ms": "3ms"} {
+		o, err := parseScaleFlags([]string{"-late", late}, io.Discard)
+		if err != nil {
+			t.Fatalf("-late %s: %v", late, err)
+		}
+		argv := o.scaleArgv("pmirun", c)
+		i := slices.Index(argv, "--virtual-late")
+		switch {
+		case want == "" && i >= 0:
+			t.Errorf("-late %s: pmirun gets --virtual-late %s", late, argv[i+1])
+		case want != "" && (i < 0 || argv[i+1] != want):
+			t.Errorf("-late %s: pmirun argv %q, want --virtual-late %s", late, argv, want)
+		}
+	}
+	if lateAuto(16384) <= lateAuto(1024) || lateAuto(1) < 20*time.Millisecond {
+		t.Errorf("lateAuto: %v at P = 1, %v at 1,024, %v at 16,384: want at least 20ms, growing with P", lateAuto(1), lateAuto(1024), lateAuto(16384))
+	}
+
+	line := strings.Replace(scaleStdout, " warmup_us=900.0", " warmup_us=900.0 late_us=20000.0", 1)
+	line = strings.Replace(line, "tail_max_us=350.5", "tail_max_us=350.5 late_last=2 late_gap_min_us=-12.5", 1)
+	r := scaleResult{scaleConfig: c}
+	if err := parseScaleOutput(&r, []byte(line), []byte(scaleStderr)); err != nil {
+		t.Fatal(err)
+	}
+	if r.Late != 20*time.Millisecond || r.LateLast != 2 || r.LateGap != -12500*time.Nanosecond {
+		t.Errorf("late %v, last in %d rounds, gap %v; want 20ms, 2, -12.5µs", r.Late, r.LateLast, r.LateGap)
+	}
+	_, rows := scaleTables([]scaleResult{r})
+	header, body := scaleTable(rows[8], []string{"net"})
+	if i := slices.Index(header, "net late last"); i < 0 || body[0][i] != "2/3" {
+		t.Errorf("late column: header %q, row %q; want net late last 2/3", header, body)
 	}
 }

@@ -65,6 +65,7 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	fs.IntVar(&cfg.UniverseSize, "usize", -1, "universe size answered to get_universe_size (-1 = unlimited)")
 	fs.StringVar(&cfg.Virtual, "virtual", "", "run the ranks as goroutines inside the agents, playing `WORKLOAD` ("+strings.Join(launch.VirtualWorkloads(), ", ")+"); the program is not run")
 	fs.IntVar(&cfg.VirtualRounds, "virtual-rounds", 0, fmt.Sprintf("timed rounds of the --virtual workload (default %d)", launch.DefaultVirtualRounds))
+	fs.DurationVar(&cfg.VirtualLate, "virtual-late", 0, "make rank 0 of the --virtual workload arrive this long after the others in every round (0 = rounds back to back)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: %s -n N [options] program [args...]\n\noptions:\n", name)
 		fs.PrintDefaults()
@@ -103,6 +104,12 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	}
 	if cfg.VirtualRounds < 0 {
 		return cfg, fmt.Errorf("invalid --virtual-rounds %d", cfg.VirtualRounds)
+	}
+	switch {
+	case cfg.VirtualLate < 0:
+		return cfg, fmt.Errorf("invalid --virtual-late %v: want 0 or more", cfg.VirtualLate)
+	case cfg.VirtualLate > 0 && cfg.Virtual == "":
+		return cfg, errors.New("--virtual-late needs --virtual")
 	}
 	return cfg, nil
 }

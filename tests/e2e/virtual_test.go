@@ -180,3 +180,36 @@ func TestScaleBenchmark(t *testing.T) {
 		t.Errorf("no tail, span and CPU columns\n%s", out)
 	}
 }
+
+// A late-arrival job: every round starts with a barrier, after which
+// global rank 0 waits before it enters, so that it enters last in every
+// round. Its report says so.
+func TestVirtualLate(t *testing.T) {
+	const nodes, ppn, rounds = 4, 8, 3
+	lateLine := regexp.MustCompile(` late_us=30000\.0 .* late_last=(\d+) late_gap_min_us=(-?[0-9.]+)$`)
+	for _, op := range []string{"ring", "allgather"} {
+		t.Run(op, func(t *testing.T) {
+			r := run(t, loopbackJob(nodes, "net", "-n", n(nodes*ppn), "--virtual", op,
+				"--virtual-rounds", n(rounds), "--virtual-late", "30ms", "true"))
+			r.wantCode(t, 0)
+			ls := lines(r.stdout)
+			if len(ls) != 1 {
+				t.Fatalf("want one report line from rank 0\n%s", r)
+			}
+			checkSpanTail(t, ls[0])
+			m := lateLine.FindStringSubmatch(ls[0])
+			if m == nil {
+				t.Fatalf("report %q: no late_us=30000.0, late_last and late_gap_min_us\n%s", ls[0], r)
+			}
+			// Rank 0 entered after every other rank in every round.
+			if gap, _ := strconv.ParseFloat(m[2], 64); m[1] != n(rounds) || gap <= 0 {
+				t.Errorf("report %q: rank 0 entered last in %s of %d rounds, by at least %sµs; want all", ls[0], m[1], rounds, m[2])
+			}
+		})
+	}
+	r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "4", "--virtual-late", "5ms", "true"}, timeout: 20 * time.Second})
+	if r.code == 0 {
+		t.Fatalf("exit 0 for --virtual-late without --virtual\n%s", r)
+	}
+	r.wantMessage(t, "--virtual-late needs --virtual")
+}
