@@ -10,7 +10,7 @@ LDFLAGS    := -ldflags=-checklinkname=0
 BIN        := build/bin
 CPROG      := build/cprog
 N          ?= 8
-APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make
+APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client openssh-server
 FUZZTIME   ?= 30s
 
 .PHONY: help deps build run test test-race bench bench-scale fuzz check clean cprog
@@ -18,12 +18,20 @@ FUZZTIME   ?= 30s
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
+# openssh-server is for the tests' own sshd inside test hosts: while
+# packages install, a policy-rc.d (unless the machine has one) keeps their
+# services, sshd on port 22, from starting on this machine.
 deps: ## install what builds and tests need (Debian packages, Go modules)
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+		norc=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+			printf '#!/bin/sh\nexit 101\n' | $$SUDO tee /usr/sbin/policy-rc.d >/dev/null && $$SUDO chmod 755 /usr/sbin/policy-rc.d && norc=1; \
+		fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; rc=$$?; \
+		[ -z "$$norc" ] || $$SUDO rm -f /usr/sbin/policy-rc.d; \
+		[ $$rc = 0 ] || exit $$rc; \
 	fi
 	$(GO) mod download
 

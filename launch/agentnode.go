@@ -73,7 +73,8 @@ type agentNode struct {
 	ctx     context.Context
 }
 
-// RunAgent runs one node's agent until its ranks have ended.
+// RunAgent runs one node's agent until its ranks have ended. Its errors
+// name the node.
 func RunAgent(ctx context.Context, o AgentOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -81,11 +82,11 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	br := bufio.NewReaderSize(o.Stdin, 1<<16)
 	line, err := br.ReadBytes('\n')
 	if err != nil {
-		return fmt.Errorf("read job spec from stdin: %w", err)
+		return fmt.Errorf("node %s: read job spec from stdin: %w", o.Node, err)
 	}
 	var spec Spec
 	if err := json.Unmarshal(line, &spec); err != nil {
-		return fmt.Errorf("read job spec: %w", err)
+		return fmt.Errorf("node %s: read job spec: %w", o.Node, err)
 	}
 	idxs := o.Node
 	if idxs == "slurm" {
@@ -94,6 +95,9 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	idx, err := strconv.Atoi(idxs)
 	if err != nil || idx < 0 || idx >= len(spec.Nodes) {
 		return fmt.Errorf("node index %q: want 0..%d", idxs, len(spec.Nodes)-1)
+	}
+	if err := adoptLauncher(spec); err != nil {
+		return fmt.Errorf("node %d: %w", idx, err)
 	}
 	if spec.AgentProcs > 0 {
 		runtime.GOMAXPROCS(spec.AgentProcs)
@@ -108,7 +112,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		cfg.Stdin = br
 	}
 	if err := cfg.validate(); err != nil {
-		return err
+		return fmt.Errorf("node %d: %w", idx, err)
 	}
 	a := &agentNode{
 		spec: spec, idx: idx, cfg: cfg, log: o.Logger.With("node", idx), rec: perf.NewRecorder(),

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,23 +36,31 @@ import (
 // Spec is what every agent of a job is told. It is the same for every
 // node; an agent learns its index from --node or SLURM_NODEID.
 type Spec struct {
-	JobID      string        `json:"jobid"`
-	Size       int           `json:"size"`
-	Nodes      [][]int       `json:"nodes"` // global ranks of each node, local order
-	Mapping    string        `json:"mapping"`
-	Usize      int           `json:"usize"`
-	Prog       string        `json:"prog"`
-	Args       []string      `json:"args"`
-	Env        []string      `json:"env"`
-	Label      bool          `json:"label"`
-	NoShm      bool          `json:"noshm"`
-	Root       string        `json:"root"` // where agents dial pmirun
-	TreeWidth  int           `json:"treewidth"`
-	Codec      string        `json:"codec"`
-	NetBackend string        `json:"netio"`
-	NetTimeout time.Duration `json:"nettimeout"`
-	Secret     []byte        `json:"secret"`
-	Verbose    bool          `json:"verbose"`
+	JobID   string   `json:"jobid"`
+	Size    int      `json:"size"`
+	Nodes   [][]int  `json:"nodes"` // global ranks of each node, local order
+	Mapping string   `json:"mapping"`
+	Usize   int      `json:"usize"`
+	Prog    string   `json:"prog"`
+	Args    []string `json:"args"`
+	Env     []string `json:"env"`
+	// Wdir is pmirun's working directory, where every agent starts its
+	// ranks (and resolves a relative program path).
+	Wdir string `json:"wdir,omitempty"`
+	// LauncherEnv, for agents started over ssh, is pmirun's environment
+	// (launcherEnv): the agent takes it for itself and its ranks in place
+	// of the login environment sshd gave it, as agents started any other
+	// way inherit it.
+	LauncherEnv []string      `json:"launcher_env,omitempty"`
+	Label       bool          `json:"label"`
+	NoShm       bool          `json:"noshm"`
+	Root        string        `json:"root"` // where agents dial pmirun
+	TreeWidth   int           `json:"treewidth"`
+	Codec       string        `json:"codec"`
+	NetBackend  string        `json:"netio"`
+	NetTimeout  time.Duration `json:"nettimeout"`
+	Secret      []byte        `json:"secret"`
+	Verbose     bool          `json:"verbose"`
 	// Virtual names a built-in workload run by goroutine ranks (the scale
 	// benchmark) instead of forking Prog.
 	Virtual       string        `json:"virtual,omitempty"`
@@ -131,8 +140,14 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 			cmds = append(cmds, exec.CommandContext(ctx, "ip", "netns", "exec", ns, pmid, "--node", strconv.Itoa(i)))
 		}
 	case "ssh":
+		ssh := strings.Fields(c.sshCommand())
+		if len(ssh) == 0 {
+			return nil, fmt.Errorf("bootstrap ssh: empty ssh command")
+		}
 		for i, h := range hosts {
-			cmds = append(cmds, exec.CommandContext(ctx, "ssh", "-o", "BatchMode=yes", "-T", h, pmid, "--node", strconv.Itoa(i)))
+			// The remote side is a shell command line: quote the path.
+			argv := append(slices.Clone(ssh[1:]), "-o", "BatchMode=yes", "-T", h, shellQuote(pmid), "--node", strconv.Itoa(i))
+			cmds = append(cmds, exec.CommandContext(ctx, ssh[0], argv...))
 		}
 	case "slurm":
 		n := strconv.Itoa(len(hosts))
@@ -140,6 +155,78 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 			"--mpi=none", "--input=all", "--kill-on-bad-exit=1", pmid, "--node", "slurm"))
 	}
 	return cmds, nil
+}
+
+// hostLocalEnv reports whether environment variable k describes the
+// machine or login session rather than the job, so that an agent started
+// over ssh keeps its own value instead of pmirun's.
+func hostLocalEnv(k string) bool {
+	return k == "HOSTNAME" || k == "SHLVL" || k == "_" || strings.HasPrefix(k, "SSH_")
+}
+
+// launcherEnv is pmirun's environment for agents started over ssh
+// (Spec.LauncherEnv), without the machine's and session's own variables.
+func launcherEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !hostLocalEnv(k) {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// adoptLauncher makes this agent's working directory and environment
+// pmirun's (Spec.Wdir, Spec.LauncherEnv), keeping this machine's and
+// session's own variables.
+func adoptLauncher(spec Spec) error {
+	if spec.Wdir != "" {
+		if err := os.Chdir(spec.Wdir); err != nil {
+			return fmt.Errorf("working directory of the job: %w", err)
+		}
+	}
+	if len(spec.LauncherEnv) == 0 {
+		return nil
+	}
+	keep := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, _ := strings.Cut(kv, "="); hostLocalEnv(k) {
+			keep[k] = v
+		}
+	}
+	os.Clearenv()
+	for _, kv := range spec.LauncherEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" && !hostLocalEnv(k) {
+			os.Setenv(k, v)
+		}
+	}
+	for k, v := range keep {
+		os.Setenv(k, v)
+	}
+	if spec.Wdir != "" {
+		os.Setenv("PWD", spec.Wdir)
+	}
+	return nil
+}
+
+// sshCommand is the command that runs agents over ssh: Config.SSH, else
+// FASTPMI_SSH, else ssh.
+func (c *Config) sshCommand() string {
+	for _, s := range []string{c.SSH, os.Getenv("FASTPMI_SSH")} {
+		if strings.TrimSpace(s) != "" {
+			return s
+		}
+	}
+	return "ssh"
+}
+
+// shellQuote quotes s as one word for a POSIX shell (ssh hands the remote
+// command to the user's shell).
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // defaultPmid is pmid next to this executable, else pmid on PATH.

@@ -137,3 +137,96 @@ func TestAgentProcs(t *testing.T) {
 		t.Errorf("with GOMAXPROCS set: agentProcs = %d, want 0 (the caller's setting stands)", got)
 	}
 }
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		"/usr/bin/pmid":      "/usr/bin/pmid",
+		"/opt/my tools/pmid": "'/opt/my tools/pmid'",
+		"/tmp/it's/pmid":     `'/tmp/it'\''s/pmid'`,
+		"/tmp/$HOME;rm/pmid": "'/tmp/$HOME;rm/pmid'",
+		"":                   "''",
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+		// The shell gives the word back as it was.
+		out, err := exec.Command("sh", "-c", "printf %s "+shellQuote(in)).Output()
+		if err != nil || string(out) != in {
+			t.Errorf("sh read %s as %q (%v), want %q", shellQuote(in), out, err, in)
+		}
+	}
+}
+
+// --ssh, else FASTPMI_SSH, else ssh; the agents' command lines carry the
+// options and a quoted pmid path.
+func TestSSHCommand(t *testing.T) {
+	t.Setenv("FASTPMI_SSH", "")
+	c := Config{Bootstrap: "ssh", PmidPath: "/opt/fast pmi/pmid"}
+	if got := c.sshCommand(); got != "ssh" {
+		t.Errorf("default ssh command %q", got)
+	}
+	t.Setenv("FASTPMI_SSH", "ssh -p 2222")
+	if got := c.sshCommand(); got != "ssh -p 2222" {
+		t.Errorf("FASTPMI_SSH: ssh command %q", got)
+	}
+	c.SSH = "/usr/bin/ssh -F /etc/cluster/ssh_config"
+	cmds, err := c.agentCommands(context.Background(), []string{"n1", "n2"})
+	if err != nil || len(cmds) != 2 {
+		t.Fatalf("%d commands, %v", len(cmds), err)
+	}
+	want := []string{"/usr/bin/ssh", "-F", "/etc/cluster/ssh_config", "-o", "BatchMode=yes", "-T", "n2", "'/opt/fast pmi/pmid'", "--node", "1"}
+	if got := cmds[1].Args; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("agent command %q, want %q", got, want)
+	}
+	c.SSH = "   "
+	c.Bootstrap = "ssh"
+	t.Setenv("FASTPMI_SSH", "")
+	if cmds, _ := c.agentCommands(context.Background(), []string{"n1"}); cmds[0].Args[0] != "ssh" {
+		t.Errorf("blank --ssh: agent command %q, want ssh", cmds[0].Args)
+	}
+}
+
+// An agent started over ssh takes pmirun's working directory and
+// environment, keeping its own machine's and session's variables.
+func TestAdoptLauncher(t *testing.T) {
+	saved := os.Environ() // adoptLauncher replaces the whole environment
+	t.Cleanup(func() {
+		os.Clearenv()
+		for _, kv := range saved {
+			k, v, _ := strings.Cut(kv, "=")
+			os.Setenv(k, v)
+		}
+	})
+	t.Setenv("SSH_CONNECTION", "10.0.0.1 5000 10.0.0.2 22")
+	t.Setenv("HOSTNAME", "remote")
+	t.Setenv("LOGIN_ONLY", "x")
+	spec := Spec{Wdir: t.TempDir(), LauncherEnv: []string{
+		"PATH=/launcher/bin", "JOB_VAR=a=b", "HOSTNAME=launcher", "SSH_CONNECTION=launcher", "=bad", "noequals"}}
+	t.Chdir("/")
+	if err := adoptLauncher(spec); err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if wd != spec.Wdir {
+		t.Errorf("working directory %s, want %s", wd, spec.Wdir)
+	}
+	for k, want := range map[string]string{
+		"PATH": "/launcher/bin", "JOB_VAR": "a=b", "HOSTNAME": "remote",
+		"SSH_CONNECTION": "10.0.0.1 5000 10.0.0.2 22", "PWD": spec.Wdir, "LOGIN_ONLY": "",
+	} {
+		if got := os.Getenv(k); got != want {
+			t.Errorf("%s=%q, want %q", k, got, want)
+		}
+	}
+	if err := adoptLauncher(Spec{Wdir: filepath.Join(spec.Wdir, "missing")}); err == nil || !strings.Contains(err.Error(), "working directory") {
+		t.Errorf("missing working directory: %v", err)
+	}
+
+	// pmirun sends its environment without its own machine's variables.
+	t.Setenv("HOSTNAME", "launcher")
+	t.Setenv("JOB_VAR", "1")
+	env := strings.Join(launcherEnv(), "\n")
+	if strings.Contains(env, "HOSTNAME=") || strings.Contains(env, "SSH_CONNECTION=") || !strings.Contains(env, "JOB_VAR=1") {
+		t.Errorf("launcher environment:\n%s", env)
+	}
+}

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -127,6 +129,10 @@ func runMulti(ctx context.Context, cfg Config) error {
 	for n := range nodes {
 		nodes[n] = m.Ranks(n)
 	}
+	wdir, err := os.Getwd()
+	if err != nil {
+		return early(cfg, 1, fmt.Sprintf("working directory: %v", err))
+	}
 	r := &rootNode{
 		cfg: cfg, hosts: hosts, rec: rec, tr: tr, codec: codec,
 		conns: make([]netio.Conn, K), in: make(chan frameIn, 256), exits: make(chan bootExit, K),
@@ -134,11 +140,14 @@ func runMulti(ctx context.Context, cfg Config) error {
 		lastRx: make([]time.Time, K),
 		spec: Spec{
 			JobID: cfg.JobID, Size: cfg.Size, Nodes: nodes, Mapping: m.ProcessMapping(), Usize: cfg.UniverseSize,
-			Prog: cfg.Prog, Args: cfg.Args, Env: cfg.Env, Label: cfg.Label, NoShm: cfg.NoShm,
+			Prog: cfg.Prog, Args: cfg.Args, Env: cfg.Env, Wdir: wdir, Label: cfg.Label, NoShm: cfg.NoShm,
 			Root: cfg.rootDialAddr(ln.Addr()), TreeWidth: cfg.TreeWidth, Codec: cfg.Codec,
 			NetBackend: cfg.NetBackend, NetTimeout: cfg.NetTimeout, Secret: secret, Verbose: cfg.Verbose,
 			Virtual: cfg.Virtual, VirtualRounds: cfg.VirtualRounds, VirtualLate: cfg.VirtualLate, AgentProcs: agentProcs(cfg.Bootstrap, K),
 		},
+	}
+	if cfg.Bootstrap == "ssh" {
+		r.spec.LauncherEnv = launcherEnv()
 	}
 	r.fate = &fate{stderr: cfg.Stderr, end: r.kill}
 	r.topo, _ = tree.NewTopology(K+1, cfg.TreeWidth)
@@ -208,7 +217,10 @@ func (r *rootNode) startAgent(i int, cmd *exec.Cmd, out *output) error {
 	return nil
 }
 
-// accept waits for every agent's hello, then sends them the table.
+// accept waits for every agent's hello, then sends them the table. If
+// that fails, it closes the listener and every link accepted, so that the
+// agents already up, which wait for the table, and those still to come
+// end at once instead of at the kill grace.
 func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -217,6 +229,25 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 		h   helloMsg
 		err error
 	}
+	var (
+		connected bool // every agent said hello
+		mu        sync.Mutex
+		accepted  []netio.Conn // guarded by mu
+		gaveUp    bool         // guarded by mu
+	)
+	defer func() {
+		if connected {
+			return
+		}
+		ln.Close()
+		mu.Lock()
+		gaveUp = true
+		cs := accepted
+		mu.Unlock()
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
 	hch := make(chan hello, k)
 	go func() {
 		for {
@@ -224,6 +255,16 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 			if err != nil {
 				hch <- hello{err: err}
 				return
+			}
+			mu.Lock()
+			late := gaveUp
+			if !late {
+				accepted = append(accepted, c)
+			}
+			mu.Unlock()
+			if late {
+				c.Close()
+				continue
 			}
 			go func() {
 				f, err := c.Recv(actx)
@@ -267,6 +308,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 			return
 		}
 	}
+	connected = true
 	r.rec.Mark("agents connected", -1)
 	table := encode(tableMsg{Addrs: addrs})
 	now := time.Now()

@@ -79,7 +79,7 @@ func runAgent() int {
 	defer stop()
 	err := launch.RunAgent(ctx, launch.AgentOptions{Node: node, Listen: listen, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Logger: log})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "pmid: node %s: %v\n", node, err)
+		fmt.Fprintf(os.Stderr, "pmid: %v\n", err) // the error names the node
 		return 1
 	}
 	return 0

@@ -24,7 +24,7 @@ import (
 const markerVar = "FASTPMI_TEST_MARKER"
 
 // installHint ends every message about a missing tool.
-const installHint = "run make test, which installs mpich libmpich-dev libpmi2-0-dev"
+const installHint = "run make test, which installs mpich libmpich-dev libpmi2-0-dev openssh-client openssh-server"
 
 // binDir holds pmirun and the C programs, built once by TestMain.
 var binDir string
@@ -146,6 +146,7 @@ type job struct {
 	env     []string      // added to pmirun's environment
 	stdin   io.Reader     // pmirun's stdin; nil means /dev/null
 	timeout time.Duration // the job must end by then; default 60 s
+	dir     string        // pmirun's working directory; default the test's
 	// wrap, if set, is a command prefix pmirun runs under, such as
 	// "ip netns exec NS" to run it inside a test host.
 	wrap []string
@@ -308,6 +309,7 @@ func start(t *testing.T, j job) *running {
 	argv := append(append(append([]string{}, j.wrap...), pmirun()), r.args...)
 	r.cmd = exec.CommandContext(r.ctx, argv[0], argv[1:]...)
 	r.cmd.Env = callerEnv(j.env)
+	r.cmd.Dir = j.dir
 	if j.markAgents {
 		r.cmd.Env = append(r.cmd.Env, markerVar+"="+r.marker)
 	}
