@@ -10,7 +10,8 @@ LDFLAGS    := -ldflags=-checklinkname=0
 BIN        := build/bin
 CPROG      := build/cprog
 N          ?= 8
-APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client openssh-server
+APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client openssh-server \
+              munge slurmctld slurmd slurm-client
 FUZZTIME   ?= 30s
 
 .PHONY: help deps build run test test-race bench bench-scale fuzz check clean cprog
@@ -18,9 +19,10 @@ FUZZTIME   ?= 30s
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
-# openssh-server is for the tests' own sshd inside test hosts: while
-# packages install, a policy-rc.d (unless the machine has one) keeps their
-# services, sshd on port 22, from starting on this machine.
+# openssh-server, munge and Slurm's daemons are for the tests' own sshd,
+# munged, slurmctld and slurmds inside test hosts: while packages install,
+# a policy-rc.d (unless the machine has one) keeps their services from
+# starting on this machine.
 deps: ## install what builds and tests need (Debian packages, Go modules)
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

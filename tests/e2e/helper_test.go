@@ -24,7 +24,7 @@ import (
 const markerVar = "FASTPMI_TEST_MARKER"
 
 // installHint ends every message about a missing tool.
-const installHint = "run make test, which installs mpich libmpich-dev libpmi2-0-dev openssh-client openssh-server"
+const installHint = "run make test, which installs mpich libmpich-dev libpmi2-0-dev, OpenSSH and Slurm"
 
 // binDir holds pmirun and the C programs, built once by TestMain.
 var binDir string

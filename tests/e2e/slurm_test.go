@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The Slurm bootstrap on a real Slurm: a munged for the test (its own key
+// and socket), slurmctld in host 0 and a slurmd in every test host, each
+// in its own UTS namespace named after its host so that it knows which
+// node it is, with every file the daemons write in the test's directory.
+// pmirun runs under salloc in host 0 and starts its agents with srun
+// --mpi=none: no Slurm MPI plugin takes part. The ranks (MPICH, libpmi2,
+// the Go client) talk to pmid only.
+
+// slurmCluster is Slurm running on a cluster's hosts.
+type slurmCluster struct {
+	conf string // SLURM_CONF
+}
+
+// startSlurm starts munged, slurmctld and the slurmds, and waits until
+// every node is idle.
+func startSlurm(t *testing.T, cl *cluster) slurmCluster {
+	t.Helper()
+	for _, tool := range []string{"munged", "slurmctld", "slurmd", "salloc", "srun", "sinfo", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found (%v): run make test, which installs munge, slurmctld, slurmd and slurm-client", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	path := func(name string) string { return filepath.Join(dir, name) }
+	var procs []*exec.Cmd
+	// Registered after TempDir, so it runs before the directory goes.
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+	})
+	startDaemon := func(name string, cmd *exec.Cmd) {
+		t.Helper()
+		log, err := os.Create(path(name + ".out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer log.Close()
+		cmd.Stdout, cmd.Stderr = log, log
+		cmd.Env = append(os.Environ(), "SLURM_CONF="+path("slurm.conf"))
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start %s: %v", name, err)
+		}
+		procs = append(procs, cmd)
+	}
+
+	key := make([]byte, 1024)
+	if f, err := os.Open("/dev/urandom"); err != nil {
+		t.Fatal(err)
+	} else {
+		_, err = f.Read(key)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(path("munge.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := path("munge.sock")
+	startDaemon("munged", exec.Command("munged", "--foreground", "--force", "--key-file="+path("munge.key"), "--socket="+sock,
+		"--pid-file="+path("munged.pid"), "--log-file="+path("munged.log"), "--seed-file="+path("munged.seed")))
+
+	var nodes []string
+	for _, h := range cl.c.Hosts {
+		if err := os.MkdirAll(filepath.Join(dir, "spool", h.Name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, fmt.Sprintf("NodeName=%s NodeAddr=%s CPUs=1 State=UNKNOWN", h.Name, h.Addr))
+	}
+	conf := strings.Join(append([]string{
+		"ClusterName=fastpmi",
+		fmt.Sprintf("SlurmctldHost=%s(%s)", cl.c.Hosts[0].Name, cl.c.Hosts[0].Addr),
+		"SlurmUser=root",
+		"SlurmdUser=root",
+		"AuthType=auth/munge",
+		"CredType=cred/munge",
+		"AuthInfo=socket=" + sock,
+		"StateSaveLocation=" + path("state"),
+		"SlurmdSpoolDir=" + filepath.Join(dir, "spool", "%n"),
+		"SlurmctldPidFile=" + path("slurmctld.pid"),
+		"SlurmdPidFile=" + path("slurmd.%n.pid"),
+		"SlurmctldLogFile=" + path("slurmctld.log"),
+		"SlurmdLogFile=" + path("slurmd.%n.log"),
+		"ProctrackType=proctrack/linuxproc",
+		"TaskPlugin=task/none",
+		"MpiDefault=none",
+		"SwitchType=switch/none",
+		"SchedulerType=sched/builtin",
+		"SelectType=select/linear",
+		"ReturnToService=2",
+		"JobAcctGatherType=jobacct_gather/none",
+		"AccountingStorageType=accounting_storage/none",
+		"JobCompType=jobcomp/none",
+		"MailProg=/bin/true",
+	}, append(nodes, "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP")...), "\n") + "\n"
+	// No cgroups: the slurmds load the cgroup/v1 plugin (22.05 always
+	// loads one) over an empty directory and never use it.
+	cgroup := "CgroupPlugin=cgroup/v1\nCgroupMountpoint=" + path("cgroup") + "\nCgroupAutomount=no\n"
+	for name, text := range map[string]string{"slurm.conf": conf, "cgroup.conf": cgroup} {
+		if err := os.WriteFile(path(name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"state", "cgroup"} {
+		if err := os.MkdirAll(path(d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Each daemon in its host, under its host's name.
+	inHost := func(i int, argv ...string) *exec.Cmd {
+		sh := append([]string{"unshare", "--uts", "sh", "-c", `hostname "$0" && exec "$@"`, cl.c.Hosts[i].Name}, argv...)
+		return cl.c.Command(context.Background(), i, sh[0], sh[1:]...)
+	}
+	startDaemon("slurmctld", inHost(0, "slurmctld", "-D", "-i"))
+	for i, h := range cl.c.Hosts {
+		startDaemon("slurmd."+h.Name, inHost(i, "slurmd", "-D"))
+	}
+
+	s := slurmCluster{conf: path("slurm.conf")}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cmd := cl.c.Command(context.Background(), 0, "sinfo", "--noheader", "--format=%T %D")
+		cmd.Env = append(os.Environ(), "SLURM_CONF="+s.conf)
+		out, err := cmd.CombinedOutput()
+		if err == nil && strings.TrimSpace(string(out)) == fmt.Sprintf("idle %d", hostCount) {
+			break
+		}
+		if time.Now().After(deadline) {
+			logs, _ := exec.Command("sh", "-c", "tail -n 5 "+path("*.out")+" "+path("*.log")).CombinedOutput()
+			t.Fatalf("Slurm nodes not idle within 20s: sinfo %q (%v)\n%s", out, err, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return s
+}
+
+// job is a pmirun job under salloc in host 0 over --bootstrap slurm, on
+// backend.
+func (s slurmCluster) job(cl *cluster, backend string, args ...string) job {
+	return job{
+		args:       append([]string{"--bootstrap", "slurm", "--root-addr", cl.c.Hosts[0].Addr, "--netio", backend}, args...),
+		env:        []string{"SLURM_CONF=" + s.conf},
+		wrap:       []string{"ip", "netns", "exec", cl.names[0], "salloc", "--quiet", "--nodes", fmt.Sprint(hostCount)},
+		markAgents: true,
+		timeout:    40 * time.Second,
+	}
+}
+
+func TestNetnsSlurm(t *testing.T) {
+	cl := newCluster(t)
+	s := startSlurm(t, cl)
+	for _, be := range backends {
+		t.Run(be, func(t *testing.T) {
+			t.Run("mpi_allreduce", func(t *testing.T) {
+				r := run(t, s.job(cl, be, "--ppn", "4", "-n", "16", prog("mpi_allreduce")))
+				r.wantCode(t, 0)
+				r.wantAllreduce(t, 16)
+			})
+			t.Run("pmi2_test", func(t *testing.T) {
+				j := s.job(cl, be, "--verbose", "--cyclic", "-n", "8", prog("pmi2_test"))
+				j.env = append(j.env, "EXPECT_NNODES=4", "EXPECT_PLACEMENT=cyclic", "PMI2_TEST_ALARM=30")
+				r := run(t, j)
+				r.wantCode(t, 0)
+				r.wantPMI2(t, 8, hostCount, true)
+				r.wantRingMsgs(t, hostCount, 1)
+				r.wantMessage(t, fmt.Sprintf("%d nodes via slurm", hostCount))
+				// Each agent ran under its host's slurmd: it reports the
+				// host's name (the slurmd's UTS namespace) and address.
+				for i, h := range cl.c.Hosts {
+					r.wantMessage(t, fmt.Sprintf(`node %d \(%s, pid \d+\) up at %s:`, i, h.Name, regexp.QuoteMeta(h.Addr)))
+				}
+			})
+			t.Run("hello", func(t *testing.T) {
+				r := run(t, s.job(cl, be, "--verbose", "-n", "8", prog("hello")))
+				r.wantCode(t, 0)
+				r.wantOneLine(t, helloLine)
+				r.wantRingMsgs(t, hostCount, 1)
+			})
+		})
+	}
+}
