@@ -140,10 +140,7 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 			cmds = append(cmds, exec.CommandContext(ctx, "ip", "netns", "exec", ns, pmid, "--node", strconv.Itoa(i)))
 		}
 	case "ssh":
-		ssh := strings.Fields(c.sshCommand())
-		if len(ssh) == 0 {
-			return nil, fmt.Errorf("bootstrap ssh: empty ssh command")
-		}
+		ssh := strings.Fields(c.sshCommand()) // never blank
 		for i, h := range hosts {
 			// The remote side is a shell command line: quote the path.
 			argv := append(slices.Clone(ssh[1:]), "-o", "BatchMode=yes", "-T", h, shellQuote(pmid), "--node", strconv.Itoa(i))
