@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -60,14 +61,8 @@ func startSlurm(t *testing.T, cl *cluster) slurmCluster {
 	}
 
 	key := make([]byte, 1024)
-	if f, err := os.Open("/dev/urandom"); err != nil {
+	if _, err := rand.Read(key); err != nil {
 		t.Fatal(err)
-	} else {
-		_, err = f.Read(key)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	if err := os.WriteFile(path("munge.key"), key, 0o600); err != nil {
 		t.Fatal(err)
