@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/clientseam"
 	"github.com/fastpmi/fastpmi/shm"
 )
 
@@ -30,7 +31,7 @@ type shmTransport struct {
 	buf   []byte            // response payload copy
 	req   []byte            // request payload scratch (push copies it into the ring)
 	got   bool
-	// virtual: the segment belongs to the caller (NewVirtual).
+	// virtual: the segment belongs to the caller (newPlayed).
 	virtual bool
 }
 
@@ -307,12 +308,18 @@ func (t *shmTransport) finalize(ctx context.Context) error {
 	return nil
 }
 
-// NewVirtual returns a client for local rank info.LocalRank of a segment
-// this process already mapped: a "virtual rank", one goroutine of a
-// process that plays many ranks (the scale benchmark). Each virtual rank
-// needs its own Client; they share seg, which the caller closes after every
-// client finalized.
-func NewVirtual(seg *shm.Segment, info Info) (*Client, error) {
+func init() {
+	clientseam.Register(func(seg *shm.Segment, i clientseam.Info) (any, error) {
+		return newPlayed(seg, Info{Rank: i.Rank, Size: i.Size, LocalRank: i.LocalRank, LocalSize: i.LocalSize, JobID: i.JobID})
+	})
+}
+
+// newPlayed returns a client for local rank info.LocalRank of a segment
+// this process already mapped: a rank played by one goroutine of a
+// process that plays many (the scale benchmark's virtual ranks, reached
+// through internal/clientseam). Each played rank needs its own Client;
+// they share seg, which the caller closes after every client finalized.
+func newPlayed(seg *shm.Segment, info Info) (*Client, error) {
 	p := seg.Params()
 	if info.LocalRank < 0 || info.LocalRank >= p.LocalRanks || p.WorldSize != info.Size {
 		return nil, &Error{Op: "init", Rank: info.Rank, Err: fmt.Errorf("local rank %d of a segment with %d local ranks of %d, job of %d",

@@ -13,7 +13,7 @@ import (
 )
 
 // BenchmarkVirtualRanks measures the per-operation cost of virtual ranks:
-// p goroutines of this process, each a client.NewVirtual rank of one heap
+// p goroutines of this process, each a client.NewPlayed rank of one heap
 // segment with InProcessWaiter, do ring exchanges (request, response)
 // against one agent goroutine, as pmid's virtual ranks do against the
 // node agent. The b.N operations are spread over the p ranks; ns/rank-op
@@ -31,7 +31,7 @@ func BenchmarkVirtualRanks(b *testing.B) {
 			ag := startMiniAgent(seg)
 			clients := make([]*client.Client, p)
 			for i := range p {
-				c, err := client.NewVirtual(seg, client.Info{Rank: i, Size: p, LocalRank: i, LocalSize: p})
+				c, err := client.NewPlayed(seg, client.Info{Rank: i, Size: p, LocalRank: i, LocalSize: p})
 				if err != nil {
 					b.Fatal(err)
 				}

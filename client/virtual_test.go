@@ -99,7 +99,7 @@ func newVirtualRanks(tb testing.TB, p int) (*shm.Segment, []*client.Client) {
 	seg.SetWaiter(shm.InProcessWaiter())
 	clients := make([]*client.Client, p)
 	for i := range p {
-		c, err := client.NewVirtual(seg, client.Info{Rank: i, Size: p, LocalRank: i, LocalSize: p})
+		c, err := client.NewPlayed(seg, client.Info{Rank: i, Size: p, LocalRank: i, LocalSize: p})
 		if err != nil {
 			tb.Fatal(err)
 		}

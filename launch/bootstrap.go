@@ -2,7 +2,6 @@ package launch
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -12,7 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/fastpmi/fastpmi/agent/node"
 )
 
 // Bootstraps: how pmirun starts one agent (pmid) per node.
@@ -32,43 +32,6 @@ import (
 // An agent gets the job Spec, including the job secret, on its standard
 // input, never on a command line; what follows the spec on node 0's
 // standard input is rank 0's.
-
-// Spec is what every agent of a job is told. It is the same for every
-// node; an agent learns its index from --node or SLURM_NODEID.
-type Spec struct {
-	JobID   string   `json:"jobid"`
-	Size    int      `json:"size"`
-	Nodes   [][]int  `json:"nodes"` // global ranks of each node, local order
-	Mapping string   `json:"mapping"`
-	Usize   int      `json:"usize"`
-	Prog    string   `json:"prog"`
-	Args    []string `json:"args"`
-	Env     []string `json:"env"`
-	// Wdir is pmirun's working directory, where every agent starts its
-	// ranks (and resolves a relative program path).
-	Wdir string `json:"wdir,omitempty"`
-	// LauncherEnv, for agents started over ssh, is pmirun's environment
-	// (launcherEnv): the agent takes it for itself and its ranks in place
-	// of the login environment sshd gave it, as agents started any other
-	// way inherit it.
-	LauncherEnv []string      `json:"launcher_env,omitempty"`
-	Label       bool          `json:"label"`
-	NoShm       bool          `json:"noshm"`
-	Root        string        `json:"root"` // where agents dial pmirun
-	TreeWidth   int           `json:"treewidth"`
-	Codec       string        `json:"codec"`
-	NetBackend  string        `json:"netio"`
-	NetTimeout  time.Duration `json:"nettimeout"`
-	Secret      []byte        `json:"secret"`
-	Verbose     bool          `json:"verbose"`
-	// Virtual names a built-in workload run by goroutine ranks (the scale
-	// benchmark) instead of forking Prog.
-	Virtual       string        `json:"virtual,omitempty"`
-	VirtualRounds int           `json:"virtual_rounds,omitempty"`
-	VirtualLate   time.Duration `json:"virtual_late,omitempty"`
-	// AgentProcs, when set, is each agent's GOMAXPROCS (see agentProcs).
-	AgentProcs int `json:"agent_procs,omitempty"`
-}
 
 // agentProcs is the GOMAXPROCS of each of k agents that share this
 // machine (loopback and netns bootstraps): its share of the CPUs, at least
@@ -126,7 +89,7 @@ func (c *Config) hostList() ([]string, error) {
 func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd, error) {
 	pmid := c.PmidPath
 	if pmid == "" {
-		pmid = defaultPmid()
+		pmid = c.defaultAgent()
 	}
 	var cmds []*exec.Cmd
 	switch c.Bootstrap {
@@ -154,56 +117,16 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 	return cmds, nil
 }
 
-// hostLocalEnv reports whether environment variable k describes the
-// machine or login session rather than the job, so that an agent started
-// over ssh keeps its own value instead of pmirun's.
-func hostLocalEnv(k string) bool {
-	return k == "HOSTNAME" || k == "SHLVL" || k == "_" || strings.HasPrefix(k, "SSH_")
-}
-
 // launcherEnv is pmirun's environment for agents started over ssh
-// (Spec.LauncherEnv), without the machine's and session's own variables.
+// (node.Spec.LauncherEnv), without the machine's and session's own variables.
 func launcherEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !hostLocalEnv(k) {
+		if k, _, _ := strings.Cut(kv, "="); !node.HostLocalEnv(k) {
 			env = append(env, kv)
 		}
 	}
 	return env
-}
-
-// adoptLauncher makes this agent's working directory and environment
-// pmirun's (Spec.Wdir, Spec.LauncherEnv), keeping this machine's and
-// session's own variables.
-func adoptLauncher(spec Spec) error {
-	if spec.Wdir != "" {
-		if err := os.Chdir(spec.Wdir); err != nil {
-			return fmt.Errorf("working directory of the job: %w", err)
-		}
-	}
-	if len(spec.LauncherEnv) == 0 {
-		return nil
-	}
-	keep := map[string]string{}
-	for _, kv := range os.Environ() {
-		if k, v, _ := strings.Cut(kv, "="); hostLocalEnv(k) {
-			keep[k] = v
-		}
-	}
-	os.Clearenv()
-	for _, kv := range spec.LauncherEnv {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != "" && !hostLocalEnv(k) {
-			os.Setenv(k, v)
-		}
-	}
-	for k, v := range keep {
-		os.Setenv(k, v)
-	}
-	if spec.Wdir != "" {
-		os.Setenv("PWD", spec.Wdir)
-	}
-	return nil
 }
 
 // sshCommand is the command that runs agents over ssh: Config.SSH, else
@@ -226,15 +149,22 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// defaultPmid is pmid next to this executable, else pmid on PATH.
-func defaultPmid() string {
+// defaultAgent is the agent command for the nodes: pmid, or pmibench
+// for a job of virtual ranks (pmid plays no virtual ranks: it does not
+// link the client library they use). It is the one next to this
+// executable, else the one on PATH.
+func (c *Config) defaultAgent() string {
+	name := "pmid"
+	if c.Virtual != "" {
+		name = "pmibench"
+	}
 	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "pmid")
+		p := filepath.Join(filepath.Dir(exe), name)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			return p
 		}
 	}
-	return "pmid"
+	return name
 }
 
 // rootListenAddr is where pmirun listens for its agents.
@@ -356,12 +286,4 @@ func ReadHostfile(path string) ([]string, error) {
 		return nil, fmt.Errorf("read hostfile %s: no hosts", path)
 	}
 	return hosts, nil
-}
-
-func encodeSpec(s Spec) []byte {
-	b, err := json.Marshal(s)
-	if err != nil {
-		panic(err)
-	}
-	return append(b, '\n')
 }

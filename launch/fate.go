@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"github.com/fastpmi/fastpmi/agent/node"
+
 	"fmt"
 	"io"
 )
@@ -28,12 +30,12 @@ func (f *fate) fail(e *JobError) {
 }
 
 // event applies one report about a rank.
-func (f *fate) event(e eventMsg) {
+func (f *fate) event(e node.Event) {
 	switch e.Kind {
-	case evkInit:
+	case node.EvInit:
 		f.anySpoke = true
 		f.checkSilent()
-	case evkExit:
+	case node.EvExit:
 		switch {
 		case e.Sig != 0:
 			f.fail(&JobError{Code: 128 + e.Sig, Msg: fmt.Sprintf("rank %d killed by signal %d (%s)%s", e.Rank, e.Sig, signalName(e.Sig), e.Msg)})
@@ -46,17 +48,17 @@ func (f *fate) event(e eventMsg) {
 			f.silent = append(f.silent, e.Rank)
 			f.checkSilent()
 		}
-	case evkLost:
+	case node.EvLost:
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d closed its PMI connection before finalize and kept running", e.Rank)})
-	case evkAbort:
+	case node.EvAbort:
 		msg := fmt.Sprintf("rank %d called abort with exit code %d", e.Rank, e.Code)
 		if e.Msg != "" {
 			msg += ": " + e.Msg
 		}
 		f.fail(&JobError{Code: e.Code, Msg: msg})
-	case evkProtocol:
+	case node.EvProtocol:
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d sent malformed PMI: %s", e.Rank, e.Msg)})
-	case evkStartErr:
+	case node.EvStartErr:
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start rank %d: %s", e.Rank, e.Msg)})
 	}
 }

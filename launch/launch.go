@@ -1,10 +1,16 @@
-// Package launch runs a job: it places ranks (one node for now), starts the
-// node agent, forks the ranks with their PMI environment, forwards their
-// output, stdin and signals, and decides how the job ends.
+// Package launch is pmirun's side of a job, what only the root does: it
+// validates the command line's Config, places ranks on nodes, builds the
+// job's node.Spec once, starts one agent per node through a bootstrap
+// (fork: a node.Node inside this process; loopback, netns, ssh, slurm:
+// one pmid per node) and is the root of their tree, serves the job-wide
+// services (names, abort, exit codes), collects the agents' output, and
+// decides how the job ends. Everything a node does — serving its ranks,
+// forking them, the tree and ring links — is package agent/node's.
 //
-// Model. Run owns everything it starts: the agent, one process per rank,
-// one goroutine per rank waiting for the process, two per rank forwarding
-// its stdout and stderr. A single loop (Run's own goroutine) receives every
+// Model. Run owns everything it starts: the node (fork) or the agents'
+// bootstrap processes and links, and every goroutine those need, which it
+// waits for before it returns. A single loop (Run's own goroutine, or the
+// root's in a multi-node job) receives every
 // event — a rank's exit, an abort, a lost PMI connection, a signal, the
 // timeout — and is the only place that decides the job's fate, so the first
 // failure wins and is reported once. Run returns only after every rank
@@ -34,9 +40,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fastpmi/fastpmi/agent/node"
 )
 
 // ExitTimeout is pmirun's exit code when --timeout ends the job.
@@ -117,8 +126,8 @@ func (c *Config) validate() error {
 	if c.Size < 1 {
 		return fmt.Errorf("invalid number of ranks %d: want at least 1", c.Size)
 	}
-	if c.Size > 1<<20 {
-		return fmt.Errorf("invalid number of ranks %d: at most %d", c.Size, 1<<20)
+	if c.Size > node.MaxRanks {
+		return fmt.Errorf("invalid number of ranks %d: at most %d", c.Size, node.MaxRanks)
 	}
 	if c.Prog == "" {
 		return errors.New("no program to run")
@@ -174,6 +183,17 @@ func (c *Config) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Virtual != "" {
+		if !slices.Contains(node.VirtualWorkloads, c.Virtual) {
+			return fmt.Errorf("invalid --virtual %q: want one of %s", c.Virtual, strings.Join(node.VirtualWorkloads, ", "))
+		}
+		if !c.multiNode() {
+			return errors.New("--virtual needs agents of their own (--bootstrap loopback or another multi-node bootstrap)")
+		}
+	}
+	if c.VirtualRounds < 0 || c.VirtualLate < 0 {
+		return fmt.Errorf("invalid virtual rounds %d or late arrival %v", c.VirtualRounds, c.VirtualLate)
+	}
 	return nil
 }
 
@@ -193,6 +213,18 @@ func BlockMapping(size, nnodes, ppn int) string {
 		s += fmt.Sprintf(",(%d,1,%d)", full, rest)
 	}
 	return s + ")"
+}
+
+// spec is the job as every node runs it, for the ranks placed on nodes
+// (the multi-node fields are filled by runMulti).
+func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
+	return &node.Spec{
+		JobID: c.JobID, Size: c.Size, Nodes: nodes, Mapping: mapping, Usize: c.UniverseSize,
+		Prog: c.Prog, Args: c.Args, Env: c.Env, Label: c.Label, NoShm: c.NoShm, PMIPort: c.PMIPort,
+		TreeWidth: c.TreeWidth, NetBackend: c.NetBackend, NetTimeout: c.NetTimeout,
+		KillGrace: c.KillGrace, DisconnectGrace: c.DisconnectGrace, Verbose: c.Verbose,
+		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate,
+	}
 }
 
 // multiNode reports whether the job needs agents on other nodes (a

@@ -29,26 +29,6 @@ func TestBlockMapping(t *testing.T) {
 	}
 }
 
-func TestBaseEnvDropsLauncherVariables(t *testing.T) {
-	t.Setenv("PMI_PORT", "stale:1")
-	t.Setenv("PMIX_NAMESPACE", "other")
-	t.Setenv("MPI_LOCALRANKID", "9")
-	t.Setenv("FASTPMI_KEEP", "yes")
-	cfg := Config{Size: 3, JobID: "j", Env: []string{"A=b c"}}
-	env := baseEnv(cfg, 3, 3)
-	joined := "\n" + strings.Join(env, "\n") + "\n"
-	for _, bad := range []string{"PMI_PORT=", "PMIX_NAMESPACE=", "MPI_LOCALRANKID=9"} {
-		if strings.Contains(joined, "\n"+bad) {
-			t.Errorf("environment keeps %s", bad)
-		}
-	}
-	for _, good := range []string{"FASTPMI_KEEP=yes", "PMI_FD=3", "PMI_SIZE=3", "PMI_JOBID=j", "MPI_LOCALNRANKS=3", "A=b c"} {
-		if !strings.Contains(joined, "\n"+good+"\n") {
-			t.Errorf("environment lacks %s", good)
-		}
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	for _, c := range []Config{
 		{Size: 0, Prog: "true"},

@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"github.com/fastpmi/fastpmi/agent/node"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -27,7 +29,7 @@ import (
 // touches it; links and bootstrap processes feed it through channels.
 type rootNode struct {
 	cfg   Config
-	spec  Spec
+	spec  *node.Spec
 	hosts []string
 	rec   *perf.Recorder
 	fate  *fate
@@ -35,6 +37,8 @@ type rootNode struct {
 	conns []netio.Conn // by node
 	in    chan frameIn
 	exits chan bootExit
+	quit  chan struct{}  // closed when the loop is over: link readers stop delivering
+	links sync.WaitGroup // the goroutines reading links and waiting for bootstrap processes
 
 	topo    tree.Topology
 	tnode   *tree.Node
@@ -48,6 +52,13 @@ type rootNode struct {
 	counters []map[string]int64
 	lastRx   []time.Time
 	killed   bool
+}
+
+// frameIn is a frame received on an agent's link, or the link's end.
+type frameIn struct {
+	from int // node index
+	f    netio.Frame
+	err  error
 }
 
 type bootExit struct {
@@ -138,16 +149,16 @@ func runMulti(ctx context.Context, cfg Config) error {
 		conns: make([]netio.Conn, K), in: make(chan frameIn, 256), exits: make(chan bootExit, K),
 		names: agent.NewLocal(), done: make([]bool, K), gone: make([]bool, K), counters: make([]map[string]int64, K),
 		lastRx: make([]time.Time, K),
-		spec: Spec{
-			JobID: cfg.JobID, Size: cfg.Size, Nodes: nodes, Mapping: m.ProcessMapping(), Usize: cfg.UniverseSize,
-			Prog: cfg.Prog, Args: cfg.Args, Env: cfg.Env, Wdir: wdir, Label: cfg.Label, NoShm: cfg.NoShm,
-			Root: cfg.rootDialAddr(ln.Addr()), TreeWidth: cfg.TreeWidth, Codec: cfg.Codec,
-			NetBackend: cfg.NetBackend, NetTimeout: cfg.NetTimeout, Secret: secret, Verbose: cfg.Verbose,
-			Virtual: cfg.Virtual, VirtualRounds: cfg.VirtualRounds, VirtualLate: cfg.VirtualLate, AgentProcs: agentProcs(cfg.Bootstrap, K),
-		},
+		spec:   cfg.spec(nodes, m.ProcessMapping()),
+		quit:   make(chan struct{}),
 	}
+	r.spec.Wdir, r.spec.Root, r.spec.Secret = wdir, cfg.rootDialAddr(ln.Addr()), secret
+	r.spec.AgentProcs = agentProcs(cfg.Bootstrap, K)
 	if cfg.Bootstrap == "ssh" {
 		r.spec.LauncherEnv = launcherEnv()
+	}
+	if err := r.spec.Validate(); err != nil {
+		return early(cfg, 2, err.Error())
 	}
 	r.fate = &fate{stderr: cfg.Stderr, end: r.kill}
 	r.topo, _ = tree.NewTopology(K+1, cfg.TreeWidth)
@@ -156,7 +167,7 @@ func runMulti(ctx context.Context, cfg Config) error {
 		return early(cfg, 1, err.Error())
 	}
 
-	out := newOutput(Config{Stdout: cfg.Stdout, Stderr: cfg.Stderr, Size: 2})
+	out := node.NewOutput(false, true, cfg.Stdout, cfg.Stderr)
 	cmds, err := cfg.agentCommands(ctx, hosts)
 	if err != nil {
 		return early(cfg, 2, err.Error())
@@ -176,7 +187,9 @@ func runMulti(ctx context.Context, cfg Config) error {
 	r.loop(ctx, started)
 	tr.Close()
 	r.reap(cmds[:started])
-	out.wait(2 * time.Second)
+	close(r.quit)
+	r.links.Wait()
+	out.Wait(2 * time.Second)
 	if cfg.Verbose {
 		r.printCounters()
 	}
@@ -189,18 +202,18 @@ func runMulti(ctx context.Context, cfg Config) error {
 
 // startAgent starts one bootstrap command with the spec on its stdin
 // (then, for node 0, pmirun's own stdin for rank 0).
-func (r *rootNode) startAgent(i int, cmd *exec.Cmd, out *output) error {
-	var stdin io.Reader = bytes.NewReader(encodeSpec(r.spec))
+func (r *rootNode) startAgent(i int, cmd *exec.Cmd, out *node.Output) error {
+	var stdin io.Reader = bytes.NewReader(r.spec.Encode())
 	if i == 0 && r.cfg.Stdin != nil {
 		stdin = io.MultiReader(stdin, r.cfg.Stdin)
 	}
 	cmd.Stdin = stdin
 	cmd.WaitDelay = time.Second
-	so, err := out.pipe(-1, false)
+	so, err := out.Pipe(-1, false)
 	if err != nil {
 		return err
 	}
-	se, err := out.pipe(-1, true)
+	se, err := out.Pipe(-1, true)
 	if err != nil {
 		so.Close()
 		return err
@@ -213,7 +226,7 @@ func (r *rootNode) startAgent(i int, cmd *exec.Cmd, out *output) error {
 	if err != nil {
 		return err
 	}
-	go func() { r.exits <- bootExit{i, cmd.Wait()} }()
+	r.links.Go(func() { r.exits <- bootExit{i, cmd.Wait()} }) // exits holds one per agent
 	return nil
 }
 
@@ -222,11 +235,15 @@ func (r *rootNode) startAgent(i int, cmd *exec.Cmd, out *output) error {
 // agents already up, which wait for the table, and those still to come
 // end at once instead of at the kill grace.
 func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
+	// The acceptor and the hello readers end when actx does (cancelled on
+	// return), and accept waits for them.
+	var readers sync.WaitGroup
+	defer readers.Wait()
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	type hello struct {
 		c   netio.Conn
-		h   helloMsg
+		h   node.Hello
 		err error
 	}
 	var (
@@ -249,11 +266,20 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 		}
 	}()
 	hch := make(chan hello, k)
-	go func() {
+	deliver := func(h hello) {
+		select {
+		case hch <- h:
+		case <-actx.Done():
+			if h.c != nil {
+				h.c.Close()
+			}
+		}
+	}
+	readers.Go(func() {
 		for {
 			c, err := ln.Accept(actx)
 			if err != nil {
-				hch <- hello{err: err}
+				deliver(hello{err: err})
 				return
 			}
 			mu.Lock()
@@ -266,18 +292,18 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 				c.Close()
 				continue
 			}
-			go func() {
+			readers.Go(func() {
 				f, err := c.Recv(actx)
-				var h helloMsg
-				if err == nil && f.Type == frameHello {
-					err = decode(f.Payload, &h)
+				var h node.Hello
+				if err == nil && f.Type == node.FrameHello {
+					err = node.Decode(f.Payload, &h)
 				} else if err == nil {
 					err = fmt.Errorf("first frame type %d", f.Type)
 				}
-				hch <- hello{c: c, h: h, err: err}
-			}()
+				deliver(hello{c: c, h: h, err: err})
+			})
 		}
-	}()
+	})
 	addrs := make([]string, k)
 	got := 0
 	for got < k {
@@ -310,20 +336,24 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 	}
 	connected = true
 	r.rec.Mark("agents connected", -1)
-	table := encode(tableMsg{Addrs: addrs})
+	table := node.Encode(node.Table{Addrs: addrs})
 	now := time.Now()
 	for i, c := range r.conns {
 		r.lastRx[i] = now
-		r.send(i, netio.Frame{Type: frameTable, Payload: table})
-		go func() {
+		r.send(i, netio.Frame{Type: node.FrameTable, Payload: table})
+		r.links.Go(func() {
 			for {
 				f, err := c.Recv(context.Background())
-				r.in <- frameIn{from: i, f: f, err: err}
+				select {
+				case r.in <- frameIn{from: i, f: f, err: err}:
+				case <-r.quit:
+					return
+				}
 				if err != nil {
 					return
 				}
 			}
-		}()
+		})
 	}
 }
 
@@ -344,7 +374,7 @@ func (r *rootNode) kill(e *JobError) {
 	r.killed = true
 	for i := range r.conns {
 		if !r.done[i] {
-			r.send(i, netio.Frame{Type: frameKill, Payload: encode(killMsg{Code: e.Code, Msg: e.Msg})})
+			r.send(i, netio.Frame{Type: node.FrameKill, Payload: node.Encode(node.Kill{Code: e.Code, Msg: e.Msg})})
 		}
 	}
 }
@@ -356,7 +386,7 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 		defer t.Stop()
 		timeout = t.C
 	}
-	tick := time.NewTicker(heartbeat)
+	tick := time.NewTicker(node.Heartbeat)
 	defer tick.Stop()
 	done := ctx.Done()
 	var grace <-chan time.Time
@@ -382,14 +412,14 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 			}
 		case sig := <-r.cfg.Signals:
 			for i := range r.conns {
-				r.send(i, netio.Frame{Type: frameSignal, Payload: encode(signalMsg{Sig: sys.SignalNumber(sig)})})
+				r.send(i, netio.Frame{Type: node.FrameSignal, Payload: node.Encode(node.Signal{Sig: sys.SignalNumber(sig)})})
 			}
 		case <-tick.C:
 			for i := range r.conns {
 				if r.conns[i] == nil {
 					continue
 				}
-				r.send(i, netio.Frame{Type: frameHeartbeat})
+				r.send(i, netio.Frame{Type: node.FrameHeartbeat})
 				if !r.done[i] && time.Since(r.lastRx[i]) > r.cfg.NetTimeout {
 					r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: no message for %v", i, r.hosts[i], r.cfg.NetTimeout)})
 					r.lastRx[i] = time.Now()
@@ -421,22 +451,25 @@ func (r *rootNode) allDone() bool {
 	return true
 }
 
-// reap waits for the bootstrap processes, killing those that linger.
+// reap waits for the bootstrap processes the loop has not seen exit,
+// killing those that linger. It learns of exits only from r.exits (the
+// goroutine waiting for a process owns its exec.Cmd until it sends).
 func (r *rootNode) reap(cmds []*exec.Cmd) {
 	deadline := time.After(r.cfg.NetTimeout)
 	pending := 0
-	for _, c := range cmds {
-		if c.ProcessState == nil {
+	for i := range cmds {
+		if !r.gone[i] {
 			pending++
 		}
 	}
 	for pending > 0 {
 		select {
-		case <-r.exits:
+		case e := <-r.exits:
+			r.gone[e.i] = true
 			pending--
 		case <-deadline:
-			for _, c := range cmds {
-				if c.ProcessState == nil && c.Process != nil {
+			for i, c := range cmds {
+				if !r.gone[i] && c.Process != nil {
 					_ = sys.SignalGroup(c.Process.Pid, sys.SIGKILL)
 				}
 			}
@@ -455,36 +488,36 @@ func (r *rootNode) frame(fi frameIn) {
 	}
 	r.lastRx[i] = time.Now()
 	switch fi.f.Type {
-	case frameHeartbeat:
-	case frameEvent:
-		var e eventMsg
-		if err := decode(fi.f.Payload, &e); err != nil {
+	case node.FrameHeartbeat:
+	case node.FrameEvent:
+		var e node.Event
+		if err := node.Decode(fi.f.Payload, &e); err != nil {
 			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad event: %v", i, err)})
 			return
 		}
 		switch e.Kind {
-		case evkInit:
+		case node.EvInit:
 			r.rec.Mark(perf.PhaseInit, e.Rank)
-		case evkFinal:
+		case node.EvFinalized:
 			r.rec.Mark(perf.PhaseFinalize, e.Rank)
-		case evkExit:
+		case node.EvExit:
 			r.rec.Mark(perf.PhaseRankExit, e.Rank)
 		}
 		r.fate.event(e)
-	case frameDone:
+	case node.FrameDone:
 		r.done[i] = true
 		var c map[string]int64
-		if decode(fi.f.Payload, &c) == nil {
+		if node.Decode(fi.f.Payload, &c) == nil {
 			r.counters[i] = c
 		}
 		// The link stays open until every node is done (the agent waits
 		// for that, so its peers never see it leave early).
-	case frameName:
-		var m nameMsg
-		if err := decode(fi.f.Payload, &m); err != nil {
+	case node.FrameName:
+		var m node.Name
+		if err := node.Decode(fi.f.Payload, &m); err != nil {
 			return
 		}
-		resp := nameMsg{ID: m.ID, Op: "", Name: m.Name}
+		resp := node.Name{ID: m.ID, Op: "", Name: m.Name}
 		var err error
 		switch m.Op {
 		case "publish":
@@ -501,8 +534,8 @@ func (r *rootNode) frame(fi frameIn) {
 		} else if err != nil {
 			resp.Err = err.Error()
 		}
-		r.send(i, netio.Frame{Type: frameName, Payload: encode(resp)})
-	case frameTree:
+		r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+	case node.FrameTree:
 		m, err := tree.DecodeMsg(fi.f.Payload)
 		if err != nil {
 			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad tree message: %v", i, err)})
@@ -540,7 +573,7 @@ func (r *rootNode) frame(fi frameIn) {
 // once and broadcast.
 func (r *rootNode) ready(rd tree.Ready) {
 	for _, m := range rd.Msgs {
-		r.send(m.To-1, netio.Frame{Type: frameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
+		r.send(m.To-1, netio.Frame{Type: node.FrameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
 	}
 	for _, ev := range rd.Events {
 		if ev.Type != tree.EventGathered {

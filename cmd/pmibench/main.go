@@ -59,7 +59,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/agentmain"
 	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/internal/virtual"
 )
 
 const modulePath = "github.com/fastpmi/fastpmi"
@@ -72,6 +74,11 @@ const (
 )
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "--node" || os.Args[1] == "-node") {
+		// pmirun started this binary as the agent of a job of virtual
+		// ranks (pmid plays none: it does not link the client library).
+		os.Exit(agentmain.Main("pmibench", os.Args[1:], os.Stdin, os.Stdout, os.Stderr, virtual.Start))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGINT, sys.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -14,22 +14,22 @@ package main
 //	       --virtual-rounds R --verbose --netio B --compress C --net-timeout T true
 //
 // K agents (pmid) on 127.0.0.1, each playing its PPN ranks as goroutines
-// that use the real shared-memory client (launch.Config.Virtual). Global
+// that use the real shared-memory client (node.Spec.Virtual, package internal/virtual). Global
 // rank 0 prints one "fastpmi-scale ..." line with its own per-round times
-// (after launch.VirtualWarmupRounds untimed rounds) and each round's tail
+// (after virtual.WarmupRounds untimed rounds) and each round's tail
 // and span over all ranks (see launch's scaleReport.line); --verbose makes
 // pmirun print every node's counters and the root's broadcast totals.
 // pmibench reads those and prints, per job size P, one row per operation
 // and K: each backend's median and minimum time per operation, side by
 // side, then each backend's median tail and median span, then each
-// backend's agent CPU per rank and round (launch.CPUCounter), then what a
+// backend's agent CPU per rank and round (virtual.CPUCounter), then what a
 // node received per operation (broadcast bytes before decompression, "in", and
 // after, "raw"), the collective messages a node sent per operation (tree +
 // ring; the ring's are the inter-node ring messages) and all frames a node
 // sent in the whole job (control events, heartbeats and collectives).
 // Counters cover warm-up and timed rounds, so per-operation figures divide
 // by their sum; the ranks' untimed exchange of timestamps, which the nodes
-// book again under launch.StampCounterPrefix, is taken out of them.
+// book again under virtual.StampCounterPrefix, is taken out of them.
 //
 // Before each job size it computes the shared-memory segment every node
 // maps (shm.Size: control blocks and rings per local rank, plus the
@@ -63,7 +63,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fastpmi/fastpmi/launch"
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/virtual"
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/shm"
 )
@@ -106,9 +107,9 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "4,16,64", "comma-separated agent counts K")
 	ppns := fs.String("ppn", "16,64,128,256", "comma-separated ranks per agent")
-	ops := fs.String("ops", "allgather,fence,ring,iallgather", "comma-separated workloads: "+strings.Join(launch.VirtualWorkloads(), ", "))
+	ops := fs.String("ops", "allgather,fence,ring,iallgather", "comma-separated workloads: "+strings.Join(node.VirtualWorkloads, ", "))
 	backends := fs.String("netio", "net,uring", "comma-separated agent-link backends: net, uring, auto")
-	fs.IntVar(&o.rounds, "rounds", launch.DefaultVirtualRounds, "timed rounds per job")
+	fs.IntVar(&o.rounds, "rounds", node.DefaultVirtualRounds, "timed rounds per job")
 	fs.StringVar(&o.late, "late", "off", "late arrival: rank 0 enters each round this long after a barrier (off, auto, or a duration)")
 	fs.StringVar(&o.codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
 	fs.IntVar(&o.treeWidth, "tree-width", 0, "agent tree width (default pmirun's)")
@@ -129,7 +130,7 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	if o.ppns, err = parseInts(*ppns); err != nil {
 		return o, fmt.Errorf("parse -ppn: %w", err)
 	}
-	if o.ops, err = parseNames(*ops, launch.VirtualWorkloads()); err != nil {
+	if o.ops, err = parseNames(*ops, node.VirtualWorkloads); err != nil {
 		return o, fmt.Errorf("parse -ops: %w", err)
 	}
 	if o.backends, err = parseNames(*backends, []string{"net", "uring", "auto"}); err != nil {
@@ -239,7 +240,7 @@ type scaleResult struct {
 type nodeCounter map[string]int64
 
 // ops is the number of operations the counters cover.
-func (r scaleResult) ops() int64 { return int64(r.Rounds + launch.VirtualWarmupRounds) }
+func (r scaleResult) ops() int64 { return int64(r.Rounds + virtual.WarmupRounds) }
 
 // perNode returns min and max over nodes of counter name summed over
 // names, per operation, without the timestamp exchange's share.
@@ -253,7 +254,7 @@ func (r scaleResult) perNode(names ...string) (lo, hi float64, ok bool) {
 		}
 		var v int64
 		for _, n := range names {
-			v += c[n] - c[launch.StampCounterPrefix+n]
+			v += c[n] - c[virtual.StampCounterPrefix+n]
 		}
 		f := float64(v) / float64(r.ops())
 		if i == 0 || f < lo {
@@ -267,14 +268,14 @@ func (r scaleResult) perNode(names ...string) (lo, hi float64, ok bool) {
 }
 
 // cpuPerRankRound is the CPU time the agents' processes used per rank and
-// round during the timed rounds (launch.CPUCounter over
-// launch.CPURoundsCounter, summed over nodes): the agent's and the
+// round during the timed rounds (virtual.CPUCounter over
+// virtual.CPURoundsCounter, summed over nodes): the agent's and the
 // goroutine ranks' work for one rank's round.
 func (r scaleResult) cpuPerRankRound() (time.Duration, bool) {
 	var cpu, rounds int64
 	for _, c := range r.Counters {
-		cpu += c[launch.CPUCounter]
-		rounds += c[launch.CPURoundsCounter]
+		cpu += c[virtual.CPUCounter]
+		rounds += c[virtual.CPURoundsCounter]
 	}
 	if rounds <= 0 || cpu <= 0 {
 		return 0, false
@@ -289,7 +290,7 @@ func parseScaleOutput(r *scaleResult, stdout, stderr []byte) error {
 	sc := bufio.NewScanner(bytes.NewReader(stdout))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		f, ok := strings.CutPrefix(sc.Text(), launch.ScaleLinePrefix+" ")
+		f, ok := strings.CutPrefix(sc.Text(), virtual.ScaleLinePrefix+" ")
 		if !ok {
 			continue
 		}
@@ -310,7 +311,7 @@ func parseScaleOutput(r *scaleResult, stdout, stderr []byte) error {
 		found = true
 	}
 	if !found {
-		return fmt.Errorf("no %q line on pmirun's standard output", launch.ScaleLinePrefix)
+		return fmt.Errorf("no %q line on pmirun's standard output", virtual.ScaleLinePrefix)
 	}
 	r.Counters = make([]nodeCounter, r.Nodes)
 	sc = bufio.NewScanner(bytes.NewReader(stderr))
@@ -349,8 +350,8 @@ func parseScaleOutput(r *scaleResult, stdout, stderr []byte) error {
 	// Every node receives the root's broadcasts as the root sent them, so
 	// a node's share of the timestamp exchange is the root's too.
 	if len(r.Counters) > 0 {
-		r.RootRaw -= r.Counters[0][launch.StampCounterPrefix+"bcast.bytes.raw"]
-		r.RootSent -= r.Counters[0][launch.StampCounterPrefix+"bcast.bytes.in"]
+		r.RootRaw -= r.Counters[0][virtual.StampCounterPrefix+"bcast.bytes.raw"]
+		r.RootSent -= r.Counters[0][virtual.StampCounterPrefix+"bcast.bytes.in"]
 	}
 	return nil
 }
@@ -472,7 +473,7 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	avail := memAvailable()
 	fmt.Fprintf(stderr, "pmibench: scale: pmirun = %s; %d CPUs, %s available; %d timed rounds per job (+%d warm-up); compression %s; late arrival %s\n",
-		pmirun, runtime.NumCPU(), mib(avail), o.rounds, launch.VirtualWarmupRounds, o.codec, o.late)
+		pmirun, runtime.NumCPU(), mib(avail), o.rounds, virtual.WarmupRounds, o.codec, o.late)
 
 	started := time.Now()
 	var results []scaleResult
@@ -732,7 +733,7 @@ type scaleReport struct {
 func writeScaleJSON(path string, o scaleOptions, started time.Time, results []scaleResult) error {
 	host, _ := os.Hostname()
 	rep := scaleReport{Started: started, Host: host, CPUs: runtime.NumCPU(), Rounds: o.rounds,
-		Warmup: launch.VirtualWarmupRounds, Codec: o.codec, Results: results}
+		Warmup: virtual.WarmupRounds, Codec: o.codec, Results: results}
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode results: %w", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/fastpmi/fastpmi/internal/cli"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/launch"
+	"github.com/fastpmi/fastpmi/perf"
 )
 
 func main() { os.Exit(run()) }
@@ -36,7 +37,7 @@ func run() int {
 		return 2
 	}
 	if path := os.Getenv("FASTPMI_CPUPROFILE"); path != "" {
-		stop, err := cli.StartProfile(path)
+		stop, err := perf.StartCPUProfile(path)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "pmirun: %v\n", err)
 			return 2

@@ -10,12 +10,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/launch"
 )
 
@@ -64,8 +63,8 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	fs.StringVar(&cfg.PmidPath, "pmid", "", "path of pmid on the nodes (default: next to pmirun, else on PATH)")
 	fs.StringVar(&cfg.RootAddr, "root-addr", "", "address agents reach pmirun at (default: first non-loopback address)")
 	fs.IntVar(&cfg.UniverseSize, "usize", -1, "universe size answered to get_universe_size (-1 = unlimited)")
-	fs.StringVar(&cfg.Virtual, "virtual", "", "run the ranks as goroutines inside the agents, playing `WORKLOAD` ("+strings.Join(launch.VirtualWorkloads(), ", ")+"); the program is not run")
-	fs.IntVar(&cfg.VirtualRounds, "virtual-rounds", 0, fmt.Sprintf("timed rounds of the --virtual workload (default %d)", launch.DefaultVirtualRounds))
+	fs.StringVar(&cfg.Virtual, "virtual", "", "run the ranks as goroutines inside the agents, playing `WORKLOAD` ("+strings.Join(node.VirtualWorkloads, ", ")+"); the program is not run")
+	fs.IntVar(&cfg.VirtualRounds, "virtual-rounds", 0, fmt.Sprintf("timed rounds of the --virtual workload (default %d)", node.DefaultVirtualRounds))
 	fs.DurationVar(&cfg.VirtualLate, "virtual-late", 0, "make rank 0 of the --virtual workload arrive this long after the others in every round (0 = rounds back to back)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: %s -n N [options] program [args...]\n\noptions:\n", name)
@@ -100,8 +99,8 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	if cfg.UniverseSize == 0 || cfg.UniverseSize < -1 {
 		return cfg, fmt.Errorf("invalid --usize %d: want a positive number or -1", cfg.UniverseSize)
 	}
-	if cfg.Virtual != "" && !slices.Contains(launch.VirtualWorkloads(), cfg.Virtual) {
-		return cfg, fmt.Errorf("invalid --virtual %q: want one of %s", cfg.Virtual, strings.Join(launch.VirtualWorkloads(), ", "))
+	if cfg.Virtual != "" && !slices.Contains(node.VirtualWorkloads, cfg.Virtual) {
+		return cfg, fmt.Errorf("invalid --virtual %q: want one of %s", cfg.Virtual, strings.Join(node.VirtualWorkloads, ", "))
 	}
 	if cfg.VirtualRounds < 0 {
 		return cfg, fmt.Errorf("invalid --virtual-rounds %d", cfg.VirtualRounds)
@@ -113,18 +112,4 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 		return cfg, errors.New("--virtual-late needs --virtual")
 	}
 	return cfg, nil
-}
-
-// StartProfile writes a CPU profile of this process to path until the
-// returned function is called (FASTPMI_CPUPROFILE).
-func StartProfile(path string) (func(), error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

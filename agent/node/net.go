@@ -1,17 +1,15 @@
-package launch
+package node
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
+
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
-	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -22,14 +20,16 @@ import (
 	"github.com/fastpmi/fastpmi/tree"
 )
 
-// AgentOptions start one node's agent of a multi-node job (pmid).
+// AgentOptions run one node of a multi-node job in its own process (pmid).
 type AgentOptions struct {
-	Node   string    // node index, or "slurm" for SLURM_NODEID
+	Index  int       // this node's index in Spec.Nodes
 	Listen string    // address to listen on for peer agents; "" = ":0"
-	Stdin  io.Reader // the Spec line, then rank 0's input
+	Stdin  io.Reader // rank 0's input (node 0 only)
 	Stdout io.Writer
 	Stderr io.Writer
 	Logger *slog.Logger
+	// Starter, when set, plays the ranks in this process (Spec.Virtual).
+	Starter Starter
 }
 
 // frameIn is a frame received on a link, or the link's end.
@@ -40,13 +40,14 @@ type frameIn struct {
 }
 
 // agentNode is one node of a multi-node job, on its own goroutine (run):
-// the agent and its ranks, the control link to pmirun, the links to peer
-// agents, and the tree and ring state machines. The agent reaches it
-// through netUpstream, whose calls are queued on ops.
+// the Node (agent and ranks), the control link to pmirun, the links to
+// peer agents, and the tree and ring state machines. The agent reaches it
+// through netUpstream, whose calls are queued on ops. The links' receive
+// loops are the only other goroutines; run waits for them.
 type agentNode struct {
-	spec  Spec
+	spec  *Spec
 	idx   int // this node
-	cfg   Config
+	opt   AgentOptions
 	log   *slog.Logger
 	rec   *perf.Recorder
 	tr    netio.Transport
@@ -54,7 +55,9 @@ type agentNode struct {
 	peers map[int]netio.Conn
 	in    chan frameIn
 	ops   chan func()
-	n     *node
+	n     *Node
+	recv  sync.WaitGroup // the links' receive loops
+	quit  chan struct{}  // closed when run returns: receive loops stop delivering
 
 	topo    tree.Topology
 	tnode   *tree.Node
@@ -66,59 +69,32 @@ type agentNode struct {
 	fenceCB map[uint64]func([]agent.KV, error)
 	agCB    map[uint64]func([][]byte, error)
 	ringCB  [2]map[uint64]func(string, error) // ring edges waiting for the neighbour, by side (0: left) and epoch
-	names   map[uint64]chan nameMsg
+	names   map[uint64]chan Name
 	nameID  uint64
 	lastRx  map[int]time.Time
 	dead    error
-	ctx     context.Context
 }
 
-// RunAgent runs one node's agent until its ranks have ended. Its errors
-// name the node.
-func RunAgent(ctx context.Context, o AgentOptions) error {
+// RunAgent runs node o.Index of spec until its ranks have ended. Its
+// errors name the node. It changes nothing process-wide.
+func RunAgent(ctx context.Context, spec *Spec, o AgentOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	br := bufio.NewReaderSize(o.Stdin, 1<<16)
-	line, err := br.ReadBytes('\n')
-	if err != nil {
-		return fmt.Errorf("node %s: read job spec from stdin: %w", o.Node, err)
+	if o.Index < 0 || o.Index >= len(spec.Nodes) {
+		return fmt.Errorf("node index %d: want 0..%d", o.Index, len(spec.Nodes)-1)
 	}
-	var spec Spec
-	if err := json.Unmarshal(line, &spec); err != nil {
-		return fmt.Errorf("node %s: read job spec: %w", o.Node, err)
-	}
-	idxs := o.Node
-	if idxs == "slurm" {
-		idxs = os.Getenv("SLURM_NODEID")
-	}
-	idx, err := strconv.Atoi(idxs)
-	if err != nil || idx < 0 || idx >= len(spec.Nodes) {
-		return fmt.Errorf("node index %q: want 0..%d", idxs, len(spec.Nodes)-1)
-	}
-	if err := adoptLauncher(spec); err != nil {
-		return fmt.Errorf("node %d: %w", idx, err)
-	}
-	if spec.AgentProcs > 0 {
-		runtime.GOMAXPROCS(spec.AgentProcs)
-	}
-	cfg := Config{
-		Size: spec.Size, Prog: spec.Prog, Args: spec.Args, Env: spec.Env, Label: spec.Label,
-		UniverseSize: spec.Usize, JobID: spec.JobID, NoShm: spec.NoShm,
-		Stdout: o.Stdout, Stderr: o.Stderr, Logger: o.Logger, Verbose: spec.Verbose,
-		Virtual: spec.Virtual, VirtualRounds: spec.VirtualRounds, VirtualLate: spec.VirtualLate,
-	}
-	if idx == 0 {
-		cfg.Stdin = br
-	}
-	if err := cfg.validate(); err != nil {
-		return fmt.Errorf("node %d: %w", idx, err)
+	if spec.Wdir != "" {
+		if st, err := os.Stat(spec.Wdir); err != nil || !st.IsDir() {
+			return fmt.Errorf("node %d: working directory of the job: %s is not a directory here", o.Index, spec.Wdir)
+		}
 	}
 	a := &agentNode{
-		spec: spec, idx: idx, cfg: cfg, log: o.Logger.With("node", idx), rec: perf.NewRecorder(),
+		spec: spec, idx: o.Index, opt: o, log: o.Logger.With("node", o.Index), rec: perf.NewRecorder(),
 		peers: make(map[int]netio.Conn), in: make(chan frameIn, 256), ops: make(chan func(), 256),
+		quit:    make(chan struct{}),
 		fenceCB: make(map[uint64]func([]agent.KV, error)), agCB: make(map[uint64]func([][]byte, error)),
-		names: make(map[uint64]chan nameMsg), lastRx: make(map[int]time.Time), ctx: ctx,
+		names: make(map[uint64]chan Name), lastRx: make(map[int]time.Time),
 	}
 	return a.run(ctx, o.Listen)
 }
@@ -147,33 +123,40 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 	host, _, _ := net.SplitHostPort(a.ctl.LocalAddr().String())
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	hn, _ := os.Hostname()
-	hello := helloMsg{Node: a.idx, Addr: net.JoinHostPort(host, port), Host: hn, PID: os.Getpid(),
+	hello := Hello{Node: a.idx, Addr: net.JoinHostPort(host, port), Host: hn, PID: os.Getpid(),
 		NetBE: a.tr.Backend().Name, Ranks: len(spec.Nodes[a.idx])}
-	if err := a.ctl.Send(dctx, netio.Frame{Type: frameHello, Payload: encode(hello)}); err != nil {
+	if err := a.ctl.Send(dctx, netio.Frame{Type: FrameHello, Payload: Encode(hello)}); err != nil {
 		return fmt.Errorf("node %d: hello: %w", a.idx, err)
 	}
 	f, err := a.ctl.Recv(dctx)
-	if err != nil || f.Type != frameTable {
+	if err != nil || f.Type != FrameTable {
 		return fmt.Errorf("node %d: wait for the agent table: %v (frame %d)", a.idx, err, f.Type)
 	}
-	var table tableMsg
-	if err := decode(f.Payload, &table); err != nil || len(table.Addrs) != len(spec.Nodes) {
+	var table Table
+	if err := Decode(f.Payload, &table); err != nil || len(table.Addrs) != len(spec.Nodes) {
 		return fmt.Errorf("node %d: bad agent table: %v", a.idx, err)
 	}
 	if err := a.setup(dctx, ln, table); err != nil {
 		return fmt.Errorf("node %d: %w", a.idx, err)
 	}
 	ln.Close()
-	go a.recvLoop(-1, a.ctl)
+	a.recv.Go(func() { a.recvLoop(-1, a.ctl) })
 	for p, c := range a.peers {
-		go a.recvLoop(p, c)
+		a.recv.Go(func() { a.recvLoop(p, c) })
 	}
+	defer func() {
+		// The receive loops end when their links close, and the
+		// transport's Close closes every link.
+		close(a.quit)
+		a.tr.Close()
+		a.recv.Wait()
+	}()
 	return a.loop(ctx)
 }
 
 // setup builds the tree and ring state and the links to peer agents: the
 // lower-numbered node of each pair dials.
-func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table tableMsg) error {
+func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table Table) error {
 	spec := a.spec
 	var err error
 	K := len(spec.Nodes)
@@ -217,7 +200,7 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table tableMsg
 		if err != nil {
 			return fmt.Errorf("link to node %d at %s: %w", p, table.Addrs[p], err)
 		}
-		if err := c.Send(ctx, netio.Frame{Type: frameLink, Payload: encode(linkMsg{From: a.idx})}); err != nil {
+		if err := c.Send(ctx, netio.Frame{Type: FrameLink, Payload: Encode(Link{From: a.idx})}); err != nil {
 			return fmt.Errorf("link to node %d: %w", p, err)
 		}
 		a.peers[p] = c
@@ -228,9 +211,9 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table tableMsg
 			return fmt.Errorf("accept peer links: %w", err)
 		}
 		f, err := c.Recv(ctx)
-		var lm linkMsg
-		if err == nil && f.Type == frameLink {
-			err = decode(f.Payload, &lm)
+		var lm Link
+		if err == nil && f.Type == FrameLink {
+			err = Decode(f.Payload, &lm)
 		} else if err == nil {
 			err = fmt.Errorf("first frame type %d", f.Type)
 		}
@@ -243,10 +226,16 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table tableMsg
 	return nil
 }
 
+// recvLoop delivers link c's frames to the node's loop until the link
+// ends or run returns.
 func (a *agentNode) recvLoop(from int, c netio.Conn) {
 	for {
 		f, err := c.Recv(context.Background())
-		a.in <- frameIn{from: from, f: f, err: err}
+		select {
+		case a.in <- frameIn{from: from, f: f, err: err}:
+		case <-a.quit:
+			return
+		}
 		if err != nil {
 			return
 		}
@@ -271,29 +260,28 @@ func (a *agentNode) send(to int, f netio.Frame) {
 	a.rec.Add("net.bytes.sent", int64(len(f.Payload)))
 }
 
-func (a *agentNode) emit(e eventMsg) {
-	a.send(-1, netio.Frame{Type: frameEvent, Payload: encode(e)})
+func (a *agentNode) emit(e Event) {
+	a.send(-1, netio.Frame{Type: FrameEvent, Payload: Encode(e)})
 }
 
 func (a *agentNode) loop(ctx context.Context) error {
 	spec := a.spec
-	path, err := lookProg(spec.Prog)
-	if spec.Virtual != "" {
-		path, err = "virtual", nil
-	}
+	var err error
+	a.n, err = New(spec, Options{
+		Index: a.idx, Stdin: a.opt.Stdin, Stdout: a.opt.Stdout, Stderr: a.opt.Stderr, Logger: a.log,
+		Perf: a.rec, Upstream: netUpstream{a}, Emit: a.emit, Starter: a.opt.Starter,
+	})
 	if err != nil {
-		a.emit(eventMsg{Kind: evkStartErr, Rank: spec.Nodes[a.idx][0], Msg: fmt.Sprintf("cannot run %q: %v", spec.Prog, err)})
-	}
-	a.n, err = newNode(a.cfg, nodeSpec{size: spec.Size, ranks: spec.Nodes[a.idx], mapping: spec.Mapping, upstream: netUpstream{a}}, a.rec, a.emit)
-	if err != nil {
-		a.emit(eventMsg{Kind: evkStartErr, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})
-		a.send(-1, netio.Frame{Type: frameDone, Payload: encode(a.rec.Counters())})
+		a.emit(Event{Kind: EvStartErr, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})
+		a.send(-1, netio.Frame{Type: FrameDone, Payload: Encode(a.rec.Counters())})
 		return err
 	}
-	if path != "" {
-		a.n.start(path)
+	if err := a.n.Resolve(); err != nil {
+		a.emit(Event{Kind: EvStartErr, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})
+	} else {
+		a.n.Start()
 	}
-	tick := time.NewTicker(heartbeat)
+	tick := time.NewTicker(Heartbeat)
 	defer tick.Stop()
 	now := time.Now()
 	a.lastRx[-1] = now
@@ -301,10 +289,10 @@ func (a *agentNode) loop(ctx context.Context) error {
 		a.lastRx[p] = now
 	}
 	rootLost := false
-	for a.n.live() > 0 {
+	for a.n.Live() > 0 {
 		select {
-		case ev := <-a.n.evch:
-			a.n.handle(ev)
+		case ev := <-a.n.Events():
+			a.n.Handle(ev)
 		case op := <-a.ops:
 			op()
 		case fi := <-a.in:
@@ -312,7 +300,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 				if fi.from < 0 && !rootLost {
 					rootLost = true
 					a.log.Error("lost pmirun; ending local ranks", "err", fi.err)
-					a.n.kill()
+					a.n.Kill()
 				}
 				a.failLink(fi.from, fi.err)
 				continue
@@ -320,32 +308,31 @@ func (a *agentNode) loop(ctx context.Context) error {
 			a.lastRx[fi.from] = time.Now()
 			a.frame(fi)
 		case <-tick.C:
-			a.send(-1, netio.Frame{Type: frameHeartbeat})
+			a.send(-1, netio.Frame{Type: FrameHeartbeat})
 			for p := range a.peers {
-				a.send(p, netio.Frame{Type: frameHeartbeat})
+				a.send(p, netio.Frame{Type: FrameHeartbeat})
 			}
 			for p, t := range a.lastRx {
 				if time.Since(t) > spec.NetTimeout {
 					err := fmt.Errorf("no message for %v", spec.NetTimeout)
 					if p < 0 && !rootLost {
 						rootLost = true
-						a.n.kill()
+						a.n.Kill()
 					}
 					a.failLink(p, err)
 					delete(a.lastRx, p)
 				}
 			}
-		case <-a.n.killTime:
-			a.n.killNow()
+		case <-a.n.KillTimer():
+			a.n.KillNow()
 		case <-ctx.Done():
-			a.n.kill()
+			a.n.Kill()
 		}
 	}
-	a.n.drain()
-	a.n.close()
+	a.n.Close()
 	if !rootLost {
 		counters := a.rec.Counters()
-		a.send(-1, netio.Frame{Type: frameDone, Payload: encode(counters)})
+		a.send(-1, netio.Frame{Type: FrameDone, Payload: Encode(counters)})
 		// Stay until pmirun closes the link, when every node is done: a
 		// node that leaves early would look lost to the peers still
 		// running. Heartbeats go on meanwhile; a pmirun silent for
@@ -360,9 +347,9 @@ func (a *agentNode) loop(ctx context.Context) error {
 					a.lastRx[-1] = time.Now()
 				}
 			case <-tick.C:
-				a.send(-1, netio.Frame{Type: frameHeartbeat})
+				a.send(-1, netio.Frame{Type: FrameHeartbeat})
 				for p := range a.peers {
-					a.send(p, netio.Frame{Type: frameHeartbeat})
+					a.send(p, netio.Frame{Type: FrameHeartbeat})
 				}
 				if time.Since(a.lastRx[-1]) > spec.NetTimeout {
 					return nil
@@ -397,32 +384,32 @@ func (a *agentNode) failLink(p int, err error) {
 	a.failRing(e)
 	for id, ch := range a.names {
 		delete(a.names, id)
-		ch <- nameMsg{ID: id, Err: e.Error()}
+		ch <- Name{ID: id, Err: e.Error()}
 	}
 }
 
 func (a *agentNode) frame(fi frameIn) {
 	switch fi.f.Type {
-	case frameHeartbeat:
-	case frameKill:
-		var k killMsg
-		_ = decode(fi.f.Payload, &k)
+	case FrameHeartbeat:
+	case FrameKill:
+		var k Kill
+		_ = Decode(fi.f.Payload, &k)
 		a.log.Info("pmirun ends the job", "code", k.Code, "msg", k.Msg)
-		a.n.kill()
-	case frameSignal:
-		var s signalMsg
-		if decode(fi.f.Payload, &s) == nil {
-			a.n.signal(sysSignal(s.Sig))
+		a.n.Kill()
+	case FrameSignal:
+		var s Signal
+		if Decode(fi.f.Payload, &s) == nil {
+			a.n.Signal(sys.Signal(s.Sig))
 		}
-	case frameName:
-		var m nameMsg
-		if decode(fi.f.Payload, &m) == nil {
+	case FrameName:
+		var m Name
+		if Decode(fi.f.Payload, &m) == nil {
 			if ch := a.names[m.ID]; ch != nil {
 				delete(a.names, m.ID)
 				ch <- m
 			}
 		}
-	case frameTree:
+	case FrameTree:
 		m, err := tree.DecodeMsg(fi.f.Payload)
 		if err != nil {
 			a.log.Error("bad tree message", "from", fi.from, "err", err)
@@ -434,7 +421,7 @@ func (a *agentNode) frame(fi frameIn) {
 			return
 		}
 		a.ready(r)
-	case frameRing:
+	case FrameRing:
 		m, err := ring.DecodeMessage(fi.f.Payload)
 		if err != nil {
 			a.log.Error("bad ring message", "from", fi.from, "err", err)
@@ -452,7 +439,7 @@ func (a *agentNode) ready(r tree.Ready) {
 	for _, m := range r.Msgs {
 		to := m.To - 1 // tree node t is agent t-1; 0 is the root
 		a.rec.Add("tree.msgs.sent", 1)
-		a.send(to, netio.Frame{Type: frameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
+		a.send(to, netio.Frame{Type: FrameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
 	}
 	for _, ev := range r.Events {
 		if ev.Type != tree.EventDelivered {
@@ -534,7 +521,7 @@ func (a *agentNode) ringSend(epoch uint64, toLeft bool, value string, done func(
 		a.ringRecv(m)
 	} else {
 		a.rec.Add("ring.msgs.sent", 1)
-		a.send(m.To, netio.Frame{Type: frameRing, Epoch: m.Epoch, Payload: ring.AppendMessage(nil, m)})
+		a.send(m.To, netio.Frame{Type: FrameRing, Epoch: m.Epoch, Payload: ring.AppendMessage(nil, m)})
 	}
 	if ok {
 		a.ringDeliver(ringSide(toLeft), epoch, got)
@@ -663,41 +650,41 @@ func (u netUpstream) RingEdge(epoch uint64, toLeft bool, value string, done func
 	}
 }
 
-func (u netUpstream) name(m nameMsg) nameMsg {
-	ch := make(chan nameMsg, 1)
+func (u netUpstream) name(m Name) Name {
+	ch := make(chan Name, 1)
 	u.a.ops <- func() {
 		a := u.a
 		if a.dead != nil {
-			ch <- nameMsg{Err: a.dead.Error()}
+			ch <- Name{Err: a.dead.Error()}
 			return
 		}
 		a.nameID++
 		m.ID = a.nameID
 		a.names[m.ID] = ch
-		a.send(-1, netio.Frame{Type: frameName, Payload: encode(m)})
+		a.send(-1, netio.Frame{Type: FrameName, Payload: Encode(m)})
 	}
 	select {
 	case r := <-ch:
 		return r
 	case <-time.After(u.a.spec.NetTimeout + 5*time.Second):
-		return nameMsg{Err: "name service: no answer from pmirun"}
+		return Name{Err: "name service: no answer from pmirun"}
 	}
 }
 
 func (u netUpstream) Publish(name, port string) error {
-	return nameErr(u.name(nameMsg{Op: "publish", Name: name, Port: port}))
+	return nameErr(u.name(Name{Op: "publish", Name: name, Port: port}))
 }
 
 func (u netUpstream) Unpublish(name string) error {
-	return nameErr(u.name(nameMsg{Op: "unpublish", Name: name}))
+	return nameErr(u.name(Name{Op: "unpublish", Name: name}))
 }
 
 func (u netUpstream) Lookup(name string) (string, error) {
-	r := u.name(nameMsg{Op: "lookup", Name: name})
+	r := u.name(Name{Op: "lookup", Name: name})
 	return r.Port, nameErr(r)
 }
 
-func nameErr(m nameMsg) error {
+func nameErr(m Name) error {
 	switch {
 	case m.NotFound:
 		return fmt.Errorf("%s %q: %w", m.Op, m.Name, agent.ErrNameNotFound)
@@ -706,5 +693,3 @@ func nameErr(m nameMsg) error {
 	}
 	return nil
 }
-
-func sysSignal(n int) os.Signal { return sys.Signal(n) }

@@ -1,4 +1,4 @@
-package launch
+package node
 
 import (
 	"bufio"
@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// output forwards the ranks' stdout and stderr to the launcher's, a whole
+// Output forwards the ranks' stdout and stderr to the launcher's, a whole
 // line at a time: a line is written with one Write under the stream's
 // lock, so lines of different ranks never interleave inside a line.
-type output struct {
+type Output struct {
 	label bool
 	multi bool // more than one rank: terminate a final partial line
 	out   lockedWriter
@@ -35,21 +35,23 @@ func (l *lockedWriter) write(b []byte) {
 	l.mu.Unlock()
 }
 
-func newOutput(cfg Config) *output {
-	return &output{
-		label: cfg.Label,
-		multi: cfg.Size > 1,
-		out:   lockedWriter{w: cfg.Stdout},
-		err:   lockedWriter{w: cfg.Stderr},
+// NewOutput forwards to stdout and stderr, prefixing lines with "[rank] "
+// when label is set and terminating a final partial line when multi.
+func NewOutput(label, multi bool, stdout, stderr io.Writer) *Output {
+	return &Output{
+		label: label,
+		multi: multi,
+		out:   lockedWriter{w: stdout},
+		err:   lockedWriter{w: stderr},
 	}
 }
 
 // maxLine bounds how much of one line is held before it is written anyway.
 const maxLine = 1 << 20
 
-// pipe returns the write end for rank r's stdout (or stderr) and starts
+// Pipe returns the write end for rank r's stdout (or stderr) and starts
 // forwarding its read end.
-func (o *output) pipe(r int, stderr bool) (*os.File, error) {
+func (o *Output) Pipe(r int, stderr bool) (*os.File, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -73,7 +75,7 @@ func (o *output) pipe(r int, stderr bool) (*os.File, error) {
 	return pw, nil
 }
 
-func (o *output) forward(r *os.File, dst *lockedWriter, prefix []byte) {
+func (o *Output) forward(r *os.File, dst *lockedWriter, prefix []byte) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	line := make([]byte, 0, 4096)
 	flush := func() {
@@ -105,11 +107,11 @@ func (o *output) forward(r *os.File, dst *lockedWriter, prefix []byte) {
 	}
 }
 
-// wait waits for every forwarder to reach EOF, at most d; then it closes
+// Wait waits for every forwarder to reach EOF, at most d; then it closes
 // the read ends (a rank's orphaned children may hold the write ends).
-func (o *output) wait(d time.Duration) {
+func (o *Output) Wait(d time.Duration) {
 	done := make(chan struct{})
-	go func() { o.wg.Wait(); close(done) }()
+	go func() { o.wg.Wait(); close(done) }() // ends with the forwarders, waited for below
 	select {
 	case <-done:
 		return

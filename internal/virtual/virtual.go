@@ -1,24 +1,26 @@
-package launch
-
-// Virtual ranks (Config.Virtual): the scale benchmark plays every local
-// rank as a goroutine of the node's own process instead of forking it.
-// Each goroutine is a real shared-memory client (client.NewVirtual) of the
+// Package virtual plays a node's ranks as goroutines of the agent's own
+// process (node.Spec.Virtual): the scale benchmark's virtual ranks. It is
+// benchmark code: pmibench links it and serves as the agent of virtual
+// jobs (pmirun starts pmibench, not pmid, for --virtual); pmid and pmirun
+// do not link it, nor the client library it uses.
+//
+// Each goroutine rank is a real shared-memory client (internal/clientseam) of the
 // node's segment, so the agent serves it exactly as it serves a rank
 // process; only fork/exec and the PMI_FD connection are left out, which
 // lets one machine run many agents with thousands of ranks each.
 //
-// Ownership. startVirtual runs on the node's loop goroutine: it fills
-// n.procs with one placeholder per rank (pid 0, no command) and starts one
-// goroutine per rank. A rank goroutine touches nothing of the node but its
-// own Client and the event channel: it sends exactly one evExit for its
-// rank when it is done, after its Client finalized, so the loop (which
-// runs until every placeholder exited) closes the agent, and with it the
-// segment, only after every goroutine stopped using it. n.virtualStop
-// cancels the goroutines' context (kill); a cancelled rank still
+// Ownership. Start (a node.Starter) runs on the node's loop goroutine and
+// starts one goroutine per rank. A rank goroutine touches nothing of the
+// node but its own Client, the output and Host.Exited: it reports its exit
+// exactly once, as its last act, after its Client finalized, so the node
+// (which runs until every rank exited) closes the agent, and with it the
+// segment, only after every goroutine stopped using it: the node's wait
+// for its ranks is the wait for these goroutines. The stop function Start
+// returns cancels the goroutines' context (kill); a cancelled rank still
 // finalizes and reports.
 //
 // Exit judging. A rank that exits with code 0 is judged once the agent
-// has drained its PMI connection (node.handle). A virtual rank has no text
+// has drained its PMI connection (node.Node.Handle). A virtual rank has no text
 // connection, so Agent.Drained would never close and the judgement would
 // wait for the 500 ms fallback. Its Finalize is synchronous — when it
 // returns the agent has served every request of the rank — so the rank
@@ -40,12 +42,13 @@ package launch
 //
 // Late arrival. Back to back, a round on a machine with fewer cores than
 // ranks waits mostly for every rank's turn, whatever the operation does.
-// With Config.VirtualLate every round starts with an untimed barrier, and
+// With Spec.VirtualLate every round starts with an untimed barrier, and
 // global rank 0 enters only after waiting that long (arrive): the others
 // have entered and done what they could without it, the machine is quiet,
 // and the round's tail is the operation's own latency after its last
 // participant arrived, what a node with its own cores would see. Rank 0's
 // report counts the rounds in which it did enter last.
+package virtual
 
 import (
 	"context"
@@ -55,25 +58,23 @@ import (
 	"net"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/client"
+	"github.com/fastpmi/fastpmi/internal/clientseam"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/perf"
 )
 
-// DefaultVirtualRounds is the number of timed rounds of a virtual workload
-// when Config.VirtualRounds is 0.
-const DefaultVirtualRounds = 10
-
-// VirtualWarmupRounds is the number of untimed rounds a virtual rank runs
+// WarmupRounds is the number of untimed rounds a virtual rank runs
 // before the timed ones (they absorb the agents' and ranks' start-up
 // skew). Counters of a virtual job cover warm-up and timed rounds alike.
-const VirtualWarmupRounds = 1
+const WarmupRounds = 1
 
 // ScaleLinePrefix starts the one line global rank 0 of a virtual job
 // prints to standard output with its timings (see scaleReport.line).
@@ -95,127 +96,105 @@ var stampCounters = []string{"tree.msgs.sent", "bcast.bytes.in", "bcast.bytes.ra
 // checks its result (the check is not part of the round's span and tail).
 type virtualRound func(ctx context.Context, c *client.Client, round int, done func()) error
 
-// virtualWorkloads are the workloads Config.Virtual may name.
-var virtualWorkloads = map[string]virtualRound{
+// workloads are the workloads Spec.Virtual may name (node.VirtualWorkloads
+// lists their names for the root, which does not link this package).
+var workloads = map[string]virtualRound{
 	"allgather":  allgatherRound,
 	"iallgather": iallgatherRound,
 	"fence":      fenceRound,
 	"ring":       ringRound,
 }
 
-// VirtualWorkloads returns the names Config.Virtual accepts, sorted.
-func VirtualWorkloads() []string {
-	names := make([]string, 0, len(virtualWorkloads))
-	for k := range virtualWorkloads {
-		names = append(names, k)
+// Start plays the node's ranks as goroutines: a node.Starter.
+func Start(h node.Host) (stop func(), err error) {
+	spec := h.Spec
+	round, ok := workloads[spec.Virtual]
+	if !ok {
+		return nil, fmt.Errorf("virtual ranks: unknown workload %q (want %s)", spec.Virtual, strings.Join(node.VirtualWorkloads, ", "))
 	}
-	sort.Strings(names)
-	return names
-}
-
-// startVirtual runs the node's ranks as goroutines (Config.Virtual).
-func (n *node) startVirtual() {
-	round, ok := virtualWorkloads[n.cfg.Virtual]
-	clk, cerr := newMachineClock()
-	var why string
-	switch {
-	case !ok:
-		why = fmt.Sprintf("virtual ranks: unknown workload %q (want %s)", n.cfg.Virtual, strings.Join(VirtualWorkloads(), ", "))
-	case n.shm == nil:
-		why = "virtual ranks need the shared-memory segment (drop --no-shm)"
-	case n.cfg.VirtualRounds < 0:
-		why = fmt.Sprintf("virtual ranks: %d rounds", n.cfg.VirtualRounds)
-	case n.cfg.VirtualLate < 0:
-		why = fmt.Sprintf("virtual ranks: late arrival of %v", n.cfg.VirtualLate)
-	case cerr != nil:
-		why = fmt.Sprintf("virtual ranks: %v", cerr)
+	clk, err := newMachineClock()
+	if err != nil {
+		return nil, fmt.Errorf("virtual ranks: %w", err)
 	}
-	if why != "" {
-		n.emit(eventMsg{Kind: evkStartErr, Rank: n.ranks[0], Msg: why})
-		for _, g := range n.ranks {
-			n.ag.RankGone(g, "never started")
-		}
-		return
-	}
-	rounds := n.cfg.VirtualRounds
+	rounds := spec.VirtualRounds
 	if rounds == 0 {
-		rounds = DefaultVirtualRounds
+		rounds = node.DefaultVirtualRounds
 	}
-	x := &stampExchange{rec: n.rec, ranks: len(n.ranks)}
-	cpu := &cpuMeter{rec: n.rec, ranks: len(n.ranks)}
-	maxValue := n.shm.Params().MaxValue
+	x := &stampExchange{rec: h.Perf, ranks: len(h.Ranks)}
+	cpu := &cpuMeter{rec: h.Perf, ranks: len(h.Ranks)}
+	maxValue := h.Segment.Params().MaxValue
 	ctx, cancel := context.WithCancel(context.Background())
-	n.virtualStop = cancel
-	for i, g := range n.ranks {
-		n.procs[g] = &rankProc{rank: g}
+	for i, g := range h.Ranks {
 		vr := virtualRank{
-			info:     client.Info{Rank: g, Size: n.size, LocalRank: i, LocalSize: len(n.ranks), JobID: n.cfg.JobID},
-			op:       n.cfg.Virtual,
+			info:     clientseam.Info{Rank: g, Size: spec.Size, LocalRank: i, LocalSize: len(h.Ranks), JobID: spec.JobID},
+			op:       spec.Virtual,
 			round:    round,
 			rounds:   rounds,
-			late:     n.cfg.VirtualLate,
+			late:     spec.VirtualLate,
 			clk:      clk,
 			x:        x,
 			cpu:      cpu,
 			maxValue: maxValue,
 		}
-		go func() {
+		go func() { // ends with Exited, which the node waits for
 			code := 0
-			if err := vr.run(ctx, n); err != nil {
+			if err := vr.run(ctx, h); err != nil {
 				code = 1
 				if ctx.Err() == nil { // a kill cancelled it: the job's failure is reported elsewhere
-					n.out.err.write(fmt.Appendf(nil, "pmid: rank %d: %v\n", g, err))
+					h.Stderr(fmt.Appendf(nil, "pmid: rank %d: %v\n", g, err))
 				}
 			}
-			n.evch <- event{kind: evExit, rank: g, code: code}
+			h.Exited(i, code)
 		}()
 	}
+	return cancel, nil
 }
 
 // virtualRank is one goroutine rank.
 type virtualRank struct {
-	info     client.Info
+	info     clientseam.Info
 	op       string
 	round    virtualRound
 	rounds   int
-	late     time.Duration // Config.VirtualLate
+	late     time.Duration // Spec.VirtualLate
 	clk      machineClock
 	x        *stampExchange // shared by the node's ranks
 	cpu      *cpuMeter      // shared by the node's ranks
 	maxValue int            // the segment's value limit, which bounds one allgather of stamps
 }
 
-// run plays the rank: VirtualWarmupRounds untimed rounds, then the timed
+// run plays the rank: WarmupRounds untimed rounds, then the timed
 // rounds back to back (or each after a barrier and rank 0's late arrival,
 // see arrive), then the timestamp exchange, then Finalize. Global rank 0
 // prints the timings.
-func (v virtualRank) run(ctx context.Context, n *node) error {
-	c, err := client.NewVirtual(n.shm, v.info)
+func (v virtualRank) run(ctx context.Context, h node.Host) error {
+	cl, err := clientseam.New(h.Segment, v.info)
 	if err != nil {
 		return err
 	}
-	err = v.play(ctx, c, n)
+	c := cl.(*client.Client)
+	err = v.play(ctx, c, h)
 	if ferr := c.Finalize(); ferr != nil {
 		return errors.Join(err, ferr)
 	}
 	if err != nil {
 		return err
 	}
-	if derr := drainedNow(n, v.info.LocalRank); derr != nil {
-		// Judging falls back to node.handle's timeout; not an error.
-		n.out.err.write(fmt.Appendf(nil, "pmid: rank %d: %v\n", v.info.Rank, derr))
+	if derr := drainedNow(h.Agent, v.info.LocalRank); derr != nil {
+		// Judging falls back to the node's timeout; not an error.
+		h.Stderr(fmt.Appendf(nil, "pmid: rank %d: %v\n", v.info.Rank, derr))
 	}
 	return nil
 }
 
-func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error {
+func (v virtualRank) play(ctx context.Context, c *client.Client, h node.Host) error {
 	rep := scaleReport{op: v.op, size: v.info.Size, local: v.info.LocalSize, late: v.late}
 	timed := v.info.Rank == 0
 	stamps := make([]int64, 0, 2*v.rounds) // in and out of each timed round
 	var out int64
 	done := func() { out = v.clk.now() }
-	for r := range VirtualWarmupRounds + v.rounds {
-		if r == VirtualWarmupRounds {
+	for r := range WarmupRounds + v.rounds {
+		if r == WarmupRounds {
 			v.cpu.begin()
 		}
 		if err := v.arrive(ctx, c); err != nil {
@@ -228,7 +207,7 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error 
 		}
 		v.cpu.rounds.Add(1)
 		switch d := time.Since(t); {
-		case r < VirtualWarmupRounds:
+		case r < WarmupRounds:
 			rep.warmup += d
 			continue
 		case timed:
@@ -243,7 +222,7 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error 
 	}
 	if timed {
 		rep.ends, rep.foreign = ends, foreign
-		n.out.out.write([]byte(rep.line() + "\n"))
+		h.Stdout([]byte(rep.line() + "\n"))
 	}
 	// No end barrier: an agent whose ranks are done keeps its links open
 	// until pmirun closes them all (agentNode.loop), so a peer still in
@@ -251,7 +230,7 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, n *node) error 
 	return nil
 }
 
-// arrive starts a round of a late-arrival job (Config.VirtualLate): every
+// arrive starts a round of a late-arrival job (Spec.VirtualLate): every
 // rank enters an untimed barrier (an empty Fence), and global rank 0 then
 // waits v.late before it goes on, so that it enters the operation last,
 // after the others' entries and whatever work they could finish without
@@ -543,10 +522,10 @@ func (m *cpuMeter) end() {
 // send nothing more: it binds a connection whose other end is already
 // closed, so the agent ends it at once and closes Drained (see the file
 // comment).
-func drainedNow(n *node, i int) error {
+func drainedNow(ag *agent.Agent, i int) error {
 	ours, theirs := net.Pipe()
 	ours.Close()
-	if err := n.ag.Serve(i, theirs); err != nil {
+	if err := ag.Serve(i, theirs); err != nil {
 		return fmt.Errorf("mark drained: %w", err)
 	}
 	return nil
@@ -557,7 +536,7 @@ type scaleReport struct {
 	op          string
 	size, local int
 	warmup      time.Duration
-	late        time.Duration   // Config.VirtualLate
+	late        time.Duration   // Spec.VirtualLate
 	times       []time.Duration // per timed round, rank 0's own
 	ends        []roundEnds     // per timed round, over the job
 	foreign     int             // ranks whose clocks are on another machine than rank 0's
@@ -585,7 +564,7 @@ type scaleReport struct {
 // are on other machines than rank 0's, the span and tail fields are left
 // out and the line ends in "clocks=unshared foreign=N" (N such ranks).
 //
-// A late-arrival job (Config.VirtualLate) adds late_us, rank 0's wait
+// A late-arrival job (Spec.VirtualLate) adds late_us, rank 0's wait
 // after each round's barrier, and, with shared clocks, late_last, the
 // timed rounds rank 0 entered after every other rank, and
 // late_gap_min_us, the least time by which it did (negative when some

@@ -1,4 +1,4 @@
-package launch
+package virtual
 
 import (
 	"encoding/binary"

@@ -1,0 +1,414 @@
+package node
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/shm"
+)
+
+// Options are what the process running a node gives it besides the Spec.
+type Options struct {
+	Index  int       // this node's index in Spec.Nodes
+	Stdin  io.Reader // rank 0's input (node holding rank 0 only); nil = /dev/null
+	Stdout io.Writer // the ranks' output; nil = os.Stdout
+	Stderr io.Writer // nil = os.Stderr
+	Logger *slog.Logger
+	Perf   *perf.Recorder // nil = a new one
+	// Upstream is the rest of the job; nil = agent.Local (one node).
+	Upstream agent.Upstream
+	// Emit receives the node's reports about its ranks, on the goroutine
+	// that calls Node's methods.
+	Emit func(Event)
+	// Starter, when set, plays the ranks instead of forking Spec.Prog
+	// (Spec.Virtual); nil = fork.
+	Starter Starter
+}
+
+// Starter plays a node's ranks inside the agent's process instead of
+// forking them (the scale benchmark's virtual ranks, internal/virtual). It
+// starts them and returns at once, with a function that asks every rank to
+// stop (a kill; called at most once, from the node's goroutine). Each rank
+// must end with exactly one Host.Exited call.
+type Starter func(h Host) (stop func(), err error)
+
+// Host is what a Starter's ranks get of their node.
+type Host struct {
+	Spec    *Spec
+	Ranks   []int        // global ranks, local order
+	Segment *shm.Segment // the node's segment (a Starter needs Spec.NoShm false)
+	Agent   *agent.Agent
+	Perf    *perf.Recorder
+	// Stdout and Stderr write whole lines to the job's output.
+	Stdout, Stderr func(line []byte)
+	// Exited reports that local rank i ended with code; safe from any
+	// goroutine.
+	Exited func(i, code int)
+}
+
+// Node is one job's share of one node: the agent, the local ranks'
+// processes (or a Starter's goroutine ranks) and their output. It turns
+// what happens to each rank into Events for the job's fate (Options.Emit)
+// and carries out the fate's orders (Kill, Signal). Only its owner's
+// goroutine calls its methods; rank waiters and the agent feed it through
+// the channel Local returns.
+type Node struct {
+	spec  *Spec
+	opt   Options
+	ranks []int // global ranks here, local order
+	ag    *agent.Agent
+	rec   *perf.Recorder
+	out   *Output
+	env   []string     // every rank's environment but its own variables
+	path  string       // the resolved program
+	seg   *os.File     // shared-memory segment passed to ranks, or nil
+	shm   *shm.Segment // the segment itself (goroutine ranks map it in place)
+	evch  chan event
+
+	procs    map[int]*rankProc // by global rank
+	exited   int               // procs that exited
+	killing  bool
+	killTime <-chan time.Time
+	waiters  sync.WaitGroup // the rank processes' waiters, the exit judges, the disconnect timers
+	quit     chan struct{}  // closed by Close: judges and timers stop waiting
+
+	// starterStop stops a Starter's ranks, or is nil.
+	starterStop func()
+}
+
+// New creates node o.Index of spec: its agent and shared-memory segment.
+// It starts no rank (Start does).
+func New(spec *Spec, o Options) (*Node, error) {
+	if o.Index < 0 || o.Index >= len(spec.Nodes) {
+		return nil, fmt.Errorf("node index %d: want 0..%d", o.Index, len(spec.Nodes)-1)
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Perf == nil {
+		o.Perf = perf.NewRecorder()
+	}
+	if o.Emit == nil {
+		o.Emit = func(Event) {}
+	}
+	ranks := spec.Nodes[o.Index]
+	n := &Node{
+		spec: spec, opt: o, ranks: ranks, rec: o.Perf,
+		evch:  make(chan event, 8*len(ranks)+64),
+		quit:  make(chan struct{}),
+		procs: make(map[int]*rankProc, len(ranks)),
+	}
+	ag, err := agent.New(agent.Config{
+		JobID:        spec.JobID,
+		Size:         spec.Size,
+		Local:        ranks,
+		Mapping:      spec.Mapping,
+		UniverseSize: spec.Usize,
+		Upstream:     o.Upstream,
+		Events:       events{n.evch},
+		Logger:       o.Logger,
+		Perf:         o.Perf,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.ag = ag
+	n.out = NewOutput(spec.Label, spec.Size > 1, o.Stdout, o.Stderr)
+	n.env = baseEnv(spec, len(ranks))
+	if !spec.NoShm {
+		// The node KVS holds a few keys per rank (its entries are not
+		// pre-faulted: unused capacity costs address space, not memory).
+		kvs := min(max(4*shm.DefaultKVSCapacity, 16*spec.Size), 1<<20)
+		seg, err := shm.Create(shm.Params{LocalRanks: len(ranks), WorldSize: spec.Size, KVSCapacity: kvs, FirstEpoch: 1})
+		if err != nil {
+			ag.Close()
+			return nil, fmt.Errorf("create shared memory: %w (run with --no-shm to use PMI_FD only)", err)
+		}
+		if o.Starter != nil {
+			// Every party is a goroutine of this process.
+			seg.SetWaiter(shm.InProcessWaiter())
+		}
+		if err := ag.AttachSegment(seg); err != nil {
+			seg.Close()
+			ag.Close()
+			return nil, err
+		}
+		n.seg = seg.File()
+		n.shm = seg
+		fd := 4
+		if spec.PMIPort {
+			fd = 3
+		}
+		n.env = append(n.env, "FASTPMI_SHM_FD="+strconv.Itoa(fd))
+	}
+	if spec.PMIPort {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			ag.Close()
+			return nil, fmt.Errorf("listen for PMI_PORT connections: %w", err)
+		}
+		ag.ServeListener(ln)
+		n.env = append(n.env, "PMI_PORT="+ln.Addr().String())
+	}
+	return n, nil
+}
+
+// Ranks returns the node's global ranks, in local order.
+func (n *Node) Ranks() []int { return n.ranks }
+
+// Resolve finds the program every rank runs; an error means no rank can
+// start (the caller reports it, exit code 127).
+func (n *Node) Resolve() error {
+	if n.opt.Starter != nil {
+		return nil
+	}
+	path, err := lookProg(n.spec.Prog, n.spec.Wdir, n.env)
+	if err != nil {
+		return fmt.Errorf("cannot run %q: %v", n.spec.Prog, err)
+	}
+	n.path = path
+	return nil
+}
+
+// Start forks every local rank (or hands them to the Starter). A rank that
+// cannot start is reported and the ranks after it are not started. Call
+// Resolve first.
+func (n *Node) Start() {
+	if n.opt.Starter != nil {
+		n.startPlayed()
+		return
+	}
+	if n.path == "" {
+		n.failStart(0, "no program resolved")
+		return
+	}
+	for i, g := range n.ranks {
+		p, err := n.startRank(g, i)
+		if err != nil {
+			n.failStart(i, err.Error())
+			return
+		}
+		n.procs[g] = p
+		n.rec.Mark(perf.PhaseRankForked, g)
+		n.waiters.Go(func() {
+			werr := p.cmd.Wait()
+			ev := event{kind: evExit, rank: p.rank}
+			if ps := p.cmd.ProcessState; ps != nil {
+				code, sig, signaled := sys.ExitStatus(ps)
+				ev.code = code
+				if signaled {
+					ev.sig = sig
+				}
+			} else {
+				ev.code, ev.msg = 1, werr.Error()
+			}
+			n.evch <- ev
+		})
+	}
+}
+
+// failStart reports that local rank i could not start, and releases the
+// agent's waits for it and every rank after it.
+func (n *Node) failStart(i int, why string) {
+	n.opt.Emit(Event{Kind: EvStartErr, Rank: n.ranks[i], Msg: why})
+	for _, r := range n.ranks[i:] {
+		n.ag.RankGone(r, "never started")
+	}
+}
+
+// startPlayed hands the ranks to the Starter.
+func (n *Node) startPlayed() {
+	if n.shm == nil {
+		n.failStart(0, "ranks played in the agent need the shared-memory segment (drop --no-shm)")
+		return
+	}
+	for _, g := range n.ranks {
+		n.procs[g] = &rankProc{rank: g}
+	}
+	stop, err := n.opt.Starter(Host{
+		Spec: n.spec, Ranks: n.ranks, Segment: n.shm, Agent: n.ag, Perf: n.rec,
+		Stdout: n.out.out.write, Stderr: n.out.err.write,
+		Exited: func(i, code int) { n.evch <- event{kind: evExit, rank: n.ranks[i], code: code} },
+	})
+	if err != nil {
+		for _, g := range n.ranks {
+			delete(n.procs, g)
+		}
+		n.failStart(0, err.Error())
+		return
+	}
+	n.starterStop = stop
+}
+
+// Events delivers what happens to the node's ranks; the owner passes each
+// to Handle.
+func (n *Node) Events() <-chan RankEvent { return n.evch }
+
+// Live is the number of started ranks that have not exited.
+func (n *Node) Live() int { return len(n.procs) - n.exited }
+
+// Kill ends every local rank: SIGTERM now, SIGKILL after KillGrace
+// (KillTimer fires; call KillNow then).
+func (n *Node) Kill() {
+	if n.killing {
+		return
+	}
+	n.killing = true
+	n.Signal(sys.SIGTERM)
+	n.killTime = time.After(n.spec.KillGrace)
+}
+
+// KillTimer fires when the kill grace is over; nil before Kill.
+func (n *Node) KillTimer() <-chan time.Time { return n.killTime }
+
+// KillNow is called when KillTimer fires.
+func (n *Node) KillNow() {
+	n.killTime = nil
+	n.Signal(sys.SIGKILL)
+}
+
+// Signal sends sig to every local rank's process group.
+func (n *Node) Signal(sig os.Signal) {
+	for _, p := range n.procs {
+		if !p.exited && p.pid > 0 { // played ranks have no process
+			_ = sys.SignalGroup(p.pid, sig)
+		}
+	}
+	if n.starterStop != nil && (sig == sys.SIGTERM || sig == sys.SIGKILL) {
+		n.starterStop()
+		n.starterStop = nil
+	}
+}
+
+// Handle judges one local event and reports it.
+func (n *Node) Handle(ev RankEvent) {
+	switch ev.kind {
+	case evExit:
+		p := n.procs[ev.rank]
+		if p == nil || p.exited {
+			return
+		}
+		p.exited = true
+		n.exited++
+		n.rec.Mark(perf.PhaseRankExit, ev.rank)
+		if ev.sig != 0 || ev.code != 0 {
+			msg := n.stage(ev.rank)
+			if ev.msg != "" {
+				msg = ": " + ev.msg
+			}
+			n.opt.Emit(Event{Kind: EvExit, Rank: ev.rank, Code: ev.code, Sig: ev.sig, Msg: msg})
+			// Only now release the peers waiting for this rank: the failure
+			// is reported first, so their own exits cannot be blamed first.
+			n.ag.RankGone(ev.rank, describeExit(ev))
+			return
+		}
+		// Code 0: judge once the agent has read everything the rank sent
+		// (its finalize may still be in the socket).
+		drained := n.ag.Drained(ev.rank)
+		r := ev.rank
+		n.waiters.Go(func() {
+			t := time.NewTimer(500 * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-drained:
+			case <-t.C:
+			case <-n.quit:
+				return
+			}
+			spoke, fin := n.ag.RankStatus(r)
+			n.evch <- event{kind: evJudged, rank: r, spoke: spoke, finalized: fin}
+		})
+	case evJudged:
+		n.opt.Emit(Event{Kind: EvExit, Rank: ev.rank, Spoke: ev.spoke, Fin: ev.finalized})
+		if !ev.finalized {
+			n.ag.RankGone(ev.rank, "exited with code 0 without PMI finalize")
+		}
+	case evInit:
+		n.opt.Emit(Event{Kind: EvInit, Rank: ev.rank})
+	case evFinalized:
+		n.opt.Emit(Event{Kind: EvFinalized, Rank: ev.rank})
+	case evDisconnect:
+		p := n.procs[ev.rank]
+		if p == nil || p.exited {
+			return
+		}
+		r := ev.rank
+		n.waiters.Go(func() {
+			t := time.NewTimer(n.spec.DisconnectGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				n.evch <- event{kind: evDisconnectTimer, rank: r}
+			case <-n.quit:
+			}
+		})
+	case evDisconnectTimer:
+		if p := n.procs[ev.rank]; p != nil && !p.exited {
+			n.opt.Emit(Event{Kind: EvLost, Rank: ev.rank})
+		}
+	case evAbort:
+		n.opt.Emit(Event{Kind: EvAbort, Rank: ev.rank, Code: ev.code, Msg: ev.msg})
+	case evProtocol:
+		n.opt.Emit(Event{Kind: EvProtocol, Rank: ev.rank, Msg: ev.msg})
+	}
+}
+
+// stage says where in PMI a failed rank was, from the agent's view.
+func (n *Node) stage(r int) string {
+	spoke, fin := n.ag.RankStatus(r)
+	switch {
+	case fin:
+		return " after PMI finalize"
+	case spoke:
+		return " after PMI init, before finalize"
+	}
+	return " before PMI init"
+}
+
+// drain handles events that raced with the last exit, without waiting.
+func (n *Node) drain() {
+	for {
+		select {
+		case ev := <-n.evch:
+			n.Handle(ev)
+		default:
+			return
+		}
+	}
+}
+
+// Close handles the events that raced with the last exit, closes the
+// agent, waits (boundedly) for the output and for every goroutine the node
+// started. Call it once Live is 0.
+func (n *Node) Close() {
+	n.drain()
+	n.ag.Close()
+	n.out.Wait(2 * time.Second)
+	// The goroutines still running are judges and disconnect timers of
+	// ranks already reported: stop them, taking what they send meanwhile.
+	close(n.quit)
+	done := make(chan struct{})
+	go func() { n.waiters.Wait(); close(done) }()
+	for {
+		select {
+		case <-n.evch:
+		case <-done:
+			return
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBaseEnvDropsLauncherVariables(t *testing.T) {
+	t.Setenv("PMI_PORT", "stale:1")
+	t.Setenv("PMIX_NAMESPACE", "other")
+	t.Setenv("MPI_LOCALRANKID", "9")
+	t.Setenv("FASTPMI_KEEP", "yes")
+	spec := &Spec{Size: 3, JobID: "j", Env: []string{"A=b c"}}
+	env := baseEnv(spec, 3)
+	joined := "\n" + strings.Join(env, "\n") + "\n"
+	for _, bad := range []string{"PMI_PORT=", "PMIX_NAMESPACE=", "MPI_LOCALRANKID=9"} {
+		if strings.Contains(joined, "\n"+bad) {
+			t.Errorf("environment keeps %s", bad)
+		}
+	}
+	for _, good := range []string{"FASTPMI_KEEP=yes", "PMI_FD=3", "PMI_SIZE=3", "PMI_JOBID=j", "MPI_LOCALNRANKS=3", "A=b c"} {
+		if !strings.Contains(joined, "\n"+good+"\n") {
+			t.Errorf("environment lacks %s", good)
+		}
+	}
+}
+
+// Ranks of an agent started over ssh get pmirun's environment, keeping
+// this machine's and session's own variables, and pmirun's working
+// directory; the agent's own process environment and directory stay as
+// they are (a daemon serving several jobs cannot change them).
+func TestLauncherEnvironmentForRanks(t *testing.T) {
+	t.Setenv("SSH_CONNECTION", "10.0.0.1 5000 10.0.0.2 22")
+	t.Setenv("HOSTNAME", "remote")
+	t.Setenv("LOGIN_ONLY", "x")
+	wd, _ := os.Getwd()
+	spec := &Spec{Wdir: t.TempDir(), LauncherEnv: []string{
+		"PATH=/launcher/bin", "JOB_VAR=a=b", "HOSTNAME=launcher", "SSH_CONNECTION=launcher", "=bad", "noequals"}}
+	env := spec.launchEnv()
+	for k, want := range map[string]string{
+		"PATH": "/launcher/bin", "JOB_VAR": "a=b", "HOSTNAME": "remote",
+		"SSH_CONNECTION": "10.0.0.1 5000 10.0.0.2 22", "PWD": spec.Wdir, "LOGIN_ONLY": "",
+	} {
+		if got := getEnv(env, k); got != want {
+			t.Errorf("%s=%q, want %q", k, got, want)
+		}
+	}
+	if os.Getenv("LOGIN_ONLY") != "x" || os.Getenv("HOSTNAME") != "remote" {
+		t.Error("the agent's own environment changed")
+	}
+	if now, _ := os.Getwd(); now != wd {
+		t.Errorf("the agent's working directory changed to %s", now)
+	}
+}
+
+// The program is found relative to the job's working directory and on
+// the ranks' PATH, not the agent's.
+func TestLookProg(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "prog"), filepath.Join(bin, "tool")} {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=/nonexistent:" + bin}
+	for _, tc := range []struct {
+		prog, want string
+		ok         bool
+	}{
+		{"./prog", filepath.Join(dir, "prog"), true},
+		{"tool", filepath.Join(bin, "tool"), true},
+		{"prog", "", false}, // not on PATH
+		{"./data", "", false},
+		{"./missing", "", false},
+		{"bin", "", false},
+	} {
+		got, err := lookProg(tc.prog, dir, env)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("lookProg(%q) = %q, %v; want %q ok=%v", tc.prog, got, err, tc.want, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Frame types between pmirun (the root) and the node agents (pmid), and
+// between agents. Control messages (rare: a few per rank per job) are
+// JSON; collective messages carry the tree and ring packages' binary
+// encodings unchanged.
+const (
+	FrameHello     uint16 = 1  // agent → root: Hello
+	FrameTable     uint16 = 2  // root → agent: Table, once every agent said hello
+	FrameEvent     uint16 = 3  // agent → root: Event (rank init, finalize, exit, abort, ...)
+	FrameKill      uint16 = 4  // root → agent: Kill, end the job
+	FrameSignal    uint16 = 5  // root → agent: Signal, forward to ranks
+	FrameName      uint16 = 6  // agent → root: Name request; root → agent: Name response
+	FrameTree      uint16 = 7  // tree.Msg (fence and allgather gather/broadcast)
+	FrameRing      uint16 = 8  // ring.Message between ring neighbours
+	FrameLink      uint16 = 9  // agent → agent: Link, first frame of a peer link
+	FrameDone      uint16 = 10 // agent → root: every local rank has been reaped
+	FrameHeartbeat uint16 = 11 // both ways, while idle
+)
+
+// Hello is an agent's first frame to the root.
+type Hello struct {
+	Node   int    `json:"node"`
+	Addr   string `json:"addr"` // where its peers dial it
+	Host   string `json:"host"`
+	PID    int    `json:"pid"`
+	NetBE  string `json:"netio"`
+	Ranks  int    `json:"ranks"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Table gives every agent the addresses of all agents.
+type Table struct {
+	Addrs []string `json:"addrs"`
+}
+
+// Event kinds reported by agents.
+const (
+	EvInit      = "init"
+	EvFinalized = "finalized"
+	EvExit      = "exit"
+	EvAbort     = "abort"
+	EvLost      = "lost"     // PMI connection closed before finalize, process still running
+	EvProtocol  = "protocol" // malformed PMI
+	EvStartErr  = "start"    // could not start the rank
+)
+
+// Event reports something about one rank to the root.
+type Event struct {
+	Kind  string `json:"kind"`
+	Rank  int    `json:"rank"`
+	Code  int    `json:"code,omitempty"`
+	Sig   int    `json:"sig,omitempty"`
+	Msg   string `json:"msg,omitempty"`
+	Spoke bool   `json:"spoke,omitempty"`
+	Fin   bool   `json:"fin,omitempty"`
+}
+
+type Kill struct {
+	Code int    `json:"code"`
+	Msg  string `json:"msg"`
+}
+
+type Signal struct {
+	Sig int `json:"sig"`
+}
+
+// Name is a name-service request (Op set) or response (Op empty).
+type Name struct {
+	ID   uint64 `json:"id"`
+	Op   string `json:"op,omitempty"` // "publish", "unpublish", "lookup"
+	Name string `json:"name,omitempty"`
+	Port string `json:"port,omitempty"`
+	Err  string `json:"err,omitempty"`
+	// NotFound marks a lookup or unpublish of an unknown name.
+	NotFound bool `json:"notfound,omitempty"`
+}
+
+type Link struct {
+	From int `json:"from"`
+}
+
+func Encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("encode %T: %v", v, err)) // only our own plain structs
+	}
+	return b
+}
+
+func Decode(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode %T: %w", v, err)
+	}
+	return nil
+}
+
+// Heartbeat is how often an idle link carries a Heartbeat; a link silent
+// for NetTimeout is declared dead.
+const Heartbeat = 250 * time.Millisecond

@@ -1,0 +1,263 @@
+package node
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
+)
+
+// Spec is one job as every node of it runs it: the root (pmirun) builds
+// it once from its command line, and every agent consumes it as it is —
+// in pmirun's own process for the fork bootstrap, from its standard input
+// for pmid. It is the same for every node; a node learns its index from
+// pmid's --node flag or SLURM_NODEID.
+type Spec struct {
+	JobID   string  `json:"jobid"`
+	Size    int     `json:"size"`
+	Nodes   [][]int `json:"nodes"` // global ranks of each node, local order
+	Mapping string  `json:"mapping"`
+	// Usize is answered to get_universe_size / universeSize; -1 means
+	// unlimited.
+	Usize int      `json:"usize"`
+	Prog  string   `json:"prog"`
+	Args  []string `json:"args"`
+	Env   []string `json:"env"` // KEY=VALUE added to every rank's environment
+	// Wdir is pmirun's working directory, where every node starts its
+	// ranks (and resolves a relative program path). "" = the agent's own.
+	Wdir string `json:"wdir,omitempty"`
+	// LauncherEnv, for agents started over ssh, is pmirun's environment:
+	// the node gives it to its ranks in place of the login environment
+	// sshd gave the agent, keeping the machine's and session's own
+	// variables (HostLocalEnv), as ranks started any other way inherit
+	// pmirun's. Nil = the agent's own environment.
+	LauncherEnv []string `json:"launcher_env,omitempty"`
+	Label       bool     `json:"label"`
+	NoShm       bool     `json:"noshm"`
+	// PMIPort makes ranks connect to their agent over loopback TCP
+	// (PMI_PORT and PMI_ID) instead of inheriting a PMI_FD socketpair.
+	PMIPort bool `json:"pmiport,omitempty"`
+	// Root is where agents dial pmirun ("" for the fork bootstrap, whose
+	// node runs inside pmirun).
+	Root       string        `json:"root,omitempty"`
+	TreeWidth  int           `json:"treewidth"`
+	NetBackend string        `json:"netio"`
+	NetTimeout time.Duration `json:"nettimeout"`
+	// KillGrace is how long ranks get between SIGTERM and SIGKILL when the
+	// job is ended; DisconnectGrace how long a rank whose PMI connection
+	// closed early may take to exit before the job is failed.
+	KillGrace       time.Duration `json:"killgrace"`
+	DisconnectGrace time.Duration `json:"disconnectgrace"`
+	Secret          []byte        `json:"secret,omitempty"`
+	Verbose         bool          `json:"verbose"`
+	// Virtual names a built-in workload that the agent plays with
+	// goroutine ranks (the scale benchmark) instead of forking Prog; only
+	// an agent built with a Starter for it (pmibench's) can run it.
+	Virtual       string        `json:"virtual,omitempty"`
+	VirtualRounds int           `json:"virtual_rounds,omitempty"`
+	VirtualLate   time.Duration `json:"virtual_late,omitempty"`
+	// AgentProcs, when set, is each agent process's GOMAXPROCS: several
+	// agents share this machine (see launch's agentProcs). The agent's
+	// command applies it; a node never changes process-wide settings.
+	AgentProcs int `json:"agent_procs,omitempty"`
+}
+
+// MaxRanks bounds a job's size.
+const MaxRanks = 1 << 20
+
+// DefaultVirtualRounds is the number of timed rounds of a virtual
+// workload when Spec.VirtualRounds is 0.
+const DefaultVirtualRounds = 10
+
+// VirtualWorkloads are the workloads Spec.Virtual may name (internal/virtual
+// plays them; its tests check that it plays exactly these).
+var VirtualWorkloads = []string{"allgather", "fence", "iallgather", "ring"}
+
+// Validate checks a spec built by the root or read from it. It fills no
+// defaults: the root sets every field.
+func (s *Spec) Validate() error {
+	if s.Size < 1 || s.Size > MaxRanks {
+		return fmt.Errorf("job size %d: want 1..%d", s.Size, MaxRanks)
+	}
+	if s.JobID == "" || len(s.JobID) > pmiwire.KVSNameMax {
+		return fmt.Errorf("job id %q: want 1..%d bytes", s.JobID, pmiwire.KVSNameMax)
+	}
+	if len(s.Nodes) == 0 {
+		return errors.New("no nodes")
+	}
+	seen := make([]bool, s.Size)
+	n := 0
+	for i, rs := range s.Nodes {
+		if len(rs) == 0 {
+			return fmt.Errorf("node %d has no ranks", i)
+		}
+		for _, r := range rs {
+			if r < 0 || r >= s.Size || seen[r] {
+				return fmt.Errorf("node %d: rank %d out of range or placed twice", i, r)
+			}
+			seen[r] = true
+			n++
+		}
+	}
+	if n != s.Size {
+		return fmt.Errorf("%d ranks placed of %d", n, s.Size)
+	}
+	if s.Usize < -1 || s.Usize == 0 {
+		return fmt.Errorf("universe size %d: want -1 (unlimited) or at least 1", s.Usize)
+	}
+	if s.Prog == "" && s.Virtual == "" {
+		return errors.New("no program to run")
+	}
+	for _, kv := range s.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("environment entry %q: want KEY=VALUE", kv)
+		}
+	}
+	if s.Virtual != "" && !slices.Contains(VirtualWorkloads, s.Virtual) {
+		return fmt.Errorf("virtual workload %q: want one of %s", s.Virtual, strings.Join(VirtualWorkloads, ", "))
+	}
+	if s.VirtualRounds < 0 || s.VirtualLate < 0 {
+		return fmt.Errorf("virtual rounds %d, late arrival %v: want 0 or more", s.VirtualRounds, s.VirtualLate)
+	}
+	if s.KillGrace <= 0 || s.DisconnectGrace <= 0 {
+		return fmt.Errorf("kill grace %v, disconnect grace %v: want more than 0", s.KillGrace, s.DisconnectGrace)
+	}
+	if len(s.Nodes) > 1 || s.Root != "" {
+		if s.TreeWidth < 1 || s.NetTimeout <= 0 || s.Root == "" {
+			return fmt.Errorf("multi-node spec: tree width %d, net timeout %v, root %q", s.TreeWidth, s.NetTimeout, s.Root)
+		}
+	}
+	return nil
+}
+
+// Encode returns the spec as the one line an agent reads from its standard
+// input.
+func (s *Spec) Encode() []byte {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("encode job spec: %v", err)) // only plain fields
+	}
+	return append(b, '\n')
+}
+
+// ReadSpec reads and validates the spec line from an agent's standard
+// input; what follows it on br is rank 0's input.
+func ReadSpec(br *bufio.Reader) (*Spec, error) {
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return nil, fmt.Errorf("read job spec: %w", err)
+	}
+	var s Spec
+	if err := json.Unmarshal(line, &s); err != nil {
+		return nil, fmt.Errorf("read job spec: %w", err)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("job spec: %w", err)
+	}
+	return &s, nil
+}
+
+// HostLocalEnv reports whether environment variable k describes the
+// machine or login session rather than the job, so that an agent started
+// over ssh keeps its own value instead of pmirun's.
+func HostLocalEnv(k string) bool {
+	return k == "HOSTNAME" || k == "SHLVL" || k == "_" || strings.HasPrefix(k, "SSH_")
+}
+
+// launchEnv is the environment the node's ranks start from: the agent's
+// own, or pmirun's (LauncherEnv) with this machine's and session's own
+// variables kept; PWD follows Wdir.
+func (s *Spec) launchEnv() []string {
+	own := os.Environ()
+	if len(s.LauncherEnv) == 0 {
+		return setEnv(own, "PWD", s.Wdir)
+	}
+	var env []string
+	for _, kv := range s.LauncherEnv {
+		if k, _, ok := strings.Cut(kv, "="); ok && k != "" && !HostLocalEnv(k) {
+			env = append(env, kv)
+		}
+	}
+	for _, kv := range own {
+		if k, _, _ := strings.Cut(kv, "="); HostLocalEnv(k) {
+			env = append(env, kv)
+		}
+	}
+	return setEnv(env, "PWD", s.Wdir)
+}
+
+// setEnv sets k=v in env (v "" leaves env as it is).
+func setEnv(env []string, k, v string) []string {
+	if v == "" {
+		return env
+	}
+	out := env[:0:0]
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); name != k {
+			out = append(out, kv)
+		}
+	}
+	return append(out, k+"="+v)
+}
+
+// getEnv returns k's value in env.
+func getEnv(env []string, k string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if name, v, _ := strings.Cut(env[i], "="); name == k {
+			return v
+		}
+	}
+	return ""
+}
+
+var errNoProgram = errors.New("no program")
+
+// lookProg resolves the program once for every rank: a path with a slash
+// relative to wdir, a bare name on env's PATH (the ranks' own, not the
+// agent's).
+func lookProg(prog, wdir string, env []string) (string, error) {
+	if prog == "" {
+		return "", errNoProgram
+	}
+	if strings.Contains(prog, "/") {
+		p := prog
+		if !filepath.IsAbs(p) && wdir != "" {
+			p = filepath.Join(wdir, p)
+		}
+		return p, executable(p)
+	}
+	for _, dir := range filepath.SplitList(getEnv(env, "PATH")) {
+		if dir == "" {
+			dir = "."
+		}
+		if !filepath.IsAbs(dir) && wdir != "" {
+			dir = filepath.Join(wdir, dir)
+		}
+		p := filepath.Join(dir, prog)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%q: executable file not found in $PATH", prog)
+}
+
+// executable reports why p cannot be run, or nil.
+func executable(p string) error {
+	st, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return err
+	case st.IsDir():
+		return fmt.Errorf("%s: is a directory", p)
+	case st.Mode()&0o111 == 0:
+		return fmt.Errorf("%s: permission denied", p)
+	}
+	return nil
+}
