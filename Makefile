@@ -14,7 +14,7 @@ APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client 
               munge slurmctld slurmd slurm-client
 FUZZTIME   ?= 30s
 
-.PHONY: help deps build run test test-race bench bench-scale fuzz check clean cprog
+.PHONY: help deps build run test test-race bench bench-scale fuzz check clean cprog tidy-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -64,7 +64,10 @@ run: deps build cprog ## run real jobs on this machine: the Go example and an MP
 	$(BIN)/pmirun -n $(N) --verbose $(BIN)/hello
 	$(BIN)/pmirun -n $(N) --label --verbose $(CPROG)/mpi_allreduce
 
-test: deps ## install what is needed and run every test
+tidy-check: ## fail if go.mod or go.sum is not tidy (prints the diff go mod tidy would apply)
+	$(GO) mod tidy -diff
+
+test: deps tidy-check ## install what is needed and run every test
 	$(GO) vet $(LDFLAGS) ./...
 	$(GO) test $(LDFLAGS) -count=1 -timeout 20m ./...
 	$(GO) test $(LDFLAGS) -count=1 -race -timeout 20m ./pmiwire/ ./agent/ ./perf/ ./shm/ ./client/ ./netio/

@@ -35,6 +35,16 @@ func SignalGroup(pgid int, sig os.Signal) error {
 	return unix.Kill(-pgid, s)
 }
 
+// SignalProcess sends sig to the one process pid (not its group); tests use
+// it to kill an agent mid-job.
+func SignalProcess(pid int, sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return syscall.EINVAL
+	}
+	return unix.Kill(pid, s)
+}
+
 // Socketpair returns a connected pair of Unix stream sockets as files,
 // both close-on-exec; the launcher passes one end to a rank with
 // exec.Cmd.ExtraFiles, which clears close-on-exec in the child only.

@@ -8,12 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/netns"
 	"github.com/fastpmi/fastpmi/internal/netns/netnstest"
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // Multi-node jobs: pmirun as the root of a tree of pmid agents, one per
@@ -405,7 +405,7 @@ func TestNetnsAgentKilled(t *testing.T) {
 			pids := agentPIDs(t, r.marker, hostCount)
 			cl.wantAgentsInHosts(t, pids)
 			killed := time.Now()
-			if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
+			if err := sys.SignalProcess(pids[2], sys.SIGKILL); err != nil {
 				t.Fatalf("kill agent of node 2: %v", err)
 			}
 			res := r.wait()
@@ -466,7 +466,7 @@ func TestLoopbackAgentKilled(t *testing.T) {
 	r.waitReady()
 	pids := agentPIDs(t, r.marker, hostCount)
 	killed := time.Now()
-	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
+	if err := sys.SignalProcess(pids[2], sys.SIGKILL); err != nil {
 		t.Fatalf("kill agent of node 2: %v", err)
 	}
 	res := r.wait()
