@@ -66,7 +66,7 @@ type agentNode struct {
 	fenceCB map[uint64]func([]agent.KV, error)
 	agCB    map[uint64]func([][]byte, error)
 	ringCB  [2]map[uint64]func(string, error) // ring edges waiting for the neighbour, by side (0: left) and epoch
-	names   map[uint64]chan nameMsg
+	names   map[uint64]nameWait               // name requests sent to pmirun, by ID
 	nameID  uint64
 	lastRx  map[int]time.Time
 	dead    error
@@ -118,7 +118,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		spec: spec, idx: idx, cfg: cfg, log: o.Logger.With("node", idx), rec: perf.NewRecorder(),
 		peers: make(map[int]netio.Conn), in: make(chan frameIn, 256), ops: make(chan func(), 256),
 		fenceCB: make(map[uint64]func([]agent.KV, error)), agCB: make(map[uint64]func([][]byte, error)),
-		names: make(map[uint64]chan nameMsg), lastRx: make(map[int]time.Time), ctx: ctx,
+		names: make(map[uint64]nameWait), lastRx: make(map[int]time.Time), ctx: ctx,
 	}
 	return a.run(ctx, o.Listen)
 }
@@ -324,6 +324,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 			for p := range a.peers {
 				a.send(p, netio.Frame{Type: frameHeartbeat})
 			}
+			a.expireNames(time.Now())
 			for p, t := range a.lastRx {
 				if time.Since(t) > spec.NetTimeout {
 					err := fmt.Errorf("no message for %v", spec.NetTimeout)
@@ -395,9 +396,9 @@ func (a *agentNode) failLink(p int, err error) {
 		cb(nil, e)
 	}
 	a.failRing(e)
-	for id, ch := range a.names {
+	for id, w := range a.names {
 		delete(a.names, id)
-		ch <- nameMsg{ID: id, Err: e.Error()}
+		w.done(nameMsg{ID: id, Err: e.Error()})
 	}
 }
 
@@ -417,9 +418,9 @@ func (a *agentNode) frame(fi frameIn) {
 	case frameName:
 		var m nameMsg
 		if decode(fi.f.Payload, &m) == nil {
-			if ch := a.names[m.ID]; ch != nil {
+			if w, ok := a.names[m.ID]; ok {
 				delete(a.names, m.ID)
-				ch <- m
+				w.done(m)
 			}
 		}
 	case frameTree:
@@ -663,38 +664,54 @@ func (u netUpstream) RingEdge(epoch uint64, toLeft bool, value string, done func
 	}
 }
 
-func (u netUpstream) name(m nameMsg) nameMsg {
-	ch := make(chan nameMsg, 1)
+// nameWait is a name request sent to pmirun, waiting on the node's loop
+// for the answer frame with its ID until deadline.
+type nameWait struct {
+	done     func(nameMsg)
+	deadline time.Time
+}
+
+// nameGrace is how much longer than NetTimeout a name request waits for
+// pmirun's answer.
+const nameGrace = 5 * time.Second
+
+// name sends the name request m to pmirun from the node's loop; done gets
+// the answer there.
+func (u netUpstream) name(m nameMsg, done func(nameMsg)) {
 	u.a.ops <- func() {
 		a := u.a
 		if a.dead != nil {
-			ch <- nameMsg{Err: a.dead.Error()}
+			done(nameMsg{Err: a.dead.Error()})
 			return
 		}
 		a.nameID++
 		m.ID = a.nameID
-		a.names[m.ID] = ch
+		a.names[m.ID] = nameWait{done: done, deadline: time.Now().Add(a.spec.NetTimeout + nameGrace)}
 		a.send(-1, netio.Frame{Type: frameName, Payload: encode(m)})
 	}
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(u.a.spec.NetTimeout + 5*time.Second):
-		return nameMsg{Err: "name service: no answer from pmirun"}
+}
+
+// expireNames fails the name requests pmirun has left unanswered past
+// their deadline. The loop calls it on every heartbeat tick.
+func (a *agentNode) expireNames(now time.Time) {
+	for id, w := range a.names {
+		if now.After(w.deadline) {
+			delete(a.names, id)
+			w.done(nameMsg{ID: id, Err: "name service: no answer from pmirun"})
+		}
 	}
 }
 
-func (u netUpstream) Publish(name, port string) error {
-	return nameErr(u.name(nameMsg{Op: "publish", Name: name, Port: port}))
+func (u netUpstream) Publish(name, port string, done func(error)) {
+	u.name(nameMsg{Op: "publish", Name: name, Port: port}, func(r nameMsg) { done(nameErr(r)) })
 }
 
-func (u netUpstream) Unpublish(name string) error {
-	return nameErr(u.name(nameMsg{Op: "unpublish", Name: name}))
+func (u netUpstream) Unpublish(name string, done func(error)) {
+	u.name(nameMsg{Op: "unpublish", Name: name}, func(r nameMsg) { done(nameErr(r)) })
 }
 
-func (u netUpstream) Lookup(name string) (string, error) {
-	r := u.name(nameMsg{Op: "lookup", Name: name})
-	return r.Port, nameErr(r)
+func (u netUpstream) Lookup(name string, done func(string, error)) {
+	u.name(nameMsg{Op: "lookup", Name: name}, func(r nameMsg) { done(r.Port, nameErr(r)) })
 }
 
 func nameErr(m nameMsg) error {
