@@ -8,8 +8,10 @@
 // goroutine (started by Serve, owned and waited for by the Agent) that
 // decodes requests with pmiwire and applies them to the agent state under
 // a single mutex, Agent.mu. Requests that cannot be answered at once (a
-// fence, a ring, a node attribute read with wait=TRUE) leave a deferred
-// reply that is written when the collective completes. Replies are built
+// fence, a ring, a node attribute read with wait=TRUE, a name-service
+// request) leave a deferred reply that is written when the collective or
+// the Upstream completes. The Upstream is never called under mu: calls are
+// queued and made once the handler has released it. Replies are built
 // under mu but written to the sockets after mu is released, so a slow or
 // stuck rank never stalls the agent.
 //
@@ -177,6 +179,8 @@ type Agent struct {
 	delivered   uint64                // epochs delivered, in order
 	epochSink   EpochSink             // shared-memory delivery, or nil
 	seg         *shm.Segment          // shared-memory segment served, or nil
+
+	names map[*nameCall]struct{} // name requests waiting for the Upstream (names.go), guarded by mu
 }
 
 // New starts an agent for cfg.
@@ -197,6 +201,7 @@ func New(cfg Config) (*Agent, error) {
 		waits:    make(map[string][]waiter),
 		colls:    make(map[uint64]*epochColl),
 		rings:    make(map[uint64]*ringEpoch),
+		names:    make(map[*nameCall]struct{}),
 	}
 	for i, g := range cfg.Local {
 		app := 0
@@ -300,6 +305,7 @@ func (a *Agent) Close() error {
 	a.closed = true
 	var out outbox
 	a.failAllLocked(&out, errors.New("agent shutting down"))
+	a.failNamesLocked(&out, errors.New("agent shutting down"))
 	for _, ln := range a.listeners {
 		ln.Close()
 	}

@@ -222,26 +222,11 @@ func (a *Agent) shmRequestLocked(out *outbox, events *[]func(), rs *rankState, m
 		if err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
-		if err := a.cfg.Upstream.Publish(string(name), string(port)); err != nil {
-			a.respondErr(rs, m.Op, m.Seq, err)
-		} else {
-			a.respond(rs, m.Op, m.Seq, shm.StatusOK, nil)
-		}
+		a.shmNameLocked(out, rs, m, nameReq{op: namePublish, name: string(name), port: string(port)})
 	case shm.OpUnpublish:
-		if err := a.cfg.Upstream.Unpublish(string(m.Payload)); err != nil {
-			a.respondErr(rs, m.Op, m.Seq, err)
-		} else {
-			a.respond(rs, m.Op, m.Seq, shm.StatusOK, nil)
-		}
+		a.shmNameLocked(out, rs, m, nameReq{op: nameUnpublish, name: string(m.Payload)})
 	case shm.OpLookup:
-		port, err := a.cfg.Upstream.Lookup(string(m.Payload))
-		if errors.Is(err, ErrNameNotFound) {
-			a.respond(rs, m.Op, m.Seq, shm.StatusNotFound, nil)
-		} else if err != nil {
-			a.respondErr(rs, m.Op, m.Seq, err)
-		} else {
-			a.respond(rs, m.Op, m.Seq, shm.StatusOK, []byte(port))
-		}
+		a.shmNameLocked(out, rs, m, nameReq{op: nameLookup, name: string(m.Payload)})
 	case shm.OpAbort:
 		code, msg, err := shm.Int32(m.Payload)
 		if err != nil {
@@ -264,4 +249,23 @@ func (a *Agent) shmRequestLocked(out *outbox, events *[]func(), rs *rankState, m
 		return fmt.Errorf("unknown request op %d", m.Op)
 	}
 	return nil
+}
+
+// shmNameLocked starts a name-service request of rs; the response is
+// pushed once the Upstream has answered (names.go). A lookup of a name
+// not published is answered StatusNotFound.
+func (a *Agent) shmNameLocked(out *outbox, rs *rankState, m shm.Msg, req nameReq) {
+	op, seq := m.Op, m.Seq
+	a.nameLocked(out, req, func(out *outbox, port string, err error) {
+		switch {
+		case req.op == nameLookup && errors.Is(err, ErrNameNotFound):
+			a.respond(rs, op, seq, shm.StatusNotFound, nil)
+		case err != nil:
+			a.respondErr(rs, op, seq, err)
+		case req.op == nameLookup:
+			a.respond(rs, op, seq, shm.StatusOK, []byte(port))
+		default:
+			a.respond(rs, op, seq, shm.StatusOK, nil)
+		}
+	})
 }

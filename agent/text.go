@@ -232,33 +232,8 @@ func (c *textConn) dispatchLocked(out *outbox, events *[]func(), m *pmiwire.Msg)
 		fail(pmiwire.RCInvalidKey, fmt.Errorf("key %s not found", key))
 	case "barrier_in":
 		c.cmdBarrier(out, m, rs, name)
-	case "publish_name":
-		svc, _ := m.Get("service")
-		port, _ := m.Get("port")
-		if svc == "" || port == "" {
-			fail(pmiwire.RCInvalidArg, errors.New("publish_name needs service and port"))
-			return
-		}
-		if err := a.cfg.Upstream.Publish(svc, port); err != nil {
-			fail(pmiwire.RCFail, err)
-			return
-		}
-		ok(resp(m, name))
-	case "unpublish_name":
-		svc, _ := m.Get("service")
-		if err := a.cfg.Upstream.Unpublish(svc); err != nil {
-			fail(pmiwire.RCFail, err)
-			return
-		}
-		ok(resp(m, name))
-	case "lookup_name":
-		svc, _ := m.Get("service")
-		port, err := a.cfg.Upstream.Lookup(svc)
-		if err != nil {
-			fail(pmiwire.RCFail, err)
-			return
-		}
-		ok(resp(m, name).Add("port", port))
+	case "publish_name", "unpublish_name", "lookup_name":
+		c.cmdName(out, m, name)
 	case "abort":
 		c.cmdAbort(events, m, rs)
 	case "finalize":
@@ -339,34 +314,8 @@ func (c *textConn) dispatchLocked(out *outbox, events *[]func(), m *pmiwire.Msg)
 		ok(resp(m, name).AddBool("found", false))
 	case "ring":
 		c.cmdRing(out, m, rs, name)
-	case "name-publish":
-		svc, _ := m.Get("name")
-		port, _ := m.Get("port")
-		if svc == "" || port == "" {
-			fail(pmiwire.RCInvalidArg, errors.New("name-publish needs name and port"))
-			return
-		}
-		if err := a.cfg.Upstream.Publish(svc, port); err != nil {
-			fail(pmiwire.RCFail, err)
-			return
-		}
-		ok(resp(m, name))
-	case "name-unpublish":
-		svc, _ := m.Get("name")
-		if err := a.cfg.Upstream.Unpublish(svc); err != nil {
-			fail(pmiwire.RCFail, err)
-			return
-		}
-		ok(resp(m, name))
-	case "name-lookup":
-		svc, _ := m.Get("name")
-		port, err := a.cfg.Upstream.Lookup(svc)
-		if err != nil {
-			fail(pmiwire.RCFail, err)
-			return
-		}
-		// Slurm's client reads value, MPICH's reads port: send both.
-		ok(resp(m, name).Add("value", port).Add("port", port))
+	case "name-publish", "name-unpublish", "name-lookup":
+		c.cmdName(out, m, name)
 	case "fastpmi-allgather":
 		c.cmdAllgather(out, m, rs, name)
 	case "job-connect", "job-disconnect":
@@ -687,6 +636,46 @@ func (c *textConn) cmdSpawn(out *outbox, m *pmiwire.Msg, name string) {
 	}
 	out.add(c, errResp(m, name, pmiwire.RCFail,
 		fmt.Errorf("spawn of %d processes (%d commands) refused: this fastpmi version does not support spawn yet", n, len(sp.Cmds))).Append(nil))
+}
+
+// cmdName serves the name service: PMI-1 publish_name, unpublish_name and
+// lookup_name, PMI-2 name-publish, name-unpublish and name-lookup. The
+// rank is answered once the Upstream has (names.go).
+func (c *textConn) cmdName(out *outbox, m *pmiwire.Msg, name string) {
+	v2 := strings.HasPrefix(m.Cmd, "name-")
+	field := "service"
+	if v2 {
+		field = "name"
+	}
+	var req nameReq
+	req.name, _ = m.Get(field)
+	switch m.Cmd {
+	case "publish_name", "name-publish":
+		req.op = namePublish
+		req.port, _ = m.Get("port")
+		if req.name == "" || req.port == "" {
+			out.add(c, errResp(m, name, pmiwire.RCInvalidArg, fmt.Errorf("%s needs %s and port", m.Cmd, field)).Append(nil))
+			return
+		}
+	case "unpublish_name", "name-unpublish":
+		req.op = nameUnpublish
+	default:
+		req.op = nameLookup
+	}
+	c.a.nameLocked(out, req, func(out *outbox, port string, err error) {
+		if err != nil {
+			out.add(c, errResp(m, name, pmiwire.RCFail, err).Append(nil))
+			return
+		}
+		r := resp(m, name)
+		if req.op == nameLookup {
+			if v2 {
+				r.Add("value", port) // Slurm's client reads value, MPICH's reads port: send both.
+			}
+			r.Add("port", port)
+		}
+		out.add(c, r.Append(nil))
+	})
 }
 
 // cmdAllgather serves fastpmi's PMI-2 extension "fastpmi-allgather": the

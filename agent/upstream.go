@@ -39,10 +39,13 @@ type Upstream interface {
 	// Allgather contributes this node's values to allgather number epoch
 	// and reports every rank's value, indexed by rank.
 	Allgather(epoch uint64, in []RankValue, done func(all [][]byte, err error))
-	// Publish, Unpublish and Lookup are the job's name service.
-	Publish(name, port string) error
-	Unpublish(name string) error
-	Lookup(name string) (string, error)
+	// Publish, Unpublish and Lookup are the job's name service. They may
+	// wait for the launcher (a multi-node job asks pmirun), so they answer
+	// through done like the collectives. Lookup and Unpublish of a name
+	// that is not published fail with an error wrapping ErrNameNotFound.
+	Publish(name, port string, done func(error))
+	Unpublish(name string, done func(error))
+	Lookup(name string, done func(port string, err error))
 }
 
 // Name-service errors.
@@ -53,7 +56,8 @@ var (
 
 // Local is the Upstream of a job that runs on one node: collectives
 // complete as soon as the node's part is in, and the name service is a
-// map. It is also the root's name service in multi-node jobs.
+// map. It is also the root's name service in multi-node jobs. Its name
+// service answers on the caller's goroutine before the method returns.
 type Local struct {
 	mu    sync.Mutex
 	names map[string]string      // guarded by mu
@@ -124,36 +128,43 @@ func (l *Local) Allgather(epoch uint64, in []RankValue, done func([][]byte, erro
 
 // Publish records name → port; publishing a name twice is an error, as in
 // MPI_Publish_name.
-func (l *Local) Publish(name, port string) error {
+func (l *Local) Publish(name, port string, done func(error)) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, ok := l.names[name]; ok {
-		return fmt.Errorf("publish %q: %w", name, ErrNameExists)
+	_, dup := l.names[name]
+	if !dup {
+		l.names[name] = port
 	}
-	l.names[name] = port
-	return nil
+	l.mu.Unlock()
+	if dup {
+		done(fmt.Errorf("publish %q: %w", name, ErrNameExists))
+		return
+	}
+	done(nil)
 }
 
 // Unpublish removes name.
-func (l *Local) Unpublish(name string) error {
+func (l *Local) Unpublish(name string, done func(error)) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, ok := l.names[name]; !ok {
-		return fmt.Errorf("unpublish %q: %w", name, ErrNameNotFound)
-	}
+	_, ok := l.names[name]
 	delete(l.names, name)
-	return nil
+	l.mu.Unlock()
+	if !ok {
+		done(fmt.Errorf("unpublish %q: %w", name, ErrNameNotFound))
+		return
+	}
+	done(nil)
 }
 
-// Lookup returns the port published under name.
-func (l *Local) Lookup(name string) (string, error) {
+// Lookup reports the port published under name.
+func (l *Local) Lookup(name string, done func(port string, err error)) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	p, ok := l.names[name]
+	l.mu.Unlock()
 	if !ok {
-		return "", fmt.Errorf("lookup %q: %w", name, ErrNameNotFound)
+		done("", fmt.Errorf("lookup %q: %w", name, ErrNameNotFound))
+		return
 	}
-	return p, nil
+	done(p, nil)
 }
 
 // RankValue is one rank's contribution to an allgather.

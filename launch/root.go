@@ -517,24 +517,27 @@ func (r *rootNode) frame(fi frameIn) {
 		if err := node.Decode(fi.f.Payload, &m); err != nil {
 			return
 		}
-		resp := node.Name{ID: m.ID, Op: "", Name: m.Name}
-		var err error
+		// Local answers before it returns, so reply runs on this goroutine.
+		reply := func(port string, err error) {
+			resp := node.Name{ID: m.ID, Op: "", Name: m.Name, Port: port}
+			if errors.Is(err, agent.ErrNameNotFound) {
+				resp.NotFound = true
+			} else if err != nil {
+				resp.Err = err.Error()
+			}
+			r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+		}
+		noPort := func(err error) { reply("", err) }
 		switch m.Op {
 		case "publish":
-			err = r.names.Publish(m.Name, m.Port)
+			r.names.Publish(m.Name, m.Port, noPort)
 		case "unpublish":
-			err = r.names.Unpublish(m.Name)
+			r.names.Unpublish(m.Name, noPort)
 		case "lookup":
-			resp.Port, err = r.names.Lookup(m.Name)
+			r.names.Lookup(m.Name, reply)
 		default:
-			err = fmt.Errorf("unknown name operation %q", m.Op)
+			reply("", fmt.Errorf("unknown name operation %q", m.Op))
 		}
-		if errors.Is(err, agent.ErrNameNotFound) {
-			resp.NotFound = true
-		} else if err != nil {
-			resp.Err = err.Error()
-		}
-		r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
 	case node.FrameTree:
 		m, err := tree.DecodeMsg(fi.f.Payload)
 		if err != nil {

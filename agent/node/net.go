@@ -69,7 +69,7 @@ type agentNode struct {
 	fenceCB map[uint64]func([]agent.KV, error)
 	agCB    map[uint64]func([][]byte, error)
 	ringCB  [2]map[uint64]func(string, error) // ring edges waiting for the neighbour, by side (0: left) and epoch
-	names   map[uint64]chan Name
+	names   map[uint64]nameWait               // name requests sent to pmirun, by ID
 	nameID  uint64
 	lastRx  map[int]time.Time
 	dead    error
@@ -94,7 +94,7 @@ func RunAgent(ctx context.Context, spec *Spec, o AgentOptions) error {
 		peers: make(map[int]netio.Conn), in: make(chan frameIn, 256), ops: make(chan func(), 256),
 		quit:    make(chan struct{}),
 		fenceCB: make(map[uint64]func([]agent.KV, error)), agCB: make(map[uint64]func([][]byte, error)),
-		names: make(map[uint64]chan Name), lastRx: make(map[int]time.Time),
+		names: make(map[uint64]nameWait), lastRx: make(map[int]time.Time),
 	}
 	return a.run(ctx, o.Listen)
 }
@@ -312,6 +312,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 			for p := range a.peers {
 				a.send(p, netio.Frame{Type: FrameHeartbeat})
 			}
+			a.expireNames(time.Now())
 			for p, t := range a.lastRx {
 				if time.Since(t) > spec.NetTimeout {
 					err := fmt.Errorf("no message for %v", spec.NetTimeout)
@@ -382,9 +383,9 @@ func (a *agentNode) failLink(p int, err error) {
 		cb(nil, e)
 	}
 	a.failRing(e)
-	for id, ch := range a.names {
+	for id, w := range a.names {
 		delete(a.names, id)
-		ch <- Name{ID: id, Err: e.Error()}
+		w.done(Name{ID: id, Err: e.Error()})
 	}
 }
 
@@ -404,9 +405,9 @@ func (a *agentNode) frame(fi frameIn) {
 	case FrameName:
 		var m Name
 		if Decode(fi.f.Payload, &m) == nil {
-			if ch := a.names[m.ID]; ch != nil {
+			if w, ok := a.names[m.ID]; ok {
 				delete(a.names, m.ID)
-				ch <- m
+				w.done(m)
 			}
 		}
 	case FrameTree:
@@ -650,38 +651,54 @@ func (u netUpstream) RingEdge(epoch uint64, toLeft bool, value string, done func
 	}
 }
 
-func (u netUpstream) name(m Name) Name {
-	ch := make(chan Name, 1)
+// nameWait is a name request sent to pmirun, waiting on the node's loop
+// for the answer frame with its ID until deadline.
+type nameWait struct {
+	done     func(Name)
+	deadline time.Time
+}
+
+// nameGrace is how much longer than NetTimeout a name request waits for
+// pmirun's answer.
+const nameGrace = 5 * time.Second
+
+// name sends the name request m to pmirun from the node's loop; done gets
+// the answer there.
+func (u netUpstream) name(m Name, done func(Name)) {
 	u.a.ops <- func() {
 		a := u.a
 		if a.dead != nil {
-			ch <- Name{Err: a.dead.Error()}
+			done(Name{Err: a.dead.Error()})
 			return
 		}
 		a.nameID++
 		m.ID = a.nameID
-		a.names[m.ID] = ch
+		a.names[m.ID] = nameWait{done: done, deadline: time.Now().Add(a.spec.NetTimeout + nameGrace)}
 		a.send(-1, netio.Frame{Type: FrameName, Payload: Encode(m)})
 	}
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(u.a.spec.NetTimeout + 5*time.Second):
-		return Name{Err: "name service: no answer from pmirun"}
+}
+
+// expireNames fails the name requests pmirun has left unanswered past
+// their deadline. The loop calls it on every Heartbeat tick.
+func (a *agentNode) expireNames(now time.Time) {
+	for id, w := range a.names {
+		if now.After(w.deadline) {
+			delete(a.names, id)
+			w.done(Name{ID: id, Err: "name service: no answer from pmirun"})
+		}
 	}
 }
 
-func (u netUpstream) Publish(name, port string) error {
-	return nameErr(u.name(Name{Op: "publish", Name: name, Port: port}))
+func (u netUpstream) Publish(name, port string, done func(error)) {
+	u.name(Name{Op: "publish", Name: name, Port: port}, func(r Name) { done(nameErr(r)) })
 }
 
-func (u netUpstream) Unpublish(name string) error {
-	return nameErr(u.name(Name{Op: "unpublish", Name: name}))
+func (u netUpstream) Unpublish(name string, done func(error)) {
+	u.name(Name{Op: "unpublish", Name: name}, func(r Name) { done(nameErr(r)) })
 }
 
-func (u netUpstream) Lookup(name string) (string, error) {
-	r := u.name(Name{Op: "lookup", Name: name})
-	return r.Port, nameErr(r)
+func (u netUpstream) Lookup(name string, done func(string, error)) {
+	u.name(Name{Op: "lookup", Name: name}, func(r Name) { done(r.Port, nameErr(r)) })
 }
 
 func nameErr(m Name) error {

@@ -1,0 +1,72 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/netio"
+)
+
+// The node side of the name service, driven by hand as the node's loop
+// would: a request is answered by pmirun's frame, fails at its deadline or
+// with the link, and is answered exactly once.
+func TestNetUpstreamNames(t *testing.T) {
+	a := &agentNode{
+		spec: &Spec{NetTimeout: time.Second}, log: slog.New(slog.DiscardHandler),
+		ops: make(chan func(), 8), names: make(map[uint64]nameWait),
+	}
+	u := netUpstream{a}
+	var got []string
+	note := func(what string) func(string, error) {
+		return func(port string, err error) {
+			if errors.Is(err, agent.ErrNameNotFound) {
+				err = agent.ErrNameNotFound
+			}
+			got = append(got, fmt.Sprintf("%s: %q %v", what, port, err))
+		}
+	}
+	noPort := func(what string) func(error) {
+		return func(err error) { note(what)("", err) }
+	}
+	runOps := func() {
+		for len(a.ops) > 0 {
+			(<-a.ops)() // sends to pmirun: there is no link here, so it is only logged
+		}
+	}
+	answer := func(m Name) {
+		a.frame(frameIn{from: -1, f: netio.Frame{Type: FrameName, Payload: Encode(m)}})
+	}
+
+	u.Lookup("svc", note("lookup"))
+	u.Publish("late", "p", noPort("publish"))
+	runOps()
+	answer(Name{ID: 1, Name: "svc", Port: "p1"})
+	a.expireNames(time.Now()) // before the deadline: nothing
+	a.expireNames(time.Now().Add(a.spec.NetTimeout + nameGrace + time.Millisecond))
+	answer(Name{ID: 2, Name: "late"}) // too late: dropped
+	u.Unpublish("svc", noPort("unpublish"))
+	u.Lookup("none", note("lookup none"))
+	runOps()
+	answer(Name{ID: 4, Name: "none", NotFound: true})
+	a.failLink(-1, errors.New("reset"))
+	u.Lookup("after", note("lookup after"))
+	runOps()
+
+	want := []string{
+		`lookup: "p1" <nil>`,
+		`publish: "" name service: no answer from pmirun`,
+		`lookup none: "" service name not published`,
+		`unpublish: "" link to pmirun lost: reset`,
+		`lookup after: "" link to pmirun lost: reset`,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("answers\n got: %q\nwant: %q", got, want)
+	}
+	if len(a.names) != 0 {
+		t.Fatalf("%d name requests left waiting", len(a.names))
+	}
+}
