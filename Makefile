@@ -67,11 +67,16 @@ run: deps build cprog ## run real jobs on this machine: the Go example and an MP
 tidy-check: ## fail if go.mod or go.sum is not tidy (prints the diff go mod tidy would apply)
 	$(GO) mod tidy -diff
 
+# Every package runs twice: at full speed, and under the race detector
+# (test-race). The end-to-end tests' programs are built without it.
 test: deps tidy-check ## install what is needed and run every test
 	$(GO) vet $(LDFLAGS) ./...
 	$(GO) test $(LDFLAGS) -count=1 -timeout 20m ./...
-	$(GO) test $(LDFLAGS) -count=1 -race -timeout 20m ./pmiwire/ ./agent/ ./perf/ ./shm/ ./client/ ./netio/
+	$(MAKE) --no-print-directory test-race
 	$(GO) test $(LDFLAGS) -count=1 -run '^$$' -bench . -benchtime=1x ./...
+
+test-race: ## every package's tests under the race detector
+	$(GO) test $(LDFLAGS) -count=1 -race -timeout 20m ./...
 
 bench: deps build cprog ## pmirun vs Hydra side by side, and the Go benchmarks
 	$(BIN)/pmibench -n 1,4,16,64,128 -runs 10 -pmirun $(BIN)/pmirun \
