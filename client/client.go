@@ -45,8 +45,11 @@ const (
 	HintNone Hint = iota
 	// Dense: for keys most ranks read; they travel with the fence.
 	Dense
-	// Sparse: for keys few ranks read; they stay with their owner, are
-	// visible at once and are fetched on demand.
+	// Sparse: for keys few ranks read; they stay on the node of the rank
+	// that put them and are visible at once to that node's ranks, without
+	// a fence. Ranks on other nodes do not see them: fetching them on
+	// demand across nodes is not built yet, so a key other nodes read
+	// needs HintNone or Dense and a fence.
 	Sparse
 )
 
@@ -195,7 +198,8 @@ func (c *Client) begin(op string) error {
 }
 
 // Put stores key=value for other ranks. With HintNone or Dense it is
-// visible after the next fence; with Sparse it is visible at once.
+// visible to every rank after the next fence; with Sparse it is visible at
+// once, to the ranks of this node only (see Sparse).
 func (c *Client) Put(key string, value []byte, hint Hint) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
