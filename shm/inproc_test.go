@@ -240,8 +240,8 @@ func TestWaitContext(t *testing.T) {
 			for what, wait := range waits {
 				// Cancelled while asleep.
 				ctx, cancel := context.WithCancel(context.Background())
+				start := time.Now() // before the timer: it cannot fire earlier than 20ms after this
 				time.AfterFunc(20*time.Millisecond, cancel)
-				start := time.Now()
 				if err := wait(ctx); !errors.Is(err, context.Canceled) {
 					t.Fatalf("%s: cancelled wait returned %v", what, err)
 				}
