@@ -191,8 +191,13 @@ func (c *Config) validate() error {
 			return errors.New("--virtual needs agents of their own (--bootstrap loopback or another multi-node bootstrap)")
 		}
 	}
-	if c.VirtualRounds < 0 || c.VirtualLate < 0 {
-		return fmt.Errorf("invalid virtual rounds %d or late arrival %v", c.VirtualRounds, c.VirtualLate)
+	switch {
+	case c.VirtualRounds < 0:
+		return fmt.Errorf("invalid --virtual-rounds %d", c.VirtualRounds)
+	case c.VirtualLate < 0:
+		return fmt.Errorf("invalid --virtual-late %v: want 0 or more", c.VirtualLate)
+	case c.VirtualLate > 0 && c.Virtual == "":
+		return errors.New("--virtual-late needs --virtual")
 	}
 	return nil
 }
