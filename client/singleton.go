@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"fmt"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // singleton serves a process started without a launcher: rank 0 of 1, the
@@ -18,7 +20,7 @@ func newSingleton() *singleton {
 	return &singleton{kvs: make(map[string][]byte), names: make(map[string]string)}
 }
 
-func (s *singleton) maxValue() int { return 1024 }
+func (s *singleton) maxValue() int { return pmiwire.ValLenMax }
 
 func (s *singleton) put(key string, val []byte, _ Hint) error {
 	s.kvs[key] = append([]byte(nil), val...)

@@ -68,6 +68,10 @@ type Config struct {
 	Verbose      bool
 	TracePath    string // write a Chrome trace here when non-empty
 	JobID        string // "" = generated
+	// ReportPath, when non-empty, is where the job's report
+	// (jobreport.Report: phases, per-node counters, benchmark figures)
+	// is written as JSON when the job ends, successful or not.
+	ReportPath string
 	// PMIPort makes ranks connect to the agent over loopback TCP
 	// (PMI_PORT and PMI_ID, Hydra's -pmi-port mode) instead of inheriting
 	// a PMI_FD socketpair.

@@ -93,7 +93,7 @@ func placement(cfg Config, k int) (*ring.Map, error) {
 	return m, nil
 }
 
-func runMulti(ctx context.Context, cfg Config) error {
+func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	hosts, err := cfg.hostList()
 	if err != nil {
 		return early(cfg, 2, err.Error())
@@ -152,6 +152,7 @@ func runMulti(ctx context.Context, cfg Config) error {
 		spec:   cfg.spec(nodes, m.ProcessMapping()),
 		quit:   make(chan struct{}),
 	}
+	job.root = r // its report is written when Run returns
 	r.spec.Wdir, r.spec.Root, r.spec.Secret = wdir, cfg.rootDialAddr(ln.Addr()), secret
 	r.spec.AgentProcs = agentProcs(cfg.Bootstrap, K)
 	if cfg.Bootstrap == "ssh" {
@@ -162,7 +163,7 @@ func runMulti(ctx context.Context, cfg Config) error {
 	}
 	r.fate = &fate{stderr: cfg.Stderr, end: r.kill}
 	r.topo, _ = tree.NewTopology(K+1, cfg.TreeWidth)
-	r.lim = tree.Limits{Ranks: cfg.Size, MaxValue: 1 << 20, MaxKey: 1024, MaxTotal: 1 << 31}
+	r.lim = tree.JobLimits(cfg.Size)
 	if r.tnode, err = tree.NewNode(tree.Config{Topology: r.topo, Node: 0, Limits: r.lim}); err != nil {
 		return early(cfg, 1, err.Error())
 	}

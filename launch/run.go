@@ -43,15 +43,19 @@ func early(cfg Config, code int, msg string) error {
 
 // Run runs the job described by cfg and returns when every rank has been
 // reaped. The error is nil when every rank succeeded; a *JobError carries
-// the exit code and the reason otherwise.
-func Run(ctx context.Context, cfg Config) error {
+// the exit code and the reason otherwise. With cfg.ReportPath, the job's
+// report is written last, whatever the outcome.
+func Run(ctx context.Context, cfg Config) (jobErr error) {
+	job := &jobOut{start: time.Now()}
+	defer func() { job.write(&cfg, jobErr) }()
 	if err := cfg.validate(); err != nil {
 		return early(cfg, 2, err.Error())
 	}
 	if cfg.multiNode() {
-		return runMulti(ctx, cfg)
+		return runMulti(ctx, cfg, job)
 	}
 	rec := perf.NewRecorder()
+	job.rec = rec
 	ranks := make([]int, cfg.Size)
 	for i := range ranks {
 		ranks[i] = i

@@ -29,6 +29,10 @@ import (
 )
 
 // Limits announced to clients by get_maxes and enforced by the agent.
+// KeyLenMax and ValLenMax are the job's size limits, whatever path a
+// rank takes: the shared-memory segment's defaults (shm.DefaultKVSKeyMax,
+// shm.DefaultMaxValue) and the agent tree's (tree.JobLimits) derive from
+// them, and nothing else states them.
 const (
 	KVSNameMax = 256  // kvsname_max
 	KeyLenMax  = 64   // keylen_max

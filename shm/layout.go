@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // Identity of the layout. A segment whose header carries another magic or
@@ -161,14 +163,14 @@ var (
 
 // Default sizes used when a Params field is zero.
 const (
-	DefaultMaxValue    = 1024 // PMI-2's value limit
+	DefaultMaxValue    = pmiwire.ValLenMax // the PMI value limit
 	DefaultRingBytes   = 16 << 10
 	DefaultKVSCapacity = 1024
 	// DefaultKVSArenaPerEntry sizes the arena when Params.KVSArenaBytes is
 	// zero: bytes per entry of capacity, enough for an MPICH business card
 	// and its key several times over (unused arena is never touched).
 	DefaultKVSArenaPerEntry = 256
-	DefaultKVSKeyMax        = 64 // PMI-2's key limit
+	DefaultKVSKeyMax        = pmiwire.KeyLenMax // the PMI key limit
 )
 
 // Params sizes a segment. Zero fields take the defaults above, except

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // Errors of the codecs and merges, wrapped with the details.
@@ -23,6 +25,19 @@ type Limits struct {
 	MaxValue int // longest value in bytes
 	MaxKey   int // longest key in bytes (KV sets)
 	MaxTotal int // longest encoding in bytes (a whole merged result included)
+}
+
+// MaxJobTotal bounds a job's merged tree result (JobLimits.MaxTotal),
+// and with it what a node decompresses from one broadcast.
+const MaxJobTotal = 1 << 31
+
+// JobLimits are the limits of the agent tree of a job of ranks ranks,
+// at the root and at every node alike: values and keys as long as a rank
+// may put or contribute them (pmiwire.ValLenMax, pmiwire.KeyLenMax, the
+// one statement of the job's size limits) and merged results of at most
+// MaxJobTotal bytes.
+func JobLimits(ranks int) Limits {
+	return Limits{Ranks: ranks, MaxValue: pmiwire.ValLenMax, MaxKey: pmiwire.KeyLenMax, MaxTotal: MaxJobTotal}
 }
 
 func (l Limits) validate() error {

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 func TestEntriesRoundTrip(t *testing.T) {
@@ -171,5 +173,37 @@ func TestMergeDifferential(t *testing.T) {
 				t.Fatalf("key conflict not found: %v", err)
 			}
 		}
+	}
+}
+
+// JobLimits take the job's size limits from the PMI wire protocol: what a
+// rank may put passes, a byte more does not.
+func TestJobLimits(t *testing.T) {
+	lim := JobLimits(4)
+	if lim.validate() != nil || lim.Ranks != 4 || lim.MaxValue != pmiwire.ValLenMax || lim.MaxKey != pmiwire.KeyLenMax {
+		t.Fatalf("JobLimits(4) = %+v", lim)
+	}
+	for _, c := range []struct {
+		key, val int
+		want     error
+	}{
+		{pmiwire.KeyLenMax, pmiwire.ValLenMax, nil},
+		{pmiwire.KeyLenMax + 1, 1, ErrLimit},
+		{1, pmiwire.ValLenMax + 1, ErrLimit},
+	} {
+		b, err := AppendKVs(nil, []KV{{Key: bytes.Repeat([]byte("k"), c.key), Value: make([]byte, c.val), Owner: 3}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeKVs(b, lim); !errors.Is(err, c.want) {
+			t.Errorf("key of %d bytes, value of %d: %v, want %v", c.key, c.val, err, c.want)
+		}
+	}
+	b, err := AppendEntries(nil, []Entry{{Rank: 3, Value: make([]byte, pmiwire.ValLenMax+1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeEntries(b, lim); !errors.Is(err, ErrLimit) {
+		t.Errorf("allgather value of %d bytes: %v, want ErrLimit", pmiwire.ValLenMax+1, err)
 	}
 }

@@ -164,7 +164,7 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table Table) e
 	if err != nil {
 		return err
 	}
-	a.lim = tree.Limits{Ranks: spec.Size, MaxValue: 1 << 20, MaxKey: 1024, MaxTotal: 1 << 31}
+	a.lim = tree.JobLimits(spec.Size)
 	a.tnode, err = tree.NewNode(tree.Config{Topology: a.topo, Node: a.idx + 1, Limits: a.lim})
 	if err != nil {
 		return err

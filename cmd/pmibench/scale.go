@@ -11,15 +11,16 @@ package main
 // agent-link backend in -netio it runs
 //
 //	pmirun --bootstrap loopback --nodes K -n K*PPN --ppn PPN --virtual OP \
-//	       --virtual-rounds R --verbose --netio B --compress C --net-timeout T true
+//	       --virtual-rounds R --report FILE --netio B --compress C --net-timeout T true
 //
 // K agents (pmid) on 127.0.0.1, each playing its PPN ranks as goroutines
-// that use the real shared-memory client (node.Spec.Virtual, package internal/virtual). Global
-// rank 0 prints one "fastpmi-scale ..." line with its own per-round times
-// (after virtual.WarmupRounds untimed rounds) and each round's tail
-// and span over all ranks (see launch's scaleReport.line); --verbose makes
-// pmirun print every node's counters and the root's broadcast totals.
-// pmibench reads those and prints, per job size P, one row per operation
+// that use the real shared-memory client (node.Spec.Virtual, package
+// internal/virtual). Global rank 0 reduces its own per-round times (after
+// virtual.WarmupRounds untimed rounds) and each round's tail and span
+// over all ranks to a jobreport.Scale, which reaches pmirun with its
+// node's counters; pmirun writes it, every node's counters and the root's
+// broadcast totals to FILE (a temporary file per job; jobreport.Report).
+// pmibench reads the report and prints, per job size P, one row per operation
 // and K: each backend's median and minimum time per operation, side by
 // side, then each backend's median tail and median span, then each
 // backend's agent CPU per rank and round (virtual.CPUCounter), then what a
@@ -46,7 +47,6 @@ package main
 // add, per backend, the timed rounds in which rank 0 did enter last.
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -56,6 +56,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -65,6 +66,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/virtual"
+	"github.com/fastpmi/fastpmi/jobreport"
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/shm"
 )
@@ -211,7 +213,7 @@ func (c scaleConfig) P() int { return c.Nodes * c.PPN }
 // scaleResult is what one job reported.
 type scaleResult struct {
 	scaleConfig
-	Rounds    int           `json:"rounds"`            // timed rounds (rank 0's line)
+	Rounds    int           `json:"rounds"`            // timed rounds (rank 0's figures)
 	Median    time.Duration `json:"median_ns"`         // per operation, rank 0
 	Min       time.Duration `json:"min_ns"`            // per operation, rank 0
 	Max       time.Duration `json:"max_ns"`            // per operation, rank 0
@@ -227,7 +229,7 @@ type scaleResult struct {
 	LateGap   time.Duration `json:"late_gap_min_ns"`   // least time by which it did (negative: it did not)
 	Wall      time.Duration `json:"wall_ns"`           // the whole pmirun
 	LinkedBy  string        `json:"linked_by"`         // backend pmirun reported using
-	Counters  []nodeCounter `json:"node_counters"`     // by node index, as pmirun printed them
+	Counters  []nodeCounter `json:"node_counters"`     // by node index, from pmirun's report
 	RootRaw   int64         `json:"root_bcast_raw"`    // bytes the root gathered, all rounds (not the timestamp exchange)
 	RootSent  int64         `json:"root_bcast_sent"`   // after compression
 	SegBytes  int           `json:"segment_bytes"`     // shm.Size of one node's segment
@@ -236,7 +238,7 @@ type scaleResult struct {
 	StderrEnd string        `json:"stderr_end,omitempty"`
 }
 
-// nodeCounter is one node's counters (pmirun --verbose), whole job.
+// nodeCounter is one node's counters (jobreport.Node.Counters), whole job.
 type nodeCounter map[string]int64
 
 // ops is the number of operations the counters cover.
@@ -283,95 +285,45 @@ func (r scaleResult) cpuPerRankRound() (time.Duration, bool) {
 	return time.Duration(cpu / rounds), true
 }
 
-// parseScaleOutput fills r from pmirun's stdout (rank 0's line) and
-// stderr (--verbose lines).
-func parseScaleOutput(r *scaleResult, stdout, stderr []byte) error {
-	found := false
-	sc := bufio.NewScanner(bytes.NewReader(stdout))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f, ok := strings.CutPrefix(sc.Text(), virtual.ScaleLinePrefix+" ")
-		if !ok {
-			continue
-		}
-		kv := fields(f)
-		us := func(k string) time.Duration {
-			v, _ := strconv.ParseFloat(kv[k], 64)
-			return time.Duration(v * 1e3)
-		}
-		r.Rounds, _ = strconv.Atoi(kv["rounds"])
-		r.Median, r.Min, r.Max, r.Warmup = us("median_us"), us("min_us"), us("max_us"), us("warmup_us")
-		r.SpanMed, r.SpanMin = us("span_median_us"), us("span_min_us")
-		r.TailMed, r.TailMin, r.TailMax = us("tail_median_us"), us("tail_min_us"), us("tail_max_us")
-		r.Late, r.LateGap = us("late_us"), us("late_gap_min_us")
-		r.LateLast, _ = strconv.Atoi(kv["late_last"])
-		if p, _ := strconv.Atoi(kv["P"]); p != r.P() || kv["op"] != r.Op {
-			return fmt.Errorf("result line for op=%s P=%s, want %s P=%d", kv["op"], kv["P"], r.Op, r.P())
-		}
-		found = true
+// fromReport fills r from pmirun's report of the job (--report): rank
+// 0's figures, every node's counters and the root's broadcast totals.
+func (r *scaleResult) fromReport(rep *jobreport.Report) error {
+	s := rep.Scale
+	switch {
+	case s == nil:
+		return errors.New("pmirun's report has no scale figures from rank 0")
+	case s.P != r.P() || s.Op != r.Op:
+		return fmt.Errorf("report for op=%s P=%d, want %s P=%d", s.Op, s.P, r.Op, r.P())
+	case len(rep.Nodes) != r.Nodes:
+		return fmt.Errorf("report of %d nodes, want %d", len(rep.Nodes), r.Nodes)
 	}
-	if !found {
-		return fmt.Errorf("no %q line on pmirun's standard output", virtual.ScaleLinePrefix)
-	}
+	r.Rounds = s.Rounds
+	r.Median, r.Min, r.Max, r.Warmup = s.Median, s.Min, s.Max, s.Warmup
+	r.SpanMed, r.SpanMin = s.SpanMedian, s.SpanMin
+	r.TailMed, r.TailMin, r.TailMax = s.TailMedian, s.TailMin, s.TailMax
+	r.Late, r.LateLast, r.LateGap = s.Late, s.LateLast, s.LateGapMin
+	r.LinkedBy = rep.NetBackend
 	r.Counters = make([]nodeCounter, r.Nodes)
-	sc = bufio.NewScanner(bytes.NewReader(stderr))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, "pmirun: node "); ok {
-			idx, counters, ok := strings.Cut(rest, " counters:")
-			i, err := strconv.Atoi(idx)
-			if !ok || err != nil || i < 0 || i >= len(r.Counters) {
-				continue
-			}
-			c := nodeCounter{}
-			for k, v := range fields(counters) {
-				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-					c[k] = n
-				}
-			}
-			r.Counters[i] = c
-			continue
-		}
-		if rest, ok := strings.CutPrefix(line, "pmirun: broadcast bytes raw "); ok {
-			_, _ = fmt.Sscanf(rest, "%d, sent %d", &r.RootRaw, &r.RootSent)
-			continue
-		}
-		if _, rest, ok := strings.Cut(line, "agent links over "); ok && strings.HasPrefix(line, "pmirun: ") {
-			r.LinkedBy, _, _ = strings.Cut(rest, " ")
-		}
-	}
-	for i, c := range r.Counters {
-		if c == nil {
+	for i, n := range rep.Nodes {
+		if n.Counters == nil {
 			return fmt.Errorf("no counters from node %d", i)
 		}
+		r.Counters[i] = n.Counters
 	}
 	r.CPURound, _ = r.cpuPerRankRound()
 	// Every node receives the root's broadcasts as the root sent them, so
 	// a node's share of the timestamp exchange is the root's too.
-	if len(r.Counters) > 0 {
-		r.RootRaw -= r.Counters[0][virtual.StampCounterPrefix+"bcast.bytes.raw"]
-		r.RootSent -= r.Counters[0][virtual.StampCounterPrefix+"bcast.bytes.in"]
-	}
+	r.RootRaw = rep.RootCounters["bcast.bytes.raw"] - r.Counters[0][virtual.StampCounterPrefix+"bcast.bytes.raw"]
+	r.RootSent = rep.RootCounters["bcast.bytes.sent"] - r.Counters[0][virtual.StampCounterPrefix+"bcast.bytes.in"]
 	return nil
 }
 
-// fields parses "k=v k=v ..." into a map.
-func fields(s string) map[string]string {
-	m := make(map[string]string)
-	for _, f := range strings.Fields(s) {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			m[k] = v
-		}
-	}
-	return m
-}
-
-// scaleArgv is pmirun's command line for c.
-func (o scaleOptions) scaleArgv(pmirun string, c scaleConfig) []string {
+// scaleArgv is pmirun's command line for c, writing its report to
+// report.
+func (o scaleOptions) scaleArgv(pmirun string, c scaleConfig, report string) []string {
 	argv := []string{pmirun, "--bootstrap", "loopback", "--nodes", strconv.Itoa(c.Nodes),
 		"-n", strconv.Itoa(c.P()), "--ppn", strconv.Itoa(c.PPN),
-		"--virtual", c.Op, "--virtual-rounds", strconv.Itoa(o.rounds), "--verbose",
+		"--virtual", c.Op, "--virtual-rounds", strconv.Itoa(o.rounds), "--report", report,
 		"--netio", c.Backend, "--compress", o.codec, "--net-timeout", o.netTimeout.String()}
 	if o.treeWidth > 0 {
 		argv = append(argv, "--tree-width", strconv.Itoa(o.treeWidth))
@@ -382,14 +334,15 @@ func (o scaleOptions) scaleArgv(pmirun string, c scaleConfig) []string {
 	return append(argv, "true")
 }
 
-// runScaleJob runs one job and parses what it reported.
-func runScaleJob(ctx context.Context, o scaleOptions, argv []string, c scaleConfig) scaleResult {
+// runScaleJob runs one job, whose pmirun writes its report to report,
+// and reads the report.
+func runScaleJob(ctx context.Context, o scaleOptions, argv []string, c scaleConfig, report string) scaleResult {
 	r := scaleResult{scaleConfig: c}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	cmd := ExecCommand(ctx, argv)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	start := time.Now()
 	err := cmd.Run()
 	r.Wall = time.Since(start)
@@ -399,8 +352,12 @@ func runScaleJob(ctx context.Context, o scaleOptions, argv []string, c scaleConf
 	case err != nil:
 		r.Err = err.Error()
 	default:
-		if perr := parseScaleOutput(&r, stdout.Bytes(), stderr.Bytes()); perr != nil {
-			r.Err = perr.Error()
+		rep, rerr := jobreport.ReadFile(report)
+		if rerr == nil {
+			rerr = r.fromReport(rep)
+		}
+		if rerr != nil {
+			r.Err = rerr.Error()
 		}
 	}
 	if r.Err != "" {
@@ -409,15 +366,9 @@ func runScaleJob(ctx context.Context, o scaleOptions, argv []string, c scaleConf
 	return r
 }
 
-// lastLines returns the last n lines of s that are not --verbose chatter.
+// lastLines returns the last n lines of s, joined by " | ".
 func lastLines(s string, n int) string {
-	var keep []string
-	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
-		if strings.Contains(l, " counters:") || strings.Contains(l, ") up at ") {
-			continue
-		}
-		keep = append(keep, l)
-	}
+	keep := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(keep[max(0, len(keep)-n):], " | ")
 }
 
@@ -475,6 +426,13 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stderr, "pmibench: scale: pmirun = %s; %d CPUs, %s available; %d timed rounds per job (+%d warm-up); compression %s; late arrival %s\n",
 		pmirun, runtime.NumCPU(), mib(avail), o.rounds, virtual.WarmupRounds, o.codec, o.late)
 
+	reports, err := os.MkdirTemp("", "pmibench-scale-")
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: directory for pmirun's reports: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(reports)
+
 	started := time.Now()
 	var results []scaleResult
 	code = 0
@@ -509,11 +467,12 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			results = append(results, r)
 			continue
 		}
-		argv := o.scaleArgv(pmirun, c)
+		report := filepath.Join(reports, fmt.Sprintf("job-%d.json", len(results)))
+		argv := o.scaleArgv(pmirun, c, report)
 		if o.verbose {
 			fmt.Fprintf(stderr, "pmibench: %s\n", strings.Join(argv, " "))
 		}
-		got := runScaleJob(ctx, o, argv, c)
+		got := runScaleJob(ctx, o, argv, c, report)
 		got.SegBytes = seg
 		results = append(results, got)
 		if got.Err != "" {

@@ -9,29 +9,55 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/jobreport"
 )
 
-// scaleStdout and scaleStderr are what pmirun prints for a 2-node ring
-// job of 3 timed rounds with --verbose.
-const (
-	scaleStdout = "fastpmi-scale op=ring P=8 local=4 rounds=3 median_us=250.0 min_us=120.5 max_us=400.0 mean_us=256.8 warmup_us=900.0" +
-		" span_median_us=600.0 span_min_us=450.0 tail_median_us=300.0 tail_min_us=200.0 tail_max_us=350.5\n"
-	scaleStderr = "pmirun: 2 nodes via loopback, agent links over net (forced), tree width 8, compression auto\n" +
-		"pmirun: node 0 counters: bcast.bytes.in=300 bcast.bytes.raw=500 net.frames.sent=30 ring.msgs.recv=8 ring.msgs.sent=8" +
-		" stamps.bcast.bytes.in=300 stamps.bcast.bytes.raw=500 stamps.tree.msgs.sent=1 tree.msgs.sent=1" +
-		" virtual.cpu.ns=90000 virtual.cpu.rank.rounds=13\n" +
-		"pmirun: node 1 counters: bcast.bytes.in=300 bcast.bytes.raw=500 net.frames.sent=28 ring.msgs.recv=8 ring.msgs.sent=8" +
-		" stamps.bcast.bytes.in=300 stamps.bcast.bytes.raw=500 stamps.tree.msgs.sent=1 tree.msgs.sent=1" +
-		" virtual.cpu.ns=30000 virtual.cpu.rank.rounds=12\n" +
-		"pmirun: broadcast bytes raw 500, sent 300 (1.67x)\n"
-)
-
-func TestParseScaleOutput(t *testing.T) {
+// ringReport is pmirun's report of a 2-node ring job of 3 timed rounds
+// (--report), read back from the file.
+func ringReport(t *testing.T) *jobreport.Report {
+	t.Helper()
 	us := func(f float64) time.Duration { return time.Duration(f * 1e3) }
-	r := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
-	if err := parseScaleOutput(&r, []byte(scaleStdout), []byte(scaleStderr)); err != nil {
+	node := func(frames, cpu, rounds int64) map[string]int64 {
+		return map[string]int64{"bcast.bytes.in": 300, "bcast.bytes.raw": 500, "net.frames.sent": frames,
+			"ring.msgs.recv": 8, "ring.msgs.sent": 8, "stamps.bcast.bytes.in": 300, "stamps.bcast.bytes.raw": 500,
+			"stamps.tree.msgs.sent": 1, "tree.msgs.sent": 1, "virtual.cpu.ns": cpu, "virtual.cpu.rank.rounds": rounds}
+	}
+	rep := &jobreport.Report{
+		Version: jobreport.Version, JobID: "job", Size: 8, Bootstrap: "loopback", NetBackend: "net", Virtual: "ring",
+		Nodes: []jobreport.Node{
+			{Index: 0, Host: "127.0.0.1", Ranks: 4, Counters: node(30, 90000, 13)},
+			{Index: 1, Host: "127.0.0.1", Ranks: 4, Counters: node(28, 30000, 12)},
+		},
+		RootCounters: map[string]int64{"bcast.bytes.raw": 500, "bcast.bytes.sent": 300},
+		Scale: &jobreport.Scale{Op: "ring", P: 8, Local: 4, Rounds: 3,
+			Median: us(250), Min: us(120.5), Max: us(400), Mean: us(256.8), Warmup: us(900),
+			SpanMedian: us(600), SpanMin: us(450), TailMedian: us(300), TailMin: us(200), TailMax: us(350.5)},
+	}
+	path := filepath.Join(t.TempDir(), "report.json")
+	if err := rep.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
+	back, err := jobreport.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return back
+}
+
+// ringResult is ringReport read into the result of the job it describes.
+func ringResult(t *testing.T) scaleResult {
+	t.Helper()
+	r := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
+	if err := r.fromReport(ringReport(t)); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestScaleFromReport(t *testing.T) {
+	us := func(f float64) time.Duration { return time.Duration(f * 1e3) }
+	r := ringResult(t)
 	for name, got := range map[string][2]time.Duration{
 		"median":      {r.Median, us(250)},
 		"min":         {r.Min, us(120.5)},
@@ -59,31 +85,39 @@ func TestParseScaleOutput(t *testing.T) {
 
 	// A job whose agents' clocks are on several machines has no span and
 	// tail; the rest of its report stands.
-	unshared := strings.Replace(scaleStdout, " span_median_us=600.0 span_min_us=450.0 tail_median_us=300.0 tail_min_us=200.0 tail_max_us=350.5",
-		" clocks=unshared foreign=4", 1)
+	rep := ringReport(t)
+	rep.Scale.SpanMedian, rep.Scale.SpanMin, rep.Scale.TailMedian, rep.Scale.TailMin, rep.Scale.TailMax = 0, 0, 0, 0, 0
+	rep.Scale.ForeignClocks = 4
 	apart := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
-	if err := parseScaleOutput(&apart, []byte(unshared), []byte(scaleStderr)); err != nil {
+	if err := apart.fromReport(rep); err != nil {
 		t.Fatal(err)
 	}
 	if apart.Median != us(250) || apart.SpanMed != 0 || apart.TailMed != 0 {
 		t.Errorf("clocks on several machines: median %v, span %v, tail %v; want 250µs, none, none", apart.Median, apart.SpanMed, apart.TailMed)
 	}
 
-	// A line of another job, or none, is an error.
+	// A report of another job, or without figures or a node's counters,
+	// is an error.
 	other := scaleResult{scaleConfig: scaleConfig{Op: "fence", Backend: "net", Nodes: 2, PPN: 4}}
-	if err := parseScaleOutput(&other, []byte(scaleStdout), []byte(scaleStderr)); err == nil {
-		t.Error("fence job accepted a ring line")
+	if err := other.fromReport(ringReport(t)); err == nil {
+		t.Error("fence job accepted a ring report")
 	}
-	if err := parseScaleOutput(&r, nil, []byte(scaleStderr)); err == nil {
-		t.Error("no result line accepted")
+	for name, spoil := range map[string]func(*jobreport.Report){
+		"no figures":     func(rep *jobreport.Report) { rep.Scale = nil },
+		"node 1 silent":  func(rep *jobreport.Report) { rep.Nodes[1].Counters = nil },
+		"a node missing": func(rep *jobreport.Report) { rep.Nodes = rep.Nodes[:1] },
+	} {
+		rep := ringReport(t)
+		spoil(rep)
+		r := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
+		if err := r.fromReport(rep); err == nil {
+			t.Errorf("%s: report accepted", name)
+		}
 	}
 }
 
 func TestScaleTable(t *testing.T) {
-	ok := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
-	if err := parseScaleOutput(&ok, []byte(scaleStdout), []byte(scaleStderr)); err != nil {
-		t.Fatal(err)
-	}
+	ok := ringResult(t)
 	failed := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "uring", Nodes: 2, PPN: 4}, Err: "exit status 1"}
 	ps, rows := scaleTables([]scaleResult{ok, failed})
 	if !slices.Equal(ps, []int{8}) || len(rows[8]) != 1 {
@@ -115,10 +149,7 @@ func TestScaleTable(t *testing.T) {
 }
 
 func TestScaleJSON(t *testing.T) {
-	r := scaleResult{scaleConfig: scaleConfig{Op: "ring", Backend: "net", Nodes: 2, PPN: 4}}
-	if err := parseScaleOutput(&r, []byte(scaleStdout), []byte(scaleStderr)); err != nil {
-		t.Fatal(err)
-	}
+	r := ringResult(t)
 	path := filepath.Join(t.TempDir(), "scale.json")
 	if err := writeScaleJSON(path, scaleOptions{rounds: 3, codec: "auto"}, time.Now(), []scaleResult{r}); err != nil {
 		t.Fatal(err)
@@ -161,7 +192,10 @@ func TestScaleLate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("-late %s: %v", late, err)
 		}
-		argv := o.scaleArgv("pmirun", c)
+		argv := o.scaleArgv("pmirun", c, "report.json")
+		if i := slices.Index(argv, "--report"); i < 0 || argv[i+1] != "report.json" {
+			t.Errorf("-late %s: pmirun argv %q has no --report report.json", late, argv)
+		}
 		i := slices.Index(argv, "--virtual-late")
 		switch {
 		case want == "" && i >= 0:
@@ -174,10 +208,10 @@ func TestScaleLate(t *testing.T) {
 		t.Errorf("lateAuto: %v at P = 1, %v at 1,024, %v at 16,384: want at least 20ms, growing with P", lateAuto(1), lateAuto(1024), lateAuto(16384))
 	}
 
-	line := strings.Replace(scaleStdout, " warmup_us=900.0", " warmup_us=900.0 late_us=20000.0", 1)
-	line = strings.Replace(line, "tail_max_us=350.5", "tail_max_us=350.5 late_last=2 late_gap_min_us=-12.5", 1)
+	rep := ringReport(t)
+	rep.Scale.Late, rep.Scale.LateLast, rep.Scale.LateGapMin = 20*time.Millisecond, 2, -12500*time.Nanosecond
 	r := scaleResult{scaleConfig: c}
-	if err := parseScaleOutput(&r, []byte(line), []byte(scaleStderr)); err != nil {
+	if err := r.fromReport(rep); err != nil {
 		t.Fatal(err)
 	}
 	if r.Late != 20*time.Millisecond || r.LateLast != 2 || r.LateGap != -12500*time.Nanosecond {

@@ -1,8 +1,8 @@
 // Package cli parses the command lines of pmirun and pmid into a
 // launch.Config. Flags feel like mpiexec's and srun's: -n/-np, -l/--label,
-// --env K=V (repeatable), --verbose, --timeout, --trace, --usize. Parsing
-// stops at the program name, so the program's own flags pass through
-// untouched.
+// --env K=V (repeatable), --verbose, --timeout, --trace, --report,
+// --usize. Parsing stops at the program name, so the program's own flags
+// pass through untouched.
 package cli
 
 import (
@@ -45,6 +45,7 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	fs.BoolVar(&cfg.Verbose, "verbose", false, "log launcher decisions and print a start-up summary")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "end the job after `DURATION` (e.g. 30s); exit code 124")
 	fs.StringVar(&cfg.TracePath, "trace", "", "write a Chrome trace (Perfetto) of start-up to `FILE`")
+	fs.StringVar(&cfg.ReportPath, "report", "", "write the job's report (JSON: phases, per-node counters, benchmark figures) to `FILE` when it ends")
 	fs.BoolVar(&cfg.NoShm, "no-shm", false, "no shared-memory segment: ranks use only the PMI text protocol")
 	fs.BoolVar(&cfg.PMIPort, "pmi-port", false, "ranks connect over loopback TCP (PMI_PORT, PMI_ID) instead of PMI_FD")
 	var hosts, hostfile string

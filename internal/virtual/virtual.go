@@ -38,7 +38,9 @@
 // the node's collective counters is booked again under StampCounterPrefix
 // (stampExchange), so that readers of the counters can leave it out of the
 // per-operation figures. Each node also books its process's CPU time over
-// the timed rounds (cpuMeter).
+// the timed rounds (cpuMeter). Rank 0 prints its figures on one line
+// (scaleReport.line) and books the same figures on its node's recorder
+// (jobreport.Scale.Counters), which carries them to pmirun's --report.
 //
 // Late arrival. Back to back, a round on a machine with fewer cores than
 // ranks waits mostly for every rank's turn, whatever the operation does.
@@ -68,6 +70,7 @@ import (
 	"github.com/fastpmi/fastpmi/client"
 	"github.com/fastpmi/fastpmi/internal/clientseam"
 	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/jobreport"
 	"github.com/fastpmi/fastpmi/perf"
 )
 
@@ -222,6 +225,12 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, h node.Host) er
 	}
 	if timed {
 		rep.ends, rep.foreign = ends, foreign
+		// The figures travel to pmirun as node counters (its --report);
+		// the line is for people and scripts reading the job's output.
+		f, _ := rep.figures()
+		for name, v := range f.Counters() {
+			h.Perf.Add(name, v)
+		}
 		h.Stdout([]byte(rep.line() + "\n"))
 	}
 	// No end barrier: an agent whose ranks are done keeps its links open
@@ -571,45 +580,64 @@ type scaleReport struct {
 // rank entered after it). In the rounds rank 0 entered last, the tail is
 // the operation's latency after a late arrival.
 func (r scaleReport) line() string {
-	med, lo, hi, mean := durationStats(r.times)
+	f, gaps := r.figures()
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/1e3) }
 	head := fmt.Sprintf("%s op=%s P=%d local=%d rounds=%d median_us=%s min_us=%s max_us=%s mean_us=%s warmup_us=%s",
-		ScaleLinePrefix, r.op, r.size, r.local, len(r.times), us(med), us(lo), us(hi), us(mean), us(r.warmup))
-	if r.late > 0 {
-		head += " late_us=" + us(r.late)
+		ScaleLinePrefix, f.Op, f.P, f.Local, f.Rounds, us(f.Median), us(f.Min), us(f.Max), us(f.Mean), us(f.Warmup))
+	if f.Late > 0 {
+		head += " late_us=" + us(f.Late)
 	}
+	if f.ForeignClocks > 0 {
+		return fmt.Sprintf("%s clocks=unshared foreign=%d", head, f.ForeignClocks)
+	}
+	line := fmt.Sprintf("%s span_median_us=%s span_min_us=%s tail_median_us=%s tail_min_us=%s tail_max_us=%s",
+		head, us(f.SpanMedian), us(f.SpanMin), us(f.TailMedian), us(f.TailMin), us(f.TailMax))
+	if f.Late <= 0 {
+		return line
+	}
+	line += fmt.Sprintf(" late_last=%d", f.LateLast)
+	if gaps {
+		line += " late_gap_min_us=" + us(f.LateGapMin)
+	}
+	return line
+}
+
+// figures reduces the report to the figures line prints, which rank 0
+// also books as counters for pmirun's --report (jobreport.Scale); gaps
+// says whether LateGapMin was measured (some round had ranks besides
+// rank 0).
+func (r scaleReport) figures() (f jobreport.Scale, gaps bool) {
+	f = jobreport.Scale{Op: r.op, P: r.size, Local: r.local, Rounds: len(r.times), Warmup: r.warmup, Late: r.late}
+	f.Median, f.Min, f.Max, f.Mean = durationStats(r.times)
 	if r.foreign > 0 {
-		return fmt.Sprintf("%s clocks=unshared foreign=%d", head, r.foreign)
+		f.ForeignClocks = r.foreign
+		return f, false
 	}
 	spans := make([]time.Duration, len(r.ends))
 	tails := make([]time.Duration, len(r.ends))
 	for i, e := range r.ends {
 		spans[i], tails[i] = e.span(), e.tail()
 	}
-	spanMed, spanLo, _, _ := durationStats(spans)
-	tailMed, tailLo, tailHi, _ := durationStats(tails)
-	line := fmt.Sprintf("%s span_median_us=%s span_min_us=%s tail_median_us=%s tail_min_us=%s tail_max_us=%s",
-		head, us(spanMed), us(spanLo), us(tailMed), us(tailLo), us(tailHi))
+	f.SpanMedian, f.SpanMin, _, _ = durationStats(spans)
+	f.TailMedian, f.TailMin, f.TailMax, _ = durationStats(tails)
 	if r.late <= 0 {
-		return line
+		return f, false
 	}
-	last, gaps := 0, make([]time.Duration, 0, len(r.ends))
+	ds := make([]time.Duration, 0, len(r.ends))
 	for _, e := range r.ends {
 		if g, ok := e.lateGap(); ok {
-			gaps = append(gaps, g)
+			ds = append(ds, g)
 			if g > 0 {
-				last++
+				f.LateLast++
 			}
 		} else {
-			last++ // rank 0 alone is last
+			f.LateLast++ // rank 0 alone is last
 		}
 	}
-	line += fmt.Sprintf(" late_last=%d", last)
-	if len(gaps) > 0 {
-		_, gapLo, _, _ := durationStats(gaps)
-		line += " late_gap_min_us=" + us(gapLo)
+	if len(ds) > 0 {
+		_, f.LateGapMin, _, _ = durationStats(ds)
 	}
-	return line
+	return f, len(ds) > 0
 }
 
 // durationStats returns the median (the mean of the middle two for an
