@@ -75,7 +75,7 @@ type Node struct {
 	evch  chan event
 
 	procs    map[int]*rankProc // by global rank
-	exited   int               // procs that exited
+	judged   int               // procs whose end was judged and reported
 	killing  bool
 	killTime <-chan time.Time
 	waiters  sync.WaitGroup // the rank processes' waiters, the exit judges, the disconnect timers
@@ -259,8 +259,11 @@ func (n *Node) startPlayed() {
 // to Handle.
 func (n *Node) Events() <-chan RankEvent { return n.evch }
 
-// Live is the number of started ranks that have not exited.
-func (n *Node) Live() int { return len(n.procs) - n.exited }
+// Live is the number of started ranks whose end has not been judged and
+// reported yet: a rank that exited with code 0 stays live until the agent
+// has read all it sent (did it finalize?), so that its verdict is never
+// lost to a loop that stops at the last exit.
+func (n *Node) Live() int { return len(n.procs) - n.judged }
 
 // Kill ends every local rank: SIGTERM now, SIGKILL after KillGrace
 // (KillTimer fires; call KillNow then).
@@ -304,9 +307,10 @@ func (n *Node) Handle(ev RankEvent) {
 			return
 		}
 		p.exited = true
-		n.exited++
 		n.rec.Mark(perf.PhaseRankExit, ev.rank)
 		if ev.sig != 0 || ev.code != 0 {
+			p.judged = true
+			n.judged++
 			msg := n.stage(ev.rank)
 			if ev.msg != "" {
 				msg = ": " + ev.msg
@@ -334,6 +338,12 @@ func (n *Node) Handle(ev RankEvent) {
 			n.evch <- event{kind: evJudged, rank: r, spoke: spoke, finalized: fin}
 		})
 	case evJudged:
+		p := n.procs[ev.rank]
+		if p == nil || p.judged {
+			return
+		}
+		p.judged = true
+		n.judged++
 		n.opt.Emit(Event{Kind: EvExit, Rank: ev.rank, Spoke: ev.spoke, Fin: ev.finalized})
 		if !ev.finalized {
 			n.ag.RankGone(ev.rank, "exited with code 0 without PMI finalize")
@@ -399,8 +409,9 @@ func (n *Node) Close() {
 	n.drain()
 	n.ag.Close()
 	n.out.Wait(2 * time.Second)
-	// The goroutines still running are judges and disconnect timers of
-	// ranks already reported: stop them, taking what they send meanwhile.
+	// Every rank is judged (Live is 0): the goroutines still running are
+	// disconnect timers of ranks already reported. Stop them, taking what
+	// they send meanwhile.
 	close(n.quit)
 	done := make(chan struct{})
 	go func() { n.waiters.Wait(); close(done) }()

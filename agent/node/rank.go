@@ -61,7 +61,8 @@ type rankProc struct {
 	rank   int
 	cmd    *exec.Cmd
 	pid    int
-	exited bool
+	exited bool // its process ended (no more signals)
+	judged bool // its end was judged and reported (counts against Node.Live)
 }
 
 func describeExit(ev event) string {

@@ -17,6 +17,9 @@
  *   close-after-put    TARGET closes PMI_FD after init and put and sleeps
  *                      ARG seconds (default 100): a rank that drops PMI
  *                      but keeps running
+ *   no-finalize        TARGET runs the whole conversation but finalize,
+ *                      sleeps ARG ms (default 300) so that it ends last,
+ *                      and exits 0
  *   sleep-after-init   every rank inits, prints "ready rank R" and sleeps
  *                      ARG seconds (default 100); TARGET is ignored
  *
@@ -144,7 +147,7 @@ static void pmi_init_put(void)
     recv_cmd(line, sizeof line, "put_result");
 }
 
-static void pmi_rest(void)
+static void pmi_rest(int finalize)
 {
     char line[2048], val[1100], want[64];
     int next = (rank + 1) % size;
@@ -159,6 +162,8 @@ static void pmi_rest(void)
     snprintf(want, sizeof want, "v-%d-of-%d", next, size);
     if (strcmp(val, want) != 0)
         die("early-%d is \"%s\", want \"%s\"", next, val, want);
+    if (!finalize)
+        return;
     phase = "finalize";
     send_cmd("cmd=finalize");
     recv_cmd(line, sizeof line, "finalize_ack");
@@ -209,6 +214,14 @@ int main(int argc, char **argv)
             sleep(arg != NULL ? atoi(arg) : 100);
             return 0;
         }
+    } else if (strcmp(mode, "no-finalize") == 0) {
+        if (me) {
+            pmi_init_put();
+            pmi_rest(0);
+            phase = "sleep without finalize";
+            usleep((useconds_t)(arg != NULL ? atoi(arg) : 300) * 1000);
+            return 0;
+        }
     } else if (strcmp(mode, "sleep-after-init") == 0) {
         pmi_init_put();
         printf("ready rank %d\n", rank);
@@ -221,7 +234,7 @@ int main(int argc, char **argv)
     }
 
     pmi_init_put();
-    pmi_rest();
+    pmi_rest(1);
     printf("early ok rank %d\n", rank);
     return 0;
 }

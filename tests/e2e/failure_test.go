@@ -54,6 +54,30 @@ func TestRankFailure(t *testing.T) {
 	}
 }
 
+// A rank that does everything but PMI finalize and exits 0 fails the job
+// even when it is the last to exit (on its node, or of the whole job): its
+// verdict waits for the agent to have read all it sent, and the job's end
+// waits for the verdict.
+func TestLastRankWithoutFinalize(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"one node", nil},
+		{"loopback nodes", []string{"--bootstrap", "loopback", "--nodes", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := 0; i < 3 && !t.Failed(); i++ {
+				args := append(append([]string{}, tc.args...), "-n", "4", prog("exit_early"), "no-finalize", "3", "300")
+				r := run(t, job{args: args, timeout: 30 * time.Second})
+				r.wantCode(t, 1)
+				r.wantMessage(t, `\brank 3 exited with code 0 without calling PMI finalize\b`)
+				r.wantRankLines(t, 3, func(rank int) string { return fmt.Sprintf("early ok rank %d", rank) })
+			}
+		})
+	}
+}
+
 // The hand-written PMI-1 client works when nobody fails: this is what makes
 // the failures above meaningful.
 func TestRankFailureControl(t *testing.T) {
