@@ -39,7 +39,7 @@ func (r *rootNode) agents(ctx context.Context, hosts []string) ([]agentProc, err
 		if err != nil {
 			return nil, err
 		}
-		r.dtr, err = daemon.NewTransport(secret, r.cfg.NetBackend, r.cfg.Logger)
+		r.dtr, err = daemon.NewTransport(secret, r.cfg.Logger)
 		if err != nil {
 			return nil, err
 		}

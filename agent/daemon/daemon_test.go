@@ -51,7 +51,7 @@ func TestLoadSecret(t *testing.T) {
 func TestServerRefusesAndShutsDown(t *testing.T) {
 	before := runtime.NumGoroutine()
 	secret := []byte("0123456789abcdef0123456789abcdef")
-	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret, NetBackend: "net"})
+	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestServerRefusesAndShutsDown(t *testing.T) {
 	served := make(chan error)
 	go func() { served <- s.Serve(ctx) }()
 
-	tr, err := NewTransport(secret, "net", nil)
+	tr, err := NewTransport(secret, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

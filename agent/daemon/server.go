@@ -18,9 +18,8 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	Listen     string // address to listen on, e.g. ":7070" or "127.0.0.1:0"
-	Secret     []byte // the daemon's secret (LoadSecret)
-	NetBackend string // netio backend of the daemon's and its jobs' links: auto, uring, net
+	Listen string // address to listen on, e.g. ":7070" or "127.0.0.1:0"
+	Secret []byte // the daemon's secret (LoadSecret)
 	// MaxJobs bounds the jobs running at once; more are refused (default
 	// DefaultMaxJobs).
 	MaxJobs int
@@ -88,7 +87,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tr, err := NewTransport(cfg.Secret, cfg.NetBackend, cfg.Logger)
+	tr, err := NewTransport(cfg.Secret, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -101,16 +100,17 @@ func New(cfg Config) (*Server, error) {
 }
 
 // NewTransport makes the transport of connections to or from a daemon:
-// authenticated with the daemon's secret, frames bounded by MaxFrame.
-func NewTransport(secret []byte, backend string, log *slog.Logger) (netio.Transport, error) {
-	return netio.New(netio.Config{Backend: backend, Secret: secret, Logger: log, MaxFrameSize: MaxFrame})
+// authenticated with the daemon's secret, frames bounded by MaxFrame. It
+// always uses Go's net backend: these connections carry submissions,
+// output and status, never a collective, and an io_uring ring costs a
+// job's start 1-100 ms to set up and tear down on a busy machine (each
+// job's own links follow its --netio).
+func NewTransport(secret []byte, log *slog.Logger) (netio.Transport, error) {
+	return netio.New(netio.Config{Backend: netio.BackendNet, Secret: secret, Logger: log, MaxFrameSize: MaxFrame})
 }
 
 // Addr is the address the daemon listens on.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
-
-// Backend names the transport's backend.
-func (s *Server) Backend() netio.BackendInfo { return s.tr.Backend() }
 
 // Serve accepts connections until ctx ends, then shuts down: it stops
 // accepting, sends each job's pmirun a Notice, ends every job's ranks and

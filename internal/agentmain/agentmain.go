@@ -31,7 +31,7 @@ import (
 
 // Usage is the agent's synopsis.
 const Usage = `%[1]s --node I|slurm [--listen ADDR]
-%[1]s --daemon --listen ADDR --secret-file FILE [--max-jobs N] [--netio B]
+%[1]s --daemon --listen ADDR --secret-file FILE [--max-jobs N]
 %[1]s --status ADDR --secret-file FILE
 
 %[1]s is a node agent of a fastpmi job, started by pmirun's bootstraps
@@ -56,7 +56,6 @@ it exits 0.
                       know it. Made (mode 0600, random) if missing; refused
                       if group or others can read it or another user owns it
   --max-jobs N        jobs run at once; more are refused (default 64)
-  --netio B           links: auto, uring, net (default FASTPMI_NETIO or auto)
   --status ADDR       print a running daemon's status (jobs, served,
                       goroutines, threads, descriptors, memfds) as JSON
 
@@ -76,7 +75,6 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 	statusAddr := fs.String("status", "", "")
 	secretFile := fs.String("secret-file", "", "")
 	maxJobs := fs.Int("max-jobs", 0, "")
-	netBackend := fs.String("netio", "", "")
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -98,9 +96,9 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 			return 2
 		}
 		if *statusAddr != "" {
-			return status(name, *statusAddr, *secretFile, *netBackend, stdout, stderr)
+			return status(name, *statusAddr, *secretFile, stdout, stderr)
 		}
-		return serve(name, *listen, *secretFile, *netBackend, *maxJobs, stdout, stderr, starter)
+		return serve(name, *listen, *secretFile, *maxJobs, stdout, stderr, starter)
 	case *nodeFlag == "":
 		fmt.Fprintf(stderr, "%s: want --node I|slurm [--listen ADDR] (see --help; jobs are started with pmirun)\n", name)
 		return 2
@@ -163,7 +161,7 @@ func logger(stderr io.Writer) *slog.Logger {
 }
 
 // serve runs the daemon until SIGTERM, SIGINT or SIGHUP.
-func serve(name, listen, secretFile, backend string, maxJobs int, stdout, stderr io.Writer, starter node.Starter) int {
+func serve(name, listen, secretFile string, maxJobs int, stdout, stderr io.Writer, starter node.Starter) int {
 	if listen == "" || secretFile == "" {
 		fmt.Fprintf(stderr, "%s: --daemon needs --listen ADDR and --secret-file FILE (see --help)\n", name)
 		return 2
@@ -175,13 +173,13 @@ func serve(name, listen, secretFile, backend string, maxJobs int, stdout, stderr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGTERM, sys.SIGINT, sys.SIGHUP)
 	defer stop()
-	srv, err := daemon.New(daemon.Config{Listen: listen, Secret: secret, NetBackend: backend, MaxJobs: maxJobs,
+	srv, err := daemon.New(daemon.Config{Listen: listen, Secret: secret, MaxJobs: maxJobs,
 		Logger: logger(stderr).With("agent", name, "daemon", listen), Starter: starter})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: daemon listening on %s (links over %s)\n", name, srv.Addr(), srv.Backend())
+	fmt.Fprintf(stdout, "%s: daemon listening on %s (jobs' links follow their pmirun --netio)\n", name, srv.Addr())
 	if err := srv.Serve(ctx); err != nil {
 		fmt.Fprintf(stderr, "%s: daemon: %v\n", name, err)
 		return 1
@@ -190,7 +188,7 @@ func serve(name, listen, secretFile, backend string, maxJobs int, stdout, stderr
 }
 
 // status prints a running daemon's status as JSON.
-func status(name, addr, secretFile, backend string, stdout, stderr io.Writer) int {
+func status(name, addr, secretFile string, stdout, stderr io.Writer) int {
 	if secretFile == "" {
 		fmt.Fprintf(stderr, "%s: --status needs --secret-file FILE\n", name)
 		return 2
@@ -200,7 +198,7 @@ func status(name, addr, secretFile, backend string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	tr, err := daemon.NewTransport(secret, backend, nil)
+	tr, err := daemon.NewTransport(secret, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1

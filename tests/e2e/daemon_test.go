@@ -134,7 +134,7 @@ func (d *daemonProc) status(t *testing.T, secret string) daemon.Status {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := daemon.NewTransport(key, "auto", nil)
+	tr, err := daemon.NewTransport(key, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
