@@ -207,9 +207,15 @@ func newDaemonPair(t *testing.T) *daemonPair {
 
 func (p *daemonPair) addrs() string { return p.d[0].addr + "," + p.d[1].addr }
 
+// daemonNetTimeout is the jobs' --net-timeout: these tests run many
+// jobs at once on a 2-core machine shared with other work, where 5 s of
+// silence on a healthy link has been seen; no test here relies on the
+// timeout to detect a failure.
+const daemonNetTimeout = "15s"
+
 // job is a pmirun job on both daemons.
 func (p *daemonPair) job(args ...string) job {
-	return job{args: append([]string{"--daemons", p.addrs(), "--secret-file", p.secret}, args...), timeout: 40 * time.Second}
+	return job{args: append([]string{"--daemons", p.addrs(), "--secret-file", p.secret, "--net-timeout", daemonNetTimeout}, args...), timeout: 60 * time.Second}
 }
 
 // idle waits until neither daemon runs a job.
@@ -594,7 +600,7 @@ func TestNetnsDaemons(t *testing.T) {
 	}
 	mk := func(args ...string) job {
 		return job{
-			args:    append([]string{"--daemons", strings.Join(addrs, ","), "--secret-file", secret}, args...),
+			args:    append([]string{"--daemons", strings.Join(addrs, ","), "--secret-file", secret, "--net-timeout", daemonNetTimeout}, args...),
 			wrap:    []string{"ip", "netns", "exec", cl.names[0]},
 			timeout: 60 * time.Second,
 		}
