@@ -28,6 +28,9 @@ import (
 //   - slurm: inside an allocation, one srun starts an agent on every node
 //     (--ntasks-per-node=1), hosts from SLURM_JOB_NODELIST; no Slurm MPI
 //     plugin is used.
+//   - daemon (--daemons): no agent starts; each node of the job is
+//     submitted to a running pmid --daemon (agents.go's daemonAgent),
+//     which gets the spec on the submission connection.
 //
 // An agent gets the job Spec, including the job secret, on its standard
 // input, never on a command line; what follows the spec on node 0's
@@ -66,6 +69,8 @@ func (c *Config) hostList() ([]string, error) {
 			h[i] = "127.0.0.1"
 		}
 		return h, nil
+	case "daemon":
+		return slices.Clone(c.Daemons), nil
 	case "ssh", "netns":
 		if len(c.Hosts) == 0 {
 			return nil, fmt.Errorf("bootstrap %s needs --hosts or --hostfile", c.Bootstrap)
@@ -172,11 +177,27 @@ func (c *Config) rootListenAddr() string {
 	switch c.Bootstrap {
 	case "loopback":
 		return "127.0.0.1:0"
+	case "daemon":
+		if c.RootAddr == "" && allLoopback(c.Daemons) {
+			return "127.0.0.1:0"
+		}
 	}
 	if c.RootAddr != "" {
 		return net.JoinHostPort(c.RootAddr, "0")
 	}
 	return ":0"
+}
+
+// allLoopback reports whether every address is a loopback IP or
+// localhost.
+func allLoopback(addrs []string) bool {
+	for _, a := range addrs {
+		h, _, _ := net.SplitHostPort(a)
+		if ip := net.ParseIP(h); h != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return true
 }
 
 // rootDialAddr is the address agents dial, given where pmirun listens.
@@ -286,4 +307,26 @@ func ReadHostfile(path string) ([]string, error) {
 		return nil, fmt.Errorf("read hostfile %s: no hosts", path)
 	}
 	return hosts, nil
+}
+
+// ReadDaemonFile reads daemon addresses for --daemons @FILE: one
+// HOST:PORT per line (first field), skipping blank lines and # comments.
+func ReadDaemonFile(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read daemon file: %w", err)
+	}
+	var addrs []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		if f := strings.Fields(line); len(f) > 0 {
+			addrs = append(addrs, f[0])
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("read daemon file %s: no addresses", path)
+	}
+	return addrs, nil
 }

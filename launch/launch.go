@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -93,6 +94,13 @@ type Config struct {
 	PmidPath   string        // pmid on the nodes; default: next to pmirun, else on PATH
 	SSH        string        // ssh command and its options, split at spaces; default FASTPMI_SSH, else "ssh"
 	RootAddr   string        // address agents dial pmirun at; default: first non-loopback address
+
+	// Daemons, when set, runs the job on running daemons (pmid --daemon)
+	// at these addresses, one node each, instead of starting agents;
+	// SecretFile holds the daemons' secret. Bootstrap must then be "" or
+	// "fork" (validate makes it "daemon").
+	Daemons    []string
+	SecretFile string
 
 	// Virtual runs the ranks as goroutines inside each agent, each using
 	// the real shared-memory client, instead of processes (the scale
@@ -150,8 +158,24 @@ func (c *Config) validate() error {
 		}
 		c.UniverseSize = -1
 	}
+	if len(c.Daemons) > 0 {
+		if c.Bootstrap != "" && c.Bootstrap != "fork" && c.Bootstrap != "daemon" {
+			return fmt.Errorf("--daemons runs the job on running daemons: it excludes --bootstrap %s", c.Bootstrap)
+		}
+		if c.SecretFile == "" {
+			return errors.New("--daemons needs --secret-file FILE, the daemons' secret")
+		}
+		for _, d := range c.Daemons {
+			if _, port, err := net.SplitHostPort(d); err != nil || port == "" || port == "0" {
+				return fmt.Errorf("invalid daemon address %q: want HOST:PORT", d)
+			}
+		}
+		c.Bootstrap = "daemon"
+	} else if c.Bootstrap == "daemon" {
+		return errors.New("bootstrap daemon needs --daemons ADDR[,ADDR...]")
+	}
 	switch c.Bootstrap {
-	case "", "fork", "loopback", "netns", "ssh", "slurm":
+	case "", "fork", "loopback", "netns", "ssh", "slurm", "daemon":
 	default:
 		return fmt.Errorf("invalid bootstrap %q: want fork, loopback, netns, ssh or slurm", c.Bootstrap)
 	}

@@ -3,14 +3,11 @@ package launch
 import (
 	"github.com/fastpmi/fastpmi/agent/node"
 
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -37,8 +34,12 @@ type rootNode struct {
 	conns []netio.Conn // by node
 	in    chan frameIn
 	exits chan bootExit
-	quit  chan struct{}  // closed when the loop is over: link readers stop delivering
-	links sync.WaitGroup // the goroutines reading links and waiting for bootstrap processes
+	// notices carries what a daemon says before it ends its node of the
+	// job (daemon mode: it is shutting down).
+	notices chan bootExit
+	dtr     netio.Transport // daemon mode: connections to the daemons, with their secret
+	quit    chan struct{}   // closed when the loop is over: link readers stop delivering
+	links   sync.WaitGroup  // the goroutines reading links and waiting for bootstrap processes
 
 	topo    tree.Topology
 	tnode   *tree.Node
@@ -146,7 +147,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	}
 	r := &rootNode{
 		cfg: cfg, hosts: hosts, rec: rec, tr: tr, codec: codec,
-		conns: make([]netio.Conn, K), in: make(chan frameIn, 256), exits: make(chan bootExit, K),
+		conns: make([]netio.Conn, K), in: make(chan frameIn, 256), exits: make(chan bootExit, K), notices: make(chan bootExit, K),
 		names: agent.NewLocal(), done: make([]bool, K), gone: make([]bool, K), counters: make([]map[string]int64, K),
 		lastRx: make([]time.Time, K),
 		spec:   cfg.spec(nodes, m.ProcessMapping()),
@@ -155,7 +156,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	job.root = r // its report is written when Run returns
 	r.spec.Wdir, r.spec.Root, r.spec.Secret = wdir, cfg.rootDialAddr(ln.Addr()), secret
 	r.spec.AgentProcs = agentProcs(cfg.Bootstrap, K)
-	if cfg.Bootstrap == "ssh" {
+	if cfg.Bootstrap == "ssh" || cfg.Bootstrap == "daemon" {
 		r.spec.LauncherEnv = launcherEnv()
 	}
 	if err := r.spec.Validate(); err != nil {
@@ -169,25 +170,29 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	}
 
 	out := node.NewOutput(false, true, cfg.Stdout, cfg.Stderr)
-	cmds, err := cfg.agentCommands(ctx, hosts)
+	agents, err := r.agents(ctx, hosts)
 	if err != nil {
 		return early(cfg, 2, err.Error())
 	}
+	if r.dtr != nil {
+		defer r.dtr.Close()
+	}
 	started := 0
-	for i, cmd := range cmds {
-		if err := r.startAgent(i, cmd, out); err != nil {
+	for i, a := range agents {
+		if err := a.start(r, i, out); err != nil {
 			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start agent on %s: %v", hosts[i], err)})
 			break
 		}
+		r.links.Go(func() { r.exits <- bootExit{i, a.wait()} }) // exits holds one per agent
 		started++
 	}
 	rec.Mark("agents started", -1)
-	if started == len(cmds) {
+	if started == len(agents) {
 		r.accept(ctx, ln, K)
 	}
 	r.loop(ctx, started)
 	tr.Close()
-	r.reap(cmds[:started])
+	r.reap(agents[:started])
 	close(r.quit)
 	r.links.Wait()
 	out.Wait(2 * time.Second)
@@ -198,36 +203,6 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	if r.fate.failure != nil {
 		return r.fate.failure
 	}
-	return nil
-}
-
-// startAgent starts one bootstrap command with the spec on its stdin
-// (then, for node 0, pmirun's own stdin for rank 0).
-func (r *rootNode) startAgent(i int, cmd *exec.Cmd, out *node.Output) error {
-	var stdin io.Reader = bytes.NewReader(r.spec.Encode())
-	if i == 0 && r.cfg.Stdin != nil {
-		stdin = io.MultiReader(stdin, r.cfg.Stdin)
-	}
-	cmd.Stdin = stdin
-	cmd.WaitDelay = time.Second
-	so, err := out.Pipe(-1, false)
-	if err != nil {
-		return err
-	}
-	se, err := out.Pipe(-1, true)
-	if err != nil {
-		so.Close()
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = so, se
-	cmd.SysProcAttr = sys.RankProcAttr()
-	err = cmd.Start()
-	so.Close()
-	se.Close()
-	if err != nil {
-		return err
-	}
-	r.links.Go(func() { r.exits <- bootExit{i, cmd.Wait()} }) // exits holds one per agent
 	return nil
 }
 
@@ -411,6 +386,10 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 				}
 				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: agent %s", e.i, r.hosts[e.i], why)})
 			}
+		case nt := <-r.notices:
+			if !r.done[nt.i] {
+				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", nt.i, r.hosts[nt.i], nt.err)})
+			}
 		case sig := <-r.cfg.Signals:
 			for i := range r.conns {
 				r.send(i, netio.Frame{Type: node.FrameSignal, Payload: node.Encode(node.Signal{Sig: sys.SignalNumber(sig)})})
@@ -452,13 +431,13 @@ func (r *rootNode) allDone() bool {
 	return true
 }
 
-// reap waits for the bootstrap processes the loop has not seen exit,
-// killing those that linger. It learns of exits only from r.exits (the
-// goroutine waiting for a process owns its exec.Cmd until it sends).
-func (r *rootNode) reap(cmds []*exec.Cmd) {
+// reap waits for the agents the loop has not seen end, killing those
+// that linger. It learns of ends only from r.exits (the goroutine waiting
+// for an agent owns it until it sends).
+func (r *rootNode) reap(agents []agentProc) {
 	deadline := time.After(r.cfg.NetTimeout)
 	pending := 0
-	for i := range cmds {
+	for i := range agents {
 		if !r.gone[i] {
 			pending++
 		}
@@ -469,9 +448,9 @@ func (r *rootNode) reap(cmds []*exec.Cmd) {
 			r.gone[e.i] = true
 			pending--
 		case <-deadline:
-			for i, c := range cmds {
-				if !r.gone[i] && c.Process != nil {
-					_ = sys.SignalGroup(c.Process.Pid, sys.SIGKILL)
+			for i, a := range agents {
+				if !r.gone[i] {
+					a.kill()
 				}
 			}
 			deadline = nil

@@ -70,6 +70,9 @@ func (o *Output) Pipe(r int, stderr bool) (*os.File, error) {
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
+		// The read end is closed here, not left to the finalizer: a
+		// daemon runs many jobs' Outputs in one process.
+		defer pr.Close()
 		o.forward(pr, dst, prefix)
 	}()
 	return pw, nil

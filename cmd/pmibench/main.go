@@ -98,6 +98,8 @@ type options struct {
 	markdown     bool
 	jsonPath     string
 	verbose      bool
+	daemon       bool // time pmirun on running daemons against per-job loopback agents
+	daemonNodes  int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -116,6 +118,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.markdown, "markdown", false, "print the table as markdown")
 	fs.StringVar(&o.jsonPath, "json", "", "write every raw sample as JSON to this file")
 	fs.BoolVar(&o.verbose, "v", false, "print every run as it finishes")
+	fs.BoolVar(&o.daemon, "daemon", false, "instead of Hydra, time pmirun on running daemons (pmid --daemon, started by pmibench) against per-job agents over the loopback bootstrap")
+	fs.IntVar(&o.daemonNodes, "daemon-nodes", 2, "with -daemon: daemons, and loopback agents per job (fewer when N is smaller)")
 	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec, alternating runs."); err != nil {
 		return o, err
 	}
@@ -137,6 +141,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("parse -warmup: %d is negative", o.warmup)
 	case o.timeout <= 0:
 		return o, fmt.Errorf("parse -timeout: %v is not positive", o.timeout)
+	case o.daemonNodes < 1:
+		return o, fmt.Errorf("parse -daemon-nodes: %d is below 1", o.daemonNodes)
 	}
 	return o, nil
 }
@@ -223,7 +229,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	launchers := []Launcher{{Name: "pmirun", Path: pmirun}}
 	hydra, err := findMpiexec(o.mpiexec)
+	if o.daemon {
+		ds, err := startDaemons(ctx, pmirun, o.daemonNodes, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			return 2
+		}
+		defer ds.stop(stderr)
+		launchers, hydra = ds.launchers(pmirun), ""
+	}
 	switch {
+	case o.daemon:
 	case err != nil:
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
 		return 2
@@ -288,7 +304,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Workloads: workloads, Notes: notes, Samples: samples,
 		}
 		for _, l := range launchers {
-			rep.Launchers = append(rep.Launchers, reportLauncher(l))
+			rep.Launchers = append(rep.Launchers, reportLauncher{Name: l.Name, Path: l.Path, Args: l.Args})
 		}
 		if err := writeJSONFile(o.jsonPath, rep); err != nil {
 			fmt.Fprintf(stderr, "pmibench: %v\n", err)

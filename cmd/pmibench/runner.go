@@ -20,6 +20,9 @@ type Launcher struct {
 	Name string   // column name: "pmirun", "hydra"
 	Path string   // the launcher binary
 	Args []string // options placed before -n, e.g. -bind-to none
+	// NodeArgs, when set, gives options for n ranks, placed after Args
+	// (daemon mode: how many agents or daemons the job uses).
+	NodeArgs func(n int) []string `json:"-"`
 }
 
 // Argv is the command line that runs prog with n ranks under l.
@@ -27,6 +30,9 @@ func (l Launcher) Argv(n int, w Workload) []string {
 	argv := make([]string, 0, len(l.Args)+4+len(w.Args))
 	argv = append(argv, l.Path)
 	argv = append(argv, l.Args...)
+	if l.NodeArgs != nil {
+		argv = append(argv, l.NodeArgs(n)...)
+	}
 	argv = append(argv, "-n", strconv.Itoa(n), w.Prog)
 	if args, ok := w.ArgsFor[l.Name]; ok {
 		return append(argv, args...)

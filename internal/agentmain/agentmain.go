@@ -1,13 +1,17 @@
 // Package agentmain is the command line of a node agent process: pmid's,
 // and pmibench's when pmirun starts it as the agent of a job of virtual
-// ranks. It parses the flags a bootstrap passes, reads the job's spec
-// from standard input, applies the spec's process-wide settings (this
-// process serves one job), and runs the node until its ranks have ended.
+// ranks. Per job (--node), it parses the flags a bootstrap passes, reads
+// the job's spec from standard input, applies the spec's process-wide
+// settings (this process serves one job), and runs the node until its
+// ranks have ended. As a daemon (--daemon) it serves many jobs' nodes,
+// submitted by pmirun --daemons, until SIGTERM (package agent/daemon);
+// --status asks a running daemon how it is.
 package agentmain
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,7 +21,9 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"time"
 
+	"github.com/fastpmi/fastpmi/agent/daemon"
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/perf"
@@ -25,6 +31,8 @@ import (
 
 // Usage is the agent's synopsis.
 const Usage = `%[1]s --node I|slurm [--listen ADDR]
+%[1]s --daemon --listen ADDR --secret-file FILE [--max-jobs N]
+%[1]s --status ADDR --secret-file FILE
 
 %[1]s is a node agent of a fastpmi job, started by pmirun's bootstraps
 (ssh, Slurm, netns, loopback): it reads the job's spec and secret from its
@@ -34,6 +42,22 @@ pmirun, not %[1]s.
 
   --node I        this agent's node index; "slurm" takes SLURM_NODEID
   --listen ADDR   address for peer agents' links (default ":0")
+
+Daemon mode: %[1]s --daemon stays up and runs the nodes of many jobs, each
+submitted by "pmirun --daemons ADDR,... --secret-file FILE", starting no
+process but the ranks. Each job keeps its own KVS, segment, secret,
+working directory and environment. SIGTERM or SIGINT ends its jobs and
+it exits 0.
+
+  --daemon            serve jobs until SIGTERM
+  --listen ADDR       address pmirun connects to (required, e.g. :7070 or
+                      127.0.0.1:0; it prints "listening on ADDR")
+  --secret-file FILE  the daemon's secret: connections must prove they
+                      know it. Made (mode 0600, random) if missing; refused
+                      if group or others can read it or another user owns it
+  --max-jobs N        jobs run at once; more are refused (default 64)
+  --status ADDR       print a running daemon's status (jobs, served,
+                      goroutines, threads, descriptors, memfds) as JSON
 
 Environment: FASTPMI_DEBUG=1 logs at debug level; FASTPMI_CPUPROFILE=FILE
 writes a CPU profile to FILE.nodeI.
@@ -47,6 +71,10 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 	fs.SetOutput(io.Discard)
 	nodeFlag := fs.String("node", "", "")
 	listen := fs.String("listen", "", "")
+	daemonMode := fs.Bool("daemon", false, "")
+	statusAddr := fs.String("status", "", "")
+	secretFile := fs.String("secret-file", "", "")
+	maxJobs := fs.Int("max-jobs", 0, "")
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -55,7 +83,23 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 	case err != nil:
 		fmt.Fprintf(stderr, "%s: %v (see --help)\n", name, err)
 		return 2
-	case fs.NArg() > 0 || *nodeFlag == "":
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q (see --help)\n", name, fs.Args())
+		return 2
+	case *daemonMode || *statusAddr != "":
+		if *nodeFlag != "" || (*daemonMode && *statusAddr != "") {
+			fmt.Fprintf(stderr, "%s: --daemon, --status and --node exclude each other (see --help)\n", name)
+			return 2
+		}
+		if *maxJobs < 0 {
+			fmt.Fprintf(stderr, "%s: --max-jobs %d: want at least 1\n", name, *maxJobs)
+			return 2
+		}
+		if *statusAddr != "" {
+			return status(name, *statusAddr, *secretFile, stdout, stderr)
+		}
+		return serve(name, *listen, *secretFile, *maxJobs, stdout, stderr, starter)
+	case *nodeFlag == "":
 		fmt.Fprintf(stderr, "%s: want --node I|slurm [--listen ADDR] (see --help; jobs are started with pmirun)\n", name)
 		return 2
 	}
@@ -104,5 +148,70 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 		fmt.Fprintf(stderr, "%s: %v\n", name, err) // the error names the node
 		return 1
 	}
+	return 0
+}
+
+// logger is the agent's log: warnings, or everything with FASTPMI_DEBUG.
+func logger(stderr io.Writer) *slog.Logger {
+	level := slog.LevelWarn
+	if os.Getenv("FASTPMI_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// serve runs the daemon until SIGTERM, SIGINT or SIGHUP.
+func serve(name, listen, secretFile string, maxJobs int, stdout, stderr io.Writer, starter node.Starter) int {
+	if listen == "" || secretFile == "" {
+		fmt.Fprintf(stderr, "%s: --daemon needs --listen ADDR and --secret-file FILE (see --help)\n", name)
+		return 2
+	}
+	secret, err := daemon.LoadSecret(secretFile, true)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGTERM, sys.SIGINT, sys.SIGHUP)
+	defer stop()
+	srv, err := daemon.New(daemon.Config{Listen: listen, Secret: secret, MaxJobs: maxJobs,
+		Logger: logger(stderr).With("agent", name, "daemon", listen), Starter: starter})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: daemon listening on %s (jobs' links follow their pmirun --netio)\n", name, srv.Addr())
+	if err := srv.Serve(ctx); err != nil {
+		fmt.Fprintf(stderr, "%s: daemon: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+// status prints a running daemon's status as JSON.
+func status(name, addr, secretFile string, stdout, stderr io.Writer) int {
+	if secretFile == "" {
+		fmt.Fprintf(stderr, "%s: --status needs --secret-file FILE\n", name)
+		return 2
+	}
+	secret, err := daemon.LoadSecret(secretFile, false)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	tr, err := daemon.NewTransport(secret, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := daemon.QueryStatus(ctx, tr, addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	b, _ := json.MarshalIndent(st, "", "  ")
+	fmt.Fprintf(stdout, "%s\n", b)
 	return 0
 }

@@ -62,6 +62,9 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 	fs.StringVar(&cfg.SSH, "ssh", "", "`COMMAND` (with options) that starts agents for --bootstrap ssh (default: FASTPMI_SSH or ssh)")
 	fs.StringVar(&cfg.PmidPath, "pmid", "", "path of pmid on the nodes (default: next to pmirun, else on PATH)")
 	fs.StringVar(&cfg.RootAddr, "root-addr", "", "address agents reach pmirun at (default: first non-loopback address)")
+	var daemons string
+	fs.StringVar(&daemons, "daemons", "", "run on running daemons (pmid --daemon), one node each: `ADDR[,ADDR...]` or @FILE (one HOST:PORT a line); excludes --bootstrap")
+	fs.StringVar(&cfg.SecretFile, "secret-file", "", "the daemons' secret `FILE` (mode 0600), for --daemons")
 	fs.IntVar(&cfg.UniverseSize, "usize", -1, "universe size answered to get_universe_size (-1 = unlimited)")
 	fs.StringVar(&cfg.Virtual, "virtual", "", "run the ranks as goroutines inside the agents, playing `WORKLOAD` ("+strings.Join(node.VirtualWorkloads, ", ")+"); the program is not run")
 	fs.IntVar(&cfg.VirtualRounds, "virtual-rounds", 0, fmt.Sprintf("timed rounds of the --virtual workload (default %d)", node.DefaultVirtualRounds))
@@ -84,6 +87,20 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 		}
 		cfg.Hosts = append(cfg.Hosts, h...)
 	}
+	if daemons != "" {
+		if path, ok := strings.CutPrefix(daemons, "@"); ok {
+			d, err := launch.ReadDaemonFile(path)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.Daemons = d
+		} else {
+			cfg.Daemons = strings.Split(daemons, ",")
+		}
+		if explicitBootstrap(fs) {
+			return cfg, fmt.Errorf("--daemons runs the job on running daemons: it excludes --bootstrap %s", cfg.Bootstrap)
+		}
+	}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		fs.Usage()
@@ -96,4 +113,15 @@ func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) 
 		return cfg, errors.New("invalid --usize 0: want a positive number or -1 (unlimited)")
 	}
 	return cfg, nil
+}
+
+// explicitBootstrap reports whether --bootstrap was given other than fork.
+func explicitBootstrap(fs *flag.FlagSet) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "bootstrap" && f.Value.String() != "fork" {
+			given = true
+		}
+	})
+	return given
 }

@@ -41,13 +41,19 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterOf(t, hostCount)
+}
+
+// newClusterOf makes a cluster of hosts test hosts.
+func newClusterOf(t *testing.T, hosts int) *cluster {
+	t.Helper()
 	start := time.Now()
-	c := netnstest.New(t, hostCount)
+	c := netnstest.New(t, hosts)
 	cl := &cluster{c: c}
 	for _, h := range c.Hosts {
 		cl.names = append(cl.names, h.Name)
 	}
-	t.Logf("made %d test hosts in %v", hostCount, time.Since(start).Round(time.Millisecond))
+	t.Logf("made %d test hosts in %v", hosts, time.Since(start).Round(time.Millisecond))
 	return cl
 }
 

@@ -1,0 +1,107 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/netio"
+)
+
+func TestLoadSecret(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "secret")
+	if _, err := LoadSecret(path, false); err == nil {
+		t.Fatal("loaded a missing secret file without create")
+	}
+	a, err := LoadSecret(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 || len(a) != 64 {
+		t.Fatalf("new secret file: mode %v, %d bytes (%v); want 0600 and 64 hex digits", st.Mode(), len(a), err)
+	}
+	b, err := LoadSecret(path, true)
+	if err != nil || string(a) != string(b) {
+		t.Fatalf("reloading the secret: %q, %v; want %q", b, err, a)
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadSecret(path, false); !errors.Is(err, ErrInsecureSecret) {
+		t.Errorf("secret file of mode 0640: %v, want ErrInsecureSecret", err)
+	}
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("too short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadSecret(short, false); err == nil {
+		t.Error("loaded a 9-byte secret")
+	}
+}
+
+// A server answers status, refuses a bad submission, and its Serve
+// returns after cancellation having ended every goroutine it started.
+func TestServerRefusesAndShutsDown(t *testing.T) {
+	before := runtime.NumGoroutine()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error)
+	go func() { served <- s.Serve(ctx) }()
+
+	tr, err := NewTransport(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qctx, qcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer qcancel()
+	c, err := tr.Dial(qctx, s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &node.Spec{JobID: "j", Size: 2, Nodes: [][]int{{0}}, Usize: -1, Prog: "true",
+		KillGrace: time.Second, DisconnectGrace: time.Second}
+	if err := c.Send(qctx, netio.Frame{Type: FrameSubmit, Payload: node.Encode(Submit{Spec: spec})}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Recv(qctx)
+	var ex Exit
+	if err != nil || f.Type != FrameExit || node.Decode(f.Payload, &ex) != nil || ex.Err == "" {
+		t.Fatalf("answer to a bad spec: type %#x %q (%v), want a refusing Exit", f.Type, f.Payload, err)
+	}
+	c.Close()
+	st, err := QueryStatus(qctx, tr, s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Refused != 1 || len(st.Jobs) != 0 || st.PID != os.Getpid() || st.MaxJobs != DefaultMaxJobs {
+		t.Errorf("status %+v: want 1 refused, no job, this pid, default max jobs", st)
+	}
+	tr.Close()
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after cancellation")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after Serve returned, %d before New", n, before)
+	}
+}

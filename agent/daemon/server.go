@@ -1,0 +1,372 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/netio"
+)
+
+// Config configures a Server.
+type Config struct {
+	Listen string // address to listen on, e.g. ":7070" or "127.0.0.1:0"
+	Secret []byte // the daemon's secret (LoadSecret)
+	// MaxJobs bounds the jobs running at once; more are refused (default
+	// DefaultMaxJobs).
+	MaxJobs int
+	Logger  *slog.Logger
+	// Starter, when set, plays the ranks of jobs of virtual ranks
+	// (node.Spec.Virtual); without one such jobs are refused.
+	Starter node.Starter
+}
+
+func (c *Config) validate() error {
+	if c.Listen == "" {
+		return errors.New("daemon: no listen address")
+	}
+	if len(c.Secret) < minSecret {
+		return fmt.Errorf("daemon: secret of %d bytes, want at least %d", len(c.Secret), minSecret)
+	}
+	if c.MaxJobs == 0 {
+		c.MaxJobs = DefaultMaxJobs
+	}
+	if c.MaxJobs < 1 {
+		return fmt.Errorf("daemon: max jobs %d, want at least 1", c.MaxJobs)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// firstFrameTimeout bounds how long an authenticated connection may take
+// to say what it wants.
+const firstFrameTimeout = 10 * time.Second
+
+// outputTimeout bounds how long the ranks' output waits for a pmirun that
+// does not read it; after that the output is dropped.
+const outputTimeout = 30 * time.Second
+
+// Server is a running daemon: New listens, Serve accepts until its
+// context ends.
+type Server struct {
+	cfg   Config
+	tr    netio.Transport
+	ln    netio.Listener
+	start time.Time
+
+	conns sync.WaitGroup // one goroutine per accepted connection (and its job)
+
+	mu      sync.Mutex // guards the fields below
+	jobs    map[*job]struct{}
+	closing bool // Serve is shutting down: no new job
+	served  uint64
+	refused uint64
+}
+
+// job is one node of one job being run.
+type job struct {
+	spec   *node.Spec
+	idx    int
+	c      netio.Conn
+	cancel context.CancelFunc
+	start  time.Time
+}
+
+// New listens on cfg.Listen with the daemon's secret.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	tr, err := NewTransport(cfg.Secret, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := tr.Listen(cfg.Listen)
+	if err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	return &Server{cfg: cfg, tr: tr, ln: ln, start: time.Now(), jobs: map[*job]struct{}{}}, nil
+}
+
+// NewTransport makes the transport of connections to or from a daemon:
+// authenticated with the daemon's secret, frames bounded by MaxFrame. It
+// always uses Go's net backend: these connections carry submissions,
+// output and status, never a collective, and an io_uring ring costs a
+// job's start 1-100 ms to set up and tear down on a busy machine (each
+// job's own links follow its --netio).
+func NewTransport(secret []byte, log *slog.Logger) (netio.Transport, error) {
+	return netio.New(netio.Config{Backend: netio.BackendNet, Secret: secret, Logger: log, MaxFrameSize: MaxFrame})
+}
+
+// Addr is the address the daemon listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve accepts connections until ctx ends, then shuts down: it stops
+// accepting, sends each job's pmirun a Notice, ends every job's ranks and
+// waits for every goroutine it started. It returns nil after a shutdown.
+func (s *Server) Serve(ctx context.Context) error {
+	// Jobs are not children of ctx: they end after their pmirun was told.
+	jctx, cancelJobs := context.WithCancel(context.Background())
+	defer cancelJobs()
+	for {
+		c, err := s.ln.Accept(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.Error("daemon: accept", "err", err)
+			}
+			break
+		}
+		s.conns.Go(func() { s.handle(jctx, c) })
+	}
+	s.ln.Close()
+	s.mu.Lock()
+	s.closing = true
+	jobs := make([]*job, 0, len(s.jobs))
+	for j := range s.jobs {
+		jobs = append(jobs, j)
+	}
+	s.mu.Unlock()
+	var tell sync.WaitGroup
+	for _, j := range jobs {
+		tell.Go(func() {
+			msg := "daemon shutting down"
+			if h, err := os.Hostname(); err == nil {
+				msg = "daemon on " + h + " shutting down"
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = j.c.Send(sctx, netio.Frame{Type: FrameNotice, Payload: node.Encode(Notice{Msg: msg})})
+			cancel()
+			j.cancel()
+		})
+	}
+	tell.Wait()
+	cancelJobs()
+	s.conns.Wait()
+	return s.tr.Close()
+}
+
+// Status reports the daemon's jobs and resources.
+func (s *Server) Status() Status {
+	st := Status{PID: os.Getpid(), Addr: s.Addr().String(), Uptime: time.Since(s.start), MaxJobs: s.cfg.MaxJobs}
+	s.mu.Lock()
+	for j := range s.jobs {
+		st.Jobs = append(st.Jobs, JobStatus{JobID: j.spec.JobID, Node: j.idx, Ranks: len(j.spec.Nodes[j.idx]), Running: time.Since(j.start)})
+	}
+	st.Served, st.Refused = s.served, s.refused
+	s.mu.Unlock()
+	st.Goroutines = runtime.NumGoroutine()
+	st.FDs, st.Memfds, st.Threads = procCounts()
+	return st
+}
+
+// handle serves one authenticated connection.
+func (s *Server) handle(jctx context.Context, c netio.Conn) {
+	defer c.Close()
+	fctx, cancel := context.WithTimeout(jctx, firstFrameTimeout)
+	f, err := c.Recv(fctx)
+	cancel()
+	if err != nil {
+		s.cfg.Logger.Warn("daemon: no request", "peer", c.RemoteAddr(), "err", err)
+		return
+	}
+	switch f.Type {
+	case FrameStatus:
+		s.reply(c, FrameStatus, node.Encode(s.Status()))
+	case FrameSubmit:
+		s.submit(jctx, c, f.Payload)
+	default:
+		s.refuse(c, fmt.Sprintf("first frame of type %#x: want a submission or a status request", f.Type))
+	}
+}
+
+func (s *Server) reply(c netio.Conn, typ uint16, payload []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), firstFrameTimeout)
+	defer cancel()
+	_ = c.Send(ctx, netio.Frame{Type: typ, Payload: payload})
+}
+
+// refuse answers a submission the daemon will not run.
+func (s *Server) refuse(c netio.Conn, why string) {
+	s.mu.Lock()
+	s.refused++
+	s.mu.Unlock()
+	s.cfg.Logger.Warn("daemon: refused submission", "peer", c.RemoteAddr(), "why", why)
+	s.reply(c, FrameExit, node.Encode(Exit{Err: "daemon refused the job: " + why}))
+}
+
+// check validates a submission as the daemon will run it.
+func (s *Server) check(sub *Submit) error {
+	if sub.Spec == nil {
+		return errors.New("no job spec")
+	}
+	if err := sub.Spec.Validate(); err != nil {
+		return fmt.Errorf("job spec: %w", err)
+	}
+	switch {
+	case sub.Node < 0 || sub.Node >= len(sub.Spec.Nodes):
+		return fmt.Errorf("node index %d: want 0..%d", sub.Node, len(sub.Spec.Nodes)-1)
+	case sub.Spec.Root == "":
+		return errors.New("job spec: no root address to dial")
+	case len(sub.Spec.Secret) < minSecret:
+		return errors.New("job spec: no job secret")
+	case sub.Spec.Virtual != "" && s.cfg.Starter == nil:
+		return fmt.Errorf("this daemon plays no virtual ranks (%q)", sub.Spec.Virtual)
+	}
+	return nil
+}
+
+// submit runs one node of a job to its end.
+func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
+	var sub Submit
+	if err := node.Decode(payload, &sub); err != nil {
+		s.refuse(c, err.Error())
+		return
+	}
+	if err := s.check(&sub); err != nil {
+		s.refuse(c, err.Error())
+		return
+	}
+	ctx, cancel := context.WithCancel(jctx)
+	defer cancel()
+	j := &job{spec: sub.Spec, idx: sub.Node, c: c, cancel: cancel, start: time.Now()}
+	s.mu.Lock()
+	busy, closing := len(s.jobs) >= s.cfg.MaxJobs, s.closing
+	if !busy && !closing {
+		s.jobs[j] = struct{}{}
+	}
+	s.mu.Unlock()
+	switch {
+	case closing:
+		s.refuse(c, "the daemon is shutting down")
+		return
+	case busy:
+		s.refuse(c, fmt.Sprintf("%d jobs running, the most it runs at once (pmid --max-jobs)", s.cfg.MaxJobs))
+		return
+	}
+	log := s.cfg.Logger.With("job", sub.Spec.JobID, "node", sub.Node)
+	s.run(ctx, j, log)
+	s.mu.Lock()
+	delete(s.jobs, j)
+	s.served++
+	s.mu.Unlock()
+}
+
+// run runs j's node with its input and output on the submission
+// connection, and ends the submission with an Exit frame; it returns when
+// the node has ended and the connection's reader and the input forwarder
+// are done.
+func (s *Server) run(ctx context.Context, j *job, log *slog.Logger) {
+	var (
+		helpers sync.WaitGroup
+		stdin   io.Reader
+		pr      *io.PipeReader
+		pw      *io.PipeWriter
+		input   chan []byte // rank 0's input, closed at its end (owned by the reader)
+	)
+	if j.idx == 0 {
+		pr, pw = io.Pipe()
+		stdin = pr
+		input = make(chan []byte, 256) // at most 256 frames held: MaxFrame each
+		helpers.Go(func() {
+			for b := range input {
+				if _, err := pw.Write(b); err != nil {
+					continue // rank 0 is gone: drain
+				}
+			}
+			pw.Close()
+		})
+	}
+	// The reader ends when the connection does: pmirun closes it, or
+	// handle's deferred Close after the Exit frame. Until then it feeds
+	// rank 0's input and turns Kill or a lost pmirun into ending the job.
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		open := input != nil
+		defer func() {
+			if open {
+				close(input)
+			}
+		}()
+		for {
+			f, err := j.c.Recv(context.Background())
+			if err != nil {
+				j.cancel()
+				return
+			}
+			switch f.Type {
+			case FrameStdin:
+				if open {
+					select {
+					case input <- f.Payload:
+					case <-ctx.Done():
+					}
+				}
+			case FrameStdinEOF:
+				if open {
+					open = false
+					close(input)
+				}
+			case FrameKill:
+				j.cancel()
+			default:
+				log.Warn("daemon: unexpected frame on a submission", "type", f.Type)
+			}
+		}
+	}()
+	host, _, _ := net.SplitHostPort(j.c.LocalAddr().String())
+	err := node.RunAgent(ctx, j.spec, node.AgentOptions{
+		Index:  j.idx,
+		Listen: net.JoinHostPort(host, "0"), // peers reach it where pmirun reached the daemon
+		Stdin:  stdin,
+		Stdout: &frameWriter{c: j.c, typ: FrameStdout},
+		Stderr: &frameWriter{c: j.c, typ: FrameStderr},
+		Logger: log,
+	})
+	if pr != nil {
+		pr.Close() // the input forwarder drains
+	}
+	ex := Exit{}
+	if err != nil {
+		ex.Err = err.Error()
+		log.Warn("daemon: job node ended", "err", err)
+	}
+	s.reply(j.c, FrameExit, node.Encode(ex))
+	// Close flushes the Exit frame; the reader's Recv then fails and it
+	// closes input, which ends the forwarder.
+	j.c.Close()
+	<-readerDone
+	helpers.Wait()
+}
+
+// frameWriter sends what a node's Output writes — whole lines — as frames
+// of type typ on a submission connection.
+type frameWriter struct {
+	c   netio.Conn
+	typ uint16
+}
+
+func (w *frameWriter) Write(p []byte) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), outputTimeout)
+	defer cancel()
+	total := len(p)
+	for len(p) > 0 { // a line longer than a frame goes in pieces
+		n := min(len(p), MaxFrame)
+		if err := w.c.Send(ctx, netio.Frame{Type: w.typ, Payload: p[:n]}); err != nil {
+			return 0, err
+		}
+		p = p[n:]
+	}
+	return total, nil
+}

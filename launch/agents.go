@@ -1,0 +1,214 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent/daemon"
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/netio"
+)
+
+// agentProc is one node's agent as the root runs it: a bootstrap process
+// (procAgent: pmid, ssh, srun, ip netns exec) or a node submitted to a
+// running daemon (daemonAgent). The root starts it, waits for it on a
+// goroutine of its own, and kills it if it lingers after the job.
+type agentProc interface {
+	// start starts the agent of node i (for slurm, the one process of
+	// every node); its output goes to out.
+	start(r *rootNode, i int, out *node.Output) error
+	// wait blocks until the agent has ended and says how (nil: it ended
+	// normally). It is called once, after a successful start.
+	wait() error
+	// kill ends the agent now, its ranks with it. It may be called
+	// while wait runs.
+	kill()
+}
+
+// agents returns the agents of a job on hosts: bootstrap processes, or
+// for daemon mode one submission per daemon.
+func (r *rootNode) agents(ctx context.Context, hosts []string) ([]agentProc, error) {
+	if r.cfg.Bootstrap == "daemon" {
+		secret, err := daemon.LoadSecret(r.cfg.SecretFile, false)
+		if err != nil {
+			return nil, err
+		}
+		r.dtr, err = daemon.NewTransport(secret, r.cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		as := make([]agentProc, len(hosts))
+		for i, h := range hosts {
+			as[i] = &daemonAgent{addr: h}
+		}
+		return as, nil
+	}
+	cmds, err := r.cfg.agentCommands(ctx, hosts)
+	if err != nil {
+		return nil, err
+	}
+	as := make([]agentProc, len(cmds))
+	for i, c := range cmds {
+		as[i] = &procAgent{cmd: c}
+	}
+	return as, nil
+}
+
+// procAgent is an agent started as a process by a bootstrap, with the
+// spec on its standard input.
+type procAgent struct {
+	cmd *exec.Cmd
+}
+
+// start starts the bootstrap command with the spec on its stdin (then,
+// for node 0, pmirun's own stdin for rank 0).
+func (p *procAgent) start(r *rootNode, i int, out *node.Output) error {
+	cmd := p.cmd
+	var stdin io.Reader = bytes.NewReader(r.spec.Encode())
+	if i == 0 && r.cfg.Stdin != nil {
+		stdin = io.MultiReader(stdin, r.cfg.Stdin)
+	}
+	cmd.Stdin = stdin
+	cmd.WaitDelay = time.Second
+	so, err := out.Pipe(-1, false)
+	if err != nil {
+		return err
+	}
+	se, err := out.Pipe(-1, true)
+	if err != nil {
+		so.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = so, se
+	cmd.SysProcAttr = sys.RankProcAttr()
+	err = cmd.Start()
+	so.Close()
+	se.Close()
+	return err
+}
+
+func (p *procAgent) wait() error { return p.cmd.Wait() }
+
+func (p *procAgent) kill() {
+	if p.cmd.Process != nil {
+		_ = sys.SignalGroup(p.cmd.Process.Pid, sys.SIGKILL)
+	}
+}
+
+// daemonAgent is node i of the job submitted to the daemon at addr
+// (pmid --daemon): no process starts but the ranks. The submission
+// connection carries the node's output and rank 0's input, and the
+// daemon's Exit frame ends it; closing it ends the node.
+type daemonAgent struct {
+	addr   string
+	r      *rootNode
+	i      int
+	c      netio.Conn
+	so, se io.WriteCloser
+}
+
+// submitTimeout bounds connecting and submitting to a daemon.
+const submitTimeout = 10 * time.Second
+
+func (d *daemonAgent) start(r *rootNode, i int, out *node.Output) error {
+	d.r, d.i = r, i
+	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+	defer cancel()
+	c, err := r.dtr.Dial(ctx, d.addr)
+	if err != nil {
+		return fmt.Errorf("connect to daemon: %w", err)
+	}
+	spec := *r.spec
+	if r.cfg.RootAddr == "" {
+		// The daemon reaches pmirun where pmirun reached the daemon from.
+		host, _, _ := net.SplitHostPort(c.LocalAddr().String())
+		_, port, _ := net.SplitHostPort(spec.Root)
+		spec.Root = net.JoinHostPort(host, port)
+	}
+	if err := c.Send(ctx, netio.Frame{Type: daemon.FrameSubmit, Payload: node.Encode(daemon.Submit{Node: i, Spec: &spec})}); err != nil {
+		c.Close()
+		return fmt.Errorf("submit to daemon: %w", err)
+	}
+	if d.so, err = out.Pipe(-1, false); err != nil {
+		c.Close()
+		return err
+	}
+	if d.se, err = out.Pipe(-1, true); err != nil {
+		d.so.Close()
+		c.Close()
+		return err
+	}
+	d.c = c
+	if i == 0 && r.cfg.Stdin != nil {
+		// Like exec.Cmd's copier of a non-file Stdin, this goroutine is
+		// not waited for: it may be blocked reading pmirun's input when
+		// the job ends, and it ends at its next read or send.
+		go pumpStdin(c, r.cfg.Stdin)
+	}
+	return nil
+}
+
+// pumpStdin sends in to the daemon as rank 0's input.
+func pumpStdin(c netio.Conn, in io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			if c.Send(context.Background(), netio.Frame{Type: daemon.FrameStdin, Payload: buf[:n]}) != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = c.Send(context.Background(), netio.Frame{Type: daemon.FrameStdinEOF})
+			return
+		}
+	}
+}
+
+func (d *daemonAgent) wait() error {
+	defer d.se.Close()
+	defer d.so.Close()
+	defer d.c.Close()
+	for {
+		f, err := d.c.Recv(context.Background())
+		if err != nil {
+			return fmt.Errorf("connection to daemon %s lost: %w", d.addr, err)
+		}
+		switch f.Type {
+		case daemon.FrameStdout:
+			_, _ = d.so.Write(f.Payload)
+		case daemon.FrameStderr:
+			_, _ = d.se.Write(f.Payload)
+		case daemon.FrameNotice:
+			var n daemon.Notice
+			_ = node.Decode(f.Payload, &n)
+			select {
+			case d.r.notices <- bootExit{d.i, fmt.Errorf("%s", n.Msg)}:
+			default:
+			}
+		case daemon.FrameExit:
+			var e daemon.Exit
+			if err := node.Decode(f.Payload, &e); err != nil {
+				return fmt.Errorf("daemon %s: %w", d.addr, err)
+			}
+			if e.Err != "" {
+				return fmt.Errorf("%s", e.Err)
+			}
+			return nil
+		default:
+			return fmt.Errorf("daemon %s sent a frame of type %#x", d.addr, f.Type)
+		}
+	}
+}
+
+func (d *daemonAgent) kill() {
+	if d.c != nil {
+		d.c.Close()
+	}
+}

@@ -1,0 +1,617 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent/daemon"
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/netio"
+)
+
+// Daemon mode: persistent pmid --daemon processes serve many jobs, each
+// submitted by pmirun --daemons, with no process started but the ranks.
+// The daemons here are plain processes on loopback (and, in
+// TestNetnsDaemons, one per test host); each job's ranks carry the job's
+// marker, so run's survivor check covers them even though the daemon,
+// not pmirun, forks them.
+
+// pmid is the path of the pmid binary under test.
+func pmid() string { return filepath.Join(binDir, "pmid") }
+
+// daemonProc is a running pmid --daemon.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	marker string // in the daemon's own environment (not its ranks')
+	stderr bytes.Buffer
+	done   chan struct{} // closed when the process has been waited for
+	err    error         // Wait's result, set before done closes
+}
+
+// newSecret writes a daemon secret file in a fresh directory.
+func newSecret(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(path, []byte(newMarker()+newMarker()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startDaemon starts pmid --daemon listening on listen (under wrap, a
+// command prefix such as "ip netns exec NS") and waits for it to say
+// where it listens.
+func startDaemon(t *testing.T, wrap []string, listen, secret string, extra ...string) *daemonProc {
+	t.Helper()
+	d := &daemonProc{marker: newMarker(), done: make(chan struct{})}
+	argv := append(append(append([]string{}, wrap...), pmid(), "--daemon", "--listen", listen, "--secret-file", secret), extra...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
+	d.cmd.Env = append(callerEnv(nil), markerVar+"="+d.marker)
+	d.cmd.Stderr = &d.stderr
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start pmid --daemon: %v", err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-d.done:
+		default:
+			d.cmd.Process.Kill()
+			<-d.done
+		}
+		killMarked(d.marker)
+	})
+	lines := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(out)
+		l, _ := br.ReadString('\n')
+		lines <- l
+		io.Copy(io.Discard, br)
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	rx := regexp.MustCompile(`^pmid: daemon listening on (\S+) `)
+	select {
+	case l := <-lines:
+		m := rx.FindStringSubmatch(l)
+		if m == nil {
+			<-d.done
+			t.Fatalf("pmid --daemon said %q, want %q; stderr:\n%s", l, rx, d.stderr.String())
+		}
+		d.addr = m[1]
+	case <-time.After(10 * time.Second):
+		t.Fatalf("pmid --daemon did not say where it listens within 10s")
+	}
+	return d
+}
+
+// stop sends the daemon SIGTERM and returns its exit code, failing the
+// test if it takes longer than d.
+func (d *daemonProc) stop(t *testing.T, within time.Duration) int {
+	t.Helper()
+	if err := d.cmd.Process.Signal(sys.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM pmid --daemon: %v", err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(within):
+		t.Fatalf("pmid --daemon did not exit within %v of SIGTERM; stderr:\n%s", within, d.stderr.String())
+	}
+	var ee *exec.ExitError
+	switch {
+	case d.err == nil:
+		return 0
+	case errors.As(d.err, &ee):
+		return ee.ExitCode()
+	}
+	t.Fatalf("wait for pmid --daemon: %v", d.err)
+	return -1
+}
+
+// status asks the daemon for its status (loopback daemons only: the test
+// process dials it).
+func (d *daemonProc) status(t *testing.T, secret string) daemon.Status {
+	t.Helper()
+	key, err := daemon.LoadSecret(secret, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := daemon.NewTransport(key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := daemon.QueryStatus(ctx, tr, d.addr)
+	if err != nil {
+		t.Fatalf("status of daemon %s: %v", d.addr, err)
+	}
+	return st
+}
+
+// procFDs counts pid's open descriptors and the memfds among them.
+func procFDs(t *testing.T, pid int) (fds, memfds int) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		fds++
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(l, "/memfd:") {
+			memfds++
+		}
+	}
+	return fds, memfds
+}
+
+// children lists the processes whose parent is pid.
+func children(pid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, p)
+		}
+	}
+	return kids
+}
+
+// daemonPair is two loopback daemons sharing a secret.
+type daemonPair struct {
+	secret string
+	d      [2]*daemonProc
+}
+
+func newDaemonPair(t *testing.T) *daemonPair {
+	t.Helper()
+	p := &daemonPair{secret: newSecret(t)}
+	for i := range p.d {
+		p.d[i] = startDaemon(t, nil, "127.0.0.1:0", p.secret)
+	}
+	return p
+}
+
+func (p *daemonPair) addrs() string { return p.d[0].addr + "," + p.d[1].addr }
+
+// daemonNetTimeout is the jobs' --net-timeout: these tests run many
+// jobs at once on a 2-core machine shared with other work, where 5 s of
+// silence on a healthy link has been seen; no test here relies on the
+// timeout to detect a failure.
+const daemonNetTimeout = "15s"
+
+// job is a pmirun job on both daemons.
+func (p *daemonPair) job(args ...string) job {
+	return job{args: append([]string{"--daemons", p.addrs(), "--secret-file", p.secret, "--net-timeout", daemonNetTimeout}, args...), timeout: 60 * time.Second}
+}
+
+// idle waits until neither daemon runs a job.
+func (p *daemonPair) idle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, d := range p.d {
+		for {
+			st := d.status(t, p.secret)
+			if len(st.Jobs) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("daemon %s still runs %d jobs: %+v", d.addr, len(st.Jobs), st.Jobs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// MPICH and libpmi2 programs on two daemons: output, exit and abort
+// codes, rank 0's input, labels, the job's working directory and
+// environment.
+func TestDaemonJobs(t *testing.T) {
+	p := newDaemonPair(t)
+	t.Run("mpi_allreduce", func(t *testing.T) {
+		r := run(t, p.job("-n", "8", prog("mpi_allreduce")))
+		r.wantCode(t, 0)
+		r.wantAllreduce(t, 8)
+	})
+	for _, cyclic := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pmi2_test/cyclic=%v", cyclic), func(t *testing.T) {
+			args, placement := []string{"-n", "6"}, "block"
+			if cyclic {
+				args, placement = append(args, "--cyclic"), "cyclic"
+			}
+			j := p.job(append(args, prog("pmi2_test"))...)
+			// EXPECT_ reaches the ranks only through pmirun's environment,
+			// carried in the spec: the daemons never had it.
+			j.env = []string{"EXPECT_NNODES=2", "EXPECT_PLACEMENT=" + placement, "PMI2_TEST_ALARM=30"}
+			r := run(t, j)
+			r.wantCode(t, 0)
+			r.wantPMI2(t, 6, 2, cyclic)
+		})
+	}
+	t.Run("exit code", func(t *testing.T) {
+		r := run(t, p.job("-n", "4", prog("exit_early"), "exit-before-init", "3", "5"))
+		r.wantCode(t, 5)
+		r.wantMessage(t, `\brank 3 exited with code 5\b`)
+	})
+	t.Run("abort", func(t *testing.T) {
+		r := run(t, p.job("-n", "4", prog("mpi_abort"), "3"))
+		r.wantCode(t, 7)
+		r.wantMessage(t, `\brank 3 called abort with exit code 7\b`)
+	})
+	t.Run("stdin and label", func(t *testing.T) {
+		j := p.job("-l", "-n", "3", "sh", "-c", `read x; read y; echo "got:$PMI_RANK:$x:$y"`)
+		j.stdin = strings.NewReader("hello\nsecond line\n")
+		r := run(t, j)
+		r.wantCode(t, 0)
+		r.wantLines(t, map[string]int{"[0] got:0:hello:second line": 1, "[1] got:1::": 1, "[2] got:2::": 1})
+	})
+	t.Run("working directory", func(t *testing.T) {
+		j := p.job("-n", "2", "sh", "-c", `echo "$PMI_RANK $(pwd) $PWD"`)
+		j.dir = t.TempDir()
+		r := run(t, j)
+		r.wantCode(t, 0)
+		r.wantLines(t, map[string]int{"0 " + j.dir + " " + j.dir: 1, "1 " + j.dir + " " + j.dir: 1})
+	})
+	t.Run("wrong secret", func(t *testing.T) {
+		j := p.job("-n", "2", "true")
+		j.args[3] = newSecret(t)
+		r := run(t, j)
+		if r.code == 0 {
+			t.Errorf("a job submitted with the wrong secret succeeded\n%s", r)
+		}
+		r.wantMessage(t, `authentication`)
+	})
+	t.Run("insecure secret file", func(t *testing.T) {
+		j := p.job("-n", "2", "true")
+		if err := os.Chmod(j.args[3], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(j.args[3], 0o600)
+		r := run(t, j)
+		r.wantCode(t, 2)
+		r.wantMessage(t, `group or others`)
+	})
+}
+
+// concurrentJobs runs jobs at once and returns their results in order.
+func concurrentJobs(t *testing.T, jobs []job) []result {
+	t.Helper()
+	res := make([]result, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		r := start(t, j)
+		wg.Go(func() { res[i] = r.wait() })
+	}
+	wg.Wait()
+	return res
+}
+
+// mixedJobs are n jobs of MPICH and libpmi2 programs, each in its own
+// working directory, built by mk (the daemons' job constructor).
+func mixedJobs(t *testing.T, n int, mk func(args ...string) job) []job {
+	var jobs []job
+	for i := range n {
+		var j job
+		if i%2 == 0 {
+			j = mk("-n", "4", prog("mpi_allreduce"))
+		} else {
+			j = mk("-n", "4", prog("pmi2_test"))
+			j.env = []string{"EXPECT_NNODES=2", "PMI2_TEST_ALARM=30"}
+		}
+		j.dir = t.TempDir()
+		jobs = append(jobs, j)
+	}
+	return jobs
+}
+
+// wantMixed checks the results of mixedJobs.
+func wantMixed(t *testing.T, res []result) {
+	t.Helper()
+	for i, r := range res {
+		r.wantCode(t, 0)
+		if i%2 == 0 {
+			r.wantAllreduce(t, 4)
+		} else {
+			r.wantPMI2(t, 4, 2, false)
+		}
+	}
+}
+
+// 20 concurrent jobs on two daemons, two of them failing mid-fence (a
+// rank SIGKILLed while the others wait in the barrier): the two fail
+// with their own message, the others succeed, and the daemons go on
+// serving.
+func TestDaemonConcurrent(t *testing.T) {
+	p := newDaemonPair(t)
+	jobs := mixedJobs(t, 18, p.job)
+	for range 2 {
+		j := p.job("-n", "4", prog("exit_early"), "kill-after-put", "2")
+		j.env = []string{"EXIT_EARLY_ALARM=30"}
+		jobs = append(jobs, j)
+	}
+	start := time.Now()
+	res := concurrentJobs(t, jobs)
+	t.Logf("20 concurrent jobs on 2 daemons in %v", time.Since(start).Round(time.Millisecond))
+	wantMixed(t, res[:18])
+	for _, r := range res[18:] {
+		r.wantCode(t, 128+9)
+		r.wantMessage(t, `\brank 2 killed by signal 9\b`)
+		if strings.Contains(r.stderr, "still waiting") {
+			t.Errorf("a rank waited for its alarm instead of being ended\n%s", r)
+		}
+	}
+	p.idle(t)
+	r := run(t, p.job("-n", "8", prog("mpi_allreduce")))
+	r.wantCode(t, 0)
+	r.wantAllreduce(t, 8)
+}
+
+// Bad submissions from a peer that knows the secret, an oversized frame
+// and a peer that does not know it are refused, each on its own
+// connection, while a job runs on, undisturbed.
+func TestDaemonRefusals(t *testing.T) {
+	p := newDaemonPair(t)
+	pr, pw := io.Pipe()
+	j := p.job("-n", "2", "sh", "-c", `read x; echo "got:$PMI_RANK:$x"`)
+	j.stdin = pr
+	running := start(t, j)
+	d := p.d[0]
+	// The running job is on both daemons.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(d.status(t, p.secret).Jobs) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the job did not reach the daemon")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	key, err := daemon.LoadSecret(p.secret, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := netio.New(netio.Config{Secret: key, MaxFrameSize: 2 * daemon.MaxFrame})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// answer sends f as the first frame and returns the daemon's answer.
+	answer := func(f netio.Frame) (netio.Frame, error) {
+		c, err := tr.Dial(ctx, d.addr)
+		if err != nil {
+			t.Fatalf("dial daemon: %v", err)
+		}
+		defer c.Close()
+		if err := c.Send(ctx, f); err != nil {
+			return netio.Frame{}, err
+		}
+		return c.Recv(ctx)
+	}
+	good := &node.Spec{JobID: "x", Size: 1, Nodes: [][]int{{0}}, Usize: -1, Prog: "true", KillGrace: time.Second,
+		DisconnectGrace: time.Second, TreeWidth: 2, NetTimeout: time.Second, Root: "127.0.0.1:1", Secret: []byte("0123456789abcdef0123")}
+	bad := *good
+	bad.Nodes = [][]int{{0, 0}}
+	noSecret := *good
+	noSecret.Secret = nil
+	for _, tc := range []struct {
+		name string
+		f    netio.Frame
+		want string
+	}{
+		{"unknown first frame", netio.Frame{Type: 0x999}, `first frame of type 0x999`},
+		{"not JSON", netio.Frame{Type: daemon.FrameSubmit, Payload: []byte("{nope")}, `decode`},
+		{"no spec", netio.Frame{Type: daemon.FrameSubmit, Payload: []byte(`{"node":0}`)}, `no job spec`},
+		{"bad placement", netio.Frame{Type: daemon.FrameSubmit, Payload: node.Encode(daemon.Submit{Spec: &bad})}, `placed twice`},
+		{"node out of range", netio.Frame{Type: daemon.FrameSubmit, Payload: node.Encode(daemon.Submit{Node: 3, Spec: good})}, `node index 3`},
+		{"no job secret", netio.Frame{Type: daemon.FrameSubmit, Payload: node.Encode(daemon.Submit{Spec: &noSecret})}, `no job secret`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := answer(tc.f)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			var e daemon.Exit
+			if f.Type != daemon.FrameExit || node.Decode(f.Payload, &e) != nil || !regexp.MustCompile(`^daemon refused the job: .*`+tc.want).MatchString(e.Err) {
+				t.Errorf("answer type %#x %q, want an Exit refusing the job with %q", f.Type, f.Payload, tc.want)
+			}
+		})
+	}
+	t.Run("oversized frame", func(t *testing.T) {
+		_, err := answer(netio.Frame{Type: daemon.FrameSubmit, Payload: make([]byte, daemon.MaxFrame+1)})
+		if err == nil {
+			t.Errorf("the daemon answered a frame of %d bytes; want the connection closed", daemon.MaxFrame+1)
+		}
+	})
+	t.Run("wrong secret", func(t *testing.T) {
+		other, err := netio.New(netio.Config{Secret: []byte("not the daemon's secret at all")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		if _, err := other.Dial(ctx, d.addr); !errors.Is(err, netio.ErrAuth) {
+			t.Errorf("dial with the wrong secret: %v, want %v", err, netio.ErrAuth)
+		}
+	})
+	st := d.status(t, p.secret)
+	if st.Refused != 6 || len(st.Jobs) != 1 {
+		t.Errorf("daemon status: %d refused, %d jobs running; want 6 refused and the one job: %+v", st.Refused, len(st.Jobs), st)
+	}
+	io.WriteString(pw, "go on\n")
+	pw.Close()
+	r := running.wait()
+	r.wantCode(t, 0)
+	r.wantLines(t, map[string]int{"got:0:go on": 1, "got:1:": 1})
+}
+
+// 200 jobs (10 at a time; every tenth fails mid-fence) leave each daemon
+// as it was after the first batch: the same descriptors, no memfd, no
+// child process, no more goroutines, and threads only up to the peak of
+// concurrent work.
+func TestDaemonNoLeaks(t *testing.T) {
+	p := newDaemonPair(t)
+	batch := func(k int) {
+		var jobs []job
+		for i := range 10 {
+			if i == 9 {
+				j := p.job("-n", "4", prog("exit_early"), "kill-after-put", "1")
+				j.env = []string{"EXIT_EARLY_ALARM=30"}
+				jobs = append(jobs, j)
+				continue
+			}
+			jobs = append(jobs, p.job("-n", "4", prog("exit_early"), "ok"))
+		}
+		for i, r := range concurrentJobs(t, jobs) {
+			if i == 9 {
+				r.wantCode(t, 128+9)
+			} else {
+				r.wantCode(t, 0)
+			}
+		}
+		if t.Failed() {
+			t.Fatalf("batch %d failed", k)
+		}
+	}
+	type snap struct {
+		fds, memfds, goroutines, threads int
+		kids                             []int
+	}
+	take := func(d *daemonProc) snap {
+		p.idle(t)
+		// The status connections of idle close after their answer: count
+		// once the descriptors have settled.
+		var fds, memfds int
+		for prev := -1; ; prev = fds {
+			time.Sleep(100 * time.Millisecond)
+			if fds, memfds = procFDs(t, d.cmd.Process.Pid); fds == prev {
+				break
+			}
+		}
+		st := d.status(t, p.secret)
+		return snap{fds, memfds, st.Goroutines, st.Threads, children(d.cmd.Process.Pid)}
+	}
+	batch(0)
+	var base [2]snap
+	for i, d := range p.d {
+		base[i] = take(d)
+	}
+	start := time.Now()
+	for k := 1; k < 20; k++ {
+		batch(k)
+	}
+	t.Logf("190 more jobs in %v", time.Since(start).Round(time.Millisecond))
+	for i, d := range p.d {
+		now := take(d)
+		t.Logf("daemon %d: fds %d→%d, memfds %d→%d, goroutines %d→%d, threads %d→%d, children %v",
+			i, base[i].fds, now.fds, base[i].memfds, now.memfds, base[i].goroutines, now.goroutines, base[i].threads, now.threads, now.kids)
+		if now.fds != base[i].fds || now.memfds != 0 || base[i].memfds != 0 {
+			t.Errorf("daemon %d: %d descriptors (%d memfds) after 200 jobs, %d (%d) after 10", i, now.fds, now.memfds, base[i].fds, base[i].memfds)
+		}
+		if now.goroutines > base[i].goroutines {
+			t.Errorf("daemon %d: %d goroutines after 200 jobs, %d after 10", i, now.goroutines, base[i].goroutines)
+		}
+		// Go keeps every thread it made for blocking system calls (fork,
+		// exec, ring set-up); their number follows the peak of concurrent
+		// work, not the number of jobs (a leak per job would add 190).
+		if now.threads > base[i].threads+16 {
+			t.Errorf("daemon %d: %d threads after 200 jobs, %d after 10", i, now.threads, base[i].threads)
+		}
+		if len(now.kids) > 0 {
+			t.Errorf("daemon %d: child processes left: %s", i, describe(now.kids))
+		}
+	}
+}
+
+// SIGTERM ends a daemon's jobs — their ranks killed, pmirun told which
+// node was lost — and the daemon exits 0, leaving nothing behind; the
+// other daemon serves on.
+func TestDaemonSIGTERM(t *testing.T) {
+	p := newDaemonPair(t)
+	j := p.job(sleepArgs()...)
+	j.env = []string{"EXIT_EARLY_ALARM=30"}
+	r := start(t, j)
+	r.waitReady()
+	pid := p.d[1].cmd.Process.Pid
+	if kids := children(pid); len(kids) != 4 {
+		t.Errorf("daemon 1 has %d children, want its 4 ranks: %s", len(kids), describe(kids))
+	}
+	if code := p.d[1].stop(t, 10*time.Second); code != 0 {
+		t.Errorf("pmid --daemon exited %d after SIGTERM, want 0; stderr:\n%s", code, p.d[1].stderr.String())
+	}
+	res := r.wait() // and no rank of the job is left
+	if res.code == 0 {
+		t.Errorf("exit code 0 after a daemon of the job shut down\n%s", res)
+	}
+	res.wantMessage(t, `\bnode 1 \(`+regexp.QuoteMeta(p.d[1].addr)+`\) lost: daemon on .* shutting down`)
+	if left := waitNoMarked(p.d[1].marker, 2*time.Second); len(left) > 0 {
+		t.Errorf("processes of the stopped daemon left: %s", describe(left))
+	}
+	r2 := run(t, job{args: []string{"--daemons", p.d[0].addr, "--secret-file", p.secret, "-n", "4", prog("mpi_allreduce")}})
+	r2.wantCode(t, 0)
+	r2.wantAllreduce(t, 4)
+	if code := p.d[0].stop(t, 10*time.Second); code != 0 {
+		t.Errorf("idle pmid --daemon exited %d after SIGTERM, want 0", code)
+	}
+}
+
+// The issue's setting: 2 daemons in 2 test hosts, pmirun in the first,
+// 20 concurrent jobs of MPICH and libpmi2 programs.
+func TestNetnsDaemons(t *testing.T) {
+	cl := newClusterOf(t, 2)
+	secret := newSecret(t)
+	var ds []*daemonProc
+	var addrs []string
+	for i, h := range cl.c.Hosts {
+		ds = append(ds, startDaemon(t, []string{"ip", "netns", "exec", cl.names[i]}, h.Addr+":7070", secret))
+		addrs = append(addrs, ds[i].addr)
+	}
+	mk := func(args ...string) job {
+		return job{
+			args:    append([]string{"--daemons", strings.Join(addrs, ","), "--secret-file", secret, "--net-timeout", daemonNetTimeout}, args...),
+			wrap:    []string{"ip", "netns", "exec", cl.names[0]},
+			timeout: 60 * time.Second,
+		}
+	}
+	start := time.Now()
+	res := concurrentJobs(t, mixedJobs(t, 20, mk))
+	t.Logf("20 concurrent jobs on 2 daemons in 2 test hosts in %v", time.Since(start).Round(time.Millisecond))
+	wantMixed(t, res)
+	for i, d := range ds {
+		if code := d.stop(t, 10*time.Second); code != 0 {
+			t.Errorf("daemon %d exited %d after SIGTERM; stderr:\n%s", i, code, d.stderr.String())
+		}
+	}
+}
