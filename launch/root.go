@@ -32,7 +32,7 @@ type rootNode struct {
 	fate  *fate
 	tr    netio.Transport
 	conns []netio.Conn // by node
-	in    chan frameIn
+	in    chan node.FrameIn
 	exits chan bootExit
 	// notices carries what a daemon says before it ends its node of the
 	// job (daemon mode: it is shutting down).
@@ -53,13 +53,6 @@ type rootNode struct {
 	counters []map[string]int64
 	lastRx   []time.Time
 	killed   bool
-}
-
-// frameIn is a frame received on an agent's link, or the link's end.
-type frameIn struct {
-	from int // node index
-	f    netio.Frame
-	err  error
 }
 
 type bootExit struct {
@@ -147,7 +140,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	}
 	r := &rootNode{
 		cfg: cfg, hosts: hosts, rec: rec, tr: tr, codec: codec,
-		conns: make([]netio.Conn, K), in: make(chan frameIn, 256), exits: make(chan bootExit, K), notices: make(chan bootExit, K),
+		conns: make([]netio.Conn, K), in: make(chan node.FrameIn, 256), exits: make(chan bootExit, K), notices: make(chan bootExit, K),
 		names: agent.NewLocal(), done: make([]bool, K), gone: make([]bool, K), counters: make([]map[string]int64, K),
 		lastRx: make([]time.Time, K),
 		spec:   cfg.spec(nodes, m.ProcessMapping()),
@@ -317,19 +310,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 	for i, c := range r.conns {
 		r.lastRx[i] = now
 		r.send(i, netio.Frame{Type: node.FrameTable, Payload: table})
-		r.links.Go(func() {
-			for {
-				f, err := c.Recv(context.Background())
-				select {
-				case r.in <- frameIn{from: i, f: f, err: err}:
-				case <-r.quit:
-					return
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
+		r.links.Go(func() { node.Receive(c, i, r.in, r.quit) })
 	}
 }
 
@@ -458,20 +439,20 @@ func (r *rootNode) reap(agents []agentProc) {
 	}
 }
 
-func (r *rootNode) frame(fi frameIn) {
-	i := fi.from
-	if fi.err != nil {
+func (r *rootNode) frame(fi node.FrameIn) {
+	i := fi.From
+	if fi.Err != nil {
 		if !r.done[i] && r.fate.failure == nil {
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", i, r.hosts[i], fi.err)})
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", i, r.hosts[i], fi.Err)})
 		}
 		return
 	}
 	r.lastRx[i] = time.Now()
-	switch fi.f.Type {
+	switch fi.Frame.Type {
 	case node.FrameHeartbeat:
 	case node.FrameEvent:
 		var e node.Event
-		if err := node.Decode(fi.f.Payload, &e); err != nil {
+		if err := node.Decode(fi.Frame.Payload, &e); err != nil {
 			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad event: %v", i, err)})
 			return
 		}
@@ -487,14 +468,14 @@ func (r *rootNode) frame(fi frameIn) {
 	case node.FrameDone:
 		r.done[i] = true
 		var c map[string]int64
-		if node.Decode(fi.f.Payload, &c) == nil {
+		if node.Decode(fi.Frame.Payload, &c) == nil {
 			r.counters[i] = c
 		}
 		// The link stays open until every node is done (the agent waits
 		// for that, so its peers never see it leave early).
 	case node.FrameName:
 		var m node.Name
-		if err := node.Decode(fi.f.Payload, &m); err != nil {
+		if err := node.Decode(fi.Frame.Payload, &m); err != nil {
 			return
 		}
 		// Local answers before it returns, so reply runs on this goroutine.
@@ -519,7 +500,7 @@ func (r *rootNode) frame(fi frameIn) {
 			reply("", fmt.Errorf("unknown name operation %q", m.Op))
 		}
 	case node.FrameTree:
-		m, err := tree.DecodeMsg(fi.f.Payload)
+		m, err := tree.DecodeMsg(fi.Frame.Payload)
 		if err != nil {
 			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad tree message: %v", i, err)})
 			return
@@ -548,7 +529,7 @@ func (r *rootNode) frame(fi frameIn) {
 		}
 		r.ready(rd)
 	default:
-		r.cfg.Logger.Warn("unexpected frame from agent", "node", i, "type", fi.f.Type)
+		r.cfg.Logger.Warn("unexpected frame from agent", "node", i, "type", fi.Frame.Type)
 	}
 }
 

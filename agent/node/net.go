@@ -32,13 +32,6 @@ type AgentOptions struct {
 	Starter Starter
 }
 
-// frameIn is a frame received on a link, or the link's end.
-type frameIn struct {
-	from int // node index of the peer; -1 = the root
-	f    netio.Frame
-	err  error
-}
-
 // agentNode is one node of a multi-node job, on its own goroutine (run):
 // the Node (agent and ranks), the control link to pmirun, the links to
 // peer agents, and the tree and ring state machines. The agent reaches it
@@ -53,7 +46,7 @@ type agentNode struct {
 	tr    netio.Transport
 	ctl   netio.Conn
 	peers map[int]netio.Conn
-	in    chan frameIn
+	in    chan FrameIn
 	ops   chan func()
 	n     *Node
 	recv  sync.WaitGroup // the links' receive loops
@@ -91,7 +84,7 @@ func RunAgent(ctx context.Context, spec *Spec, o AgentOptions) error {
 	}
 	a := &agentNode{
 		spec: spec, idx: o.Index, opt: o, log: o.Logger.With("node", o.Index), rec: perf.NewRecorder(),
-		peers: make(map[int]netio.Conn), in: make(chan frameIn, 256), ops: make(chan func(), 256),
+		peers: make(map[int]netio.Conn), in: make(chan FrameIn, 256), ops: make(chan func(), 256),
 		quit:    make(chan struct{}),
 		fenceCB: make(map[uint64]func([]agent.KV, error)), agCB: make(map[uint64]func([][]byte, error)),
 		names: make(map[uint64]nameWait), lastRx: make(map[int]time.Time),
@@ -140,9 +133,9 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 		return fmt.Errorf("node %d: %w", a.idx, err)
 	}
 	ln.Close()
-	a.recv.Go(func() { a.recvLoop(-1, a.ctl) })
+	a.recv.Go(func() { Receive(a.ctl, -1, a.in, a.quit) })
 	for p, c := range a.peers {
-		a.recv.Go(func() { a.recvLoop(p, c) })
+		a.recv.Go(func() { Receive(c, p, a.in, a.quit) })
 	}
 	defer func() {
 		// The receive loops end when their links close, and the
@@ -226,22 +219,6 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table Table) e
 	return nil
 }
 
-// recvLoop delivers link c's frames to the node's loop until the link
-// ends or run returns.
-func (a *agentNode) recvLoop(from int, c netio.Conn) {
-	for {
-		f, err := c.Recv(context.Background())
-		select {
-		case a.in <- frameIn{from: from, f: f, err: err}:
-		case <-a.quit:
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 func (a *agentNode) send(to int, f netio.Frame) {
 	c := a.ctl
 	if to >= 0 {
@@ -296,16 +273,16 @@ func (a *agentNode) loop(ctx context.Context) error {
 		case op := <-a.ops:
 			op()
 		case fi := <-a.in:
-			if fi.err != nil {
-				if fi.from < 0 && !rootLost {
+			if fi.Err != nil {
+				if fi.From < 0 && !rootLost {
 					rootLost = true
-					a.log.Error("lost pmirun; ending local ranks", "err", fi.err)
+					a.log.Error("lost pmirun; ending local ranks", "err", fi.Err)
 					a.n.Kill()
 				}
-				a.failLink(fi.from, fi.err)
+				a.failLink(fi.From, fi.Err)
 				continue
 			}
-			a.lastRx[fi.from] = time.Now()
+			a.lastRx[fi.From] = time.Now()
 			a.frame(fi)
 		case <-tick.C:
 			a.send(-1, netio.Frame{Type: FrameHeartbeat})
@@ -341,8 +318,8 @@ func (a *agentNode) loop(ctx context.Context) error {
 		for {
 			select {
 			case fi := <-a.in:
-				if fi.from < 0 {
-					if fi.err != nil {
+				if fi.From < 0 {
+					if fi.Err != nil {
 						return nil
 					}
 					a.lastRx[-1] = time.Now()
@@ -389,31 +366,31 @@ func (a *agentNode) failLink(p int, err error) {
 	}
 }
 
-func (a *agentNode) frame(fi frameIn) {
-	switch fi.f.Type {
+func (a *agentNode) frame(fi FrameIn) {
+	switch fi.Frame.Type {
 	case FrameHeartbeat:
 	case FrameKill:
 		var k Kill
-		_ = Decode(fi.f.Payload, &k)
+		_ = Decode(fi.Frame.Payload, &k)
 		a.log.Info("pmirun ends the job", "code", k.Code, "msg", k.Msg)
 		a.n.Kill()
 	case FrameSignal:
 		var s Signal
-		if Decode(fi.f.Payload, &s) == nil {
+		if Decode(fi.Frame.Payload, &s) == nil {
 			a.n.Signal(sys.Signal(s.Sig))
 		}
 	case FrameName:
 		var m Name
-		if Decode(fi.f.Payload, &m) == nil {
+		if Decode(fi.Frame.Payload, &m) == nil {
 			if w, ok := a.names[m.ID]; ok {
 				delete(a.names, m.ID)
 				w.done(m)
 			}
 		}
 	case FrameTree:
-		m, err := tree.DecodeMsg(fi.f.Payload)
+		m, err := tree.DecodeMsg(fi.Frame.Payload)
 		if err != nil {
-			a.log.Error("bad tree message", "from", fi.from, "err", err)
+			a.log.Error("bad tree message", "from", fi.From, "err", err)
 			return
 		}
 		r, err := a.tnode.Step(m)
@@ -423,15 +400,15 @@ func (a *agentNode) frame(fi frameIn) {
 		}
 		a.ready(r)
 	case FrameRing:
-		m, err := ring.DecodeMessage(fi.f.Payload)
+		m, err := ring.DecodeMessage(fi.Frame.Payload)
 		if err != nil {
-			a.log.Error("bad ring message", "from", fi.from, "err", err)
+			a.log.Error("bad ring message", "from", fi.From, "err", err)
 			return
 		}
 		a.rec.Add("ring.msgs.recv", 1)
 		a.ringRecv(m)
 	default:
-		a.log.Warn("unexpected frame", "from", fi.from, "type", fi.f.Type)
+		a.log.Warn("unexpected frame", "from", fi.From, "type", fi.Frame.Type)
 	}
 }
 

@@ -38,7 +38,7 @@ func TestNetUpstreamNames(t *testing.T) {
 		}
 	}
 	answer := func(m Name) {
-		a.frame(frameIn{from: -1, f: netio.Frame{Type: FrameName, Payload: Encode(m)}})
+		a.frame(FrameIn{From: -1, Frame: netio.Frame{Type: FrameName, Payload: Encode(m)}})
 	}
 
 	u.Lookup("svc", note("lookup"))

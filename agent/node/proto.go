@@ -1,9 +1,12 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/fastpmi/fastpmi/netio"
 )
 
 // Frame types between pmirun (the root) and the node agents (pmid), and
@@ -104,3 +107,28 @@ func Decode(b []byte, v any) error {
 // Heartbeat is how often an idle link carries a Heartbeat; a link silent
 // for NetTimeout is declared dead.
 const Heartbeat = 250 * time.Millisecond
+
+// FrameIn is a frame received on a link, or the link's end (Err set,
+// the last one from that link).
+type FrameIn struct {
+	From  int // the peer's node index; -1 = the root (pmirun)
+	Frame netio.Frame
+	Err   error
+}
+
+// Receive delivers link c's frames to in, tagged with from, until the link
+// ends (its error is delivered too) or quit is closed. The caller owns the
+// goroutine that runs it and closes c to end it.
+func Receive(c netio.Conn, from int, in chan<- FrameIn, quit <-chan struct{}) {
+	for {
+		f, err := c.Recv(context.Background())
+		select {
+		case in <- FrameIn{From: from, Frame: f, Err: err}:
+		case <-quit:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
