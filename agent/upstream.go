@@ -6,9 +6,6 @@ import (
 	"sync"
 )
 
-// KV is one key-value pair of the job KVS.
-type KV struct{ Key, Val string }
-
 // RingIn is one rank's contribution to a ring exchange, in ring order.
 type RingIn struct {
 	Count       int    // ring-count (1 for PMIX_Ring)
