@@ -387,11 +387,21 @@ type textOut struct {
 	b  []byte
 }
 
-// take collects the core's Ready into t. Under a.mu.
+// take collects the core's Ready into t, after what t already holds.
+// Under a.mu.
 func (t *turn) take(a *Agent) {
-	t.rd = a.core.Ready()
+	rd := a.core.Ready()
+	if t.rd.Empty() {
+		t.rd = rd
+	} else {
+		t.rd.Marks = append(t.rd.Marks, rd.Marks...)
+		t.rd.Replies = append(t.rd.Replies, rd.Replies...)
+		t.rd.Results = append(t.rd.Results, rd.Results...)
+		t.rd.Events = append(t.rd.Events, rd.Events...)
+		t.rd.Upstream = append(t.rd.Upstream, rd.Upstream...)
+	}
 	t.seg = a.seg
-	for _, r := range t.rd.Replies {
+	for _, r := range rd.Replies {
 		switch r.Req.Via {
 		case ViaText:
 			c := a.ranks[r.Local].conn

@@ -75,6 +75,9 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 					if op, err = a.shmOp(sa, i, m); err == nil && op != nil {
 						err = a.core.Step(op)
 					}
+					// Respond before releasing the request: Release may
+					// wake the rank, which should find its answer.
+					a.pushShmLocked(&t)
 					c.Release()
 				} else {
 					err = fmt.Errorf("request ring: %w", err)
@@ -91,6 +94,24 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 			_ = sa.Wait(-1)
 		}
 	}
+}
+
+// pushShmLocked pushes the shared-memory replies the sweep's turn t has
+// produced so far, under pubMu (lock order mu, then pubMu): a rank
+// waiting on its response ring is answered at once, not at the end of
+// the sweep. The rest of the turn (results to publish included) waits for
+// the sweep's end.
+func (a *Agent) pushShmLocked(t *turn) {
+	t.take(a)
+	if len(t.shm) == 0 || t.seg == nil {
+		return
+	}
+	a.pubMu.Lock()
+	for i := range t.shm {
+		a.shmReply(t.seg, &t.shm[i])
+	}
+	a.pubMu.Unlock()
+	t.shm = t.shm[:0]
 }
 
 // shmReq packs a request's op and sequence number into a Req.
