@@ -1,30 +1,38 @@
 // Package agent is the node agent: it serves the ranks of one job on one
 // node over the PMI-1/PMI-2 text protocol (one connection per rank, usually
-// the PMI_FD socketpair the launcher created), holds the node's view of the
-// job's key-value space (KVS), node attributes, and runs the job's
-// collectives — fence/barrier, ring — for its local ranks.
+// the PMI_FD socketpair the launcher created) and over shared memory,
+// holds the node's view of the job's key-value space (KVS), node
+// attributes, and runs the job's collectives — fence/barrier, allgather,
+// ring — for its local ranks.
 //
-// Model. One Agent per job per node. Each rank connection is read by one
-// goroutine (started by Serve, owned and waited for by the Agent) that
-// decodes requests with pmiwire and applies them to the agent state under
-// a single mutex, Agent.mu. Requests that cannot be answered at once (a
-// fence, a ring, a node attribute read with wait=TRUE, a name-service
-// request) leave a deferred reply that is written when the collective or
-// the Upstream completes. The Upstream is never called under mu: calls are
-// queued and made once the handler has released it. Replies are built
-// under mu but written to the sockets after mu is released, so a slow or
-// stuck rank never stalls the agent.
+// Model. The PMI semantics live in Core (core.go), a pure state machine in
+// the shape of etcd-io/raft's RawNode: typed operations go in through
+// Step, and Ready says what to do — replies addressed to (rank, request),
+// Upstream calls, epochs to publish in shared memory, launcher events,
+// perf marks. The Agent is the shell around it. Each rank connection is
+// read by one goroutine (started by Serve, owned and waited for by the
+// Agent) that decodes requests (text.go) into operations; the
+// shared-memory front end (shm.go) is one goroutine that does the same
+// for every rank's request ring. Completions from the Upstream come back
+// as operations on whatever goroutine the Upstream calls back on. Every
+// such turn steps the core under one mutex, Agent.mu, takes its Ready, and
+// carries it out after releasing mu: the shared-memory part (pushing
+// responses, publishing epochs) under pubMu, handed over from mu so
+// batches publish in the order they were made; text replies written to
+// the sockets without any agent lock, so a slow or stuck rank never
+// stalls the agent; then events and Upstream calls, so the Upstream is
+// never called under an agent lock.
 //
 // Everything that reaches beyond this node goes through the Upstream
 // interface: the job-wide part of a fence or ring, and the job services held
 // by the launcher (name publishing, abort). A single-node job uses Local.
 //
 // Lifetimes. New returns a running agent with no connections; Serve adds a
-// rank connection; Close closes every connection, fails every waiting
-// request, and waits for the connection goroutines. Events (a rank's first
-// PMI command, finalize, a lost connection, an abort) are reported through
-// Config.Events so the launcher can decide the job's fate; the agent never
-// kills processes itself.
+// rank connection; AttachSegment adds the shared-memory front end; Close
+// closes every connection, fails every waiting request, and waits for the
+// goroutines. Events (a rank's first PMI command, finalize, a lost
+// connection, an abort) are reported through Config.Events so the launcher
+// can decide the job's fate; the agent never kills processes itself.
 package agent
 
 import (
@@ -32,7 +40,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 
 	"github.com/fastpmi/fastpmi/perf"
@@ -133,18 +140,11 @@ func (NoEvents) RankDisconnected(int, bool) {}
 func (NoEvents) Abort(int, int, string)     {}
 func (NoEvents) ProtocolError(int, error)   {}
 
-// rankState is one local rank. Fields are guarded by Agent.mu.
-type rankState struct {
+// rankConn is the shell's side of one local rank. Fields other than the
+// constants are guarded by Agent.mu.
+type rankConn struct {
 	local, global, appnum int
-	conn                  *textConn // nil until a connection is bound
-	spoke                 bool      // sent at least one request
-	finalized             bool
-	gone                  bool          // connection closed or process ended
-	ended                 bool          // counted in Agent.ended (finalized or gone)
-	pending               []KV          // puts since the last fence
-	collSeq               uint64        // fence/allgather epochs entered
-	ringSeq               uint64        // ring exchanges entered
-	inRing                bool          // waiting for the answer of ring exchange ringSeq
+	conn                  *textConn     // nil until a connection is bound
 	drained               chan struct{} // closed when the bound connection has ended
 }
 
@@ -154,33 +154,23 @@ type Agent struct {
 	log *slog.Logger
 	rec *perf.Recorder
 
-	wg sync.WaitGroup // connection goroutines
+	wg sync.WaitGroup // connection goroutines, the listeners' and serveShm
 
 	mu sync.Mutex
 	// Guarded by mu.
-	closed      bool
-	ranks       []*rankState
-	ended       int // ranks finalized or gone
-	byGlobal    map[int]*rankState
-	conns       map[*textConn]struct{}
-	listeners   []net.Listener
-	kvs         map[string]string // committed job KVS (visible to get)
-	fenceSeq    uint64            // completed world fences
-	groups      map[string]*collective
-	rings       map[uint64]*ringEpoch // ring exchanges in progress, by epoch
-	ringSeq     uint64                // completed ring exchanges
-	ringWaiting int                   // ranks waiting in a ring exchange
-	nodeAttr    map[string]string
-	sparse      map[string]string     // sparse puts, visible at once
-	waits       map[string][]waiter   // parked requests by "kvs:<key>" or "attr:<key>"
-	later       []func()              // run by the handler after it unlocks mu
-	agSeq       uint64                // completed allgathers
-	colls       map[uint64]*epochColl // collectives in progress, by epoch
-	delivered   uint64                // epochs delivered, in order
-	epochSink   EpochSink             // shared-memory delivery, or nil
-	seg         *shm.Segment          // shared-memory segment served, or nil
+	core      *Core
+	closed    bool
+	ranks     []*rankConn // by local index
+	conns     map[*textConn]struct{}
+	listeners []net.Listener
+	seg       *shm.Segment // shared-memory segment served, or nil (also nil once closed)
 
-	names map[*nameCall]struct{} // name requests waiting for the Upstream (names.go), guarded by mu
+	// pubMu is held while a turn carries out the shared-memory part of its
+	// Ready: the producing ends of the response rings, the node KVS and the
+	// result array are written only under it, and turns take it before
+	// releasing mu, so epochs are published in order. Lock order: mu, then
+	// pubMu; nothing under pubMu blocks or calls out.
+	pubMu sync.Mutex
 }
 
 // New starts an agent for cfg.
@@ -188,38 +178,25 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	off, size := cfg.Upstream.RingLayout(len(cfg.Local))
 	a := &Agent{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		rec:      cfg.Perf,
-		byGlobal: make(map[int]*rankState, len(cfg.Local)),
-		conns:    make(map[*textConn]struct{}),
-		kvs:      make(map[string]string),
-		groups:   make(map[string]*collective),
-		nodeAttr: make(map[string]string),
-		sparse:   make(map[string]string),
-		waits:    make(map[string][]waiter),
-		colls:    make(map[uint64]*epochColl),
-		rings:    make(map[uint64]*ringEpoch),
-		names:    make(map[*nameCall]struct{}),
+		cfg:   cfg,
+		log:   cfg.Logger,
+		rec:   cfg.Perf,
+		core:  NewCore(&cfg, off, size),
+		conns: make(map[*textConn]struct{}),
 	}
 	for i, g := range cfg.Local {
 		app := 0
 		if cfg.Appnum != nil {
 			app = cfg.Appnum[i]
 		}
-		rs := &rankState{local: i, global: g, appnum: app, drained: make(chan struct{})}
-		a.ranks = append(a.ranks, rs)
-		a.byGlobal[g] = rs
+		a.ranks = append(a.ranks, &rankConn{local: i, global: g, appnum: app, drained: make(chan struct{})})
 	}
-	a.mark(perf.PhaseAgentReady, -1)
-	return a, nil
-}
-
-func (a *Agent) mark(phase string, rank int) {
 	if a.rec != nil {
-		a.rec.Mark(phase, rank)
+		a.rec.Mark(perf.PhaseAgentReady, -1)
 	}
+	return a, nil
 }
 
 // Serve starts serving conn as the PMI connection of local rank local
@@ -266,7 +243,7 @@ func (a *Agent) ServeListener(ln net.Listener) {
 	}()
 }
 
-func (a *Agent) serve(conn net.Conn, rs *rankState) error {
+func (a *Agent) serve(conn net.Conn, rc *rankConn) error {
 	c := &textConn{a: a, nc: conn}
 	a.mu.Lock()
 	if a.closed {
@@ -274,14 +251,14 @@ func (a *Agent) serve(conn net.Conn, rs *rankState) error {
 		conn.Close()
 		return ErrClosed
 	}
-	if rs != nil {
-		if rs.conn != nil {
+	if rc != nil {
+		if rc.conn != nil {
 			a.mu.Unlock()
 			conn.Close()
-			return fmt.Errorf("serve rank %d: already connected", rs.global)
+			return fmt.Errorf("serve rank %d: already connected", rc.global)
 		}
-		rs.conn = c
-		c.rank = rs
+		rc.conn = c
+		c.rank = rc
 	}
 	a.conns[c] = struct{}{}
 	a.wg.Add(1)
@@ -294,7 +271,7 @@ func (a *Agent) serve(conn net.Conn, rs *rankState) error {
 }
 
 // Close closes every rank connection, answers every waiting request with
-// an error, and waits for the connection goroutines. It is idempotent.
+// an error, and waits for the goroutines. It is idempotent.
 func (a *Agent) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -303,19 +280,19 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	a.closed = true
-	var out outbox
-	a.failAllLocked(&out, errors.New("agent shutting down"))
-	a.failNamesLocked(&out, errors.New("agent shutting down"))
+	_ = a.core.Step(Shutdown{})
+	var t turn
+	t.take(a) // with the segment: waiting shm ranks get their error
+	seg := a.seg
+	a.seg = nil
 	for _, ln := range a.listeners {
 		ln.Close()
 	}
-	seg := a.seg
 	conns := make([]*textConn, 0, len(a.conns))
 	for c := range a.conns {
 		conns = append(conns, c)
 	}
-	a.mu.Unlock()
-	out.flush()
+	a.release(&t)
 	for _, c := range conns {
 		c.nc.Close()
 	}
@@ -324,7 +301,9 @@ func (a *Agent) Close() error {
 	}
 	a.wg.Wait()
 	if seg != nil {
+		a.pubMu.Lock() // a turn that took the segment before Close is done with it
 		seg.Close()
+		a.pubMu.Unlock()
 	}
 	return nil
 }
@@ -334,18 +313,11 @@ func (a *Agent) Close() error {
 // so no rank waits for a peer that is gone.
 func (a *Agent) RankGone(global int, why string) {
 	a.mu.Lock()
-	rs := a.byGlobal[global]
-	if rs == nil || rs.gone {
-		a.mu.Unlock()
-		return
+	if l := a.core.LocalOf(global); l >= 0 {
+		_ = a.core.Step(Gone{Local: l, Why: why})
 	}
-	rs.gone = true
-	var out outbox
-	if !rs.finalized {
-		a.peerGoneLocked(&out, rs, why)
-	}
-	a.mu.Unlock()
-	out.flush()
+	var t turn
+	a.finishLocked(&t)
 }
 
 // Drained returns a channel closed once the connection of rank global has
@@ -354,8 +326,8 @@ func (a *Agent) RankGone(global int, why string) {
 func (a *Agent) Drained(global int) <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if rs := a.byGlobal[global]; rs != nil {
-		return rs.drained
+	if l := a.core.LocalOf(global); l >= 0 {
+		return a.ranks[l].drained
 	}
 	return nil
 }
@@ -364,8 +336,8 @@ func (a *Agent) Drained(global int) <-chan struct{} {
 func (a *Agent) RankStatus(global int) (spoke, finalized bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if rs := a.byGlobal[global]; rs != nil {
-		return rs.spoke, rs.finalized
+	if l := a.core.LocalOf(global); l >= 0 {
+		return a.core.RankStatus(l)
 	}
 	return false, false
 }
@@ -382,67 +354,147 @@ type Stats struct {
 func (a *Agent) Stats() Stats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Stats{Fences: a.fenceSeq, Rings: a.ringSeq, KVSKeys: len(a.kvs)}
-	for _, rs := range a.ranks {
-		if rs.finalized {
-			s.Finished++
+	return a.core.Stats()
+}
+
+// step is one turn for an operation that comes from outside a front end
+// (an Upstream completion).
+func (a *Agent) step(op Op) {
+	a.mu.Lock()
+	if err := a.core.Step(op); err != nil {
+		a.log.Error("agent core step", "op", fmt.Sprintf("%T", op), "err", err)
+	}
+	var t turn
+	a.finishLocked(&t)
+}
+
+// turn is what one turn of the agent has to carry out once mu is released:
+// the core's Ready, with each text reply resolved to its connection and
+// request while mu was held, plus the front ends' own output.
+type turn struct {
+	rd     Ready
+	text   []textOut    // in order: direct answers, then core replies
+	shm    []Reply      // replies to shared-memory requests
+	seg    *shm.Segment // the segment to publish in, nil without one
+	events []func()     // the front ends' own reports (protocol errors)
+}
+
+// textOut is one text reply: b, or the encoding of r for rq.
+type textOut struct {
+	c  *textConn
+	rq *textReq
+	r  Reply
+	b  []byte
+}
+
+// take collects the core's Ready into t, after what t already holds.
+// Under a.mu.
+func (t *turn) take(a *Agent) {
+	rd := a.core.Ready()
+	if t.rd.Empty() {
+		t.rd = rd
+	} else {
+		t.rd.Marks = append(t.rd.Marks, rd.Marks...)
+		t.rd.Replies = append(t.rd.Replies, rd.Replies...)
+		t.rd.Results = append(t.rd.Results, rd.Results...)
+		t.rd.Events = append(t.rd.Events, rd.Events...)
+		t.rd.Upstream = append(t.rd.Upstream, rd.Upstream...)
+	}
+	t.seg = a.seg
+	for _, r := range rd.Replies {
+		switch r.Req.Via {
+		case ViaText:
+			c := a.ranks[r.Local].conn
+			if c == nil {
+				continue
+			}
+			rq := c.pending[r.Req.ID]
+			if rq == nil {
+				continue
+			}
+			delete(c.pending, r.Req.ID)
+			t.text = append(t.text, textOut{c: c, rq: rq, r: r})
+		case ViaShm:
+			t.shm = append(t.shm, r)
 		}
 	}
-	return s
 }
 
-// jobAttr returns a job attribute served to both protocols.
-func (a *Agent) jobAttr(key string) (string, bool) {
-	switch key {
-	case "PMI_process_mapping":
-		return a.cfg.Mapping, true
-	case "universeSize", "PMI_universe_size":
-		return strconv.Itoa(a.cfg.UniverseSize), true
-	case "PMI_hwloc_xmlfile":
-		return "unavailable", true
+// finishLocked ends a turn begun under a.mu: it takes the core's Ready,
+// releases a.mu and carries the turn out.
+func (a *Agent) finishLocked(t *turn) {
+	t.take(a)
+	a.release(t)
+}
+
+// release hands a.mu over to pubMu and carries t out: marks, the
+// shared-memory part and the encoding of text replies under pubMu (an
+// allgather's values may be views of input slots that ranks reuse once
+// the epoch is published), then writes, events and Upstream calls without
+// agent locks.
+func (a *Agent) release(t *turn) {
+	a.pubMu.Lock()
+	a.mu.Unlock()
+	if a.rec != nil {
+		for _, m := range t.rd.Marks {
+			a.rec.Mark(m.Phase, m.Rank)
+		}
 	}
-	return "", false
-}
-
-// deferred is a reply waiting for a collective or a node attribute. A
-// text-protocol request sets c and reply (the bytes to write); a request
-// from another path sets done, which completes it and may queue wake-ups
-// on the outbox. Both are called under Agent.mu.
-type deferred struct {
-	c     *textConn
-	reply func(err error, val string) []byte
-	done  func(out *outbox, err error, val string)
-}
-
-// outbox collects replies built under Agent.mu, written after it is
-// released.
-type outbox struct {
-	msgs []outMsg
-}
-
-// complete answers a deferred request.
-func (o *outbox) complete(d deferred, err error, val string) {
-	if d.done != nil {
-		d.done(o, err, val)
-		return
+	for i := range t.text {
+		if o := &t.text[i]; o.rq != nil {
+			o.b = o.rq.encode(&o.r)
+		}
 	}
-	o.add(d.c, d.reply(err, val))
-}
-
-type outMsg struct {
-	c *textConn
-	b []byte
-}
-
-func (o *outbox) add(c *textConn, b []byte) {
-	if c != nil && b != nil {
-		o.msgs = append(o.msgs, outMsg{c, b})
+	if t.seg != nil {
+		for i := range t.shm {
+			a.shmReply(t.seg, &t.shm[i])
+		}
+		for i := range t.rd.Results {
+			a.publish(t.seg, &t.rd.Results[i])
+		}
+	}
+	a.pubMu.Unlock()
+	for _, o := range t.text {
+		o.c.write(o.b)
+	}
+	for _, f := range t.events {
+		f()
+	}
+	ev := a.cfg.Events
+	for _, e := range t.rd.Events {
+		switch e.Kind {
+		case EventInit:
+			ev.RankInit(e.Rank)
+		case EventFinalized:
+			ev.RankFinalized(e.Rank)
+		case EventAbort:
+			ev.Abort(e.Rank, e.Code, e.Msg)
+		}
+	}
+	for _, u := range t.rd.Upstream {
+		a.call(u)
 	}
 }
 
-func (o *outbox) flush() {
-	for _, m := range o.msgs {
-		m.c.write(m.b)
+// call makes one Upstream call; its completion is a new turn.
+func (a *Agent) call(u UpCall) {
+	up := a.cfg.Upstream
+	switch u.Kind {
+	case UpFence:
+		up.Fence(u.Epoch, u.KVs, func(all []KV, err error) { a.step(FenceDone{Epoch: u.Epoch, KVs: all, Err: err}) })
+	case UpAllgather:
+		up.Allgather(u.Epoch, u.Values, func(all [][]byte, err error) {
+			a.step(AllgatherDone{Epoch: u.Epoch, Values: all, Err: err})
+		})
+	case UpRingEdge:
+		up.RingEdge(u.Epoch, u.ToLeft, u.Value, func(v string, err error) {
+			a.step(RingEdgeDone{Epoch: u.Epoch, ToLeft: u.ToLeft, Value: v, Err: err})
+		})
+	case UpPublish:
+		up.Publish(u.Name, u.Port, func(err error) { a.step(NameDone{ID: u.ID, Err: err}) })
+	case UpUnpublish:
+		up.Unpublish(u.Name, func(err error) { a.step(NameDone{ID: u.ID, Err: err}) })
+	case UpLookup:
+		up.Lookup(u.Name, func(port string, err error) { a.step(NameDone{ID: u.ID, Port: port, Err: err}) })
 	}
-	o.msgs = nil
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/fastpmi/fastpmi/perf"
 )
@@ -17,8 +18,9 @@ import (
 // disagree about which collective comes next.
 //
 // An epoch starts when every local rank has entered it; the Upstream then
-// completes it job-wide. Epochs are delivered — results written, waiters
-// answered, the epoch published — strictly in order.
+// completes it job-wide (UpFence/UpAllgather, answered by FenceDone/
+// AllgatherDone). Epochs are delivered — ranks answered, a Result handed
+// to the shared-memory front end — strictly in order.
 
 type collKind uint8
 
@@ -34,197 +36,186 @@ func (k collKind) String() string {
 	return "allgather"
 }
 
-// epochDone completes one rank's part of a collective, under Agent.mu. On
-// success c.values holds an allgather's result.
-type epochDone func(out *outbox, err error, c *epochColl)
-
+// epochEntry is one local rank's part of a collective.
 type epochEntry struct {
-	val  []byte
-	done epochDone
+	in  bool
+	val []byte
+	to  to
 }
 
-// epochColl is one collective epoch on this node. Guarded by Agent.mu.
+// epochColl is one collective epoch on this node.
 type epochColl struct {
 	epoch    uint64
 	kind     collKind
-	entered  map[*rankState]epochEntry
-	started  bool // every local rank entered; Upstream is completing it
-	finished bool // Upstream answered (err holds its verdict)
+	entries  []epochEntry // by local index
+	n        int          // entries in
+	started  bool         // every local rank entered; Upstream is completing it
+	finished bool         // Upstream answered (err holds its verdict)
 	err      error
 	puts     []KV     // a fence's job-wide puts
 	values   [][]byte // an allgather's values, by rank
 }
 
-// EpochSink receives each delivered epoch, in order, under the agent's
-// lock: the shared-memory server writes an allgather's values into the
-// result array and publishes the epoch to its ranks. err is the epoch's
-// failure, if any.
-type EpochSink func(epoch uint64, allgather bool, values [][]byte, err error)
-
-// enterEpochLocked adds rs to its next collective.
-func (a *Agent) enterEpochLocked(out *outbox, rs *rankState, kind collKind, val []byte, done epochDone) {
+// enterEpoch adds rs to its next collective.
+func (c *Core) enterEpoch(rs *rankState, kind collKind, val []byte, t to) {
 	rs.collSeq++
 	e := rs.collSeq
-	c := a.colls[e]
-	if c == nil {
-		if e <= a.delivered {
+	ec := c.colls[e]
+	if ec == nil {
+		if e <= c.delivered {
 			// Only possible after a failure consumed the epoch.
-			done(out, fmt.Errorf("%s %d already ended", kind, e), &epochColl{epoch: e, kind: kind})
+			c.reply(t, Reply{Err: fmt.Errorf("%s %d already ended", kind, e), Epoch: e})
 			return
 		}
-		c = &epochColl{epoch: e, kind: kind, entered: make(map[*rankState]epochEntry)}
-		a.colls[e] = c
+		ec = &epochColl{epoch: e, kind: kind, entries: make([]epochEntry, len(c.ranks))}
+		c.colls[e] = ec
 	}
-	if c.kind != kind {
-		err := fmt.Errorf("rank %d entered %s as collective %d while other ranks entered %s", rs.global, kind, e, c.kind)
-		done(out, err, c)
-		a.finishEpochLocked(out, c, err)
+	if ec.kind != kind {
+		err := fmt.Errorf("rank %d entered %s as collective %d while other ranks entered %s", rs.global, kind, e, ec.kind)
+		c.reply(t, Reply{Err: err, Epoch: e})
+		c.finishEpoch(ec, err)
 		return
 	}
-	if err := a.checkEpochPeersLocked(c, rs); err != nil {
-		done(out, err, c)
-		a.finishEpochLocked(out, c, err)
+	if err := c.checkEpochPeers(ec, rs); err != nil {
+		c.reply(t, Reply{Err: err, Epoch: e})
+		c.finishEpoch(ec, err)
 		return
 	}
-	c.entered[rs] = epochEntry{val: val, done: done}
-	if kind == kindFence && a.rec != nil {
-		a.rec.Mark(perf.PhaseFenceEnter, rs.global)
+	ec.entries[rs.local] = epochEntry{in: true, val: val, to: t}
+	ec.n++
+	if kind == kindFence {
+		c.mark(perf.PhaseFenceEnter, rs)
 	}
-	if len(c.entered) < len(a.ranks) {
-		a.checkStuckLocked(out)
+	if ec.n < len(c.ranks) {
+		c.checkStuck()
 		return
 	}
-	c.started = true
+	ec.started = true
 	switch kind {
 	case kindFence:
-		var puts []KV
-		for _, r := range a.ranks {
-			puts = append(puts, r.pending...)
-			r.pending = nil
-		}
-		a.afterUnlock(func() {
-			a.cfg.Upstream.Fence(e, puts, func(all []KV, err error) { a.epochFinished(c, all, nil, err) })
-		})
+		c.up(UpCall{Kind: UpFence, Epoch: e, KVs: c.takePuts(nil)})
 	case kindAllgather:
-		in := make([]RankValue, 0, len(a.ranks))
-		for _, p := range a.ranks {
-			in = append(in, RankValue{Rank: p.global, Value: c.entered[p].val})
+		in := make([]RankValue, len(c.ranks))
+		for i, p := range c.ranks {
+			in[i] = RankValue{Rank: p.global, Value: ec.entries[i].val}
 		}
-		a.afterUnlock(func() {
-			a.cfg.Upstream.Allgather(e, in, func(all [][]byte, err error) { a.epochFinished(c, nil, all, err) })
-		})
+		c.up(UpCall{Kind: UpAllgather, Epoch: e, Values: in})
 	}
 }
 
-// checkEpochPeersLocked fails a collective that a local rank can never
-// enter because it finalized or is gone.
-func (a *Agent) checkEpochPeersLocked(c *epochColl, joining *rankState) error {
-	if a.ended == 0 {
+// checkEpochPeers fails a collective that a local rank can never enter
+// because it finalized or is gone.
+func (c *Core) checkEpochPeers(ec *epochColl, joining *rankState) error {
+	if c.ended == 0 {
 		return nil // the common case, at every entry: nobody to check
 	}
-	for _, p := range a.ranks {
-		if p == joining {
-			continue
-		}
-		if _, in := c.entered[p]; in || p.collSeq >= c.epoch {
+	for _, p := range c.ranks {
+		if p == joining || ec.entries[p.local].in || p.collSeq >= ec.epoch {
 			continue
 		}
 		if p.gone || p.finalized {
-			return fmt.Errorf("%s cannot complete: rank %d has %s", c.kind, p.global, goneWord(p))
+			return fmt.Errorf("%s cannot complete: rank %d has %s", ec.kind, p.global, goneWord(p))
 		}
 	}
 	return nil
 }
 
-func (a *Agent) epochFinished(c *epochColl, puts []KV, values [][]byte, err error) {
-	a.mu.Lock()
-	var out outbox
-	if err == nil && c.kind == kindAllgather && len(values) != a.cfg.Size {
-		err = fmt.Errorf("allgather %d: %d values for a job of %d ranks", c.epoch, len(values), a.cfg.Size)
-	}
-	c.puts, c.values = puts, values
-	a.finishEpochLocked(&out, c, err)
-	a.mu.Unlock()
-	out.flush()
-}
-
-// finishEpochLocked records c's verdict and delivers every epoch that is
-// now next in order.
-func (a *Agent) finishEpochLocked(out *outbox, c *epochColl, err error) {
-	if c.finished {
+// epochFinished is the Upstream's verdict on epoch e. A verdict for an
+// epoch that is not waiting for one (already failed locally) is dropped.
+func (c *Core) epochFinished(e uint64, kind collKind, puts []KV, values [][]byte, err error) {
+	ec := c.colls[e]
+	if ec == nil || !ec.started || ec.finished || ec.kind != kind {
 		return
 	}
-	c.finished, c.err = true, err
-	a.deliverInOrderLocked(out)
+	if err == nil && kind == kindAllgather && len(values) != c.cfg.size {
+		err = fmt.Errorf("allgather %d: %d values for a job of %d ranks", e, len(values), c.cfg.size)
+	}
+	ec.puts, ec.values = puts, values
+	c.finishEpoch(ec, err)
 }
 
-func (a *Agent) deliverLocked(out *outbox, c *epochColl) {
-	if c.err == nil && c.kind == kindFence {
-		a.commitLocked(out, c.puts)
-		a.fenceSeq++
-		if a.seg != nil {
-			// The node KVS in shared memory: ranks read fenced keys in
-			// place once the epoch is published. A key that does not fit
-			// (table full, too long) is still served by the agent.
-			sa := a.seg.Agent()
-			for _, kv := range c.puts {
-				if err := sa.KVSReplace([]byte(kv.Key), []byte(kv.Val), uint32(c.epoch)); err != nil {
-					a.rec.Add("shm.kvs.skipped", 1)
-				}
-			}
+// finishEpoch records ec's verdict and delivers every epoch that is now
+// next in order.
+func (c *Core) finishEpoch(ec *epochColl, err error) {
+	if ec.finished {
+		return
+	}
+	ec.finished, ec.err = true, err
+	c.deliverInOrder()
+}
+
+func (c *Core) deliver(ec *epochColl) {
+	if ec.err == nil && ec.kind == kindFence {
+		c.commit(ec.puts)
+		c.fenceSeq++
+	}
+	if ec.err == nil && ec.kind == kindAllgather {
+		c.agSeq++
+	}
+	for i := range ec.entries {
+		en := &ec.entries[i]
+		if !en.in {
+			continue
+		}
+		r := Reply{Err: ec.err, Epoch: ec.epoch}
+		if ec.err == nil && ec.kind == kindAllgather {
+			r.Values = ec.values
+		}
+		c.reply(en.to, r)
+		if ec.err == nil && ec.kind == kindFence {
+			c.mark(perf.PhaseFenceDone, c.ranks[i])
 		}
 	}
-	if c.err == nil && c.kind == kindAllgather {
-		a.agSeq++
+	res := Result{Epoch: ec.epoch, Allgather: ec.kind == kindAllgather, Err: ec.err}
+	if ec.err == nil {
+		res.KVs, res.Values = ec.puts, ec.values
 	}
-	// Answer the ranks before publishing: an allgather's values may be
-	// views into the shared-memory input slots, which a rank may reuse as
-	// soon as the epoch is published.
-	for rs, e := range c.entered {
-		e.done(out, c.err, c)
-		if c.err == nil && c.kind == kindFence && a.rec != nil {
-			a.rec.Mark(perf.PhaseFenceDone, rs.global)
-		}
-	}
-	if a.epochSink != nil {
-		a.epochSink(c.epoch, c.kind == kindAllgather, c.values, c.err)
-	}
-	c.values = nil
+	c.rd.Results = append(c.rd.Results, res)
 	// Ranks that never entered a failed epoch skip it on entry.
-	if c.err != nil {
-		for _, p := range a.ranks {
-			if _, in := c.entered[p]; !in && p.collSeq < c.epoch {
-				p.collSeq = c.epoch
+	if ec.err != nil {
+		for i, p := range c.ranks {
+			if !ec.entries[i].in && p.collSeq < ec.epoch {
+				p.collSeq = ec.epoch
 			}
 		}
 	}
 }
 
-// deliverInOrderLocked delivers every finished epoch that is next in
-// order, stopping at the first that has not finished.
-func (a *Agent) deliverInOrderLocked(out *outbox) {
+// deliverInOrder delivers every finished epoch that is next in order,
+// stopping at the first that has not finished.
+func (c *Core) deliverInOrder() {
 	for {
-		n := a.colls[a.delivered+1]
+		n := c.colls[c.delivered+1]
 		if n == nil || !n.finished {
 			return
 		}
-		a.delivered++
-		delete(a.colls, n.epoch)
-		a.deliverLocked(out, n)
+		c.delivered++
+		delete(c.colls, n.epoch)
+		c.deliver(n)
 	}
 }
 
-// failEpochsLocked fails every collective that has not started to
-// complete job-wide and for which errf returns an error, then delivers what
-// is now in order.
-func (a *Agent) failEpochsLocked(out *outbox, errf func(*epochColl) error) {
-	for _, c := range a.colls {
-		if c.finished || c.started {
+// failEpochs fails, in epoch order, every collective that has not started
+// to complete job-wide and for which errf returns an error, then delivers
+// what is now in order.
+func (c *Core) failEpochs(errf func(*epochColl) error) {
+	for _, e := range sortedEpochs(c.colls) {
+		ec := c.colls[e]
+		if ec.finished || ec.started {
 			continue
 		}
-		if err := errf(c); err != nil {
-			c.finished, c.err = true, err
+		if err := errf(ec); err != nil {
+			ec.finished, ec.err = true, err
 		}
 	}
-	a.deliverInOrderLocked(out)
+	c.deliverInOrder()
+}
+
+func sortedEpochs[V any](m map[uint64]V) []uint64 {
+	es := make([]uint64, 0, len(m))
+	for e := range m {
+		es = append(es, e)
+	}
+	slices.Sort(es)
+	return es
 }

@@ -2,7 +2,7 @@ package agent
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -20,80 +20,156 @@ const (
 	HintSparse
 )
 
+// KV is one key-value pair of the job KVS and the global rank that put it.
+type KV struct {
+	Key, Val string
+	Owner    int
+}
+
 // waiter is a request parked until something happens: a node attribute or
 // a key being put.
 type waiter struct {
-	rs *rankState
-	d  deferred
+	local int
+	to    to
 }
 
-// putLocked stores a put of rs. Sparse keys are visible at once and
-// answer parked gets; the others wait for the next fence.
-func (a *Agent) putLocked(out *outbox, rs *rankState, key, val string, hint Hint) {
+// put stores a put of rs. Sparse keys are visible at once and answer
+// parked gets; the others wait for the next fence.
+func (c *Core) put(rs *rankState, key, val string, hint Hint) {
 	if hint == HintSparse {
-		a.sparse[key] = val
-		a.releaseLocked(out, "kvs:"+key, val)
+		c.sparse[key] = val
+		c.release("kvs:"+key, val)
 		return
 	}
-	rs.pending = append(rs.pending, KV{key, val})
+	rs.pending = append(rs.pending, KV{key, val, rs.global})
 }
 
-// lookupLocked finds a key: a job attribute, a fenced key, or a sparse key.
-func (a *Agent) lookupLocked(key string) (string, bool) {
-	if v, ok := a.jobAttr(key); ok {
+// takePuts returns the puts of ranks (every local rank, or those marked)
+// since their last fence, one per key: a repeated put replaces, and of two
+// ranks putting one key the later in local order wins. Keys keep the
+// position of their first put.
+func (c *Core) takePuts(members []bool) []KV {
+	n := 0
+	for i, r := range c.ranks {
+		if members == nil || members[i] {
+			n += len(r.pending)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	puts := make([]KV, 0, n)
+	var at map[string]int // position in puts, once a key repeats might matter
+	if n > 1 {
+		at = make(map[string]int, n)
+	}
+	for i, r := range c.ranks {
+		if members != nil && !members[i] {
+			continue
+		}
+		for _, kv := range r.pending {
+			if j, dup := at[kv.Key]; dup {
+				puts[j] = kv
+				continue
+			}
+			if at != nil {
+				at[kv.Key] = len(puts)
+			}
+			puts = append(puts, kv)
+		}
+		r.pending = nil
+	}
+	return puts
+}
+
+// lookup finds a key: a job attribute, a fenced key, or a sparse key.
+func (c *Core) lookup(key string) (string, bool) {
+	if v, ok := c.jobAttr(key); ok {
 		return v, true
 	}
-	if v, ok := a.kvs[key]; ok {
+	if v, ok := c.kvs[key]; ok {
 		return v, true
 	}
-	v, ok := a.sparse[key]
+	v, ok := c.sparse[key]
 	return v, ok
 }
 
-// commitLocked makes fenced puts visible and answers gets parked on them.
-func (a *Agent) commitLocked(out *outbox, kvs []KV) {
+func (c *Core) get(rs *rankState, o Get) {
+	t := to{o.Local, o.Req, ReplyGet}
+	if v, found := c.lookup(o.Key); found {
+		c.reply(t, Reply{Found: true, Val: v})
+		return
+	}
+	if !o.Wait {
+		c.reply(t, Reply{})
+		return
+	}
+	c.park(rs, "kvs:"+o.Key, t)
+}
+
+// commit makes fenced puts visible and answers gets parked on them.
+func (c *Core) commit(kvs []KV) {
 	for _, kv := range kvs {
-		a.kvs[kv.Key] = kv.Val
+		c.kvs[kv.Key] = kv.Val
 	}
 	for _, kv := range kvs {
-		a.releaseLocked(out, "kvs:"+kv.Key, kv.Val)
+		c.release("kvs:"+kv.Key, kv.Val)
 	}
 }
 
-// parkLocked parks d until key (of namespace "kvs:" or "attr:") appears,
-// unless that can never happen because every live rank is then waiting.
-func (a *Agent) parkLocked(out *outbox, rs *rankState, key string, d deferred) {
-	a.waits[key] = append(a.waits[key], waiter{rs, d})
-	a.checkStuckLocked(out)
+// park parks t until key (of namespace "kvs:" or "attr:") appears, unless
+// that can never happen because every live rank is then waiting.
+func (c *Core) park(rs *rankState, key string, t to) {
+	c.waits[key] = append(c.waits[key], waiter{rs.local, t})
+	c.checkStuck()
 }
 
-func (a *Agent) releaseLocked(out *outbox, key, val string) {
-	for _, w := range a.waits[key] {
-		out.complete(w.d, nil, val)
+func (c *Core) release(key, val string) {
+	for _, w := range c.waits[key] {
+		c.reply(w.to, Reply{Found: true, Val: val})
 	}
-	delete(a.waits, key)
+	delete(c.waits, key)
 }
 
-// blockedLocked reports what rs waits for, or "" if it is not blocked in
-// the agent. A collective that has started (all local ranks in, waiting
-// for the rest of the job) does not count: it progresses elsewhere.
-func (a *Agent) blockedLocked(rs *rankState) string {
-	for _, c := range a.colls {
-		if _, in := c.entered[rs]; in && !c.started && !c.finished {
-			return c.kind.String()
+// failWaiters answers every parked request with err, in key order.
+func (c *Core) failWaiters(err error) {
+	for _, k := range sortedKeys(c.waits) {
+		for _, w := range c.waits[k] {
+			c.reply(w.to, Reply{Err: err})
+		}
+		delete(c.waits, k)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// blocked reports what rs waits for, or "" if it is not blocked in the
+// agent. A collective that has started (all local ranks in, waiting for
+// the rest of the job) does not count: it progresses elsewhere.
+func (c *Core) blocked(rs *rankState) string {
+	for _, e := range c.colls {
+		if e.entries[rs.local].in && !e.started && !e.finished {
+			return e.kind.String()
 		}
 	}
-	for k, g := range a.groups {
-		if _, in := g.entered[rs]; in {
+	for k, g := range c.groups {
+		if g.entered[rs.local].in {
 			return "barrier " + k
 		}
 	}
-	if a.ringBlockedLocked(rs) {
+	if c.ringBlocked(rs) {
 		return "ring"
 	}
-	for k, ws := range a.waits {
+	for k, ws := range c.waits {
 		for _, w := range ws {
-			if w.rs == rs {
+			if w.local == rs.local {
 				return "get of " + strings.TrimPrefix(strings.TrimPrefix(k, "kvs:"), "attr:")
 			}
 		}
@@ -101,39 +177,39 @@ func (a *Agent) blockedLocked(rs *rankState) string {
 	return ""
 }
 
-// checkStuckLocked ends a deadlock: when every live local rank is blocked
-// and nothing is in progress, no put can ever come and no collective can
+// checkStuck ends a deadlock: when every live local rank is blocked and
+// nothing is in progress, no put can ever come and no collective can
 // complete, so every waiting request fails with a message saying who waits
 // for what. In a job that spans nodes, a get may be answered by another
 // node, so only node attributes are judged there.
-func (a *Agent) checkStuckLocked(out *outbox) {
+func (c *Core) checkStuck() {
 	// It runs at every entry into a wait: first a bound in the number of
 	// collectives and waits, not of ranks. A rank is blocked only as an
 	// entry of an unstarted collective, barrier group or ring, or as a
 	// waiting get; with fewer entries than live ranks, one still runs.
 	entries := 0
-	for _, c := range a.colls {
-		if !c.started && !c.finished {
-			entries += len(c.entered)
+	for _, e := range c.colls {
+		if !e.started && !e.finished {
+			entries += e.n
 		}
 	}
-	for _, g := range a.groups {
-		entries += len(g.entered)
+	for _, g := range c.groups {
+		entries += g.n
 	}
-	entries += a.ringWaiting
-	for _, ws := range a.waits {
+	entries += c.ringWaiting
+	for _, ws := range c.waits {
 		entries += len(ws)
 	}
-	if entries < len(a.ranks)-a.ended {
+	if entries < len(c.ranks)-c.ended {
 		return
 	}
-	single := a.cfg.Size == len(a.ranks)
+	single := c.cfg.size == len(c.ranks)
 	var stuck []string
-	for _, p := range a.ranks {
+	for _, p := range c.ranks {
 		if p.gone || p.finalized {
 			continue
 		}
-		what := a.blockedLocked(p)
+		what := c.blocked(p)
 		if what == "" {
 			return
 		}
@@ -147,22 +223,17 @@ func (a *Agent) checkStuckLocked(out *outbox) {
 	}
 	if !single {
 		// Only node-attribute waits can be judged locally.
-		for k := range a.waits {
+		for k := range c.waits {
 			if strings.HasPrefix(k, "kvs:") {
 				return
 			}
 		}
 	}
-	sort.Strings(stuck)
+	slices.Sort(stuck)
 	if len(stuck) > 4 {
 		stuck = append(stuck[:4], fmt.Sprintf("and %d more", len(stuck)-4))
 	}
 	err := fmt.Errorf("deadlock: every live rank waits (%s)", strings.Join(stuck, ", "))
-	for k, ws := range a.waits {
-		for _, w := range ws {
-			out.complete(w.d, err, "")
-		}
-		delete(a.waits, k)
-	}
-	a.failAllLocked(out, err)
+	c.failWaiters(err)
+	c.failAll(err)
 }

@@ -7,8 +7,8 @@ import (
 // Ring exchange (PMIX_Ring). A rank's k-th ring request enters epoch k.
 // Rank i of the node's n needs only its two neighbours' values: local
 // ranks i-1 and i+1, or, at the node's ends, the value the neighbour node
-// sends (Upstream.RingEdge). So each rank is answered as soon as both its
-// neighbours are known, not when the whole node, let alone the whole job,
+// sends (an UpRingEdge call, answered by RingEdgeDone). So each rank is
+// answered as soon as both its neighbours are known, not when the whole node, let alone the whole job,
 // has entered: the last rank to arrive waits for nothing but its own
 // neighbours. The node's first rank hands its Left value to the left
 // neighbour node the moment it enters, the last rank its Right value to the
@@ -16,18 +16,18 @@ import (
 //
 // Because nothing waits for the whole node, a rank may be several epochs
 // ahead of another (rank i can enter epoch k+1 once ranks i-1 and i+1
-// entered epoch k), so several epochs can be in progress; a.rings holds
-// them. An epoch is dropped once every local rank was answered.
+// entered epoch k), so several epochs can be in progress; Core.rings
+// holds them. An epoch is dropped once every local rank was answered.
 //
 // Positions follow from the job's rank placement without communication:
 // every rank counts 1, as PMIX_Ring clients always pass (Slurm's libpmi2
 // hard-codes ring-count=1), and another count is refused.
 
-// ringEpoch is one ring exchange on this node. Guarded by Agent.mu.
+// ringEpoch is one ring exchange on this node.
 type ringEpoch struct {
 	epoch   uint64
-	in      []RingIn   // by local index, valid where state != ringAbsent
-	done    []ringDone // by local index, while state == ringWaiting
+	in      []RingIn // by local index, valid where state != ringAbsent
+	to      []to     // by local index, while state == ringWaiting
 	state   []ringState
 	waiting int // entries in ringWaiting
 
@@ -46,70 +46,61 @@ const (
 	ringAnswered                  // answered
 )
 
-// ringDone completes one rank's ring request, under Agent.mu.
-type ringDone func(out *outbox, err error, r ringReply)
-
-// ringReply is a rank's ring result.
-type ringReply struct {
-	Pos, Size   int
-	Left, Right string
-}
-
-// enterRingLocked enters rs into its next ring exchange.
-func (a *Agent) enterRingLocked(out *outbox, rs *rankState, in RingIn, done ringDone) {
+// enterRing enters rs into its next ring exchange.
+func (c *Core) enterRing(rs *rankState, in RingIn, t to) {
 	e := rs.ringSeq + 1
 	switch {
 	case in.Count != 1:
-		done(out, fmt.Errorf("ring-count %d: only 1 is supported (every PMIX_Ring process counts 1)", in.Count), ringReply{})
+		c.reply(t, Reply{Err: fmt.Errorf("ring-count %d: only 1 is supported (every PMIX_Ring process counts 1)", in.Count)})
 		return
 	case rs.inRing:
-		done(out, fmt.Errorf("rank %d entered ring %d twice", rs.global, rs.ringSeq), ringReply{})
+		c.reply(t, Reply{Err: fmt.Errorf("rank %d entered ring %d twice", rs.global, rs.ringSeq)})
 		return
 	}
-	n := len(a.ranks)
-	r := a.rings[e]
+	n := len(c.ranks)
+	r := c.rings[e]
 	if r == nil {
-		r = &ringEpoch{epoch: e, in: make([]RingIn, n), done: make([]ringDone, n), state: make([]ringState, n)}
-		a.rings[e] = r
+		r = &ringEpoch{epoch: e, in: make([]RingIn, n), to: make([]to, n), state: make([]ringState, n)}
+		c.rings[e] = r
 	}
 	rs.ringSeq = e
 	if r.err != nil {
-		done(out, r.err, ringReply{})
-		a.ringAnsweredLocked(r)
+		c.reply(t, Reply{Err: r.err})
+		c.ringAnswered(r)
 		return
 	}
-	if err := a.ringPeersLocked(rs, e); err != nil {
-		done(out, err, ringReply{})
-		a.ringAnsweredLocked(r)
-		a.failRingLocked(out, r, err)
+	if err := c.ringPeers(rs, e); err != nil {
+		c.reply(t, Reply{Err: err})
+		c.ringAnswered(r)
+		c.failRing(r, err)
 		return
 	}
 	i := rs.local
-	r.in[i], r.done[i], r.state[i] = in, done, ringWaiting
+	r.in[i], r.to[i], r.state[i] = in, t, ringWaiting
 	r.waiting++
 	rs.inRing = true
-	a.ringWaiting++
+	c.ringWaiting++
 	if i == 0 {
-		a.ringEdgeLater(r, true, in.Left)
+		c.up(UpCall{Kind: UpRingEdge, Epoch: e, ToLeft: true, Value: in.Left})
 	}
 	if i == n-1 {
-		a.ringEdgeLater(r, false, in.Right)
+		c.up(UpCall{Kind: UpRingEdge, Epoch: e, ToLeft: false, Value: in.Right})
 	}
 	for _, j := range [...]int{i - 1, i, i + 1} {
-		a.tryRingLocked(out, r, j)
+		c.tryRing(r, j)
 	}
 	if r.waiting > 0 {
-		a.checkStuckLocked(out)
+		c.checkStuck()
 	}
 }
 
-// ringPeersLocked fails an entry into epoch e while a local rank that
-// ended before entering e is on the ring: the exchange cannot complete.
-func (a *Agent) ringPeersLocked(joining *rankState, e uint64) error {
-	if a.ended == 0 {
+// ringPeers fails an entry into epoch e while a local rank that ended
+// before entering e is on the ring: the exchange cannot complete.
+func (c *Core) ringPeers(joining *rankState, e uint64) error {
+	if c.ended == 0 {
 		return nil // nobody to check: the common case, at every entry
 	}
-	for _, p := range a.ranks {
+	for _, p := range c.ranks {
 		if p != joining && p.ended && p.ringSeq < e {
 			return fmt.Errorf("ring cannot complete: rank %d has %s", p.global, goneWord(p))
 		}
@@ -117,36 +108,28 @@ func (a *Agent) ringPeersLocked(joining *rankState, e uint64) error {
 	return nil
 }
 
-// ringEdgeLater sends one of the node's boundary values once the handler
-// released a.mu, and feeds the neighbour node's answer back into r.
-func (a *Agent) ringEdgeLater(r *ringEpoch, toLeft bool, value string) {
-	e := r.epoch
-	a.afterUnlock(func() {
-		a.cfg.Upstream.RingEdge(e, toLeft, value, func(v string, err error) {
-			a.mu.Lock()
-			var out outbox
-			if r := a.rings[e]; r != nil && r.err == nil {
-				switch {
-				case err != nil:
-					a.failRingLocked(&out, r, err)
-				case toLeft:
-					r.leftOfFirst, r.haveLeft = v, true
-					a.tryRingLocked(&out, r, 0)
-				default:
-					r.rightOfLast, r.haveRight = v, true
-					a.tryRingLocked(&out, r, len(a.ranks)-1)
-				}
-			}
-			a.mu.Unlock()
-			out.flush()
-		})
-	})
+// ringEdgeDone feeds the neighbour node's answer into its epoch.
+func (c *Core) ringEdgeDone(o RingEdgeDone) {
+	r := c.rings[o.Epoch]
+	if r == nil || r.err != nil {
+		return
+	}
+	switch {
+	case o.Err != nil:
+		c.failRing(r, o.Err)
+	case o.ToLeft:
+		r.leftOfFirst, r.haveLeft = o.Value, true
+		c.tryRing(r, 0)
+	default:
+		r.rightOfLast, r.haveRight = o.Value, true
+		c.tryRing(r, len(c.ranks)-1)
+	}
 }
 
-// tryRingLocked answers local rank j of r if it waits and both its
-// neighbours' values are known.
-func (a *Agent) tryRingLocked(out *outbox, r *ringEpoch, j int) {
-	n := len(a.ranks)
+// tryRing answers local rank j of r if it waits and both its neighbours'
+// values are known.
+func (c *Core) tryRing(r *ringEpoch, j int) {
+	n := len(c.ranks)
 	if j < 0 || j >= n || r.state[j] != ringWaiting {
 		return
 	}
@@ -167,81 +150,80 @@ func (a *Agent) tryRingLocked(out *outbox, r *ringEpoch, j int) {
 	default:
 		return
 	}
-	offset, size := a.cfg.Upstream.RingLayout(n)
-	done := r.done[j]
-	a.ringFinishLocked(r, j)
-	done(out, nil, ringReply{Pos: offset + j, Size: size, Left: left, Right: right})
+	t := r.to[j]
+	c.ringFinish(r, j)
+	c.reply(t, Reply{Ring: RingResult{Pos: c.cfg.ringOff + j, Size: c.cfg.ringLen, Left: left, Right: right}})
 }
 
-// ringFinishLocked marks waiting entry j of r answered.
-func (a *Agent) ringFinishLocked(r *ringEpoch, j int) {
-	r.state[j], r.done[j] = ringAnswered, nil
+// ringFinish marks waiting entry j of r answered.
+func (c *Core) ringFinish(r *ringEpoch, j int) {
+	r.state[j], r.to[j] = ringAnswered, to{}
 	r.waiting--
-	a.ringWaiting--
-	a.ranks[j].inRing = false
-	a.ringAnsweredLocked(r)
+	c.ringWaiting--
+	c.ranks[j].inRing = false
+	c.ringAnswered(r)
 }
 
-// ringAnsweredLocked counts one more answered entry of r and drops r once
-// every local rank has one.
-func (a *Agent) ringAnsweredLocked(r *ringEpoch) {
+// ringAnswered counts one more answered entry of r and drops r once every
+// local rank has one.
+func (c *Core) ringAnswered(r *ringEpoch) {
 	r.answered++
-	if r.answered < len(a.ranks) {
+	if r.answered < len(c.ranks) {
 		return
 	}
-	delete(a.rings, r.epoch)
+	delete(c.rings, r.epoch)
 	if r.err == nil {
-		a.ringSeq++
+		c.ringSeq++
 	}
 }
 
-// failRingLocked fails every waiting entry of r, and later entries into it.
-func (a *Agent) failRingLocked(out *outbox, r *ringEpoch, err error) {
+// failRing fails every waiting entry of r, and later entries into it.
+func (c *Core) failRing(r *ringEpoch, err error) {
 	if r.err == nil {
 		r.err = err
 	}
 	for j, s := range r.state {
 		if s == ringWaiting {
-			done := r.done[j]
-			a.ringFinishLocked(r, j)
-			done(out, err, ringReply{})
+			t := r.to[j]
+			c.ringFinish(r, j)
+			c.reply(t, Reply{Err: err})
 		}
 	}
 }
 
-// failRingsLocked fails every ring exchange in progress.
-func (a *Agent) failRingsLocked(out *outbox, err error) {
-	for _, r := range a.rings {
-		if r.err == nil {
-			a.failRingLocked(out, r, err)
+// failRings fails every ring exchange in progress, in epoch order.
+func (c *Core) failRings(err error) {
+	for _, e := range sortedEpochs(c.rings) {
+		if r := c.rings[e]; r != nil && r.err == nil {
+			c.failRing(r, err)
 		}
 	}
 }
 
-// ringPeerGoneLocked fails the ring exchanges that wait for rs: those with
+// ringPeerGone fails the ring exchanges that wait for rs: those with
 // waiting entries that rs has not entered.
-func (a *Agent) ringPeerGoneLocked(out *outbox, rs *rankState, err error) {
-	for e, r := range a.rings {
-		if r.err == nil && r.waiting > 0 && rs.ringSeq < e {
-			a.failRingLocked(out, r, fmt.Errorf("ring cannot complete: %w", err))
+func (c *Core) ringPeerGone(rs *rankState, err error) {
+	for _, e := range sortedEpochs(c.rings) {
+		if r := c.rings[e]; r != nil && r.err == nil && r.waiting > 0 && rs.ringSeq < e {
+			c.failRing(r, fmt.Errorf("ring cannot complete: %w", err))
 		}
 	}
 }
 
-// ringBlockedLocked reports whether rs waits in a ring exchange for a
-// local rank (one that may never enter). A rank that waits only for a
-// neighbour node's value is progressing elsewhere, unless the ring closes
-// on this node.
-func (a *Agent) ringBlockedLocked(rs *rankState) bool {
+// ringBlocked reports whether rs waits in a ring exchange for a local rank
+// (one that may never enter). A rank that waits only for a neighbour
+// node's value is progressing elsewhere, unless the ring closes on this
+// node.
+func (c *Core) ringBlocked(rs *rankState) bool {
 	if !rs.inRing {
 		return false
 	}
-	r := a.rings[rs.ringSeq]
+	r := c.rings[rs.ringSeq]
 	if r == nil {
 		return false
 	}
-	n, j := len(a.ranks), rs.local
-	single := a.cfg.Size == n
+	n, j := len(c.ranks), rs.local
+	single := c.cfg.size == n
 	if j > 0 && r.state[j-1] == ringAbsent || j < n-1 && r.state[j+1] == ringAbsent {
 		return true
 	}

@@ -4,19 +4,18 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/shm"
 )
 
-// The shared-memory path. One goroutine (serveShm) owns the consuming end
-// of every local rank's request ring: it sleeps on the segment's doorbell,
-// drains every ring it finds non-empty in one sweep under Agent.mu, and
-// applies each request to the same agent state the text protocol uses, so
-// ranks of both paths share one KVS, one epoch sequence and one ring.
-// Responses are pushed onto the ranks' response rings under Agent.mu (the
-// producing end is used by whichever goroutine holds mu); collectives are
-// answered by publishing their epoch, which wakes every sleeping rank with
-// one futex wake.
+// The shared-memory front end. One goroutine (serveShm) owns the consuming
+// end of every local rank's request ring: it sleeps on the segment's
+// doorbell, drains every ring it finds non-empty in one sweep under
+// Agent.mu, decodes each request into a core operation (shmOp), so ranks
+// of both paths share one KVS, one epoch sequence and one ring, and ends
+// the sweep as one turn. Responses are pushed onto the ranks' response
+// rings under Agent.pubMu (the producing end is used by whichever turn
+// holds it; shmReply); collectives are answered by publishing their epoch
+// (publish), which wakes every sleeping rank with one futex wake.
 
 // AttachSegment makes the agent serve seg, whose local rank i is the
 // agent's local rank i. The agent takes ownership of seg and closes it on
@@ -37,18 +36,6 @@ func (a *Agent) AttachSegment(seg *shm.Segment) error {
 		return errors.New("attach segment: agent already serves one")
 	}
 	a.seg = seg
-	sa := seg.Agent()
-	a.epochSink = func(epoch uint64, allgather bool, values [][]byte, err error) {
-		e := uint32(epoch)
-		if allgather && err == nil {
-			for g, v := range values {
-				if werr := sa.SetResult(g, e, v); werr != nil {
-					a.log.Error("write allgather result", "rank", g, "epoch", epoch, "err", werr)
-				}
-			}
-		}
-		sa.Publish(e)
-	}
 	a.wg.Add(1)
 	a.mu.Unlock()
 	go func() {
@@ -68,87 +55,85 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 			a.mu.Unlock()
 			return
 		}
-		var out outbox
-		var events []func()
+		var t turn
 		did := false
 		ready = sa.TakeReady(ready[:0])
 		for _, i := range ready {
-			rs := a.ranks[i]
 			if dead[i] {
 				continue
 			}
+			g := a.ranks[i].global
 			c := sa.Requests(i)
 			for {
 				m, err := c.Peek()
 				if errors.Is(err, shm.ErrEmpty) {
 					break
 				}
+				if err == nil {
+					did = true
+					var op Op
+					if op, err = a.shmOp(sa, i, m); err == nil && op != nil {
+						err = a.core.Step(op)
+					}
+					// Respond before releasing the request: Release may
+					// wake the rank, which should find its answer.
+					a.pushShmLocked(&t)
+					c.Release()
+				} else {
+					err = fmt.Errorf("request ring: %w", err)
+				}
 				if err != nil {
 					dead[i] = true
-					g := rs.global
-					events = append(events, func() { a.cfg.Events.ProtocolError(g, fmt.Errorf("request ring: %w", err)) })
-					break
-				}
-				did = true
-				if err := a.shmRequestLocked(&out, &events, rs, m); err != nil {
-					dead[i] = true
-					g := rs.global
-					events = append(events, func() { a.cfg.Events.ProtocolError(g, err) })
-				}
-				c.Release()
-				if dead[i] {
+					t.events = append(t.events, func() { a.cfg.Events.ProtocolError(g, err) })
 					break
 				}
 			}
 		}
-		a.unlockAndRun(&out, events)
+		a.finishLocked(&t)
 		if !did {
 			_ = sa.Wait(-1)
 		}
 	}
 }
 
-// respond pushes a response to local rank rs, under Agent.mu. The ring
-// holds far more than a rank's outstanding requests; a full ring means the
-// rank stopped reading, which is logged (the launcher's failure handling
-// ends such a job).
-func (a *Agent) respond(rs *rankState, op uint16, seq uint32, status uint16, payload []byte) {
-	p := a.seg.Agent().Responses(rs.local)
-	if err := p.Push(shm.Header{Op: op, Flags: status, Seq: seq}, payload); err != nil {
-		a.log.Error("push response", "rank", rs.global, "op", op, "err", err)
+// pushShmLocked pushes the shared-memory replies the sweep's turn t has
+// produced so far, under pubMu (lock order mu, then pubMu): a rank
+// waiting on its response ring is answered at once, not at the end of
+// the sweep. The rest of the turn (results to publish included) waits for
+// the sweep's end.
+func (a *Agent) pushShmLocked(t *turn) {
+	t.take(a)
+	if len(t.shm) == 0 || t.seg == nil {
+		return
 	}
+	a.pubMu.Lock()
+	for i := range t.shm {
+		a.shmReply(t.seg, &t.shm[i])
+	}
+	a.pubMu.Unlock()
+	t.shm = t.shm[:0]
 }
 
-func (a *Agent) respondErr(rs *rankState, op uint16, seq uint32, err error) {
-	a.respond(rs, op, seq, shm.StatusError, []byte(err.Error()))
-}
+// shmReq packs a request's op and sequence number into a Req.
+func shmReq(m *shm.Msg) Req { return Req{Via: ViaShm, ID: uint64(m.Op)<<32 | uint64(m.Seq)} }
 
-// shmRequestLocked applies one request of rs. An error means the rank
-// broke the protocol.
-func (a *Agent) shmRequestLocked(out *outbox, events *[]func(), rs *rankState, m shm.Msg) error {
-	if rs.finalized && m.Op != shm.OpFinalize {
-		return fmt.Errorf("request %d after finalize", m.Op)
+// shmOp decodes request m of local rank i into a core operation, under
+// Agent.mu. An error means the rank broke the protocol.
+func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
+	if _, fin := a.core.RankStatus(i); fin && m.Op != shm.OpFinalize {
+		return nil, fmt.Errorf("request %d after finalize", m.Op)
 	}
-	if !rs.spoke {
-		rs.spoke = true
-		if a.rec != nil {
-			a.rec.Mark(perf.PhaseFirstPMI, rs.global)
-		}
-	}
+	req := shmReq(&m)
 	switch m.Op {
 	case shm.OpHello:
-		if a.rec != nil {
-			a.rec.Mark(perf.PhaseInit, rs.global)
-		}
-		g := rs.global
-		*events = append(*events, func() { a.cfg.Events.RankInit(g) })
+		return Init{Local: i}, nil
 	case shm.OpPut:
 		k, v, err := shm.Pair(m.Payload)
 		if err != nil {
-			return fmt.Errorf("put: %w", err)
+			return nil, fmt.Errorf("put: %w", err)
 		}
 		if _, err := checkPut(string(k), string(v)); err != nil {
-			return fmt.Errorf("put: %w", err)
+			return nil, fmt.Errorf("put: %w", err)
 		}
 		hint := HintNone
 		switch m.Flags {
@@ -157,115 +142,112 @@ func (a *Agent) shmRequestLocked(out *outbox, events *[]func(), rs *rankState, m
 		case shm.HintSparse:
 			hint = HintSparse
 		}
-		a.putLocked(out, rs, string(k), string(v), hint)
-	case shm.OpFence, shm.OpAllgather:
-		kind, op := kindFence, "fence"
-		var val []byte
-		if m.Op == shm.OpAllgather {
-			kind, op = kindAllgather, "allgather"
-			v, err := a.seg.Agent().Slot(rs.local, m.Epoch)
-			if err != nil {
-				return fmt.Errorf("allgather %d: read slot: %w", m.Epoch, err)
-			}
-			val = v
+		return Put{Local: i, Req: req, Key: string(k), Val: string(v), Hint: hint}, nil
+	case shm.OpFence:
+		if m.Epoch == 0 {
+			return nil, errors.New("fence for epoch 0")
 		}
-		if want := uint32(rs.collSeq + 1); m.Epoch != want {
-			return fmt.Errorf("%s for epoch %d, agent expects %d", op, m.Epoch, want)
+		return Fence{Local: i, Req: req, Epoch: uint64(m.Epoch)}, nil
+	case shm.OpAllgather:
+		if m.Epoch == 0 {
+			return nil, errors.New("allgather for epoch 0")
 		}
-		a.enterEpochLocked(out, rs, kind, val, func(out *outbox, err error, c *epochColl) {
-			if err != nil {
-				p := a.seg.Agent().Responses(rs.local)
-				if perr := p.Push(shm.Header{Op: shm.OpError, Epoch: uint32(c.epoch), Flags: shm.StatusError}, []byte(err.Error())); perr != nil {
-					a.log.Error("push collective error", "rank", rs.global, "err", perr)
-				}
-			}
-		})
+		v, err := sa.Slot(i, m.Epoch)
+		if err != nil {
+			return nil, fmt.Errorf("allgather %d: read slot: %w", m.Epoch, err)
+		}
+		return Allgather{Local: i, Req: req, Epoch: uint64(m.Epoch), Value: v}, nil
 	case shm.OpGet:
 		src, key, err := shm.Int32(m.Payload)
 		if err != nil || src < -1 || int(src) >= a.cfg.Size {
-			return fmt.Errorf("get: bad payload")
+			return nil, fmt.Errorf("get: bad payload")
 		}
-		if v, ok := a.lookupLocked(string(key)); ok {
-			a.respond(rs, shm.OpGet, m.Seq, shm.StatusOK, []byte(v))
-			return nil
-		}
-		if m.Flags&shm.GetWait == 0 {
-			a.respond(rs, shm.OpGet, m.Seq, shm.StatusNotFound, nil)
-			return nil
-		}
-		seq := m.Seq
-		a.parkLocked(out, rs, "kvs:"+string(key), deferred{done: func(out *outbox, err error, v string) {
-			if err != nil {
-				a.respondErr(rs, shm.OpGet, seq, err)
-				return
-			}
-			a.respond(rs, shm.OpGet, seq, shm.StatusOK, []byte(v))
-		}})
+		return Get{Local: i, Req: req, Key: string(key), Wait: m.Flags&shm.GetWait != 0}, nil
 	case shm.OpRing:
-		seq := m.Seq
 		v := string(m.Payload)
-		a.enterRingLocked(out, rs, RingIn{Count: 1, Left: v, Right: v}, func(out *outbox, err error, r ringReply) {
-			if err != nil {
-				a.respondErr(rs, shm.OpRing, seq, err)
-				return
-			}
-			a.respond(rs, shm.OpRing, seq, shm.StatusOK, shm.AppendRing(nil, uint32(r.Pos), uint32(r.Size), r.Left, r.Right))
-		})
+		return Ring{Local: i, Req: req, In: RingIn{Count: 1, Left: v, Right: v}}, nil
 	case shm.OpJobAttr:
-		if v, ok := a.jobAttr(string(m.Payload)); ok {
-			a.respond(rs, m.Op, m.Seq, shm.StatusOK, []byte(v))
-		} else {
-			a.respond(rs, m.Op, m.Seq, shm.StatusNotFound, nil)
-		}
+		return JobAttr{Local: i, Req: req, Key: string(m.Payload)}, nil
 	case shm.OpPublish:
 		name, port, err := shm.Pair(m.Payload)
 		if err != nil {
-			return fmt.Errorf("publish: %w", err)
+			return nil, fmt.Errorf("publish: %w", err)
 		}
-		a.shmNameLocked(out, rs, m, nameReq{op: namePublish, name: string(name), port: string(port)})
+		return Name{Local: i, Req: req, Op: NamePublish, Name: string(name), Port: string(port)}, nil
 	case shm.OpUnpublish:
-		a.shmNameLocked(out, rs, m, nameReq{op: nameUnpublish, name: string(m.Payload)})
+		return Name{Local: i, Req: req, Op: NameUnpublish, Name: string(m.Payload)}, nil
 	case shm.OpLookup:
-		a.shmNameLocked(out, rs, m, nameReq{op: nameLookup, name: string(m.Payload)})
+		return Name{Local: i, Req: req, Op: NameLookup, Name: string(m.Payload)}, nil
 	case shm.OpAbort:
 		code, msg, err := shm.Int32(m.Payload)
 		if err != nil {
-			return fmt.Errorf("abort: %w", err)
+			return nil, fmt.Errorf("abort: %w", err)
 		}
-		g, c, s := rs.global, int(code), string(msg)
-		*events = append(*events, func() { a.cfg.Events.Abort(g, c, s) })
+		return Abort{Local: i, Code: int(code), Msg: string(msg)}, nil
 	case shm.OpFinalize:
-		if !rs.finalized {
-			rs.finalized = true
-			a.peerGoneLocked(out, rs, "finalized")
-			if a.rec != nil {
-				a.rec.Mark(perf.PhaseFinalize, rs.global)
-			}
-			g := rs.global
-			*events = append(*events, func() { a.cfg.Events.RankFinalized(g) })
-		}
-		a.respond(rs, m.Op, m.Seq, shm.StatusOK, nil)
-	default:
-		return fmt.Errorf("unknown request op %d", m.Op)
+		return Finalize{Local: i, Req: req}, nil
 	}
-	return nil
+	return nil, fmt.Errorf("unknown request op %d", m.Op)
 }
 
-// shmNameLocked starts a name-service request of rs; the response is
-// pushed once the Upstream has answered (names.go). A lookup of a name
-// not published is answered StatusNotFound.
-func (a *Agent) shmNameLocked(out *outbox, rs *rankState, m shm.Msg, req nameReq) {
-	op, seq := m.Op, m.Seq
-	a.nameLocked(out, req, func(out *outbox, port string, err error) {
-		switch {
-		case req.op == nameLookup && errors.Is(err, ErrNameNotFound):
-			a.respond(rs, op, seq, shm.StatusNotFound, nil)
-		case err != nil:
-			a.respondErr(rs, op, seq, err)
-		case req.op == nameLookup:
-			a.respond(rs, op, seq, shm.StatusOK, []byte(port))
-		default:
-			a.respond(rs, op, seq, shm.StatusOK, nil)
+// shmReply pushes the response to a shared-memory request, under pubMu.
+// Puts have none; a collective is answered by publishing its epoch, so
+// only its failure is pushed (as OpError naming the epoch). The ring holds
+// far more than a rank's outstanding requests; a full ring means the rank
+// stopped reading, which is logged (the launcher's failure handling ends
+// such a job).
+func (a *Agent) shmReply(seg *shm.Segment, r *Reply) {
+	op, seq := uint16(r.Req.ID>>32), uint32(r.Req.ID)
+	h := shm.Header{Op: op, Seq: seq, Flags: shm.StatusOK}
+	var payload []byte
+	switch {
+	case r.Kind == ReplyPut:
+		return
+	case r.Kind == ReplyFence || r.Kind == ReplyAllgather:
+		if r.Err == nil {
+			return
 		}
-	})
+		h = shm.Header{Op: shm.OpError, Epoch: uint32(r.Epoch), Flags: shm.StatusError}
+		payload = []byte(r.Err.Error())
+	case r.Kind == ReplyName && op == shm.OpLookup && errors.Is(r.Err, ErrNameNotFound):
+		h.Flags = shm.StatusNotFound
+	case r.Err != nil:
+		h.Flags, payload = shm.StatusError, []byte(r.Err.Error())
+	case r.Kind == ReplyRing:
+		payload = shm.AppendRing(nil, uint32(r.Ring.Pos), uint32(r.Ring.Size), r.Ring.Left, r.Ring.Right)
+	case r.Kind == ReplyGet || r.Kind == ReplyJobAttr:
+		if !r.Found {
+			h.Flags = shm.StatusNotFound
+		} else {
+			payload = []byte(r.Val)
+		}
+	case r.Kind == ReplyName && op == shm.OpLookup:
+		payload = []byte(r.Val)
+	}
+	if err := seg.Agent().Responses(r.Local).Push(h, payload); err != nil {
+		a.log.Error("push response", "rank", a.ranks[r.Local].global, "op", op, "err", err)
+	}
+}
+
+// publish makes a delivered epoch visible to the ranks on shared memory,
+// under pubMu: a fence's keys go to the node KVS (ranks read fenced keys
+// in place once the epoch is published; a key that does not fit — table
+// full, too long — is still served by the agent), an allgather's values
+// to the result array, then the epoch is published.
+func (a *Agent) publish(seg *shm.Segment, r *Result) {
+	sa := seg.Agent()
+	e := uint32(r.Epoch)
+	for _, kv := range r.KVs {
+		if err := sa.KVSReplace([]byte(kv.Key), []byte(kv.Val), e); err != nil && a.rec != nil {
+			a.rec.Add("shm.kvs.skipped", 1)
+		}
+	}
+	if r.Allgather && r.Err == nil {
+		for g, v := range r.Values {
+			if err := sa.SetResult(g, e, v); err != nil {
+				a.log.Error("write allgather result", "rank", g, "epoch", r.Epoch, "err", err)
+			}
+		}
+	}
+	sa.Publish(e)
 }

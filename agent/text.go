@@ -8,9 +8,15 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
+
+// The text front end: PMI-1 and PMI-2 over one connection per rank. Each
+// connection's goroutine decodes requests with pmiwire, turns each into a
+// core operation through the command tables pmi1Cmds and pmi2Cmds, and
+// encodes the core's replies. Requests answered by the job's
+// configuration alone (get_maxes, job-getid, ...) and requests rejected
+// while decoding are answered by their handler directly.
 
 // textConn is one PMI-1/PMI-2 text-protocol connection.
 type textConn struct {
@@ -22,7 +28,31 @@ type textConn struct {
 	// rank is bound at Serve (PMI_FD) or by initack/fullinit (PMI_PORT).
 	// Written under Agent.mu by the connection's own goroutine, which is
 	// the only reader outside mu.
-	rank *rankState
+	rank *rankConn
+
+	// Guarded by Agent.mu.
+	pending map[uint64]*textReq // requests waiting for the core's reply, by Req.ID
+	nextID  uint64
+}
+
+// textReq is one request being served: what its reply needs.
+type textReq struct {
+	m    *pmiwire.Msg
+	name string   // response command
+	cmd  *textCmd // nil for an unknown command
+	req  Req
+	tag  string // barrier_in: the group's tag, echoed
+}
+
+// textCmd serves one command. serve decodes the request into a core
+// operation, or answers it directly (t.direct) and returns nil; encode
+// builds the success reply from the core's Reply (errors are encoded
+// uniformly by textReq.encode); a nil encode means the operation gets no
+// reply. unbound commands may arrive before the connection has a rank.
+type textCmd struct {
+	unbound bool
+	serve   func(c *textConn, t *turn, rq *textReq) Op
+	encode  func(rq *textReq, r *Reply) *pmiwire.Resp
 }
 
 func (c *textConn) write(b []byte) {
@@ -98,40 +128,592 @@ func (c *textConn) closed() {
 	a := c.a
 	a.mu.Lock()
 	delete(a.conns, c)
-	rs := c.rank
+	rc := c.rank
 	report := false
 	spoke := false
-	if rs != nil && rs.conn == c {
-		defer close(rs.drained)
-	}
-	if rs != nil && rs.conn == c && !rs.finalized && !a.closed {
+	if rc != nil && rc.conn == c {
+		defer close(rc.drained)
+		var finalized bool
+		spoke, finalized = a.core.RankStatus(rc.local)
 		// The launcher decides what a lost rank means (it knows how the
 		// process ended) and calls RankGone; failing the peers' collectives
 		// here would let them exit first and be blamed for the failure.
-		report = true
-		spoke = rs.spoke
+		report = !finalized && !a.closed
 	}
 	a.mu.Unlock()
 	c.nc.Close()
 	if report {
-		a.cfg.Events.RankDisconnected(rs.global, spoke)
+		a.cfg.Events.RankDisconnected(rc.global, spoke)
 	}
 }
 
-// handle serves one request.
+// handle serves one request: one turn of the agent.
 func (c *textConn) handle(m *pmiwire.Msg) {
 	a := c.a
 	a.mu.Lock()
-	var out outbox
-	var events []func()
-	if rs := c.rank; rs != nil && !rs.spoke {
-		rs.spoke = true
-		if a.rec != nil {
-			a.rec.Mark(perf.PhaseFirstPMI, rs.global)
+	var t turn
+	if rc := c.rank; rc != nil {
+		_ = a.core.Step(Spoke{rc.local})
+	}
+	c.dispatchLocked(&t, m)
+	a.finishLocked(&t)
+}
+
+// lookupCmd finds the handler of a command: in the table of the request's
+// framing, then in the other (clients mix them: PMI-2 starts with a PMI-1
+// framed init).
+func lookupCmd(f pmiwire.Framing, cmd string) *textCmd {
+	first, second := pmi1Cmds, pmi2Cmds
+	if f == pmiwire.V2 {
+		first, second = second, first
+	}
+	if h := first[cmd]; h != nil {
+		return h
+	}
+	return second[cmd]
+}
+
+func (c *textConn) dispatchLocked(t *turn, m *pmiwire.Msg) {
+	a := c.a
+	rq := &textReq{m: m, name: pmiwire.ResponseName(m.Framing, m.Cmd), cmd: lookupCmd(m.Framing, m.Cmd)}
+	if rq.cmd == nil || !rq.cmd.unbound {
+		rc := c.rank
+		if rc == nil {
+			t.fail(c, rq, pmiwire.RCInit, errors.New("connection not bound to a rank: send initack or fullinit first"))
+			return
+		}
+		if _, fin := a.core.RankStatus(rc.local); fin && m.Cmd != "finalize" {
+			t.fail(c, rq, pmiwire.RCInit, fmt.Errorf("rank %d already finalized", rc.global))
+			return
+		}
+		if rq.cmd == nil {
+			t.fail(c, rq, pmiwire.RCFail, fmt.Errorf("unknown command %q", m.Cmd))
+			return
 		}
 	}
-	c.dispatchLocked(&out, &events, m)
-	a.unlockAndRun(&out, events)
+	c.nextID++
+	rq.req = Req{Via: ViaText, ID: c.nextID}
+	op := rq.cmd.serve(c, t, rq)
+	if op == nil {
+		return
+	}
+	if rq.cmd.encode != nil {
+		if c.pending == nil {
+			c.pending = make(map[uint64]*textReq)
+		}
+		c.pending[rq.req.ID] = rq
+	}
+	if err := a.core.Step(op); err != nil {
+		delete(c.pending, rq.req.ID)
+		t.fail(c, rq, pmiwire.RCFail, err)
+	}
+}
+
+// local is the bound rank's local index.
+func (c *textConn) local() int { return c.rank.local }
+
+// encode is the reply to rq for the core's answer r.
+func (rq *textReq) encode(r *Reply) []byte {
+	if r.Err != nil {
+		e := errResp(rq.m, rq.name, pmiwire.RCFail, r.Err)
+		if rq.tag != "" {
+			e.Add("tag", rq.tag)
+		}
+		return e.Append(nil)
+	}
+	return rq.cmd.encode(rq, r).Append(nil)
+}
+
+// ok is the plain success reply.
+func (rq *textReq) ok() *pmiwire.Resp { return resp(rq.m, rq.name) }
+
+func encodeOK(rq *textReq, _ *Reply) *pmiwire.Resp { return rq.ok() }
+
+func encodeFound(rq *textReq, r *Reply) *pmiwire.Resp {
+	if !r.Found {
+		return rq.ok().AddBool("found", false)
+	}
+	return rq.ok().AddBool("found", true).Add("value", r.Val)
+}
+
+// direct answers: the request never reaches the core.
+func (t *turn) answer(c *textConn, b []byte) { t.text = append(t.text, textOut{c: c, b: b}) }
+
+func (t *turn) fail(c *textConn, rq *textReq, rc int, err error) {
+	t.answer(c, errResp(rq.m, rq.name, rc, err).Append(nil))
+}
+
+func (t *turn) ok(c *textConn, r *pmiwire.Resp) { t.answer(c, r.Append(nil)) }
+
+// unsupported refuses a command fastpmi does not implement.
+var unsupported = &textCmd{serve: func(c *textConn, t *turn, rq *textReq) Op {
+	t.fail(c, rq, pmiwire.RCFail, fmt.Errorf("%s is not supported", rq.m.Cmd))
+	return nil
+}}
+
+// answered is a command answered from the job's configuration.
+func answered(f func(c *textConn, rq *textReq) *pmiwire.Resp) *textCmd {
+	return &textCmd{serve: func(c *textConn, t *turn, rq *textReq) Op {
+		t.ok(c, f(c, rq))
+		return nil
+	}}
+}
+
+var pmi1Cmds = map[string]*textCmd{
+	"init":    {unbound: true, serve: serveInit},
+	"initack": {unbound: true, serve: serveInitack},
+	"get_maxes": answered(func(c *textConn, rq *textReq) *pmiwire.Resp {
+		return rq.ok().AddInt("kvsname_max", pmiwire.KVSNameMax).AddInt("keylen_max", pmiwire.KeyLenMax).AddInt("vallen_max", pmiwire.ValLenMax)
+	}),
+	"get_appnum": answered(func(c *textConn, rq *textReq) *pmiwire.Resp {
+		return rq.ok().AddInt("appnum", c.rank.appnum)
+	}),
+	"get_universe_size": answered(func(c *textConn, rq *textReq) *pmiwire.Resp {
+		return rq.ok().AddInt("size", c.a.cfg.UniverseSize)
+	}),
+	"get_my_kvsname": answered(func(c *textConn, rq *textReq) *pmiwire.Resp {
+		return rq.ok().Add("kvsname", c.a.cfg.JobID)
+	}),
+	"put":            {serve: servePut, encode: encodeOK},
+	"get":            {serve: serveGet1, encode: encodeGet1},
+	"barrier_in":     {serve: serveBarrier, encode: encodeBarrier},
+	"publish_name":   {serve: serveName, encode: encodeName},
+	"unpublish_name": {serve: serveName, encode: encodeName},
+	"lookup_name":    {serve: serveName, encode: encodeName},
+	"abort":          {serve: serveAbort},
+	"finalize":       {serve: serveFinalize, encode: encodeOK},
+	"spawn":          {serve: serveSpawn},
+	"create_kvs":     unsupported,
+	"destroy_kvs":    unsupported,
+	"getbyidx":       unsupported,
+}
+
+var pmi2Cmds = map[string]*textCmd{
+	"fullinit": {unbound: true, serve: serveFullinit},
+	"job-getid": answered(func(c *textConn, rq *textReq) *pmiwire.Resp {
+		return rq.ok().Add("jobid", c.a.cfg.JobID)
+	}),
+	"info-getjobattr":   {serve: serveJobAttr, encode: encodeFound},
+	"job-getinfo":       {serve: serveJobAttr, encode: encodeFound},
+	"info-putnodeattr":  {serve: servePutNodeAttr, encode: encodeOK},
+	"info-getnodeattr":  {serve: serveGetNodeAttr, encode: encodeFound},
+	"kvs-put":           {serve: servePut, encode: encodeOK},
+	"kvs-fence":         {serve: serveFence, encode: encodeOK},
+	"kvs-get":           {serve: serveGet2, encode: encodeFound},
+	"ring":              {serve: serveRing, encode: encodeRing},
+	"name-publish":      {serve: serveName, encode: encodeName},
+	"name-unpublish":    {serve: serveName, encode: encodeName},
+	"name-lookup":       {serve: serveName, encode: encodeName},
+	"fastpmi-allgather": {serve: serveAllgather, encode: encodeAllgather},
+	"finalize":          {serve: serveFinalize, encode: encodeOK},
+	"abort":             {serve: serveAbort},
+	"job-connect":       unsupported,
+	"job-disconnect":    unsupported,
+}
+
+// checkJob rejects a request that names a KVS other than this job's.
+func (c *textConn) checkJob(m *pmiwire.Msg, field string) error {
+	if j, ok := m.Get(field); ok && j != c.a.cfg.JobID {
+		return fmt.Errorf("unknown %s %q (this job is %q)", field, j, c.a.cfg.JobID)
+	}
+	return nil
+}
+
+// checkPut enforces the announced limits and the reserved PMI_ prefix.
+func checkPut(key, val string) (int, error) {
+	switch {
+	case key == "":
+		return pmiwire.RCInvalidKey, errors.New("put without key")
+	case len(key) > pmiwire.KeyLenMax:
+		return pmiwire.RCInvalidKeyLength, fmt.Errorf("key longer than %d bytes", pmiwire.KeyLenMax)
+	case len(val) > pmiwire.ValLenMax:
+		return pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax)
+	case strings.HasPrefix(key, "PMI_"):
+		return pmiwire.RCInvalidKey, fmt.Errorf("key %s is reserved for the launcher", key)
+	}
+	return 0, nil
+}
+
+func (c *textConn) bindLocked(rank int) error {
+	a := c.a
+	l := a.core.LocalOf(rank)
+	if l < 0 {
+		return fmt.Errorf("rank %d is not served by this agent", rank)
+	}
+	rc := a.ranks[l]
+	if c.rank == rc {
+		return nil
+	}
+	if c.rank != nil {
+		return fmt.Errorf("connection of rank %d cannot become rank %d", c.rank.global, rank)
+	}
+	if rc.conn != nil {
+		return fmt.Errorf("rank %d is already connected", rank)
+	}
+	rc.conn = c
+	c.rank = rc
+	return nil
+}
+
+// initOp is the core's note of a completed init, if the connection has a
+// rank.
+func (c *textConn) initOp() Op {
+	if c.rank == nil {
+		return nil
+	}
+	return Init{Local: c.local()}
+}
+
+func serveInit(c *textConn, t *turn, rq *textReq) Op {
+	m := rq.m
+	name := pmiwire.ResponseName(pmiwire.V1, "init")
+	vs, _ := m.Get("pmi_version")
+	ss, _ := m.Get("pmi_subversion")
+	v, verr := strconv.Atoi(vs)
+	s, serr := strconv.Atoi(ss)
+	switch {
+	case verr != nil || serr != nil:
+		t.answer(c, errResp(m, name, pmiwire.RCInvalidArg, fmt.Errorf("bad version %q.%q", vs, ss)).Append(nil))
+	case v == 1 && s >= 0 && s <= 2:
+		// As Hydra: answer 1.2 so MPICH enables group barriers.
+		t.ok(c, resp(m, name).AddInt("pmi_version", 1).AddInt("pmi_subversion", 2))
+		return c.initOp()
+	case v == 2 && s == 0:
+		t.ok(c, resp(m, name).AddInt("pmi_version", 2).AddInt("pmi_subversion", 0))
+		// PMI-2 init completes with fullinit.
+	default:
+		t.answer(c, errResp(m, name, pmiwire.RCFail, fmt.Errorf("unsupported PMI version %d.%d (supported: 1.1, 1.2, 2.0)", v, s)).
+			AddInt("pmi_version", 1).AddInt("pmi_subversion", 2).Append(nil))
+	}
+	return nil
+}
+
+func serveInitack(c *textConn, t *turn, rq *textReq) Op {
+	m := rq.m
+	id, _ := m.Get("pmiid")
+	r, err := strconv.Atoi(id)
+	if err == nil {
+		err = c.bindLocked(r)
+	} else {
+		err = fmt.Errorf("bad pmiid %q", id)
+	}
+	if err != nil {
+		t.answer(c, errResp(m, "initack", pmiwire.RCInvalidArg, err).Append(nil))
+		return nil
+	}
+	b := resp(m, "initack").Append(nil)
+	b = pmiwire.AppendV1(b, "set", pmiwire.Pair{Key: "size", Val: strconv.Itoa(c.a.cfg.Size)})
+	b = pmiwire.AppendV1(b, "set", pmiwire.Pair{Key: "rank", Val: strconv.Itoa(r)})
+	b = pmiwire.AppendV1(b, "set", pmiwire.Pair{Key: "debug", Val: "0"})
+	t.answer(c, b)
+	return nil
+}
+
+func serveFullinit(c *textConn, t *turn, rq *textReq) Op {
+	a, m, name := c.a, rq.m, rq.name
+	want := -1
+	for _, k := range []string{"pmirank", "srcid"} {
+		if s, ok := m.Get(k); ok {
+			r, err := strconv.Atoi(s)
+			if err != nil {
+				t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("bad %s %q", k, s))
+				return nil
+			}
+			if r >= 0 {
+				want = r
+				break
+			}
+		}
+	}
+	if want >= 0 {
+		if err := c.bindLocked(want); err != nil {
+			t.fail(c, rq, pmiwire.RCInvalidArg, err)
+			return nil
+		}
+	}
+	rc := c.rank
+	if rc == nil {
+		t.fail(c, rq, pmiwire.RCInvalidArg, errors.New("fullinit without pmirank on a connection not bound to a rank"))
+		return nil
+	}
+	if j, ok := m.Get("pmijobid"); ok && j != a.cfg.JobID {
+		a.log.Debug("fullinit names another job id", "rank", rc.global, "pmijobid", j)
+	}
+	r := resp(m, name).AddInt("pmi-version", 2).AddInt("pmi-subversion", 0).
+		AddInt("rank", rc.global).AddInt("size", a.cfg.Size).AddInt("appnum", rc.appnum).
+		AddBool("debugged", false).AddBool("pmiverbose", false)
+	// Announce fastpmi's extensions (fastpmi-allgather, put hints, waiting
+	// gets) to clients that look for them; other clients ignore the field.
+	r.Add("fastpmi", "1")
+	if a.cfg.SpawnerJobID != "" {
+		r.Add("spawner-jobid", a.cfg.SpawnerJobID)
+	}
+	t.ok(c, r)
+	return c.initOp()
+}
+
+// servePut serves PMI-1 put and PMI-2 kvs-put (with fastpmi's hint).
+func servePut(c *textConn, t *turn, rq *textReq) Op {
+	m := rq.m
+	if m.Cmd == "put" {
+		if err := c.checkJob(m, "kvsname"); err != nil {
+			t.fail(c, rq, pmiwire.RCInvalidArg, err)
+			return nil
+		}
+	}
+	key, _ := m.Get("key")
+	val, _ := m.Get("value")
+	if rc, err := checkPut(key, val); err != nil {
+		t.fail(c, rq, rc, err)
+		return nil
+	}
+	hint := HintNone
+	switch h, _ := m.Get("fastpmi-hint"); h {
+	case "dense":
+		hint = HintDense
+	case "sparse":
+		hint = HintSparse
+	}
+	if m.Cmd == "put" {
+		hint = HintNone
+	}
+	return Put{Local: c.local(), Req: rq.req, Key: key, Val: val, Hint: hint}
+}
+
+// serveGet1 serves PMI-1 get: a missing key is an error.
+func serveGet1(c *textConn, t *turn, rq *textReq) Op {
+	if err := c.checkJob(rq.m, "kvsname"); err != nil {
+		t.fail(c, rq, pmiwire.RCInvalidArg, err)
+		return nil
+	}
+	key, _ := rq.m.Get("key")
+	return Get{Local: c.local(), Req: rq.req, Key: key}
+}
+
+func encodeGet1(rq *textReq, r *Reply) *pmiwire.Resp {
+	if !r.Found {
+		key, _ := rq.m.Get("key")
+		return errResp(rq.m, rq.name, pmiwire.RCInvalidKey, fmt.Errorf("key %s not found", key))
+	}
+	return rq.ok().Add("value", r.Val)
+}
+
+// serveGet2 serves PMI-2 kvs-get, with fastpmi's waiting get.
+func serveGet2(c *textConn, t *turn, rq *textReq) Op {
+	m := rq.m
+	if err := c.checkJob(m, "jobid"); err != nil {
+		t.fail(c, rq, pmiwire.RCInvalidArg, err)
+		return nil
+	}
+	key, _ := m.Get("key")
+	if srcid, has := m.Get("srcid"); has {
+		if _, err := strconv.Atoi(srcid); err != nil {
+			t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("bad srcid %q", srcid))
+			return nil
+		}
+	}
+	// fastpmi extension: wait for a late put instead of "not found".
+	w, _ := m.Get("fastpmi-wait")
+	return Get{Local: c.local(), Req: rq.req, Key: key, Wait: w == "TRUE" && key != "-NONEXIST-KEY"}
+}
+
+func serveJobAttr(c *textConn, t *turn, rq *textReq) Op {
+	key, _ := rq.m.Get("key")
+	return JobAttr{Local: c.local(), Req: rq.req, Key: key, KVS: true}
+}
+
+func servePutNodeAttr(c *textConn, t *turn, rq *textReq) Op {
+	key, _ := rq.m.Get("key")
+	val, _ := rq.m.Get("value")
+	switch {
+	case key == "" || len(key) > pmiwire.KeyLenMax:
+		t.fail(c, rq, pmiwire.RCInvalidKey, fmt.Errorf("bad node attribute key %q", key))
+		return nil
+	case len(val) > pmiwire.ValLenMax:
+		t.fail(c, rq, pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax))
+		return nil
+	}
+	return PutNodeAttr{Local: c.local(), Req: rq.req, Key: key, Val: val}
+}
+
+func serveGetNodeAttr(c *textConn, t *turn, rq *textReq) Op {
+	key, _ := rq.m.Get("key")
+	wait, _ := rq.m.Get("wait")
+	return GetNodeAttr{Local: c.local(), Req: rq.req, Key: key, Wait: wait == "TRUE"}
+}
+
+func serveFence(c *textConn, t *turn, rq *textReq) Op {
+	return Fence{Local: c.local(), Req: rq.req}
+}
+
+// serveBarrier serves PMI-1 barrier_in, with PMI-1.2 groups:
+// WORLD:<tag>, NODE:<tag> or r1,r2,...:<tag>.
+func serveBarrier(c *textConn, t *turn, rq *textReq) Op {
+	group, hasGroup := rq.m.Get("group")
+	kind := "WORLD"
+	if hasGroup {
+		i := strings.LastIndexByte(group, ':')
+		if i < 0 {
+			t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("bad barrier group %q (want <group>:<tag>)", group))
+			return nil
+		}
+		kind, rq.tag = group[:i], group[i+1:]
+	}
+	switch kind {
+	case "WORLD":
+		return Fence{Local: c.local(), Req: rq.req}
+	case "NODE":
+		return Barrier{Local: c.local(), Req: rq.req, Group: group}
+	}
+	var members []int
+	for _, f := range strings.Split(kind, ",") {
+		r, err := strconv.Atoi(f)
+		if err != nil || r < 0 || r >= c.a.cfg.Size {
+			t.answer(c, rq.encode(&Reply{Err: fmt.Errorf("bad rank %q in barrier group", f)}))
+			return nil
+		}
+		l := c.a.core.LocalOf(r)
+		if l < 0 {
+			t.answer(c, rq.encode(&Reply{Err: fmt.Errorf("barrier group with rank %d on another node is not supported", r)}))
+			return nil
+		}
+		members = append(members, l)
+	}
+	return Barrier{Local: c.local(), Req: rq.req, Group: group, Members: members}
+}
+
+func encodeBarrier(rq *textReq, _ *Reply) *pmiwire.Resp {
+	r := rq.ok()
+	if rq.tag != "" {
+		r.Add("tag", rq.tag)
+	}
+	return r
+}
+
+func serveRing(c *textConn, t *turn, rq *textReq) Op {
+	m := rq.m
+	cs, _ := m.Get("ring-count")
+	n, err := strconv.Atoi(cs)
+	if err != nil || n < 0 {
+		t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("bad ring-count %q", cs))
+		return nil
+	}
+	left, _ := m.Get("ring-left")
+	right, _ := m.Get("ring-right")
+	if len(left) > pmiwire.ValLenMax || len(right) > pmiwire.ValLenMax {
+		t.fail(c, rq, pmiwire.RCInvalidValLength, fmt.Errorf("ring value longer than %d bytes", pmiwire.ValLenMax))
+		return nil
+	}
+	return Ring{Local: c.local(), Req: rq.req, In: RingIn{Count: n, Left: left, Right: right}}
+}
+
+func encodeRing(rq *textReq, r *Reply) *pmiwire.Resp {
+	return rq.ok().AddInt("ring-count", r.Ring.Pos).Add("ring-left", r.Ring.Left).Add("ring-right", r.Ring.Right)
+}
+
+func serveAbort(c *textConn, t *turn, rq *textReq) Op {
+	m := rq.m
+	code := 1
+	for _, k := range []string{"exitcode", "exit_code"} {
+		if s, ok := m.Get(k); ok {
+			if n, err := strconv.Atoi(s); err == nil {
+				code = n
+			}
+			break
+		}
+	}
+	msg := ""
+	for _, k := range []string{"message", "msg", "error_msg"} {
+		if s, ok := m.Get(k); ok {
+			msg = s
+			break
+		}
+	}
+	if w, ok := m.Get("isworld"); ok && w == "FALSE" {
+		// Slurm semantics: only the caller ends; its exit ends the job if
+		// it fails.
+		c.a.log.Info("rank aborts itself", "rank", c.rank.global, "msg", msg)
+		return nil
+	}
+	return Abort{Local: c.local(), Code: code, Msg: msg}
+}
+
+func serveFinalize(c *textConn, t *turn, rq *textReq) Op {
+	return Finalize{Local: c.local(), Req: rq.req}
+}
+
+func serveSpawn(c *textConn, t *turn, rq *textReq) Op {
+	sp, err := pmiwire.ParseSpawn(rq.m)
+	if err != nil {
+		t.fail(c, rq, pmiwire.RCInvalidArg, err)
+		return nil
+	}
+	n := 0
+	for _, cmd := range sp.Cmds {
+		n += cmd.MaxProcs
+	}
+	t.fail(c, rq, pmiwire.RCFail,
+		fmt.Errorf("spawn of %d processes (%d commands) refused: this fastpmi version does not support spawn yet", n, len(sp.Cmds)))
+	return nil
+}
+
+// serveName serves the name service: PMI-1 publish_name, unpublish_name
+// and lookup_name, PMI-2 name-publish, name-unpublish and name-lookup. The
+// rank is answered once the Upstream has (names.go).
+func serveName(c *textConn, t *turn, rq *textReq) Op {
+	m := rq.m
+	field := "service"
+	if strings.HasPrefix(m.Cmd, "name-") {
+		field = "name"
+	}
+	o := Name{Local: c.local(), Req: rq.req}
+	o.Name, _ = m.Get(field)
+	switch m.Cmd {
+	case "publish_name", "name-publish":
+		o.Op = NamePublish
+		o.Port, _ = m.Get("port")
+		if o.Name == "" || o.Port == "" {
+			t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("%s needs %s and port", m.Cmd, field))
+			return nil
+		}
+	case "unpublish_name", "name-unpublish":
+		o.Op = NameUnpublish
+	default:
+		o.Op = NameLookup
+	}
+	return o
+}
+
+func encodeName(rq *textReq, r *Reply) *pmiwire.Resp {
+	resp := rq.ok()
+	if m := rq.m; m.Cmd == "lookup_name" || m.Cmd == "name-lookup" {
+		if m.Cmd == "name-lookup" {
+			resp.Add("value", r.Val) // Slurm's client reads value, MPICH's reads port: send both.
+		}
+		resp.Add("port", r.Val)
+	}
+	return resp
+}
+
+// serveAllgather serves fastpmi's PMI-2 extension "fastpmi-allgather": the
+// caller contributes value and receives every rank's value as v<rank>
+// fields, so ranks on the text protocol join the same allgather as ranks on
+// shared memory. Values travel with ';' doubled (pmiwire's escape).
+func serveAllgather(c *textConn, t *turn, rq *textReq) Op {
+	val, _ := rq.m.Get("value")
+	if len(val) > pmiwire.ValLenMax {
+		t.fail(c, rq, pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax))
+		return nil
+	}
+	return Allgather{Local: c.local(), Req: rq.req, Value: []byte(val)}
+}
+
+func encodeAllgather(rq *textReq, r *Reply) *pmiwire.Resp {
+	resp := rq.ok().Add("epoch", strconv.FormatUint(r.Epoch, 10)).AddInt("size", len(r.Values))
+	for i, v := range r.Values {
+		resp.Add("v"+strconv.Itoa(i), string(v))
+	}
+	return resp
 }
 
 // resp starts the response to m, echoing a PMI-2 thrid.
@@ -166,537 +748,4 @@ func addErr(r *pmiwire.Resp, rc int, err error) {
 	} else {
 		r.Add("msg", msg)
 	}
-}
-
-func (c *textConn) dispatchLocked(out *outbox, events *[]func(), m *pmiwire.Msg) {
-	a := c.a
-	name := pmiwire.ResponseName(m.Framing, m.Cmd)
-	fail := func(rc int, err error) { out.add(c, errResp(m, name, rc, err).Append(nil)) }
-	ok := func(r *pmiwire.Resp) { out.add(c, r.Append(nil)) }
-
-	// Commands that may arrive before the connection is bound to a rank.
-	switch m.Cmd {
-	case "init":
-		c.cmdInit(out, events, m)
-		return
-	case "initack":
-		c.cmdInitack(out, events, m)
-		return
-	case "fullinit":
-		c.cmdFullinit(out, events, m)
-		return
-	}
-	rs := c.rank
-	if rs == nil {
-		fail(pmiwire.RCInit, errors.New("connection not bound to a rank: send initack or fullinit first"))
-		return
-	}
-	if rs.finalized && m.Cmd != "finalize" && m.Cmd != "init" {
-		fail(pmiwire.RCInit, fmt.Errorf("rank %d already finalized", rs.global))
-		return
-	}
-
-	switch m.Cmd {
-	// ---- PMI-1 ----
-	case "get_maxes":
-		ok(resp(m, name).AddInt("kvsname_max", pmiwire.KVSNameMax).AddInt("keylen_max", pmiwire.KeyLenMax).AddInt("vallen_max", pmiwire.ValLenMax))
-	case "get_appnum":
-		ok(resp(m, name).AddInt("appnum", rs.appnum))
-	case "get_universe_size":
-		ok(resp(m, name).AddInt("size", a.cfg.UniverseSize))
-	case "get_my_kvsname":
-		ok(resp(m, name).Add("kvsname", a.cfg.JobID))
-	case "put":
-		if err := c.checkJob(m, "kvsname"); err != nil {
-			fail(pmiwire.RCInvalidArg, err)
-			return
-		}
-		key, _ := m.Get("key")
-		val, _ := m.Get("value")
-		if rc, err := checkPut(key, val); err != nil {
-			fail(rc, err)
-			return
-		}
-		a.putLocked(out, rs, key, val, HintNone)
-		ok(resp(m, name))
-	case "get":
-		if err := c.checkJob(m, "kvsname"); err != nil {
-			fail(pmiwire.RCInvalidArg, err)
-			return
-		}
-		key, _ := m.Get("key")
-		if v, found := a.lookupLocked(key); found {
-			ok(resp(m, name).Add("value", v))
-			return
-		}
-		fail(pmiwire.RCInvalidKey, fmt.Errorf("key %s not found", key))
-	case "barrier_in":
-		c.cmdBarrier(out, m, rs, name)
-	case "publish_name", "unpublish_name", "lookup_name":
-		c.cmdName(out, m, name)
-	case "abort":
-		c.cmdAbort(events, m, rs)
-	case "finalize":
-		c.cmdFinalize(out, events, m, rs, name)
-	case "spawn":
-		c.cmdSpawn(out, m, name)
-	case "create_kvs", "destroy_kvs", "getbyidx":
-		fail(pmiwire.RCFail, fmt.Errorf("%s is not supported", m.Cmd))
-
-	// ---- PMI-2 ----
-	case "job-getid":
-		ok(resp(m, name).Add("jobid", a.cfg.JobID))
-	case "info-getjobattr", "job-getinfo":
-		key, _ := m.Get("key")
-		if v, found := a.jobAttr(key); found {
-			ok(resp(m, name).AddBool("found", true).Add("value", v))
-			return
-		}
-		if v, found := a.kvs[key]; found && !strings.HasPrefix(key, "PMI_") {
-			ok(resp(m, name).AddBool("found", true).Add("value", v))
-			return
-		}
-		ok(resp(m, name).AddBool("found", false))
-	case "info-putnodeattr":
-		c.cmdPutNodeAttr(out, m, name)
-	case "info-getnodeattr":
-		c.cmdGetNodeAttr(out, m, name)
-	case "kvs-put":
-		key, _ := m.Get("key")
-		val, _ := m.Get("value")
-		if rc, err := checkPut(key, val); err != nil {
-			fail(rc, err)
-			return
-		}
-		hint := HintNone
-		switch h, _ := m.Get("fastpmi-hint"); h {
-		case "dense":
-			hint = HintDense
-		case "sparse":
-			hint = HintSparse
-		}
-		a.putLocked(out, rs, key, val, hint)
-		ok(resp(m, name))
-	case "kvs-fence":
-		a.enterEpochLocked(out, rs, kindFence, nil, func(out *outbox, err error, _ *epochColl) {
-			if err != nil {
-				out.add(c, errResp(m, name, pmiwire.RCFail, err).Append(nil))
-				return
-			}
-			out.add(c, resp(m, name).Append(nil))
-		})
-	case "kvs-get":
-		if err := c.checkJob(m, "jobid"); err != nil {
-			fail(pmiwire.RCInvalidArg, err)
-			return
-		}
-		key, _ := m.Get("key")
-		if srcid, has := m.Get("srcid"); has {
-			if _, err := strconv.Atoi(srcid); err != nil {
-				fail(pmiwire.RCInvalidArg, fmt.Errorf("bad srcid %q", srcid))
-				return
-			}
-		}
-		if v, found := a.lookupLocked(key); found {
-			ok(resp(m, name).AddBool("found", true).Add("value", v))
-			return
-		}
-		if w, _ := m.Get("fastpmi-wait"); w == "TRUE" && key != "-NONEXIST-KEY" {
-			// fastpmi extension: wait for a late put instead of "not found".
-			a.parkLocked(out, rs, "kvs:"+key, deferred{c: c, reply: func(err error, v string) []byte {
-				if err != nil {
-					return errResp(m, name, pmiwire.RCFail, err).Append(nil)
-				}
-				return resp(m, name).AddBool("found", true).Add("value", v).Append(nil)
-			}})
-			return
-		}
-		ok(resp(m, name).AddBool("found", false))
-	case "ring":
-		c.cmdRing(out, m, rs, name)
-	case "name-publish", "name-unpublish", "name-lookup":
-		c.cmdName(out, m, name)
-	case "fastpmi-allgather":
-		c.cmdAllgather(out, m, rs, name)
-	case "job-connect", "job-disconnect":
-		fail(pmiwire.RCFail, fmt.Errorf("%s is not supported", m.Cmd))
-	default:
-		fail(pmiwire.RCFail, fmt.Errorf("unknown command %q", m.Cmd))
-	}
-}
-
-// checkJob rejects a request that names a KVS other than this job's.
-func (c *textConn) checkJob(m *pmiwire.Msg, field string) error {
-	if j, ok := m.Get(field); ok && j != c.a.cfg.JobID {
-		return fmt.Errorf("unknown %s %q (this job is %q)", field, j, c.a.cfg.JobID)
-	}
-	return nil
-}
-
-// checkPut enforces the announced limits and the reserved PMI_ prefix.
-func checkPut(key, val string) (int, error) {
-	switch {
-	case key == "":
-		return pmiwire.RCInvalidKey, errors.New("put without key")
-	case len(key) > pmiwire.KeyLenMax:
-		return pmiwire.RCInvalidKeyLength, fmt.Errorf("key longer than %d bytes", pmiwire.KeyLenMax)
-	case len(val) > pmiwire.ValLenMax:
-		return pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax)
-	case strings.HasPrefix(key, "PMI_"):
-		return pmiwire.RCInvalidKey, fmt.Errorf("key %s is reserved for the launcher", key)
-	}
-	return 0, nil
-}
-
-func (c *textConn) bindLocked(rank int) error {
-	a := c.a
-	rs := a.byGlobal[rank]
-	if rs == nil {
-		return fmt.Errorf("rank %d is not served by this agent", rank)
-	}
-	if c.rank == rs {
-		return nil
-	}
-	if c.rank != nil {
-		return fmt.Errorf("connection of rank %d cannot become rank %d", c.rank.global, rank)
-	}
-	if rs.conn != nil {
-		return fmt.Errorf("rank %d is already connected", rank)
-	}
-	rs.conn = c
-	c.rank = rs
-	return nil
-}
-
-func (c *textConn) noteInitLocked(events *[]func()) {
-	rs := c.rank
-	if rs == nil {
-		return
-	}
-	a := c.a
-	if a.rec != nil {
-		a.rec.Mark(perf.PhaseInit, rs.global)
-	}
-	g := rs.global
-	*events = append(*events, func() { a.cfg.Events.RankInit(g) })
-}
-
-func (c *textConn) cmdInit(out *outbox, events *[]func(), m *pmiwire.Msg) {
-	name := pmiwire.ResponseName(pmiwire.V1, "init")
-	vs, _ := m.Get("pmi_version")
-	ss, _ := m.Get("pmi_subversion")
-	v, verr := strconv.Atoi(vs)
-	s, serr := strconv.Atoi(ss)
-	switch {
-	case verr != nil || serr != nil:
-		out.add(c, errResp(m, name, pmiwire.RCInvalidArg, fmt.Errorf("bad version %q.%q", vs, ss)).Append(nil))
-	case v == 1 && s >= 0 && s <= 2:
-		// As Hydra: answer 1.2 so MPICH enables group barriers.
-		out.add(c, resp(m, name).AddInt("pmi_version", 1).AddInt("pmi_subversion", 2).Append(nil))
-		c.noteInitLocked(events)
-	case v == 2 && s == 0:
-		out.add(c, resp(m, name).AddInt("pmi_version", 2).AddInt("pmi_subversion", 0).Append(nil))
-		// PMI-2 init completes with fullinit.
-	default:
-		out.add(c, errResp(m, name, pmiwire.RCFail, fmt.Errorf("unsupported PMI version %d.%d (supported: 1.1, 1.2, 2.0)", v, s)).
-			AddInt("pmi_version", 1).AddInt("pmi_subversion", 2).Append(nil))
-	}
-}
-
-func (c *textConn) cmdInitack(out *outbox, events *[]func(), m *pmiwire.Msg) {
-	a := c.a
-	id, _ := m.Get("pmiid")
-	r, err := strconv.Atoi(id)
-	if err == nil {
-		err = c.bindLocked(r)
-	} else {
-		err = fmt.Errorf("bad pmiid %q", id)
-	}
-	if err != nil {
-		out.add(c, errResp(m, "initack", pmiwire.RCInvalidArg, err).Append(nil))
-		return
-	}
-	b := resp(m, "initack").Append(nil)
-	b = pmiwire.AppendV1(b, "set", pmiwire.Pair{Key: "size", Val: strconv.Itoa(a.cfg.Size)})
-	b = pmiwire.AppendV1(b, "set", pmiwire.Pair{Key: "rank", Val: strconv.Itoa(r)})
-	b = pmiwire.AppendV1(b, "set", pmiwire.Pair{Key: "debug", Val: "0"})
-	out.add(c, b)
-}
-
-func (c *textConn) cmdFullinit(out *outbox, events *[]func(), m *pmiwire.Msg) {
-	a := c.a
-	name := pmiwire.ResponseName(m.Framing, m.Cmd)
-	want := -1
-	for _, k := range []string{"pmirank", "srcid"} {
-		if s, ok := m.Get(k); ok {
-			r, err := strconv.Atoi(s)
-			if err != nil {
-				out.add(c, errResp(m, name, pmiwire.RCInvalidArg, fmt.Errorf("bad %s %q", k, s)).Append(nil))
-				return
-			}
-			if r >= 0 {
-				want = r
-				break
-			}
-		}
-	}
-	if want >= 0 {
-		if err := c.bindLocked(want); err != nil {
-			out.add(c, errResp(m, name, pmiwire.RCInvalidArg, err).Append(nil))
-			return
-		}
-	}
-	rs := c.rank
-	if rs == nil {
-		out.add(c, errResp(m, name, pmiwire.RCInvalidArg, errors.New("fullinit without pmirank on a connection not bound to a rank")).Append(nil))
-		return
-	}
-	if j, ok := m.Get("pmijobid"); ok && j != a.cfg.JobID {
-		a.log.Debug("fullinit names another job id", "rank", rs.global, "pmijobid", j)
-	}
-	r := resp(m, name).AddInt("pmi-version", 2).AddInt("pmi-subversion", 0).
-		AddInt("rank", rs.global).AddInt("size", a.cfg.Size).AddInt("appnum", rs.appnum).
-		AddBool("debugged", false).AddBool("pmiverbose", false)
-	// Announce fastpmi's extensions (fastpmi-allgather, put hints, waiting
-	// gets) to clients that look for them; other clients ignore the field.
-	r.Add("fastpmi", "1")
-	if a.cfg.SpawnerJobID != "" {
-		r.Add("spawner-jobid", a.cfg.SpawnerJobID)
-	}
-	out.add(c, r.Append(nil))
-	c.noteInitLocked(events)
-}
-
-// cmdBarrier serves PMI-1 barrier_in, with PMI-1.2 groups:
-// WORLD:<tag>, NODE:<tag> or r1,r2,...:<tag>.
-func (c *textConn) cmdBarrier(out *outbox, m *pmiwire.Msg, rs *rankState, name string) {
-	a := c.a
-	group, hasGroup := m.Get("group")
-	tag := ""
-	kind := "WORLD"
-	if hasGroup {
-		i := strings.LastIndexByte(group, ':')
-		if i < 0 {
-			out.add(c, errResp(m, name, pmiwire.RCInvalidArg, fmt.Errorf("bad barrier group %q (want <group>:<tag>)", group)).Append(nil))
-			return
-		}
-		kind, tag = group[:i], group[i+1:]
-	}
-	reply := func(err error, _ string) []byte {
-		if err != nil {
-			r := errResp(m, name, pmiwire.RCFail, err)
-			if tag != "" {
-				r.Add("tag", tag)
-			}
-			return r.Append(nil)
-		}
-		r := resp(m, name)
-		if tag != "" {
-			r.Add("tag", tag)
-		}
-		return r.Append(nil)
-	}
-	d := deferred{c: c, reply: reply}
-	switch kind {
-	case "WORLD":
-		a.enterEpochLocked(out, rs, kindFence, nil, func(out *outbox, err error, _ *epochColl) { out.complete(d, err, "") })
-	case "NODE":
-		a.enterGroupLocked(out, rs, group, nil, d)
-	default:
-		members := make(map[*rankState]bool)
-		for _, f := range strings.Split(kind, ",") {
-			r, err := strconv.Atoi(f)
-			if err != nil || r < 0 || r >= a.cfg.Size {
-				out.add(c, reply(fmt.Errorf("bad rank %q in barrier group", f), ""))
-				return
-			}
-			p := a.byGlobal[r]
-			if p == nil {
-				out.add(c, reply(fmt.Errorf("barrier group with rank %d on another node is not supported", r), ""))
-				return
-			}
-			members[p] = true
-		}
-		a.enterGroupLocked(out, rs, group, members, d)
-	}
-}
-
-func (c *textConn) cmdRing(out *outbox, m *pmiwire.Msg, rs *rankState, name string) {
-	cs, _ := m.Get("ring-count")
-	n, err := strconv.Atoi(cs)
-	if err != nil || n < 0 {
-		out.add(c, errResp(m, name, pmiwire.RCInvalidArg, fmt.Errorf("bad ring-count %q", cs)).Append(nil))
-		return
-	}
-	left, _ := m.Get("ring-left")
-	right, _ := m.Get("ring-right")
-	if len(left) > pmiwire.ValLenMax || len(right) > pmiwire.ValLenMax {
-		out.add(c, errResp(m, name, pmiwire.RCInvalidValLength, fmt.Errorf("ring value longer than %d bytes", pmiwire.ValLenMax)).Append(nil))
-		return
-	}
-	done := func(out *outbox, err error, r ringReply) {
-		if err != nil {
-			out.add(c, errResp(m, name, pmiwire.RCFail, err).Append(nil))
-			return
-		}
-		out.add(c, resp(m, name).AddInt("ring-count", r.Pos).Add("ring-left", r.Left).Add("ring-right", r.Right).Append(nil))
-	}
-	c.a.enterRingLocked(out, rs, RingIn{Count: n, Left: left, Right: right}, done)
-}
-
-func (c *textConn) cmdPutNodeAttr(out *outbox, m *pmiwire.Msg, name string) {
-	a := c.a
-	key, _ := m.Get("key")
-	val, _ := m.Get("value")
-	switch {
-	case key == "" || len(key) > pmiwire.KeyLenMax:
-		out.add(c, errResp(m, name, pmiwire.RCInvalidKey, fmt.Errorf("bad node attribute key %q", key)).Append(nil))
-		return
-	case len(val) > pmiwire.ValLenMax:
-		out.add(c, errResp(m, name, pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax)).Append(nil))
-		return
-	}
-	a.nodeAttr[key] = val
-	a.releaseLocked(out, "attr:"+key, val)
-	out.add(c, resp(m, name).Append(nil))
-}
-
-func (c *textConn) cmdGetNodeAttr(out *outbox, m *pmiwire.Msg, name string) {
-	a := c.a
-	key, _ := m.Get("key")
-	wait, _ := m.Get("wait")
-	reply := func(err error, v string) []byte {
-		if err != nil {
-			return errResp(m, name, pmiwire.RCFail, err).Append(nil)
-		}
-		return resp(m, name).AddBool("found", true).Add("value", v).Append(nil)
-	}
-	if v, ok := a.nodeAttr[key]; ok {
-		out.add(c, reply(nil, v))
-		return
-	}
-	if wait != "TRUE" {
-		out.add(c, resp(m, name).AddBool("found", false).Append(nil))
-		return
-	}
-	a.parkLocked(out, c.rank, "attr:"+key, deferred{c: c, reply: reply})
-}
-
-func (c *textConn) cmdAbort(events *[]func(), m *pmiwire.Msg, rs *rankState) {
-	a := c.a
-	code := 1
-	for _, k := range []string{"exitcode", "exit_code"} {
-		if s, ok := m.Get(k); ok {
-			if n, err := strconv.Atoi(s); err == nil {
-				code = n
-			}
-			break
-		}
-	}
-	msg := ""
-	for _, k := range []string{"message", "msg", "error_msg"} {
-		if s, ok := m.Get(k); ok {
-			msg = s
-			break
-		}
-	}
-	if w, ok := m.Get("isworld"); ok && w == "FALSE" {
-		// Slurm semantics: only the caller ends; its exit ends the job if
-		// it fails.
-		a.log.Info("rank aborts itself", "rank", rs.global, "msg", msg)
-		return
-	}
-	g := rs.global
-	*events = append(*events, func() { a.cfg.Events.Abort(g, code, msg) })
-}
-
-func (c *textConn) cmdFinalize(out *outbox, events *[]func(), m *pmiwire.Msg, rs *rankState, name string) {
-	a := c.a
-	if !rs.finalized {
-		rs.finalized = true
-		a.peerGoneLocked(out, rs, "finalized")
-		if a.rec != nil {
-			a.rec.Mark(perf.PhaseFinalize, rs.global)
-		}
-		g := rs.global
-		*events = append(*events, func() { a.cfg.Events.RankFinalized(g) })
-	}
-	out.add(c, resp(m, name).Append(nil))
-}
-
-func (c *textConn) cmdSpawn(out *outbox, m *pmiwire.Msg, name string) {
-	sp, err := pmiwire.ParseSpawn(m)
-	if err != nil {
-		out.add(c, errResp(m, name, pmiwire.RCInvalidArg, err).Append(nil))
-		return
-	}
-	n := 0
-	for _, cmd := range sp.Cmds {
-		n += cmd.MaxProcs
-	}
-	out.add(c, errResp(m, name, pmiwire.RCFail,
-		fmt.Errorf("spawn of %d processes (%d commands) refused: this fastpmi version does not support spawn yet", n, len(sp.Cmds))).Append(nil))
-}
-
-// cmdName serves the name service: PMI-1 publish_name, unpublish_name and
-// lookup_name, PMI-2 name-publish, name-unpublish and name-lookup. The
-// rank is answered once the Upstream has (names.go).
-func (c *textConn) cmdName(out *outbox, m *pmiwire.Msg, name string) {
-	v2 := strings.HasPrefix(m.Cmd, "name-")
-	field := "service"
-	if v2 {
-		field = "name"
-	}
-	var req nameReq
-	req.name, _ = m.Get(field)
-	switch m.Cmd {
-	case "publish_name", "name-publish":
-		req.op = namePublish
-		req.port, _ = m.Get("port")
-		if req.name == "" || req.port == "" {
-			out.add(c, errResp(m, name, pmiwire.RCInvalidArg, fmt.Errorf("%s needs %s and port", m.Cmd, field)).Append(nil))
-			return
-		}
-	case "unpublish_name", "name-unpublish":
-		req.op = nameUnpublish
-	default:
-		req.op = nameLookup
-	}
-	c.a.nameLocked(out, req, func(out *outbox, port string, err error) {
-		if err != nil {
-			out.add(c, errResp(m, name, pmiwire.RCFail, err).Append(nil))
-			return
-		}
-		r := resp(m, name)
-		if req.op == nameLookup {
-			if v2 {
-				r.Add("value", port) // Slurm's client reads value, MPICH's reads port: send both.
-			}
-			r.Add("port", port)
-		}
-		out.add(c, r.Append(nil))
-	})
-}
-
-// cmdAllgather serves fastpmi's PMI-2 extension "fastpmi-allgather": the
-// caller contributes value and receives every rank's value as v<rank>
-// fields, so ranks on the text protocol join the same allgather as ranks on
-// shared memory. Values travel with ';' doubled (pmiwire's escape).
-func (c *textConn) cmdAllgather(out *outbox, m *pmiwire.Msg, rs *rankState, name string) {
-	val, _ := m.Get("value")
-	if len(val) > pmiwire.ValLenMax {
-		out.add(c, errResp(m, name, pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax)).Append(nil))
-		return
-	}
-	c.a.enterEpochLocked(out, rs, kindAllgather, []byte(val), func(out *outbox, err error, ec *epochColl) {
-		if err != nil {
-			out.add(c, errResp(m, name, pmiwire.RCFail, err).Append(nil))
-			return
-		}
-		r := resp(m, name).Add("epoch", strconv.FormatUint(ec.epoch, 10)).AddInt("size", len(ec.values))
-		for i, v := range ec.values {
-			r.Add("v"+strconv.Itoa(i), string(v))
-		}
-		out.add(c, r.Append(nil))
-	})
 }

@@ -6,9 +6,6 @@ import (
 	"sync"
 )
 
-// KV is one key-value pair of the job KVS.
-type KV struct{ Key, Val string }
-
 // RingIn is one rank's contribution to a ring exchange, in ring order.
 type RingIn struct {
 	Count       int    // ring-count (1 for PMIX_Ring)
@@ -20,11 +17,13 @@ type RingIn struct {
 // before the method returns; agents call these methods without locks held.
 type Upstream interface {
 	// Fence contributes this node's puts to world fence number epoch and
-	// reports every node's puts once all nodes have entered.
+	// reports every node's puts once all nodes have entered. puts holds
+	// one put per key (the last), each with the rank that put it.
 	Fence(epoch uint64, puts []KV, done func(all []KV, err error))
 	// RingLayout reports where this node's ranks sit in the job-wide ring
 	// (see ring.Map): the ring position of its first local rank and the
 	// ring size, given the number of local ranks. Every rank counts 1.
+	// New calls it once.
 	RingLayout(local int) (offset, size int)
 	// RingEdge exchanges one of this node's boundary values of ring
 	// exchange epoch with a neighbour node. With toLeft, value is the first

@@ -549,13 +549,12 @@ func (u netUpstream) Fence(epoch uint64, puts []agent.KV, done func([]agent.KV, 
 			return
 		}
 		a.fenceN++
+		// The agent's core hands over one put per key, with its owner.
 		kvs := make([]tree.KV, len(puts))
-		owner := uint32(a.spec.Nodes[a.idx][0])
 		for i, p := range puts {
-			kvs[i] = tree.KV{Key: []byte(p.Key), Value: []byte(p.Val), Owner: owner}
+			kvs[i] = tree.KV{Key: []byte(p.Key), Value: []byte(p.Val), Owner: uint32(p.Owner)}
 		}
 		tree.SortKVs(kvs)
-		kvs = dedupKVs(kvs)
 		payload, err := tree.AppendKVs(nil, kvs)
 		if err != nil {
 			done(nil, err)
@@ -570,19 +569,6 @@ func (u netUpstream) Fence(epoch uint64, puts []agent.KV, done func([]agent.KV, 
 		}
 		a.ready(r)
 	}
-}
-
-// dedupKVs keeps the last put of each key (PMI semantics: a repeated put
-// replaces the value). kvs is sorted by key, stably.
-func dedupKVs(kvs []tree.KV) []tree.KV {
-	out := kvs[:0]
-	for i, kv := range kvs {
-		if i+1 < len(kvs) && string(kvs[i+1].Key) == string(kv.Key) {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
 }
 
 func (u netUpstream) Allgather(epoch uint64, in []agent.RankValue, done func([][]byte, error)) {

@@ -1,0 +1,644 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/fastpmi/fastpmi/perf"
+)
+
+// The core: the agent's PMI semantics for one job on one node as a pure
+// state machine, in the shape of etcd-io/raft's RawNode. A front end
+// (text.go, shm.go) decodes a rank's request into a typed operation and
+// hands it to Core.Step; completions from the Upstream come back the same
+// way (FenceDone, AllgatherDone, RingEdgeDone, NameDone). Step changes
+// state and records what has to happen as a result; Ready takes that
+// record: replies addressed to (local rank, request), calls to make to the
+// Upstream, delivered epochs to publish in shared memory, events for the
+// launcher and perf marks. The core has no sockets, clocks, goroutines or
+// locks; it is not safe for concurrent use. The Agent holds its mutex
+// around Step and Ready and carries out each Ready after releasing it.
+//
+// Everything the core emits is in a deterministic order (no map
+// iteration decides an order), so a script of operations always yields
+// the same Ready batches: the golden tests in testdata/ rely on it.
+
+// Req identifies a request for its front end; the core only echoes it in
+// the reply. Via says which front end made it.
+type Req struct {
+	Via uint8
+	ID  uint64
+}
+
+// Front ends, for Req.Via.
+const (
+	ViaTest uint8 = iota // tests
+	ViaText              // text.go: ID indexes the connection's pending requests
+	ViaShm               // shm.go: ID packs the request's op and sequence number
+)
+
+// Op is an operation for Core.Step. Rank operations name the local rank
+// (index into Config.Local) and the request to answer.
+type Op interface{ isOp() }
+
+// Rank operations. Each is answered by exactly one Reply, except Spoke,
+// Init and Abort (no reply).
+type (
+	// Spoke: the rank sent a request answered by its front end alone.
+	Spoke struct{ Local int }
+	// Init: the rank completed PMI init.
+	Init struct{ Local int }
+	// Put stores a key; hints as in Hint. Keys are checked by the front
+	// end (checkPut).
+	Put struct {
+		Local    int
+		Req      Req
+		Key, Val string
+		Hint     Hint
+	}
+	// Get reads a job attribute, a fenced key or a sparse key; with Wait
+	// a missing key parks the request until it is put.
+	Get struct {
+		Local int
+		Req   Req
+		Key   string
+		Wait  bool
+	}
+	// JobAttr reads a job attribute; with KVS also a fenced key outside
+	// the PMI_ namespace (PMI-2 info-getjobattr).
+	JobAttr struct {
+		Local int
+		Req   Req
+		Key   string
+		KVS   bool
+	}
+	// PutNodeAttr sets a node attribute and answers waiting reads.
+	PutNodeAttr struct {
+		Local    int
+		Req      Req
+		Key, Val string
+	}
+	// GetNodeAttr reads a node attribute, waiting for it with Wait.
+	GetNodeAttr struct {
+		Local int
+		Req   Req
+		Key   string
+		Wait  bool
+	}
+	// Fence enters the rank's next fence-or-allgather epoch as a fence.
+	// Epoch, if not 0, is the epoch the rank believes it enters; another
+	// is a protocol error.
+	Fence struct {
+		Local int
+		Req   Req
+		Epoch uint64
+	}
+	// Allgather enters the next epoch as an allgather contributing Value.
+	// Value may be a view into a rank's shared-memory slot: the core keeps
+	// it until the epoch is delivered.
+	Allgather struct {
+		Local int
+		Req   Req
+		Epoch uint64
+		Value []byte
+	}
+	// Barrier enters a PMI-1.2 group barrier among local ranks: Members
+	// (local indices) or, when nil, every local rank.
+	Barrier struct {
+		Local   int
+		Req     Req
+		Group   string
+		Members []int
+	}
+	// Ring enters the rank's next ring exchange.
+	Ring struct {
+		Local int
+		Req   Req
+		In    RingIn
+	}
+	// Name is a name-service request, handed to the Upstream.
+	Name struct {
+		Local      int
+		Req        Req
+		Op         NameOp
+		Name, Port string
+	}
+	// Abort asks the launcher to end the job.
+	Abort struct {
+		Local int
+		Code  int
+		Msg   string
+	}
+	// Finalize ends the rank's PMI use; collectives it can no longer join
+	// fail.
+	Finalize struct {
+		Local int
+		Req   Req
+	}
+	// Gone: the rank's process ended (or will never start).
+	Gone struct {
+		Local int
+		Why   string
+	}
+)
+
+// Completions from the Upstream, and the agent's end.
+type (
+	// FenceDone completes fence epoch Epoch job-wide.
+	FenceDone struct {
+		Epoch uint64
+		KVs   []KV
+		Err   error
+	}
+	// AllgatherDone completes allgather epoch Epoch job-wide.
+	AllgatherDone struct {
+		Epoch  uint64
+		Values [][]byte
+		Err    error
+	}
+	// RingEdgeDone is the neighbour node's answer to an UpRingEdge call.
+	RingEdgeDone struct {
+		Epoch  uint64
+		ToLeft bool
+		Value  string
+		Err    error
+	}
+	// NameDone is the Upstream's answer to name call ID.
+	NameDone struct {
+		ID   uint64
+		Port string
+		Err  error
+	}
+	// Shutdown fails every waiting request; later name requests fail.
+	Shutdown struct{}
+)
+
+func (Spoke) isOp()         {}
+func (Init) isOp()          {}
+func (Put) isOp()           {}
+func (Get) isOp()           {}
+func (JobAttr) isOp()       {}
+func (PutNodeAttr) isOp()   {}
+func (GetNodeAttr) isOp()   {}
+func (Fence) isOp()         {}
+func (Allgather) isOp()     {}
+func (Barrier) isOp()       {}
+func (Ring) isOp()          {}
+func (Name) isOp()          {}
+func (Abort) isOp()         {}
+func (Finalize) isOp()      {}
+func (Gone) isOp()          {}
+func (FenceDone) isOp()     {}
+func (AllgatherDone) isOp() {}
+func (RingEdgeDone) isOp()  {}
+func (NameDone) isOp()      {}
+func (Shutdown) isOp()      {}
+
+// ReplyKind says which operation a Reply answers.
+type ReplyKind uint8
+
+const (
+	ReplyPut ReplyKind = iota + 1
+	ReplyGet
+	ReplyJobAttr
+	ReplyPutNodeAttr
+	ReplyGetNodeAttr
+	ReplyFence
+	ReplyAllgather
+	ReplyBarrier
+	ReplyRing
+	ReplyName
+	ReplyFinalize
+)
+
+var replyNames = [...]string{"?", "put", "get", "jobattr", "putnodeattr", "getnodeattr", "fence", "allgather", "barrier", "ring", "name", "finalize"}
+
+func (k ReplyKind) String() string {
+	if int(k) < len(replyNames) {
+		return replyNames[k]
+	}
+	return "reply" + strconv.Itoa(int(k))
+}
+
+// Reply answers one request. Err set means the request failed; otherwise
+// the fields of its kind are set: Found and Val (get, jobattr,
+// getnodeattr, a name lookup's port), Epoch (fence and allgather, also on
+// failure), Values (allgather, by rank; views the front end must not keep
+// past the Ready), Ring (ring).
+type Reply struct {
+	Local  int
+	Req    Req
+	Kind   ReplyKind
+	Err    error
+	Found  bool
+	Val    string
+	Epoch  uint64
+	Values [][]byte
+	Ring   RingResult
+}
+
+// RingResult is a rank's ring exchange result.
+type RingResult struct {
+	Pos, Size   int
+	Left, Right string
+}
+
+// UpKind is the kind of an Upstream call.
+type UpKind uint8
+
+const (
+	UpFence UpKind = iota + 1
+	UpAllgather
+	UpRingEdge
+	UpPublish
+	UpUnpublish
+	UpLookup
+)
+
+var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup"}
+
+func (k UpKind) String() string { return upNames[k] }
+
+// UpCall is a call the shell makes to the Upstream; its completion comes
+// back as FenceDone, AllgatherDone, RingEdgeDone or NameDone.
+type UpCall struct {
+	Kind   UpKind
+	Epoch  uint64      // fence, allgather, ring edge
+	KVs    []KV        // fence: the node's puts, one per key
+	Values []RankValue // allgather: the node's values
+	ToLeft bool        // ring edge: which side
+	Value  string      // ring edge: the boundary value
+	ID     uint64      // name calls
+	Name   string
+	Port   string
+}
+
+// Result is a delivered fence-or-allgather epoch, in epoch order, for the
+// shared-memory front end to publish: a fence's KVs go to the node KVS,
+// an allgather's Values to the result array, then the epoch is published
+// (also when Err is set).
+type Result struct {
+	Epoch     uint64
+	Allgather bool
+	KVs       []KV
+	Values    [][]byte
+	Err       error
+}
+
+// EventKind is the kind of an Event.
+type EventKind uint8
+
+const (
+	EventInit EventKind = iota + 1
+	EventFinalized
+	EventAbort
+)
+
+// Event is a report for the launcher (Config.Events).
+type Event struct {
+	Kind EventKind
+	Rank int // global
+	Code int // abort
+	Msg  string
+}
+
+// Mark is a perf stamp to record: phase of global rank Rank.
+type Mark struct {
+	Phase string
+	Rank  int
+}
+
+// Ready is what the shell has to do after a sequence of Steps, in this
+// order: record Marks, deliver Replies (encode all of them before
+// publishing Results: an allgather's values may be views of input slots
+// that a rank reuses once its epoch is published), publish Results, report
+// Events, make the Upstream calls.
+type Ready struct {
+	Marks    []Mark
+	Replies  []Reply
+	Results  []Result
+	Events   []Event
+	Upstream []UpCall
+}
+
+// Empty reports whether rd has nothing to do.
+func (rd *Ready) Empty() bool {
+	return len(rd.Marks)+len(rd.Replies)+len(rd.Results)+len(rd.Events)+len(rd.Upstream) == 0
+}
+
+// rankState is one local rank as the core sees it.
+type rankState struct {
+	local, global, appnum int
+	spoke                 bool // sent at least one request
+	finalized             bool
+	gone                  bool   // connection closed or process ended
+	ended                 bool   // counted in Core.ended (finalized or gone)
+	pending               []KV   // puts since the last fence, in order
+	collSeq               uint64 // fence/allgather epochs entered
+	ringSeq               uint64 // ring exchanges entered
+	inRing                bool   // waiting for the answer of ring exchange ringSeq
+}
+
+// to is where a deferred reply goes.
+type to struct {
+	local int
+	req   Req
+	kind  ReplyKind
+}
+
+// Core is the agent's PMI semantics. See the comment at the top of
+// core.go.
+type Core struct {
+	cfg         coreConfig
+	ranks       []*rankState
+	byGlobal    map[int]*rankState
+	ended       int  // ranks finalized or gone
+	closed      bool // Shutdown seen
+	rd          Ready
+	kvs         map[string]string // committed job KVS (visible to get)
+	sparse      map[string]string // sparse puts, visible at once
+	nodeAttr    map[string]string
+	waits       map[string][]waiter // parked requests by "kvs:<key>" or "attr:<key>"
+	fenceSeq    uint64              // completed world fences
+	agSeq       uint64              // completed allgathers
+	colls       map[uint64]*epochColl
+	delivered   uint64 // epochs delivered, in order
+	groups      map[string]*group
+	rings       map[uint64]*ringEpoch // ring exchanges in progress, by epoch
+	ringSeq     uint64                // completed ring exchanges
+	ringWaiting int                   // ranks waiting in a ring exchange
+	names       map[uint64]to         // name calls waiting for the Upstream
+	nameSeq     uint64
+}
+
+// coreConfig is the part of Config the core needs.
+type coreConfig struct {
+	size             int
+	mapping          string
+	universe         int
+	ringOff, ringLen int // ring layout (Upstream.RingLayout)
+}
+
+// NewCore returns the core for cfg (validated by New) whose node sits in
+// the job-wide ring at ringOffset among ringSize positions.
+func NewCore(cfg *Config, ringOffset, ringSize int) *Core {
+	c := &Core{
+		cfg:      coreConfig{size: cfg.Size, mapping: cfg.Mapping, universe: cfg.UniverseSize, ringOff: ringOffset, ringLen: ringSize},
+		byGlobal: make(map[int]*rankState, len(cfg.Local)),
+		kvs:      make(map[string]string),
+		sparse:   make(map[string]string),
+		nodeAttr: make(map[string]string),
+		waits:    make(map[string][]waiter),
+		colls:    make(map[uint64]*epochColl),
+		groups:   make(map[string]*group),
+		rings:    make(map[uint64]*ringEpoch),
+		names:    make(map[uint64]to),
+	}
+	for i, g := range cfg.Local {
+		app := 0
+		if cfg.Appnum != nil {
+			app = cfg.Appnum[i]
+		}
+		rs := &rankState{local: i, global: g, appnum: app}
+		c.ranks = append(c.ranks, rs)
+		c.byGlobal[g] = rs
+	}
+	return c
+}
+
+// Ready returns what the Steps since the last call ask for, and forgets
+// it. The batch's slices belong to the caller.
+func (c *Core) Ready() Ready {
+	rd := c.rd
+	c.rd = Ready{}
+	return rd
+}
+
+// Errors of Step: the operation breaks the protocol and changed nothing.
+var (
+	ErrNoRank      = errors.New("no such local rank")
+	ErrEpochNumber = errors.New("collective epoch out of order")
+)
+
+// Step applies op. It fails only for an operation that breaks the
+// protocol (its rank does not exist, a collective names the wrong
+// epoch); the state is then unchanged.
+func (c *Core) Step(op Op) error {
+	switch o := op.(type) {
+	case Spoke:
+		_, err := c.rank(o.Local)
+		return err
+	case Init:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		c.mark(perf.PhaseInit, rs)
+		c.rd.Events = append(c.rd.Events, Event{Kind: EventInit, Rank: rs.global})
+	case Put:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		c.put(rs, o.Key, o.Val, o.Hint)
+		c.reply(to{o.Local, o.Req, ReplyPut}, Reply{})
+	case Get:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		c.get(rs, o)
+	case JobAttr:
+		if _, err := c.rank(o.Local); err != nil {
+			return err
+		}
+		v, found := c.jobAttr(o.Key)
+		if !found && o.KVS && !hasPMIPrefix(o.Key) {
+			v, found = c.kvs[o.Key]
+		}
+		c.reply(to{o.Local, o.Req, ReplyJobAttr}, Reply{Found: found, Val: v})
+	case PutNodeAttr:
+		if _, err := c.rank(o.Local); err != nil {
+			return err
+		}
+		c.nodeAttr[o.Key] = o.Val
+		c.release("attr:"+o.Key, o.Val)
+		c.reply(to{o.Local, o.Req, ReplyPutNodeAttr}, Reply{})
+	case GetNodeAttr:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		t := to{o.Local, o.Req, ReplyGetNodeAttr}
+		if v, ok := c.nodeAttr[o.Key]; ok {
+			c.reply(t, Reply{Found: true, Val: v})
+		} else if !o.Wait {
+			c.reply(t, Reply{})
+		} else {
+			c.park(rs, "attr:"+o.Key, t)
+		}
+	case Fence:
+		rs, err := c.collRank(o.Local, o.Epoch)
+		if err != nil {
+			return err
+		}
+		c.enterEpoch(rs, kindFence, nil, to{o.Local, o.Req, ReplyFence})
+	case Allgather:
+		rs, err := c.collRank(o.Local, o.Epoch)
+		if err != nil {
+			return err
+		}
+		c.enterEpoch(rs, kindAllgather, o.Value, to{o.Local, o.Req, ReplyAllgather})
+	case Barrier:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		if o.Members == nil {
+			c.enterGroup(rs, o.Group, nil, to{o.Local, o.Req, ReplyBarrier})
+			return nil
+		}
+		members := make([]bool, len(c.ranks))
+		for _, m := range o.Members {
+			if m < 0 || m >= len(c.ranks) {
+				return fmt.Errorf("barrier member %d: %w", m, ErrNoRank)
+			}
+			members[m] = true
+		}
+		c.enterGroup(rs, o.Group, members, to{o.Local, o.Req, ReplyBarrier})
+	case Ring:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		c.enterRing(rs, o.In, to{o.Local, o.Req, ReplyRing})
+	case Name:
+		if _, err := c.rank(o.Local); err != nil {
+			return err
+		}
+		c.name(o)
+	case Abort:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		c.rd.Events = append(c.rd.Events, Event{Kind: EventAbort, Rank: rs.global, Code: o.Code, Msg: o.Msg})
+	case Finalize:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		if !rs.finalized {
+			rs.finalized = true
+			c.peerGone(rs, "finalized")
+			c.mark(perf.PhaseFinalize, rs)
+			c.rd.Events = append(c.rd.Events, Event{Kind: EventFinalized, Rank: rs.global})
+		}
+		c.reply(to{o.Local, o.Req, ReplyFinalize}, Reply{})
+	case Gone:
+		if o.Local < 0 || o.Local >= len(c.ranks) {
+			return ErrNoRank
+		}
+		rs := c.ranks[o.Local]
+		if rs.gone {
+			return nil
+		}
+		rs.gone = true
+		if !rs.finalized {
+			c.peerGone(rs, o.Why)
+		}
+	case FenceDone:
+		c.epochFinished(o.Epoch, kindFence, o.KVs, nil, o.Err)
+	case AllgatherDone:
+		c.epochFinished(o.Epoch, kindAllgather, nil, o.Values, o.Err)
+	case RingEdgeDone:
+		c.ringEdgeDone(o)
+	case NameDone:
+		c.nameDone(o)
+	case Shutdown:
+		if !c.closed {
+			c.closed = true
+			err := errors.New("agent shutting down")
+			c.failAll(err)
+			c.failNames(err)
+		}
+	default:
+		return fmt.Errorf("unknown operation %T", op)
+	}
+	return nil
+}
+
+// rank returns local rank i and notes that it spoke.
+func (c *Core) rank(i int) (*rankState, error) {
+	if i < 0 || i >= len(c.ranks) {
+		return nil, fmt.Errorf("local rank %d of %d: %w", i, len(c.ranks), ErrNoRank)
+	}
+	rs := c.ranks[i]
+	if !rs.spoke {
+		rs.spoke = true
+		c.mark(perf.PhaseFirstPMI, rs)
+	}
+	return rs, nil
+}
+
+// collRank is rank for a collective that names its epoch.
+func (c *Core) collRank(i int, epoch uint64) (*rankState, error) {
+	if i >= 0 && i < len(c.ranks) && epoch != 0 {
+		if want := c.ranks[i].collSeq + 1; epoch != want {
+			return nil, fmt.Errorf("%w: rank %d entered epoch %d, the agent expects %d", ErrEpochNumber, c.ranks[i].global, epoch, want)
+		}
+	}
+	return c.rank(i)
+}
+
+func (c *Core) mark(phase string, rs *rankState) {
+	c.rd.Marks = append(c.rd.Marks, Mark{phase, rs.global})
+}
+
+func (c *Core) reply(t to, r Reply) {
+	r.Local, r.Req, r.Kind = t.local, t.req, t.kind
+	c.rd.Replies = append(c.rd.Replies, r)
+}
+
+func (c *Core) up(u UpCall) { c.rd.Upstream = append(c.rd.Upstream, u) }
+
+// jobAttr returns a job attribute served to both protocols.
+func (c *Core) jobAttr(key string) (string, bool) {
+	switch key {
+	case "PMI_process_mapping":
+		return c.cfg.mapping, true
+	case "universeSize", "PMI_universe_size":
+		return strconv.Itoa(c.cfg.universe), true
+	case "PMI_hwloc_xmlfile":
+		return "unavailable", true
+	}
+	return "", false
+}
+
+func hasPMIPrefix(key string) bool { return len(key) >= 4 && key[:4] == "PMI_" }
+
+// LocalOf returns the local index of global rank g, or -1.
+func (c *Core) LocalOf(g int) int {
+	if rs := c.byGlobal[g]; rs != nil {
+		return rs.local
+	}
+	return -1
+}
+
+// RankStatus reports whether local rank i has spoken PMI and finalized.
+func (c *Core) RankStatus(i int) (spoke, finalized bool) {
+	rs := c.ranks[i]
+	return rs.spoke, rs.finalized
+}
+
+// Stats returns counters of the core's work so far.
+func (c *Core) Stats() Stats {
+	s := Stats{Fences: c.fenceSeq, Rings: c.ringSeq, KVSKeys: len(c.kvs)}
+	for _, rs := range c.ranks {
+		if rs.finalized {
+			s.Finished++
+		}
+	}
+	return s
+}

@@ -1,0 +1,585 @@
+package agent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The differential test: random sequences of operations (seeded), applied
+// to a Core (its Upstream answered at once, as Local does) and to model,
+// a naive reference of the same semantics for one node that holds the
+// whole job: one lock, maps, no epochs-in-flight bookkeeping, everything
+// recomputed from scratch. Ranks behave as blocking clients (a rank sends
+// a request only once its previous one was answered), except that a rank
+// may be gone at any time. After every operation the two must agree on
+// the replies (rank, request, kind, success, found value, epoch,
+// allgather values, ring result; for errors only that they are errors)
+// and on the Upstream contributions (each fence's puts, one per key with
+// its owner; each allgather's values).
+
+// model is the reference.
+type model struct {
+	mu       sync.Mutex
+	n        int
+	kvs      map[string]string
+	sparse   map[string]string
+	nodeAttr map[string]string
+	names    map[string]string
+	ranks    []*mRank
+	colls    map[uint64]*mColl
+	rings    map[uint64]*mRing
+	out      []string // replies of the current operation
+	ups      []string // Upstream contributions of the current operation
+}
+
+type mRank struct {
+	busy      *mReq // outstanding request
+	finalized bool
+	gone      bool
+	collSeq   uint64 // collectives entered or skipped
+	ringSeq   uint64
+	puts      []KV
+}
+
+func (r *mRank) ended() bool { return r.finalized || r.gone }
+
+type mReq struct {
+	id   uint64
+	kind ReplyKind
+	wait string // "kvs:k" or "attr:k" for a parked read
+}
+
+type mColl struct {
+	kind    collKind
+	in      map[int]*mReq
+	vals    map[int]string
+	failed  bool
+	started bool
+}
+
+type mRing struct {
+	in     map[int]RingIn
+	req    map[int]*mReq // waiting
+	failed bool
+}
+
+func newModel(n int) *model {
+	m := &model{n: n, kvs: map[string]string{}, sparse: map[string]string{}, nodeAttr: map[string]string{},
+		names: map[string]string{}, colls: map[uint64]*mColl{}, rings: map[uint64]*mRing{}}
+	for range n {
+		m.ranks = append(m.ranks, &mRank{})
+	}
+	return m
+}
+
+func (m *model) answer(l int, q *mReq, s string) {
+	m.out = append(m.out, fmt.Sprintf("#%d L%d %s %s", q.id, l, q.kind, s))
+	if m.ranks[l].busy == q {
+		m.ranks[l].busy = nil
+	}
+}
+
+// step applies op and returns the replies and contributions it caused.
+func (m *model) step(op Op) (replies, ups []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.out, m.ups = nil, nil
+	switch o := op.(type) {
+	case Put:
+		r := m.ranks[o.Local]
+		if o.Hint == HintSparse {
+			m.sparse[o.Key] = o.Val
+			m.release("kvs:"+o.Key, o.Val)
+		} else {
+			r.puts = append(r.puts, KV{o.Key, o.Val, o.Local})
+		}
+		m.answer(o.Local, &mReq{id: o.Req.ID, kind: ReplyPut}, "ok")
+	case Get:
+		q := &mReq{id: o.Req.ID, kind: ReplyGet}
+		if v, ok := m.lookup(o.Key); ok {
+			m.answer(o.Local, q, "found="+v)
+		} else if o.Wait {
+			m.park(o.Local, q, "kvs:"+o.Key)
+		} else {
+			m.answer(o.Local, q, "not-found")
+		}
+	case PutNodeAttr:
+		m.nodeAttr[o.Key] = o.Val
+		m.release("attr:"+o.Key, o.Val)
+		m.answer(o.Local, &mReq{id: o.Req.ID, kind: ReplyPutNodeAttr}, "ok")
+	case GetNodeAttr:
+		q := &mReq{id: o.Req.ID, kind: ReplyGetNodeAttr}
+		if v, ok := m.nodeAttr[o.Key]; ok {
+			m.answer(o.Local, q, "found="+v)
+		} else if o.Wait {
+			m.park(o.Local, q, "attr:"+o.Key)
+		} else {
+			m.answer(o.Local, q, "not-found")
+		}
+	case Fence:
+		m.collective(o.Local, &mReq{id: o.Req.ID, kind: ReplyFence}, kindFence, "")
+	case Allgather:
+		m.collective(o.Local, &mReq{id: o.Req.ID, kind: ReplyAllgather}, kindAllgather, string(o.Value))
+	case Ring:
+		m.ring(o.Local, &mReq{id: o.Req.ID, kind: ReplyRing}, o.In)
+	case Name:
+		q := &mReq{id: o.Req.ID, kind: ReplyName}
+		_, has := m.names[o.Name]
+		switch {
+		case o.Op == NamePublish && has, o.Op != NamePublish && !has:
+			m.answer(o.Local, q, "err")
+		case o.Op == NamePublish:
+			m.names[o.Name] = o.Port
+			m.answer(o.Local, q, "ok")
+		case o.Op == NameUnpublish:
+			delete(m.names, o.Name)
+			m.answer(o.Local, q, "ok")
+		default:
+			m.answer(o.Local, q, "ok port="+m.names[o.Name])
+		}
+	case Finalize:
+		r := m.ranks[o.Local]
+		if !r.finalized {
+			wasEnded := r.ended()
+			r.finalized = true
+			if !wasEnded {
+				m.peerGone(o.Local)
+			}
+		}
+		m.answer(o.Local, &mReq{id: o.Req.ID, kind: ReplyFinalize}, "ok")
+	case Gone:
+		r := m.ranks[o.Local]
+		if !r.gone {
+			wasEnded := r.ended()
+			r.gone = true
+			if !wasEnded {
+				m.peerGone(o.Local)
+			}
+		}
+	}
+	m.checkStuck()
+	slices.Sort(m.out)
+	return m.out, m.ups
+}
+
+func (m *model) lookup(k string) (string, bool) {
+	switch k {
+	case "PMI_process_mapping":
+		return "map", true
+	}
+	if v, ok := m.kvs[k]; ok {
+		return v, true
+	}
+	v, ok := m.sparse[k]
+	return v, ok
+}
+
+func (m *model) park(l int, q *mReq, key string) {
+	q.wait = key
+	m.ranks[l].busy = q
+}
+
+// release answers every parked read of key.
+func (m *model) release(key, val string) {
+	for l, r := range m.ranks {
+		if q := r.busy; q != nil && q.wait == key {
+			m.answer(l, q, "found="+val)
+		}
+	}
+}
+
+// collective enters l's next fence-or-allgather; it completes when every
+// rank has entered, and fails when a rank that has ended never will.
+func (m *model) collective(l int, q *mReq, kind collKind, val string) {
+	r := m.ranks[l]
+	r.collSeq++
+	e := r.collSeq
+	q.wait = fmt.Sprintf("coll:%d", e)
+	r.busy = q
+	c := m.colls[e]
+	if c != nil && c.failed {
+		m.answer(l, q, fmt.Sprintf("err epoch=%d", e))
+		return
+	}
+	if c == nil {
+		c = &mColl{kind: kind, in: map[int]*mReq{}, vals: map[int]string{}}
+		m.colls[e] = c
+	}
+	c.in[l], c.vals[l] = q, val
+	if c.kind != kind {
+		m.failColl(e)
+		return
+	}
+	for p, pr := range m.ranks {
+		if _, in := c.in[p]; !in && pr.ended() && pr.collSeq < e {
+			m.failColl(e)
+			return
+		}
+	}
+	if len(c.in) < m.n {
+		return
+	}
+	c.started = true
+	delete(m.colls, e)
+	if kind == kindFence {
+		// One put per key: the last, in rank order then put order.
+		last := map[string]KV{}
+		for _, pr := range m.ranks {
+			for _, kv := range pr.puts {
+				last[kv.Key] = kv
+			}
+			pr.puts = nil
+		}
+		var ks []string
+		for k, kv := range last {
+			ks = append(ks, fmt.Sprintf("%s=%s@%d", k, kv.Val, kv.Owner))
+			m.kvs[k] = kv.Val
+		}
+		slices.Sort(ks)
+		m.ups = append(m.ups, fmt.Sprintf("fence %d %v", e, ks))
+		for p := range m.n {
+			m.answer(p, c.in[p], fmt.Sprintf("ok epoch=%d", e))
+		}
+		for k, kv := range last {
+			m.release("kvs:"+k, kv.Val)
+		}
+		return
+	}
+	var vs []string
+	for p := range m.n {
+		vs = append(vs, c.vals[p])
+	}
+	m.ups = append(m.ups, fmt.Sprintf("allgather %d %v", e, vs))
+	for p := range m.n {
+		m.answer(p, c.in[p], fmt.Sprintf("ok epoch=%d values=%v", e, vs))
+	}
+}
+
+func (m *model) failColl(e uint64) {
+	c := m.colls[e]
+	c.failed = true
+	for p, q := range c.in {
+		m.answer(p, q, fmt.Sprintf("err epoch=%d", e))
+	}
+	for p, r := range m.ranks {
+		if _, in := c.in[p]; !in && r.collSeq < e {
+			r.collSeq = e
+		}
+	}
+}
+
+// ring enters l's next ring exchange; a rank is answered once both its
+// neighbours on the node's cycle have entered.
+func (m *model) ring(l int, q *mReq, in RingIn) {
+	r := m.ranks[l]
+	r.ringSeq++
+	e := r.ringSeq
+	g := m.rings[e]
+	if g == nil {
+		g = &mRing{in: map[int]RingIn{}, req: map[int]*mReq{}}
+		m.rings[e] = g
+	}
+	if g.failed {
+		m.answer(l, q, "err")
+		return
+	}
+	q.wait = fmt.Sprintf("ring:%d", e)
+	r.busy = q
+	for p, pr := range m.ranks {
+		if p != l && pr.ended() && pr.ringSeq < e {
+			m.answer(l, q, "err")
+			m.failRing(g)
+			return
+		}
+	}
+	g.in[l], g.req[l] = in, q
+	for j, jq := range g.req {
+		left, lok := g.in[(j+m.n-1)%m.n]
+		right, rok := g.in[(j+1)%m.n]
+		if lok && rok {
+			delete(g.req, j)
+			m.answer(j, jq, fmt.Sprintf("ok pos=%d/%d left=%s right=%s", j, m.n, left.Right, right.Left))
+		}
+	}
+}
+
+func (m *model) failRing(g *mRing) {
+	g.failed = true
+	for j, q := range g.req {
+		m.answer(j, q, "err")
+		delete(g.req, j)
+	}
+}
+
+// peerGone fails the collectives and rings that wait for l.
+func (m *model) peerGone(l int) {
+	r := m.ranks[l]
+	for e, c := range m.colls {
+		if _, in := c.in[l]; !in && !c.failed && r.collSeq < e && len(c.in) > 0 {
+			m.failColl(e)
+		}
+	}
+	for e, g := range m.rings {
+		if !g.failed && len(g.req) > 0 && r.ringSeq < e {
+			m.failRing(g)
+		}
+	}
+}
+
+// checkStuck: when every live rank waits, nothing can ever answer them,
+// so every waiting request fails.
+func (m *model) checkStuck() {
+	live := 0
+	for _, r := range m.ranks {
+		if !r.ended() {
+			live++
+			if r.busy == nil {
+				return
+			}
+		}
+	}
+	if live == 0 {
+		return
+	}
+	for l, r := range m.ranks {
+		q := r.busy
+		if q == nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(q.wait, "coll:"):
+			var e uint64
+			fmt.Sscanf(q.wait, "coll:%d", &e)
+			if c := m.colls[e]; c != nil && !c.failed {
+				m.failColl(e)
+			}
+		case strings.HasPrefix(q.wait, "ring:"):
+			var e uint64
+			fmt.Sscanf(q.wait, "ring:%d", &e)
+			if g := m.rings[e]; g != nil && !g.failed {
+				m.failRing(g)
+			}
+		default:
+			m.answer(l, q, "err")
+		}
+	}
+}
+
+// normReply is a core Reply in the model's notation.
+func normReply(r *Reply) string {
+	s := fmt.Sprintf("#%d L%d %s ", r.Req.ID, r.Local, r.Kind)
+	if r.Err != nil {
+		s += "err"
+		if r.Kind == ReplyFence || r.Kind == ReplyAllgather {
+			s += fmt.Sprintf(" epoch=%d", r.Epoch)
+		}
+		return s
+	}
+	switch r.Kind {
+	case ReplyGet, ReplyGetNodeAttr:
+		if r.Found {
+			return s + "found=" + r.Val
+		}
+		return s + "not-found"
+	case ReplyFence:
+		return s + fmt.Sprintf("ok epoch=%d", r.Epoch)
+	case ReplyAllgather:
+		var vs []string
+		for _, v := range r.Values {
+			vs = append(vs, string(v))
+		}
+		return s + fmt.Sprintf("ok epoch=%d values=%v", r.Epoch, vs)
+	case ReplyRing:
+		return s + fmt.Sprintf("ok pos=%d/%d left=%s right=%s", r.Ring.Pos, r.Ring.Size, r.Ring.Left, r.Ring.Right)
+	case ReplyName:
+		if r.Val != "" {
+			return s + "ok port=" + r.Val
+		}
+	}
+	return s + "ok"
+}
+
+func TestDifferential(t *testing.T) {
+	seeds, steps := 300, 400
+	if testing.Short() {
+		seeds = 30
+	}
+	total := diffStats{errs: map[string]int{}}
+	for seed := range seeds {
+		st := runDifferential(t, uint64(seed), 1+seed%5, steps)
+		if t.Failed() {
+			return
+		}
+		total.ops += st.ops
+		total.replies += st.replies
+		total.fails += st.fails
+		total.epochs += st.epochs
+		for k, v := range st.errs {
+			total.errs[k] += v
+		}
+	}
+	t.Logf("failed replies by kind: %v", total.errs)
+	t.Logf("%d seeds: %d operations, %d replies (%d errors), %d completed collectives compared", seeds, total.ops, total.replies, total.fails, total.epochs)
+	if total.epochs < total.ops/10 {
+		t.Errorf("the generator completes too few collectives (%d of %d operations) to test them", total.epochs, total.ops)
+	}
+}
+
+type diffStats struct {
+	ops, replies, fails, epochs int
+	errs                        map[string]int // failed replies by kind
+}
+
+func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
+	st.errs = map[string]int{}
+	rng := rand.New(rand.NewPCG(seed, 7))
+	cfg := Config{JobID: "job", Size: n, Mapping: "map"}
+	for i := range n {
+		cfg.Local = append(cfg.Local, i)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := NewCore(&cfg, 0, n)
+	emu := newLocalEmu(n)
+	m := newModel(n)
+	var id uint64
+	var history []string
+	var plan []int        // the program's collectives: 0 fence, 1 allgather, 2 ring
+	pos := make([]int, n) // each rank's place in plan
+	keys := []string{"a", "b", "c"}
+	for step := 0; step < steps; step++ {
+		var idle, alive []int
+		for l, r := range m.ranks {
+			if !r.gone {
+				alive = append(alive, l)
+				if r.busy == nil && !r.finalized {
+					idle = append(idle, l)
+				}
+			}
+		}
+		if len(alive) == 0 {
+			return st
+		}
+		var op Op
+		id++
+		req := Req{Via: ViaTest, ID: id}
+		p := rng.IntN(1000)
+		// Ranks end (gone, finalize) only in the last quarter: after that
+		// every collective fails, which is tested, but not for long.
+		late := step > steps*3/4
+		if len(idle) == 0 || late && p < 10 {
+			op = Gone{Local: alive[rng.IntN(len(alive))], Why: "killed"}
+		} else {
+			l := idle[rng.IntN(len(idle))]
+			k := keys[rng.IntN(len(keys))]
+			v := fmt.Sprintf("v%d", step)
+			p /= 10
+			// Ranks run one program: the same collectives in the same
+			// order (plan), with a rare rank that strays from it.
+			next := func() int {
+				for len(plan) <= pos[l] {
+					plan = append(plan, rng.IntN(3))
+				}
+				kind := plan[pos[l]]
+				pos[l]++
+				if rng.IntN(300) == 0 {
+					kind = rng.IntN(3)
+				}
+				return kind
+			}
+			switch {
+			case p == 0 && late:
+				op = Finalize{Local: l, Req: req}
+			case p < 20:
+				h := HintNone
+				if rng.IntN(4) == 0 {
+					h = HintSparse
+				}
+				op = Put{Local: l, Req: req, Key: k, Val: v, Hint: h}
+			case p < 32:
+				op = Get{Local: l, Req: req, Key: k, Wait: rng.IntN(5) == 0}
+			case p < 36:
+				op = PutNodeAttr{Local: l, Req: req, Key: k, Val: v}
+			case p < 40:
+				op = GetNodeAttr{Local: l, Req: req, Key: k, Wait: rng.IntN(3) == 0}
+			case p < 90:
+				switch next() {
+				case 0:
+					op = Fence{Local: l, Req: req}
+				case 1:
+					op = Allgather{Local: l, Req: req, Value: []byte(v)}
+				default:
+					op = Ring{Local: l, Req: req, In: RingIn{Count: 1, Left: "L" + v, Right: "R" + v}}
+				}
+			case p < 94:
+				op = Name{Local: l, Req: req, Op: NamePublish, Name: k, Port: v}
+			case p < 97:
+				op = Name{Local: l, Req: req, Op: NameUnpublish, Name: k}
+			default:
+				op = Name{Local: l, Req: req, Op: NameLookup, Name: k}
+			}
+		}
+		history = append(history, fmt.Sprintf("%T%+v", op, op))
+		if err := c.Step(op); err != nil {
+			t.Fatalf("seed %d step %d: %v", seed, step, err)
+		}
+		var got, gotUp []string
+		for {
+			rd := c.Ready()
+			for i := range rd.Replies {
+				got = append(got, normReply(&rd.Replies[i]))
+			}
+			for _, u := range rd.Upstream {
+				switch u.Kind {
+				case UpFence:
+					var ks []string
+					for _, kv := range u.KVs {
+						ks = append(ks, fmt.Sprintf("%s=%s@%d", kv.Key, kv.Val, kv.Owner))
+					}
+					slices.Sort(ks)
+					if len(slices.Compact(slices.Clone(ks))) != len(ks) {
+						t.Fatalf("seed %d: fence %d carries a key twice: %v", seed, u.Epoch, ks)
+					}
+					gotUp = append(gotUp, fmt.Sprintf("fence %d %v", u.Epoch, ks))
+				case UpAllgather:
+					var vs []string
+					for _, rv := range u.Values {
+						vs = append(vs, string(rv.Value))
+					}
+					gotUp = append(gotUp, fmt.Sprintf("allgather %d %v", u.Epoch, vs))
+				}
+			}
+			ops := emu.answer(rd.Upstream)
+			if len(ops) == 0 {
+				break
+			}
+			for _, o := range ops {
+				if err := c.Step(o); err != nil {
+					t.Fatalf("seed %d step %d: upstream answer: %v", seed, step, err)
+				}
+			}
+		}
+		slices.Sort(got)
+		st.ops++
+		st.replies += len(got)
+		st.epochs += len(gotUp)
+		for _, g := range got {
+			if strings.Contains(g, " err") {
+				st.fails++
+				st.errs[strings.Fields(g)[2]]++
+			}
+		}
+		want, wantUp := m.step(op)
+		if !slices.Equal(got, want) || !slices.Equal(gotUp, wantUp) {
+			from := max(0, len(history)-12)
+			t.Fatalf("seed %d (%d ranks) step %d: %s\ncore replies:  %q\nmodel replies: %q\ncore upstream:  %q\nmodel upstream: %q\nlast ops:\n  %s",
+				seed, n, step, history[len(history)-1], got, want, gotUp, wantUp, strings.Join(history[from:], "\n  "))
+		}
+	}
+	return st
+}
