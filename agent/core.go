@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // The core: the agent's PMI semantics for one job on one node as a pure
@@ -49,13 +50,13 @@ type (
 	Spoke struct{ Local int }
 	// Init: the rank completed PMI init.
 	Init struct{ Local int }
-	// Put stores a key; hints as in Hint. Keys are checked by the front
+	// Put stores a key; hints as in pmiwire.Hint. Keys are checked by the front
 	// end (checkPut).
 	Put struct {
 		Local    int
 		Req      Req
 		Key, Val string
-		Hint     Hint
+		Hint     pmiwire.Hint
 	}
 	// Get reads a job attribute, a fenced key or a sparse key; with Wait
 	// a missing key parks the request until it is put.

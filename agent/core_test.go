@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // Golden conversation scripts (testdata/*.txt), in the style of
@@ -307,11 +309,11 @@ func (s *script) parse(line string) (Op, error) {
 	case "init":
 		return Init{L}, nil
 	case "put":
-		h := HintNone
+		h := pmiwire.HintNone
 		if has("sparse") {
-			h = HintSparse
+			h = pmiwire.HintSparse
 		} else if has("dense") {
-			h = HintDense
+			h = pmiwire.HintDense
 		}
 		return Put{Local: L, Req: s.req(), Key: arg(2), Val: arg(3), Hint: h}, nil
 	case "get":

@@ -4,20 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-)
 
-// Hint says how a put travels (the research's put hints).
-type Hint uint8
-
-const (
-	// HintNone: PMI semantics, visible to gets after the next fence.
-	HintNone Hint = iota
-	// HintDense: like HintNone; the key travels with the fence (gather and
-	// broadcast), for keys most ranks will read.
-	HintDense
-	// HintSparse: the key stays with its owner and is visible to gets at
-	// once, fetched on demand; for keys few ranks read.
-	HintSparse
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // KV is one key-value pair of the job KVS and the global rank that put it.
@@ -35,8 +23,8 @@ type waiter struct {
 
 // put stores a put of rs. Sparse keys are visible at once and answer
 // parked gets; the others wait for the next fence.
-func (c *Core) put(rs *rankState, key, val string, hint Hint) {
-	if hint == HintSparse {
+func (c *Core) put(rs *rankState, key, val string, hint pmiwire.Hint) {
+	if hint == pmiwire.HintSparse {
 		c.sparse[key] = val
 		c.release("kvs:"+key, val)
 		return

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // The differential test: random sequences of operations (seeded), applied
@@ -91,7 +93,7 @@ func (m *model) step(op Op) (replies, ups []string) {
 	switch o := op.(type) {
 	case Put:
 		r := m.ranks[o.Local]
-		if o.Hint == HintSparse {
+		if o.Hint == pmiwire.HintSparse {
 			m.sparse[o.Key] = o.Val
 			m.release("kvs:"+o.Key, o.Val)
 		} else {
@@ -496,9 +498,9 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 			case p == 0 && late:
 				op = Finalize{Local: l, Req: req}
 			case p < 20:
-				h := HintNone
+				h := pmiwire.HintNone
 				if rng.IntN(4) == 0 {
-					h = HintSparse
+					h = pmiwire.HintSparse
 				}
 				op = Put{Local: l, Req: req, Key: k, Val: v, Hint: h}
 			case p < 32:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/shm"
 )
 
@@ -135,14 +136,7 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		if _, err := checkPut(string(k), string(v)); err != nil {
 			return nil, fmt.Errorf("put: %w", err)
 		}
-		hint := HintNone
-		switch m.Flags {
-		case shm.HintDense:
-			hint = HintDense
-		case shm.HintSparse:
-			hint = HintSparse
-		}
-		return Put{Local: i, Req: req, Key: string(k), Val: string(v), Hint: hint}, nil
+		return Put{Local: i, Req: req, Key: string(k), Val: string(v), Hint: hintFlag(m.Flags)}, nil
 	case shm.OpFence:
 		if m.Epoch == 0 {
 			return nil, errors.New("fence for epoch 0")
@@ -250,4 +244,16 @@ func (a *Agent) publish(seg *shm.Segment, r *Result) {
 		}
 	}
 	sa.Publish(e)
+}
+
+// The shared-memory layout's put-hint flags are pmiwire's hints, number
+// for number (a mismatch does not compile).
+var _ = [1]struct{}{}[shm.HintNone-uint16(pmiwire.HintNone)+shm.HintDense-uint16(pmiwire.HintDense)+shm.HintSparse-uint16(pmiwire.HintSparse)]
+
+// hintFlag reads a put's hint flag; an unknown value is a plain put.
+func hintFlag(f uint16) pmiwire.Hint {
+	if f > shm.HintSparse {
+		return pmiwire.HintNone
+	}
+	return pmiwire.Hint(f)
 }

@@ -467,15 +467,10 @@ func servePut(c *textConn, t *turn, rq *textReq) Op {
 		t.fail(c, rq, rc, err)
 		return nil
 	}
-	hint := HintNone
-	switch h, _ := m.Get("fastpmi-hint"); h {
-	case "dense":
-		hint = HintDense
-	case "sparse":
-		hint = HintSparse
-	}
+	h, _ := m.Get("fastpmi-hint")
+	hint := pmiwire.ParseHint(h)
 	if m.Cmd == "put" {
-		hint = HintNone
+		hint = pmiwire.HintNone
 	}
 	return Put{Local: c.local(), Req: rq.req, Key: key, Val: val, Hint: hint}
 }

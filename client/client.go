@@ -35,22 +35,25 @@ import (
 	"os"
 	"strconv"
 	"sync"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
-// Hint says how a put travels.
-type Hint uint8
+// Hint says how a put travels (pmiwire.Hint, the one hint type of
+// fastpmi's client, agent and wire).
+type Hint = pmiwire.Hint
 
 const (
 	// HintNone: PMI semantics, visible after the next fence.
-	HintNone Hint = iota
+	HintNone = pmiwire.HintNone
 	// Dense: for keys most ranks read; they travel with the fence.
-	Dense
+	Dense = pmiwire.HintDense
 	// Sparse: for keys few ranks read; they stay on the node of the rank
 	// that put them and are visible at once to that node's ranks, without
 	// a fence. Ranks on other nodes do not see them: fetching them on
 	// demand across nodes is not built yet, so a key other nodes read
 	// needs HintNone or Dense and a fence.
-	Sparse
+	Sparse = pmiwire.HintSparse
 )
 
 // Errors. Operations return an *Error wrapping one of these or a transport

@@ -93,15 +93,11 @@ func (t *shmTransport) put(key string, val []byte, hint Hint) error {
 	return t.push(shm.Header{Op: shm.OpPut, Flags: shmHint(hint)}, append(shm.AppendPair(nil, key, ""), val...))
 }
 
-func shmHint(h Hint) uint16 {
-	switch h {
-	case Dense:
-		return shm.HintDense
-	case Sparse:
-		return shm.HintSparse
-	}
-	return shm.HintNone
-}
+// shmHint is h as a put's header flag: the layout's flags are pmiwire's
+// hints, number for number (a mismatch does not compile).
+func shmHint(h Hint) uint16 { return uint16(h) }
+
+var _ = [1]struct{}{}[shm.HintNone-uint16(HintNone)+shm.HintDense-uint16(Dense)+shm.HintSparse-uint16(Sparse)]
 
 func (t *shmTransport) startFence() (uint32, error) {
 	e := t.colls + 1

@@ -247,11 +247,7 @@ func (t *textTransport) call(ctx context.Context, cmd string, pairs ...pmiwire.P
 func (t *textTransport) put(key string, val []byte, hint Hint) error {
 	pairs := []pmiwire.Pair{{Key: "key", Val: key}, {Key: "value", Val: string(val)}}
 	if t.ext && hint != HintNone {
-		h := "dense"
-		if hint == Sparse {
-			h = "sparse"
-		}
-		pairs = append(pairs, pmiwire.Pair{Key: "fastpmi-hint", Val: h})
+		pairs = append(pairs, pmiwire.Pair{Key: "fastpmi-hint", Val: hint.Wire()})
 	}
 	_, err := t.call(context.Background(), "kvs-put", pairs...)
 	return err

@@ -1,10 +1,10 @@
 package launch
 
 import (
-	"github.com/fastpmi/fastpmi/agent/node"
-
 	"fmt"
 	"io"
+
+	"github.com/fastpmi/fastpmi/agent/node"
 )
 
 // fate decides how a job ends, from the events the nodes report. The

@@ -1,8 +1,6 @@
 package launch
 
 import (
-	"github.com/fastpmi/fastpmi/agent/node"
-
 	"context"
 	"crypto/rand"
 	"errors"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/perf"

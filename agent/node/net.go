@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-
 	"fmt"
 	"io"
 	"log/slog"
