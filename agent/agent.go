@@ -281,7 +281,7 @@ func (a *Agent) Close() error {
 	}
 	a.closed = true
 	_ = a.core.Step(Shutdown{})
-	var t turn
+	t := newTurn()
 	t.take(a) // with the segment: waiting shm ranks get their error
 	seg := a.seg
 	a.seg = nil
@@ -292,7 +292,7 @@ func (a *Agent) Close() error {
 	for c := range a.conns {
 		conns = append(conns, c)
 	}
-	a.release(&t)
+	a.release(t)
 	for _, c := range conns {
 		c.nc.Close()
 	}
@@ -316,8 +316,7 @@ func (a *Agent) RankGone(global int, why string) {
 	if l := a.core.LocalOf(global); l >= 0 {
 		_ = a.core.Step(Gone{Local: l, Why: why})
 	}
-	var t turn
-	a.finishLocked(&t)
+	a.finishLocked(newTurn())
 }
 
 // Drained returns a channel closed once the connection of rank global has
@@ -364,8 +363,7 @@ func (a *Agent) step(op Op) {
 	if err := a.core.Step(op); err != nil {
 		a.log.Error("agent core step", "op", fmt.Sprintf("%T", op), "err", err)
 	}
-	var t turn
-	a.finishLocked(&t)
+	a.finishLocked(newTurn())
 }
 
 // turn is what one turn of the agent has to carry out once mu is released:
@@ -387,21 +385,30 @@ type textOut struct {
 	b  []byte
 }
 
+// turns recycles turns: a turn's slices keep their capacity from one turn
+// to the next, so a turn allocates nothing once the agent is warm.
+var turns = sync.Pool{New: func() any { return new(turn) }}
+
+// newTurn returns an empty turn; release gives it back.
+func newTurn() *turn { return turns.Get().(*turn) }
+
+// free empties t and gives it back for reuse; t must not be used after.
+func (t *turn) free() {
+	t.rd.reset()
+	clear(t.text)
+	clear(t.shm)
+	clear(t.events)
+	t.text, t.shm, t.events, t.seg = t.text[:0], t.shm[:0], t.events[:0], nil
+	turns.Put(t)
+}
+
 // take collects the core's Ready into t, after what t already holds.
 // Under a.mu.
 func (t *turn) take(a *Agent) {
-	rd := a.core.Ready()
-	if t.rd.Empty() {
-		t.rd = rd
-	} else {
-		t.rd.Marks = append(t.rd.Marks, rd.Marks...)
-		t.rd.Replies = append(t.rd.Replies, rd.Replies...)
-		t.rd.Results = append(t.rd.Results, rd.Results...)
-		t.rd.Events = append(t.rd.Events, rd.Events...)
-		t.rd.Upstream = append(t.rd.Upstream, rd.Upstream...)
-	}
+	n := len(t.rd.Replies)
+	a.core.TakeReady(&t.rd)
 	t.seg = a.seg
-	for _, r := range rd.Replies {
+	for _, r := range t.rd.Replies[n:] {
 		switch r.Req.Via {
 		case ViaText:
 			c := a.ranks[r.Local].conn
@@ -427,7 +434,7 @@ func (a *Agent) finishLocked(t *turn) {
 	a.release(t)
 }
 
-// release hands a.mu over to pubMu and carries t out: marks, the
+// release hands a.mu over to pubMu and carries t out, then frees t: marks, the
 // shared-memory part and the encoding of text replies under pubMu (an
 // allgather's values may be views of input slots that ranks reuse once
 // the epoch is published), then writes, events and Upstream calls without
@@ -474,6 +481,7 @@ func (a *Agent) release(t *turn) {
 	for _, u := range t.rd.Upstream {
 		a.call(u)
 	}
+	t.free()
 }
 
 // call makes one Upstream call; its completion is a new turn.

@@ -416,6 +416,30 @@ func (c *Core) Ready() Ready {
 	return rd
 }
 
+// TakeReady is Ready without allocating: it appends what the Steps since
+// the last call ask for to rd's slices (the caller's, reused turn after
+// turn) and forgets it, keeping the core's own buffers for the next Steps.
+func (c *Core) TakeReady(rd *Ready) {
+	rd.Marks = append(rd.Marks, c.rd.Marks...)
+	rd.Replies = append(rd.Replies, c.rd.Replies...)
+	rd.Results = append(rd.Results, c.rd.Results...)
+	rd.Events = append(rd.Events, c.rd.Events...)
+	rd.Upstream = append(rd.Upstream, c.rd.Upstream...)
+	c.rd.reset()
+}
+
+// reset empties rd, keeping its slices' capacity (and dropping what their
+// elements held).
+func (rd *Ready) reset() {
+	clear(rd.Marks)
+	clear(rd.Replies)
+	clear(rd.Results)
+	clear(rd.Events)
+	clear(rd.Upstream)
+	rd.Marks, rd.Replies, rd.Results = rd.Marks[:0], rd.Replies[:0], rd.Results[:0]
+	rd.Events, rd.Upstream = rd.Events[:0], rd.Upstream[:0]
+}
+
 // Errors of Step: the operation breaks the protocol and changed nothing.
 var (
 	ErrNoRank      = errors.New("no such local rank")

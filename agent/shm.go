@@ -56,7 +56,7 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 			a.mu.Unlock()
 			return
 		}
-		var t turn
+		t := newTurn()
 		did := false
 		ready = sa.TakeReady(ready[:0])
 		for _, i := range ready {
@@ -78,7 +78,7 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 					}
 					// Respond before releasing the request: Release may
 					// wake the rank, which should find its answer.
-					a.pushShmLocked(&t)
+					a.pushShmLocked(t)
 					c.Release()
 				} else {
 					err = fmt.Errorf("request ring: %w", err)
@@ -90,7 +90,7 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 				}
 			}
 		}
-		a.finishLocked(&t)
+		a.finishLocked(t)
 		if !did {
 			_ = sa.Wait(-1)
 		}

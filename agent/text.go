@@ -151,12 +151,12 @@ func (c *textConn) closed() {
 func (c *textConn) handle(m *pmiwire.Msg) {
 	a := c.a
 	a.mu.Lock()
-	var t turn
+	t := newTurn()
 	if rc := c.rank; rc != nil {
 		_ = a.core.Step(Spoke{rc.local})
 	}
-	c.dispatchLocked(&t, m)
-	a.finishLocked(&t)
+	c.dispatchLocked(t, m)
+	a.finishLocked(t)
 }
 
 // lookupCmd finds the handler of a command: in the table of the request's
