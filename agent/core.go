@@ -7,6 +7,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/pmiwire"
+	"github.com/fastpmi/fastpmi/tree"
 )
 
 // The core: the agent's PMI semantics for one job on one node as a pure
@@ -265,12 +266,12 @@ func (k UpKind) String() string { return upNames[k] }
 // back as FenceDone, AllgatherDone, RingEdgeDone or NameDone.
 type UpCall struct {
 	Kind   UpKind
-	Epoch  uint64      // fence, allgather, ring edge
-	KVs    []KV        // fence: the node's puts, one per key
-	Values []RankValue // allgather: the node's values
-	ToLeft bool        // ring edge: which side
-	Value  string      // ring edge: the boundary value
-	ID     uint64      // name calls
+	Epoch  uint64       // fence, allgather, ring edge
+	KVs    []KV         // fence: the node's puts, one per key
+	Values []tree.Entry // allgather: the node's values (tree.Entry: one rank-value type for the agent and the tree)
+	ToLeft bool         // ring edge: which side
+	Value  string       // ring edge: the boundary value
+	ID     uint64       // name calls
 	Name   string
 	Port   string
 }

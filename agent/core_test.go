@@ -222,7 +222,7 @@ func (e *localEmu) answer(calls []UpCall) []Op {
 		case UpAllgather:
 			all := make([][]byte, 0, len(u.Values))
 			for _, rv := range u.Values {
-				for len(all) <= rv.Rank {
+				for len(all) <= int(rv.Rank) {
 					all = append(all, nil)
 				}
 				all[rv.Rank] = rv.Value

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/tree"
 )
 
 // Epoch-numbered collectives. Fences (PMI-1 barrier, PMI-2 kvs-fence) and
@@ -95,9 +96,9 @@ func (c *Core) enterEpoch(rs *rankState, kind collKind, val []byte, t to) {
 	case kindFence:
 		c.up(UpCall{Kind: UpFence, Epoch: e, KVs: c.takePuts(nil)})
 	case kindAllgather:
-		in := make([]RankValue, len(c.ranks))
+		in := make([]tree.Entry, len(c.ranks))
 		for i, p := range c.ranks {
-			in[i] = RankValue{Rank: p.global, Value: ec.entries[i].val}
+			in[i] = tree.Entry{Rank: uint32(p.global), Value: ec.entries[i].val}
 		}
 		c.up(UpCall{Kind: UpAllgather, Epoch: e, Values: in})
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/fastpmi/fastpmi/tree"
 )
 
 // RingIn is one rank's contribution to a ring exchange, in ring order.
@@ -37,7 +39,7 @@ type Upstream interface {
 	RingEdge(epoch uint64, toLeft bool, value string, done func(string, error))
 	// Allgather contributes this node's values to allgather number epoch
 	// and reports every rank's value, indexed by rank.
-	Allgather(epoch uint64, in []RankValue, done func(all [][]byte, err error))
+	Allgather(epoch uint64, in []tree.Entry, done func(all [][]byte, err error))
 	// Publish, Unpublish and Lookup are the job's name service. They may
 	// wait for the launcher (a multi-node job asks pmirun), so they answer
 	// through done like the collectives. Lookup and Unpublish of a name
@@ -113,10 +115,10 @@ type localEdges struct {
 }
 
 // Allgather completes at once: every rank is on this node.
-func (l *Local) Allgather(epoch uint64, in []RankValue, done func([][]byte, error)) {
+func (l *Local) Allgather(epoch uint64, in []tree.Entry, done func([][]byte, error)) {
 	size := 0
 	for _, rv := range in {
-		size = max(size, rv.Rank+1)
+		size = max(size, int(rv.Rank)+1)
 	}
 	all := make([][]byte, size)
 	for _, rv := range in {
@@ -164,10 +166,4 @@ func (l *Local) Lookup(name string, done func(port string, err error)) {
 		return
 	}
 	done(p, nil)
-}
-
-// RankValue is one rank's contribution to an allgather.
-type RankValue struct {
-	Rank  int
-	Value []byte
 }

@@ -570,7 +570,7 @@ func (u netUpstream) Fence(epoch uint64, puts []agent.KV, done func([]agent.KV, 
 	}
 }
 
-func (u netUpstream) Allgather(epoch uint64, in []agent.RankValue, done func([][]byte, error)) {
+func (u netUpstream) Allgather(epoch uint64, in []tree.Entry, done func([][]byte, error)) {
 	u.a.ops <- func() {
 		a := u.a
 		if a.dead != nil {
@@ -578,12 +578,8 @@ func (u netUpstream) Allgather(epoch uint64, in []agent.RankValue, done func([][
 			return
 		}
 		a.agN++
-		es := make([]tree.Entry, len(in))
-		for i, rv := range in {
-			es[i] = tree.Entry{Rank: uint32(rv.Rank), Value: rv.Value}
-		}
-		tree.SortEntries(es)
-		payload, err := tree.AppendEntries(nil, es)
+		tree.SortEntries(in) // the core made in for this call
+		payload, err := tree.AppendEntries(nil, in)
 		if err != nil {
 			done(nil, err)
 			return
