@@ -2,6 +2,8 @@ package agent
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 )
 
 // group is a PMI-1.2 group barrier among local ranks (NODE:<tag> or an
@@ -119,7 +121,7 @@ func (c *Core) peerGone(rs *rankState, why string) {
 		}
 		return fmt.Errorf("%s cannot complete: %w", ec.kind, err)
 	})
-	for _, key := range sortedKeys(c.groups) {
+	for _, key := range slices.Sorted(maps.Keys(c.groups)) {
 		g := c.groups[key]
 		if !g.entered[rs.local].in && g.isMember(rs) {
 			c.failGroup(g, fmt.Errorf("barrier %s cannot complete: %w", key, err))
@@ -133,7 +135,7 @@ func (c *Core) peerGone(rs *rankState, why string) {
 // failAll fails every collective, barrier, ring and parked request.
 func (c *Core) failAll(err error) {
 	c.failEpochs(func(*epochColl) error { return err })
-	for _, key := range sortedKeys(c.groups) {
+	for _, key := range slices.Sorted(maps.Keys(c.groups)) {
 		c.failGroup(c.groups[key], err)
 		delete(c.groups, key)
 	}

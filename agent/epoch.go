@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/fastpmi/fastpmi/perf"
@@ -200,7 +201,7 @@ func (c *Core) deliverInOrder() {
 // to complete job-wide and for which errf returns an error, then delivers
 // what is now in order.
 func (c *Core) failEpochs(errf func(*epochColl) error) {
-	for _, e := range sortedEpochs(c.colls) {
+	for _, e := range slices.Sorted(maps.Keys(c.colls)) {
 		ec := c.colls[e]
 		if ec.finished || ec.started {
 			continue
@@ -210,13 +211,4 @@ func (c *Core) failEpochs(errf func(*epochColl) error) {
 		}
 	}
 	c.deliverInOrder()
-}
-
-func sortedEpochs[V any](m map[uint64]V) []uint64 {
-	es := make([]uint64, 0, len(m))
-	for e := range m {
-		es = append(es, e)
-	}
-	slices.Sort(es)
-	return es
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -121,21 +122,12 @@ func (c *Core) release(key, val string) {
 
 // failWaiters answers every parked request with err, in key order.
 func (c *Core) failWaiters(err error) {
-	for _, k := range sortedKeys(c.waits) {
+	for _, k := range slices.Sorted(maps.Keys(c.waits)) {
 		for _, w := range c.waits[k] {
 			c.reply(w.to, Reply{Err: err})
 		}
 		delete(c.waits, k)
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // blocked reports what rs waits for, or "" if it is not blocked in the

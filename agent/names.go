@@ -1,6 +1,10 @@
 package agent
 
-import "errors"
+import (
+	"errors"
+	"maps"
+	"slices"
+)
 
 // The name service (publish, unpublish, lookup) belongs to the launcher:
 // in a multi-node job the Upstream asks pmirun and may wait for it. So a
@@ -59,7 +63,7 @@ func (c *Core) nameDone(o NameDone) {
 // failNames answers every name request still waiting for the Upstream
 // with err, in call order.
 func (c *Core) failNames(err error) {
-	for _, id := range sortedEpochs(c.names) {
+	for _, id := range slices.Sorted(maps.Keys(c.names)) {
 		c.reply(c.names[id], Reply{Err: err})
 		delete(c.names, id)
 	}

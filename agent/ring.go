@@ -2,6 +2,8 @@ package agent
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 )
 
 // Ring exchange (PMIX_Ring). A rank's k-th ring request enters epoch k.
@@ -193,7 +195,7 @@ func (c *Core) failRing(r *ringEpoch, err error) {
 
 // failRings fails every ring exchange in progress, in epoch order.
 func (c *Core) failRings(err error) {
-	for _, e := range sortedEpochs(c.rings) {
+	for _, e := range slices.Sorted(maps.Keys(c.rings)) {
 		if r := c.rings[e]; r != nil && r.err == nil {
 			c.failRing(r, err)
 		}
@@ -203,7 +205,7 @@ func (c *Core) failRings(err error) {
 // ringPeerGone fails the ring exchanges that wait for rs: those with
 // waiting entries that rs has not entered.
 func (c *Core) ringPeerGone(rs *rankState, err error) {
-	for _, e := range sortedEpochs(c.rings) {
+	for _, e := range slices.Sorted(maps.Keys(c.rings)) {
 		if r := c.rings[e]; r != nil && r.err == nil && r.waiting > 0 && rs.ringSeq < e {
 			c.failRing(r, fmt.Errorf("ring cannot complete: %w", err))
 		}
