@@ -1,0 +1,58 @@
+package agentmain
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/fastpmi/fastpmi/agent/node"
+)
+
+// The agent's command line refuses what it cannot run with exit code 2
+// and one line saying why, before it connects anywhere; --help is its own
+// usage, on stdout.
+func TestCommandLine(t *testing.T) {
+	spec := &node.Spec{
+		JobID: "j", Size: 2, Nodes: [][]int{{0}, {1}}, Usize: -1, Virtual: "ring",
+		TreeWidth: 8, NetTimeout: 1e9, KillGrace: 1e9, DisconnectGrace: 1e9, Root: "127.0.0.1:1",
+	}
+	if err := spec.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		stdin string
+		code  int
+		out   string // in stdout
+		err   string // in stderr
+	}{
+		{"help", []string{"--help"}, "", 0, "--node I|slurm", ""},
+		{"no node", nil, "", 2, "", "want --node I|slurm"},
+		{"bad flag", []string{"--nodes", "1"}, "", 2, "", "see --help"},
+		{"stray argument", []string{"--node", "0", "prog"}, "", 2, "", "unexpected arguments"},
+		{"bad index", []string{"--node", "x"}, "", 2, "", `node index "x"`},
+		{"daemon and node", []string{"--daemon", "--node", "0"}, "", 2, "", "exclude each other"},
+		{"no spec", []string{"--node", "0"}, "", 2, "", "read job spec"},
+		{"garbage spec", []string{"--node", "0"}, "{not json\n", 2, "", "read job spec"},
+		{"invalid spec", []string{"--node", "0"}, `{"size":0}` + "\n", 2, "", "job spec: job size 0"},
+		{"virtual without a starter", []string{"--node", "1"}, string(spec.Encode()), 2, "", "plays no virtual ranks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := Main("pmid", tc.args, strings.NewReader(tc.stdin), &stdout, &stderr, nil)
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d (stderr %q)", code, tc.code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tc.out) {
+				t.Errorf("stdout %q lacks %q", stdout.String(), tc.out)
+			}
+			if !strings.Contains(stderr.String(), tc.err) {
+				t.Errorf("stderr %q lacks %q", stderr.String(), tc.err)
+			}
+			if tc.code != 0 && strings.Count(strings.TrimSpace(stderr.String()), "\n") > 0 {
+				t.Errorf("more than one line on stderr: %q", stderr.String())
+			}
+		})
+	}
+}
