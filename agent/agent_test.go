@@ -132,6 +132,25 @@ type recEvents struct {
 	discs  []int
 }
 
+// waitDisconnects waits until exactly n disconnect events arrived, failing the
+// test after d.
+func (e *recEvents) waitDisconnects(t *testing.T, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		e.mu.Lock()
+		got := len(e.discs)
+		e.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d disconnect events after %v, want %d", got, d, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (e *recEvents) RankInit(r int) { e.mu.Lock(); e.inits = append(e.inits, r); e.mu.Unlock() }
 func (e *recEvents) RankFinalized(r int) {
 	e.mu.Lock()
@@ -371,19 +390,7 @@ func TestFenceFailsWhenPeerGone(t *testing.T) {
 	if got != "cmd=kvs-fence-response;rc=-1;errmsg=fence cannot complete: rank 2 exited with code 3;" {
 		t.Fatalf("got %q", got)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		ev.mu.Lock()
-		n := len(ev.discs)
-		ev.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no disconnect event")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	ev.waitDisconnects(t, 1, 2*time.Second)
 }
 
 func TestAbortAndIsworld(t *testing.T) {

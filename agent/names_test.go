@@ -235,19 +235,7 @@ func TestNameRequestOfDepartedRank(t *testing.T) {
 	publish := up.next(t, "publish", "svc2")
 
 	cs[0].nc.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ev.mu.Lock()
-		n := len(ev.discs)
-		ev.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no disconnect event")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	ev.waitDisconnects(t, 1, 5*time.Second)
 	a.RankGone(0, "exited with code 0")
 	a.RankGone(2, "exited with code 0")
 	lookup.done("p", nil)
