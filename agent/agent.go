@@ -66,6 +66,9 @@ type Config struct {
 	UniverseSize int
 	// SpawnerJobID is set for a job created by spawn.
 	SpawnerJobID string
+	// Preput are keys in the job KVS from the start, readable before the
+	// first fence: what a spawner put for its children (Owner -1).
+	Preput []KV
 
 	Upstream Upstream       // job-wide collectives and services; nil = Local
 	Events   Events         // launcher callbacks; nil = ignore
@@ -504,5 +507,7 @@ func (a *Agent) call(u UpCall) {
 		up.Unpublish(u.Name, func(err error) { a.step(NameDone{ID: u.ID, Err: err}) })
 	case UpLookup:
 		up.Lookup(u.Name, func(port string, err error) { a.step(NameDone{ID: u.ID, Port: port, Err: err}) })
+	case UpSpawn:
+		up.Spawn(u.Spawn, func(jobID string, err error) { a.step(SpawnDone{ID: u.ID, JobID: jobID, Err: err}) })
 	}
 }

@@ -241,10 +241,11 @@ func TestPMI1Errors(t *testing.T) {
 	c.expect("cmd=unpublish_result rc=0")
 	c.v1("cmd=lookup_name service=svc")
 	c.expect(`cmd=lookup_result rc=-1 msg=lookup_"svc":_service_name_not_published`)
-	// A spawn block is consumed whole and refused with one reply.
+	// A spawn block is consumed whole and answered once: a job without a
+	// launcher (agent.Local) refuses it.
 	c.send("mcmd=spawn\nnprocs=2\nexecname=/bin/a b\ntotspawns=1\nspawnssofar=1\nargcnt=1\narg1=x y\ninfo_num=0\nendcmd\n")
 	got := c.read()
-	if !strings.HasPrefix(got, "cmd=spawn_result rc=-1 msg=spawn_of_2_processes") {
+	if !strings.HasPrefix(got, "cmd=spawn_result rc=-1 msg=spawn_needs_a_launcher") {
 		t.Fatalf("spawn reply %q", got)
 	}
 	c.v1("cmd=get_appnum")

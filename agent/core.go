@@ -14,7 +14,7 @@ import (
 // state machine, in the shape of etcd-io/raft's RawNode. A front end
 // (text.go, shm.go) decodes a rank's request into a typed operation and
 // hands it to Core.Step; completions from the Upstream come back the same
-// way (FenceDone, AllgatherDone, RingEdgeDone, NameDone). Step changes
+// way (FenceDone, AllgatherDone, RingEdgeDone, NameDone, SpawnDone). Step changes
 // state and records what has to happen as a result; Ready takes that
 // record: replies addressed to (local rank, request), calls to make to the
 // Upstream, delivered epochs to publish in shared memory, events for the
@@ -126,6 +126,13 @@ type (
 		Op         NameOp
 		Name, Port string
 	}
+	// Spawn asks the launcher to start a new job (spawn.go); the rank is
+	// answered with the new job's id once the Upstream has started it.
+	Spawn struct {
+		Local int
+		Req   Req
+		Spawn *pmiwire.Spawn
+	}
 	// Abort asks the launcher to end the job.
 	Abort struct {
 		Local int
@@ -172,7 +179,15 @@ type (
 		Port string
 		Err  error
 	}
-	// Shutdown fails every waiting request; later name requests fail.
+	// SpawnDone is the Upstream's answer to spawn call ID: the new job's
+	// id, or why no job started.
+	SpawnDone struct {
+		ID    uint64
+		JobID string
+		Err   error
+	}
+	// Shutdown fails every waiting request; later name and spawn requests
+	// fail.
 	Shutdown struct{}
 )
 
@@ -188,6 +203,7 @@ func (Allgather) isOp()     {}
 func (Barrier) isOp()       {}
 func (Ring) isOp()          {}
 func (Name) isOp()          {}
+func (Spawn) isOp()         {}
 func (Abort) isOp()         {}
 func (Finalize) isOp()      {}
 func (Gone) isOp()          {}
@@ -195,6 +211,7 @@ func (FenceDone) isOp()     {}
 func (AllgatherDone) isOp() {}
 func (RingEdgeDone) isOp()  {}
 func (NameDone) isOp()      {}
+func (SpawnDone) isOp()     {}
 func (Shutdown) isOp()      {}
 
 // ReplyKind says which operation a Reply answers.
@@ -212,9 +229,10 @@ const (
 	ReplyRing
 	ReplyName
 	ReplyFinalize
+	ReplySpawn
 )
 
-var replyNames = [...]string{"?", "put", "get", "jobattr", "putnodeattr", "getnodeattr", "fence", "allgather", "barrier", "ring", "name", "finalize"}
+var replyNames = [...]string{"?", "put", "get", "jobattr", "putnodeattr", "getnodeattr", "fence", "allgather", "barrier", "ring", "name", "finalize", "spawn"}
 
 func (k ReplyKind) String() string {
 	if int(k) < len(replyNames) {
@@ -225,7 +243,7 @@ func (k ReplyKind) String() string {
 
 // Reply answers one request. Err set means the request failed; otherwise
 // the fields of its kind are set: Found and Val (get, jobattr,
-// getnodeattr, a name lookup's port), Epoch (fence and allgather, also on
+// getnodeattr, a name lookup's port, a spawn's new job id), Epoch (fence and allgather, also on
 // failure), Values (allgather, by rank; views the front end must not keep
 // past the Ready), Ring (ring).
 type Reply struct {
@@ -256,14 +274,15 @@ const (
 	UpPublish
 	UpUnpublish
 	UpLookup
+	UpSpawn
 )
 
-var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup"}
+var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn"}
 
 func (k UpKind) String() string { return upNames[k] }
 
 // UpCall is a call the shell makes to the Upstream; its completion comes
-// back as FenceDone, AllgatherDone, RingEdgeDone or NameDone.
+// back as FenceDone, AllgatherDone, RingEdgeDone, NameDone or SpawnDone.
 type UpCall struct {
 	Kind   UpKind
 	Epoch  uint64       // fence, allgather, ring edge
@@ -271,9 +290,10 @@ type UpCall struct {
 	Values []tree.Entry // allgather: the node's values (tree.Entry: one rank-value type for the agent and the tree)
 	ToLeft bool         // ring edge: which side
 	Value  string       // ring edge: the boundary value
-	ID     uint64       // name calls
+	ID     uint64       // name and spawn calls
 	Name   string
 	Port   string
+	Spawn  *pmiwire.Spawn // spawn: the request as the rank sent it
 }
 
 // Result is a delivered fence-or-allgather epoch, in epoch order, for the
@@ -370,8 +390,8 @@ type Core struct {
 	rings       map[uint64]*ringEpoch // ring exchanges in progress, by epoch
 	ringSeq     uint64                // completed ring exchanges
 	ringWaiting int                   // ranks waiting in a ring exchange
-	names       map[uint64]to         // name calls waiting for the Upstream
-	nameSeq     uint64
+	calls       map[uint64]to         // name and spawn calls waiting for the Upstream, by call ID
+	callSeq     uint64
 }
 
 // coreConfig is the part of Config the core needs.
@@ -395,7 +415,10 @@ func NewCore(cfg *Config, ringOffset, ringSize int) *Core {
 		colls:    make(map[uint64]*epochColl),
 		groups:   make(map[string]*group),
 		rings:    make(map[uint64]*ringEpoch),
-		names:    make(map[uint64]to),
+		calls:    make(map[uint64]to),
+	}
+	for _, kv := range cfg.Preput {
+		c.kvs[kv.Key] = kv.Val
 	}
 	for i, g := range cfg.Local {
 		app := 0
@@ -544,6 +567,11 @@ func (c *Core) Step(op Op) error {
 			return err
 		}
 		c.name(o)
+	case Spawn:
+		if _, err := c.rank(o.Local); err != nil {
+			return err
+		}
+		c.spawn(o)
 	case Abort:
 		rs, err := c.rank(o.Local)
 		if err != nil {
@@ -582,12 +610,14 @@ func (c *Core) Step(op Op) error {
 		c.ringEdgeDone(o)
 	case NameDone:
 		c.nameDone(o)
+	case SpawnDone:
+		c.spawnDone(o)
 	case Shutdown:
 		if !c.closed {
 			c.closed = true
 			err := errors.New("agent shutting down")
 			c.failAll(err)
-			c.failNames(err)
+			c.failCalls(err)
 		}
 	default:
 		return fmt.Errorf("unknown operation %T", op)

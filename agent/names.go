@@ -13,7 +13,8 @@ import (
 // call ID), which the shell makes without holding its lock; the rank is
 // answered when NameDone with that ID comes back, from whatever goroutine
 // that is. Shutdown answers every request still waiting with an error; an
-// answer that comes after that is dropped.
+// answer that comes after that is dropped. Spawn requests (spawn.go) wait
+// for their Upstream call the same way, in the same table of calls.
 
 // NameOp is a name-service operation.
 type NameOp uint8
@@ -31,10 +32,7 @@ func (c *Core) name(o Name) {
 		c.reply(t, Reply{Err: errors.New("agent shutting down")})
 		return
 	}
-	c.nameSeq++
-	id := c.nameSeq
-	c.names[id] = t
-	u := UpCall{ID: id, Name: o.Name}
+	u := UpCall{ID: c.newCall(t), Name: o.Name}
 	switch o.Op {
 	case NamePublish:
 		u.Kind, u.Port = UpPublish, o.Port
@@ -46,13 +44,28 @@ func (c *Core) name(o Name) {
 	c.up(u)
 }
 
+// newCall records that t waits for an Upstream call and returns the
+// call's ID.
+func (c *Core) newCall(t to) uint64 {
+	c.callSeq++
+	c.calls[c.callSeq] = t
+	return c.callSeq
+}
+
+// takeCall returns the request waiting for call id and forgets it; ok is
+// false if Shutdown answered it already.
+func (c *Core) takeCall(id uint64) (t to, ok bool) {
+	t, ok = c.calls[id]
+	delete(c.calls, id)
+	return t, ok
+}
+
 // nameDone answers the rank of name call o.ID, if it still waits.
 func (c *Core) nameDone(o NameDone) {
-	t, waiting := c.names[o.ID]
+	t, waiting := c.takeCall(o.ID)
 	if !waiting {
 		return // answered by Shutdown
 	}
-	delete(c.names, o.ID)
 	r := Reply{Err: o.Err}
 	if o.Err == nil && t.kind == ReplyName {
 		r.Val, r.Found = o.Port, o.Port != ""
@@ -60,11 +73,11 @@ func (c *Core) nameDone(o NameDone) {
 	c.reply(t, r)
 }
 
-// failNames answers every name request still waiting for the Upstream
-// with err, in call order.
-func (c *Core) failNames(err error) {
-	for _, id := range slices.Sorted(maps.Keys(c.names)) {
-		c.reply(c.names[id], Reply{Err: err})
-		delete(c.names, id)
+// failCalls answers every name and spawn request still waiting for the
+// Upstream with err, in call order.
+func (c *Core) failCalls(err error) {
+	for _, id := range slices.Sorted(maps.Keys(c.calls)) {
+		c.reply(c.calls[id], Reply{Err: err})
+		delete(c.calls, id)
 	}
 }

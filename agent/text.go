@@ -282,7 +282,7 @@ var pmi1Cmds = map[string]*textCmd{
 	"lookup_name":    {serve: serveName, encode: encodeName},
 	"abort":          {serve: serveAbort},
 	"finalize":       {serve: serveFinalize, encode: encodeOK},
-	"spawn":          {serve: serveSpawn},
+	"spawn":          {serve: serveSpawn, encode: encodeSpawn},
 	"create_kvs":     unsupported,
 	"destroy_kvs":    unsupported,
 	"getbyidx":       unsupported,
@@ -307,8 +307,12 @@ var pmi2Cmds = map[string]*textCmd{
 	"fastpmi-allgather": {serve: serveAllgather, encode: encodeAllgather},
 	"finalize":          {serve: serveFinalize, encode: encodeOK},
 	"abort":             {serve: serveAbort},
-	"job-connect":       unsupported,
-	"job-disconnect":    unsupported,
+	"spawn":             {serve: serveSpawn, encode: encodeSpawn},
+	// No client needs these: MPICH connects spawned jobs through its own
+	// ports (PARENT_ROOT_PORT_NAME, see the recorded spawn conversations),
+	// and Slurm's server answers nothing to them.
+	"job-connect":    unsupported,
+	"job-disconnect": unsupported,
 }
 
 // checkJob rejects a request that names a KVS other than this job's.
@@ -637,20 +641,22 @@ func serveFinalize(c *textConn, t *turn, rq *textReq) Op {
 	return Finalize{Local: c.local(), Req: rq.req}
 }
 
+// serveSpawn serves PMI-1 mcmd=spawn blocks (spawn_multiple included:
+// the framing delivers the whole block of totspawns segments as one
+// request) and PMI-2 spawn. The launcher starts the new job; the rank is
+// answered with its job id once every child has started.
 func serveSpawn(c *textConn, t *turn, rq *textReq) Op {
 	sp, err := pmiwire.ParseSpawn(rq.m)
 	if err != nil {
 		t.fail(c, rq, pmiwire.RCInvalidArg, err)
 		return nil
 	}
-	n := 0
-	for _, cmd := range sp.Cmds {
-		n += cmd.MaxProcs
-	}
-	t.fail(c, rq, pmiwire.RCFail,
-		fmt.Errorf("spawn of %d processes (%d commands) refused: this fastpmi version does not support spawn yet", n, len(sp.Cmds)))
-	return nil
+	return Spawn{Local: c.local(), Req: rq.req, Spawn: sp}
 }
+
+// encodeSpawn answers with the new job's id (Slurm sends it on both
+// framings; MPICH's PMI-2 client reads it when its caller asks).
+func encodeSpawn(rq *textReq, r *Reply) *pmiwire.Resp { return rq.ok().Add("jobid", r.Val) }
 
 // serveName serves the name service: PMI-1 publish_name, unpublish_name
 // and lookup_name, PMI-2 name-publish, name-unpublish and name-lookup. The

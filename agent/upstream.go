@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/tree"
 )
 
@@ -47,7 +48,18 @@ type Upstream interface {
 	Publish(name, port string, done func(error))
 	Unpublish(name string, done func(error))
 	Lookup(name string, done func(port string, err error))
+	// Spawn starts the job req asks for (pmiwire.Spawn: the commands,
+	// their sizes, arguments, info keys and the keys to pre-put in the
+	// new job's KVS) and reports its job id once every child has been
+	// started, or why it could not be started; the spawning job keeps
+	// running either way. The launcher owns the new job from then on.
+	Spawn(req *pmiwire.Spawn, done func(jobID string, err error))
 }
+
+// ErrNoSpawn is Local's answer to a spawn: a job without a launcher
+// behind its agent (a test, a benchmark's played ranks) has nowhere to
+// start children.
+var ErrNoSpawn = errors.New("spawn needs a launcher: this agent runs without one")
 
 // Name-service errors.
 var (
@@ -126,6 +138,9 @@ func (l *Local) Allgather(epoch uint64, in []tree.Entry, done func([][]byte, err
 	}
 	done(all, nil)
 }
+
+// Spawn fails: a Local job has no launcher to start children.
+func (l *Local) Spawn(req *pmiwire.Spawn, done func(string, error)) { done("", ErrNoSpawn) }
 
 // Publish records name → port; publishing a name twice is an error, as in
 // MPI_Publish_name.

@@ -16,6 +16,12 @@ type fate struct {
 	end     func(*JobError) // stop every rank
 	failure *JobError
 
+	jobs map[int]*jobFate // by Spec.Jobno; nil until the first event
+}
+
+// jobFate is what fate tracks of one job (the command line's, or one
+// spawned).
+type jobFate struct {
 	anySpoke bool
 	silent   []int // ranks that ended with code 0 before speaking PMI
 }
@@ -29,45 +35,66 @@ func (f *fate) fail(e *JobError) {
 	f.end(e)
 }
 
-// event applies one report about a rank.
-func (f *fate) event(e node.Event) {
+// event applies one report about a rank of the command line's job.
+func (f *fate) event(e node.Event) { f.jobEvent(0, e) }
+
+// rankName names rank r of job jobno in messages: "rank 3", or "job 1
+// rank 3" for a spawned job.
+func rankName(jobno, r int) string {
+	if jobno == 0 {
+		return fmt.Sprintf("rank %d", r)
+	}
+	return fmt.Sprintf("job %d rank %d", jobno, r)
+}
+
+// jobEvent applies one report about a rank of job jobno.
+func (f *fate) jobEvent(jobno int, e node.Event) {
+	if f.jobs == nil {
+		f.jobs = make(map[int]*jobFate)
+	}
+	j := f.jobs[jobno]
+	if j == nil {
+		j = new(jobFate)
+		f.jobs[jobno] = j
+	}
+	rank := rankName(jobno, e.Rank)
 	switch e.Kind {
 	case node.EvInit:
-		f.anySpoke = true
-		f.checkSilent()
+		j.anySpoke = true
+		f.checkSilent(jobno, j)
 	case node.EvExit:
 		switch {
 		case e.Sig != 0:
-			f.fail(&JobError{Code: 128 + e.Sig, Msg: fmt.Sprintf("rank %d killed by signal %d (%s)%s", e.Rank, e.Sig, signalName(e.Sig), e.Msg)})
+			f.fail(&JobError{Code: 128 + e.Sig, Msg: fmt.Sprintf("%s killed by signal %d (%s)%s", rank, e.Sig, signalName(e.Sig), e.Msg)})
 		case e.Code != 0:
-			f.fail(&JobError{Code: e.Code, Msg: fmt.Sprintf("rank %d exited with code %d%s", e.Rank, e.Code, e.Msg)})
+			f.fail(&JobError{Code: e.Code, Msg: fmt.Sprintf("%s exited with code %d%s", rank, e.Code, e.Msg)})
 		case e.Fin:
 		case e.Spoke:
-			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d exited with code 0 without calling PMI finalize", e.Rank)})
+			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s exited with code 0 without calling PMI finalize", rank)})
 		default:
-			f.silent = append(f.silent, e.Rank)
-			f.checkSilent()
+			j.silent = append(j.silent, e.Rank)
+			f.checkSilent(jobno, j)
 		}
 	case node.EvLost:
-		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d closed its PMI connection before finalize and kept running", e.Rank)})
+		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s closed its PMI connection before finalize and kept running", rank)})
 	case node.EvAbort:
-		msg := fmt.Sprintf("rank %d called abort with exit code %d", e.Rank, e.Code)
+		msg := fmt.Sprintf("%s called abort with exit code %d", rank, e.Code)
 		if e.Msg != "" {
 			msg += ": " + e.Msg
 		}
 		f.fail(&JobError{Code: e.Code, Msg: msg})
 	case node.EvProtocol:
-		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d sent malformed PMI: %s", e.Rank, e.Msg)})
+		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s sent malformed PMI: %s", rank, e.Msg)})
 	case node.EvStartErr:
-		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start rank %d: %s", e.Rank, e.Msg)})
+		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start %s: %s", rank, e.Msg)})
 	}
 }
 
 // checkSilent fails the job once a rank has ended without PMI while others
 // use it: they would wait for it forever.
-func (f *fate) checkSilent() {
-	if len(f.silent) == 0 || !f.anySpoke {
+func (f *fate) checkSilent(jobno int, j *jobFate) {
+	if len(j.silent) == 0 || !j.anySpoke {
 		return
 	}
-	f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d exited with code 0 before PMI init while other ranks use PMI", f.silent[0])})
+	f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s exited with code 0 before PMI init while other ranks use PMI", rankName(jobno, j.silent[0]))})
 }

@@ -251,9 +251,13 @@ func BlockMapping(size, nnodes, ppn int) string {
 // spec is the job as every node runs it, for the ranks placed on nodes
 // (the multi-node fields are filled by runMulti).
 func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
+	var apps []node.App
+	if c.Prog != "" {
+		apps = []node.App{{Prog: c.Prog, Args: c.Args, Size: c.Size}}
+	}
 	return &node.Spec{
 		JobID: c.JobID, Size: c.Size, Nodes: nodes, Mapping: mapping, Usize: c.UniverseSize,
-		Prog: c.Prog, Args: c.Args, Env: c.Env, Label: c.Label, NoShm: c.NoShm, PMIPort: c.PMIPort,
+		Apps: apps, Env: c.Env, Label: c.Label, NoShm: c.NoShm, PMIPort: c.PMIPort,
 		TreeWidth: c.TreeWidth, NetBackend: c.NetBackend, NetTimeout: c.NetTimeout,
 		KillGrace: c.KillGrace, DisconnectGrace: c.DisconnectGrace, Verbose: c.Verbose,
 		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate,

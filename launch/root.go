@@ -495,6 +495,8 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			r.names.Unpublish(m.Name, noPort)
 		case "lookup":
 			r.names.Lookup(m.Name, reply)
+		case "spawn":
+			reply("", errors.New("spawn in a multi-node job is not supported yet"))
 		default:
 			reply("", fmt.Errorf("unknown name operation %q", m.Op))
 		}

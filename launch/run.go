@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/perf"
 )
@@ -54,58 +53,7 @@ func Run(ctx context.Context, cfg Config) (jobErr error) {
 	if cfg.multiNode() {
 		return runMulti(ctx, cfg, job)
 	}
-	rec := perf.NewRecorder()
-	job.rec = rec
-	ranks := make([]int, cfg.Size)
-	for i := range ranks {
-		ranks[i] = i
-	}
-	spec := cfg.spec([][]int{ranks}, BlockMapping(cfg.Size, 1, cfg.Size))
-	if err := spec.Validate(); err != nil {
-		return early(cfg, 2, err.Error())
-	}
-	var n *node.Node
-	f := &fate{stderr: cfg.Stderr, end: func(*JobError) { n.Kill() }}
-	n, err := node.New(spec, node.Options{Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr, Logger: cfg.Logger, Perf: rec, Emit: f.event})
-	if err != nil {
-		return early(cfg, 1, err.Error())
-	}
-	if err := n.Resolve(); err != nil {
-		n.Close()
-		return early(cfg, 127, err.Error())
-	}
-	n.Start()
-
-	var timeout <-chan time.Time
-	if cfg.Timeout > 0 {
-		t := time.NewTimer(cfg.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
-	done := ctx.Done()
-	for n.Live() > 0 {
-		select {
-		case ev := <-n.Events():
-			n.Handle(ev)
-		case sig := <-cfg.Signals:
-			cfg.Logger.Info("forwarding signal to ranks", "signal", sig)
-			n.Signal(sig)
-		case <-timeout:
-			timeout = nil
-			f.fail(&JobError{Code: ExitTimeout, Msg: fmt.Sprintf("job timed out after %v", cfg.Timeout)})
-		case <-done:
-			done = nil
-			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
-		case <-n.KillTimer():
-			n.KillNow()
-		}
-	}
-	n.Close()
-	report(cfg, rec)
-	if f.failure != nil {
-		return f.failure
-	}
-	return nil
+	return runFork(ctx, cfg, job)
 }
 
 // report prints the start-up summary and writes the trace.

@@ -69,7 +69,7 @@ func TestServerRefusesAndShutsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := &node.Spec{JobID: "j", Size: 2, Nodes: [][]int{{0}}, Usize: -1, Prog: "true",
+	spec := &node.Spec{JobID: "j", Size: 2, Nodes: [][]int{{0}}, Usize: -1, Apps: []node.App{{Prog: "true", Size: 2}},
 		KillGrace: time.Second, DisconnectGrace: time.Second}
 	if err := c.Send(qctx, netio.Frame{Type: FrameSubmit, Payload: node.Encode(Submit{Spec: spec})}); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/ring"
 	"github.com/fastpmi/fastpmi/tree"
 )
@@ -657,6 +658,11 @@ func (u netUpstream) Unpublish(name string, done func(error)) {
 
 func (u netUpstream) Lookup(name string, done func(string, error)) {
 	u.name(Name{Op: "lookup", Name: name}, func(r Name) { done(r.Port, nameErr(r)) })
+}
+
+// Spawn asks pmirun to start the job; its answer carries the job id.
+func (u netUpstream) Spawn(req *pmiwire.Spawn, done func(string, error)) {
+	u.name(Name{Op: "spawn", Spawn: req}, func(r Name) { done(r.Port, nameErr(r)) })
 }
 
 func nameErr(m Name) error {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -69,7 +71,8 @@ type Node struct {
 	rec   *perf.Recorder
 	out   *Output
 	env   []string     // every rank's environment but its own variables
-	path  string       // the resolved program
+	apps  []int        // each local rank's App (index into spec.Apps)
+	paths []string     // each App's resolved program, for the Apps with local ranks
 	seg   *os.File     // shared-memory segment passed to ranks, or nil
 	shm   *shm.Segment // the segment itself (goroutine ranks map it in place)
 	evch  chan event
@@ -113,12 +116,25 @@ func New(spec *Spec, o Options) (*Node, error) {
 		quit:  make(chan struct{}),
 		procs: make(map[int]*rankProc, len(ranks)),
 	}
+	if len(spec.Apps) > 0 {
+		n.apps = make([]int, len(ranks))
+		for i, g := range ranks {
+			n.apps[i] = spec.App(g)
+		}
+	}
+	preput := make([]agent.KV, len(spec.Preput))
+	for i, p := range spec.Preput {
+		preput[i] = agent.KV{Key: p.Key, Val: p.Val, Owner: -1}
+	}
 	ag, err := agent.New(agent.Config{
 		JobID:        spec.JobID,
 		Size:         spec.Size,
 		Local:        ranks,
+		Appnum:       n.apps,
 		Mapping:      spec.Mapping,
 		UniverseSize: spec.Usize,
+		SpawnerJobID: spec.SpawnerJobID,
+		Preput:       preput,
 		Upstream:     o.Upstream,
 		Events:       events{n.evch},
 		Logger:       o.Logger,
@@ -129,6 +145,7 @@ func New(spec *Spec, o Options) (*Node, error) {
 	}
 	n.ag = ag
 	n.out = NewOutput(spec.Label, spec.Size > 1, o.Stdout, o.Stderr)
+	n.out.job = spec.Jobno
 	n.env = baseEnv(spec, len(ranks))
 	if !spec.NoShm {
 		// The node KVS holds a few keys per rank (its entries are not
@@ -171,18 +188,43 @@ func New(spec *Spec, o Options) (*Node, error) {
 // Ranks returns the node's global ranks, in local order.
 func (n *Node) Ranks() []int { return n.ranks }
 
-// Resolve finds the program every rank runs; an error means no rank can
-// start (the caller reports it, exit code 127).
+// Resolve finds the program of every App with ranks on this node; an
+// error means no rank can start (the caller reports it, exit code 127).
 func (n *Node) Resolve() error {
 	if n.opt.Starter != nil {
 		return nil
 	}
-	path, err := lookProg(n.spec.Prog, n.spec.Wdir, n.env)
-	if err != nil {
-		return fmt.Errorf("cannot run %q: %v", n.spec.Prog, err)
+	n.paths = make([]string, len(n.spec.Apps))
+	for _, ai := range n.apps {
+		if n.paths[ai] != "" {
+			continue
+		}
+		a := &n.spec.Apps[ai]
+		env := n.env
+		if a.Path != "" {
+			env = setEnv(slices.Clone(env), "PATH", a.Path)
+		}
+		path, err := lookProg(a.Prog, n.wdir(ai), env)
+		if err != nil {
+			if len(n.spec.Apps) > 1 {
+				return fmt.Errorf("cannot run %q (command %d): %v", a.Prog, ai, err)
+			}
+			return fmt.Errorf("cannot run %q: %v", a.Prog, err)
+		}
+		n.paths[ai] = path
 	}
-	n.path = path
 	return nil
+}
+
+// wdir is where App ai's ranks start.
+func (n *Node) wdir(ai int) string {
+	if w := n.spec.Apps[ai].Wdir; w != "" {
+		if !filepath.IsAbs(w) && n.spec.Wdir != "" {
+			return filepath.Join(n.spec.Wdir, w)
+		}
+		return w
+	}
+	return n.spec.Wdir
 }
 
 // Start forks every local rank (or hands them to the Starter). A rank that
@@ -193,7 +235,7 @@ func (n *Node) Start() {
 		n.startPlayed()
 		return
 	}
-	if n.path == "" {
+	if len(n.paths) != len(n.spec.Apps) {
 		n.failStart(0, "no program resolved")
 		return
 	}

@@ -15,6 +15,7 @@ import (
 // lock, so lines of different ranks never interleave inside a line.
 type Output struct {
 	label bool
+	job   int // labels read "[job,rank] " for a spawned job (Spec.Jobno > 0)
 	multi bool // more than one rank: terminate a final partial line
 	out   lockedWriter
 	err   lockedWriter
@@ -61,7 +62,10 @@ func (o *Output) Pipe(r int, stderr bool) (*os.File, error) {
 		dst = &o.err
 	}
 	var prefix []byte
-	if o.label {
+	switch {
+	case o.label && o.job > 0:
+		prefix = []byte("[" + strconv.Itoa(o.job) + "," + strconv.Itoa(r) + "] ")
+	case o.label:
 		prefix = []byte("[" + strconv.Itoa(r) + "] ")
 	}
 	o.mu.Lock()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fastpmi/fastpmi/pmiwire"
+
 	"github.com/fastpmi/fastpmi/netio"
 )
 
@@ -74,13 +76,17 @@ type Signal struct {
 	Sig int `json:"sig"`
 }
 
-// Name is a name-service request (Op set) or response (Op empty).
+// Name is a request to the root's job-wide services (Op set) or its
+// response (Op empty): the name service, and spawn, whose response
+// carries the new job's id in Port.
 type Name struct {
 	ID   uint64 `json:"id"`
-	Op   string `json:"op,omitempty"` // "publish", "unpublish", "lookup"
+	Op   string `json:"op,omitempty"` // "publish", "unpublish", "lookup", "spawn"
 	Name string `json:"name,omitempty"`
 	Port string `json:"port,omitempty"`
-	Err  string `json:"err,omitempty"`
+	// Spawn is a spawn request, as the rank sent it.
+	Spawn *pmiwire.Spawn `json:"spawn,omitempty"`
+	Err   string         `json:"err,omitempty"`
 	// NotFound marks a lookup or unpublish of an unknown name.
 	NotFound bool `json:"notfound,omitempty"`
 }

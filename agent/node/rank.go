@@ -97,6 +97,9 @@ func baseEnv(spec *Spec, localSize int) []string {
 		"PMI_JOBID="+spec.JobID,
 		"MPI_LOCALNRANKS="+strconv.Itoa(localSize),
 	)
+	if spec.SpawnerJobID != "" {
+		env = append(env, "PMI_SPAWNED=1")
+	}
 	return append(env, spec.Env...)
 }
 
@@ -129,17 +132,26 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 		stdout.Close()
 		return nil, err
 	}
-	renv := make([]string, len(n.env), len(n.env)+3)
+	ai := n.apps[li]
+	app := &spec.Apps[ai]
+	renv := make([]string, len(n.env), len(n.env)+len(app.Env)+4)
 	copy(renv, n.env)
+	renv = append(renv, app.Env...)
+	if app.Path != "" {
+		renv = setEnv(renv, "PATH", app.Path)
+	}
+	if app.Wdir != "" {
+		renv = setEnv(renv, "PWD", n.wdir(ai))
+	}
 	renv = append(renv, "PMI_RANK="+strconv.Itoa(r), "MPI_LOCALRANKID="+strconv.Itoa(li))
 	if spec.PMIPort {
 		renv = append(renv, "PMI_ID="+strconv.Itoa(r))
 	}
 	cmd := &exec.Cmd{
-		Path:        n.path,
-		Args:        append([]string{spec.Prog}, spec.Args...),
+		Path:        n.paths[ai],
+		Args:        append([]string{app.Prog}, app.Args...),
 		Env:         renv,
-		Dir:         spec.Wdir,
+		Dir:         n.wdir(ai),
 		Stdout:      stdout,
 		Stderr:      stderr,
 		SysProcAttr: sys.RankProcAttr(),

@@ -26,13 +26,25 @@ type Spec struct {
 	Mapping string  `json:"mapping"`
 	// Usize is answered to get_universe_size / universeSize; -1 means
 	// unlimited.
-	Usize int      `json:"usize"`
-	Prog  string   `json:"prog"`
-	Args  []string `json:"args"`
-	Env   []string `json:"env"` // KEY=VALUE added to every rank's environment
+	Usize int `json:"usize"`
+	// Apps are the job's commands, in rank order: App 0 runs ranks
+	// 0..Apps[0].Size-1, and so on; a rank's appnum is its App's index.
+	Apps []App    `json:"apps"`
+	Env  []string `json:"env"` // KEY=VALUE added to every rank's environment
 	// Wdir is pmirun's working directory, where every node starts its
-	// ranks (and resolves a relative program path). "" = the agent's own.
+	// ranks (and resolves a relative program path) unless their App says
+	// otherwise. "" = the agent's own.
 	Wdir string `json:"wdir,omitempty"`
+	// Jobno numbers the jobs of one pmirun: 0 for the command line's, 1,
+	// 2, ... for the jobs its ranks spawn, in spawn order. Labels and
+	// messages name a spawned job's ranks "jobno,rank".
+	Jobno int `json:"jobno,omitempty"`
+	// SpawnerJobID, for a spawned job, is its parent's job id (PMI-2
+	// spawner-jobid; the ranks also get PMI_SPAWNED=1).
+	SpawnerJobID string `json:"spawner,omitempty"`
+	// Preput are the keys the spawner put in the job's KVS, readable
+	// before the job's first fence (MPICH's PARENT_ROOT_PORT_NAME).
+	Preput []pmiwire.Pair `json:"preput,omitempty"`
 	// LauncherEnv, for agents started over ssh, is pmirun's environment:
 	// the node gives it to its ranks in place of the login environment
 	// sshd gave the agent, keeping the machine's and session's own
@@ -67,6 +79,34 @@ type Spec struct {
 	// agents share this machine (see launch's agentProcs). The agent's
 	// command applies it; a node never changes process-wide settings.
 	AgentProcs int `json:"agent_procs,omitempty"`
+}
+
+// App is one command of a job: Size consecutive ranks run Prog with Args
+// (pmirun's command line, one of its ":" segments, or one command of a
+// spawn).
+type App struct {
+	Prog string   `json:"prog"`
+	Args []string `json:"args,omitempty"`
+	Size int      `json:"size"`
+	// Env is added to the environment of this App's ranks, after
+	// Spec.Env.
+	Env []string `json:"env,omitempty"`
+	// Wdir is where this App's ranks start; "" = Spec.Wdir.
+	Wdir string `json:"wdir,omitempty"`
+	// Path, when set, is the PATH a bare Prog is looked up on (a spawn's
+	// "path" info key); "" = the ranks' own PATH.
+	Path string `json:"path,omitempty"`
+}
+
+// App returns the index of the App that runs global rank r.
+func (s *Spec) App(r int) int {
+	for i, a := range s.Apps {
+		if r < a.Size {
+			return i
+		}
+		r -= a.Size
+	}
+	return -1
 }
 
 // MaxRanks bounds a job's size.
@@ -112,12 +152,34 @@ func (s *Spec) Validate() error {
 	if s.Usize < -1 || s.Usize == 0 {
 		return fmt.Errorf("universe size %d: want -1 (unlimited) or at least 1", s.Usize)
 	}
-	if s.Prog == "" && s.Virtual == "" {
+	if len(s.Apps) == 0 && s.Virtual == "" {
 		return errors.New("no program to run")
 	}
-	for _, kv := range s.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return fmt.Errorf("environment entry %q: want KEY=VALUE", kv)
+	sum := 0
+	for i, a := range s.Apps {
+		if a.Prog == "" && s.Virtual == "" {
+			return fmt.Errorf("command %d: no program to run", i)
+		}
+		if a.Size < 1 {
+			return fmt.Errorf("command %d (%s): %d ranks, want at least 1", i, a.Prog, a.Size)
+		}
+		if err := checkEnv(a.Env); err != nil {
+			return fmt.Errorf("command %d (%s): %w", i, a.Prog, err)
+		}
+		sum += a.Size
+	}
+	if len(s.Apps) > 0 && sum != s.Size {
+		return fmt.Errorf("commands run %d ranks of a job of %d", sum, s.Size)
+	}
+	if err := checkEnv(s.Env); err != nil {
+		return err
+	}
+	if s.Jobno < 0 {
+		return fmt.Errorf("job number %d: want 0 or more", s.Jobno)
+	}
+	for _, p := range s.Preput {
+		if p.Key == "" || len(p.Key) > pmiwire.KeyLenMax || len(p.Val) > pmiwire.ValLenMax {
+			return fmt.Errorf("pre-put key %q: want 1..%d bytes and a value of at most %d", p.Key, pmiwire.KeyLenMax, pmiwire.ValLenMax)
 		}
 	}
 	if s.Virtual != "" && !slices.Contains(VirtualWorkloads, s.Virtual) {
@@ -132,6 +194,16 @@ func (s *Spec) Validate() error {
 	if len(s.Nodes) > 1 || s.Root != "" {
 		if s.TreeWidth < 1 || s.NetTimeout <= 0 || s.Root == "" {
 			return fmt.Errorf("multi-node spec: tree width %d, net timeout %v, root %q", s.TreeWidth, s.NetTimeout, s.Root)
+		}
+	}
+	return nil
+}
+
+// checkEnv checks KEY=VALUE entries.
+func checkEnv(env []string) error {
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("environment entry %q: want KEY=VALUE", kv)
 		}
 	}
 	return nil

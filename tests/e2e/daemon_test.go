@@ -421,7 +421,7 @@ func TestDaemonRefusals(t *testing.T) {
 		}
 		return c.Recv(ctx)
 	}
-	good := &node.Spec{JobID: "x", Size: 1, Nodes: [][]int{{0}}, Usize: -1, Prog: "true", KillGrace: time.Second,
+	good := &node.Spec{JobID: "x", Size: 1, Nodes: [][]int{{0}}, Usize: -1, Apps: []node.App{{Prog: "true", Size: 1}}, KillGrace: time.Second,
 		DisconnectGrace: time.Second, TreeWidth: 2, NetTimeout: time.Second, Root: "127.0.0.1:1", Secret: []byte("0123456789abcdef0123")}
 	bad := *good
 	bad.Nodes = [][]int{{0, 0}}

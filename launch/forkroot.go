@@ -1,0 +1,306 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/pmiwire"
+)
+
+// forkRoot is pmirun's root for the fork bootstrap: every job of the run
+// — the command line's, and every job its ranks spawn — is a node.Node in
+// this process, and one loop (Run's goroutine) drives them all. The
+// agents' goroutines reach it only through spawns.
+type forkRoot struct {
+	cfg    Config
+	rec    *perf.Recorder // the command line's job's recorder
+	fate   *fate
+	names  *agent.Local // the name service every job of the run shares
+	stdout io.Writer    // cfg.Stdout and cfg.Stderr, shared by every job's output
+	stderr io.Writer
+	jobs   []*forkJob // by Spec.Jobno
+	// spawns carries the agents' spawn calls to the loop; quit is closed
+	// when the loop is over, so that a late call is refused instead of
+	// blocking its agent.
+	spawns chan spawnCall
+	quit   chan struct{}
+	local  []string // this machine's names, for spawn's host info keys
+}
+
+// forkJob is one job of a fork run.
+type forkJob struct {
+	spec   *node.Spec
+	n      *node.Node
+	procs  int  // its rank processes, counted against the universe size
+	closed bool // its ranks ended and its node was closed
+}
+
+// spawnCall is a spawn request from job parent's agent.
+type spawnCall struct {
+	parent int
+	req    *pmiwire.Spawn
+	done   func(jobID string, err error)
+}
+
+// forkUpstream is a fork job's Upstream: its collectives are its own (one
+// node holds the whole job), names and spawn are the root's.
+type forkUpstream struct {
+	*agent.Local
+	r     *forkRoot
+	jobno int
+}
+
+func (u forkUpstream) Publish(name, port string, done func(error)) {
+	u.r.names.Publish(name, port, done)
+}
+func (u forkUpstream) Unpublish(name string, done func(error)) { u.r.names.Unpublish(name, done) }
+func (u forkUpstream) Lookup(name string, done func(string, error)) {
+	u.r.names.Lookup(name, done)
+}
+
+// Spawn hands the request to the root's loop.
+func (u forkUpstream) Spawn(req *pmiwire.Spawn, done func(string, error)) {
+	select {
+	case u.r.spawns <- spawnCall{parent: u.jobno, req: req, done: done}:
+	case <-u.r.quit:
+		done("", errors.New("spawn refused: the run is over"))
+	}
+}
+
+// syncWriter serialises the writes of several jobs' outputs to one
+// writer (each write is one whole line).
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// runFork runs cfg's job, and every job it spawns, on this machine.
+func runFork(ctx context.Context, cfg Config, job *jobOut) error {
+	rec := perf.NewRecorder()
+	job.rec = rec
+	ranks := make([]int, cfg.Size)
+	for i := range ranks {
+		ranks[i] = i
+	}
+	spec := cfg.spec([][]int{ranks}, BlockMapping(cfg.Size, 1, cfg.Size))
+	if wd, err := os.Getwd(); err == nil {
+		spec.Wdir = wd // spawned jobs start where this one did
+	}
+	if err := spec.Validate(); err != nil {
+		return early(cfg, 2, err.Error())
+	}
+	r := &forkRoot{
+		cfg: cfg, rec: rec, names: agent.NewLocal(),
+		stdout: &syncWriter{w: cfg.Stdout}, stderr: &syncWriter{w: cfg.Stderr},
+		spawns: make(chan spawnCall), quit: make(chan struct{}),
+		local: localNames(),
+	}
+	r.fate = &fate{stderr: r.stderr, end: func(*JobError) { r.killAll() }}
+	n, err := r.newNode(spec, rec, cfg.Stdin)
+	if err != nil {
+		return early(cfg, 1, err.Error())
+	}
+	if err := n.Resolve(); err != nil {
+		n.Close()
+		return early(cfg, 127, err.Error())
+	}
+	r.jobs = append(r.jobs, &forkJob{spec: spec, n: n, procs: cfg.Size})
+	n.Start()
+	r.loop(ctx)
+	close(r.quit)
+	for _, j := range r.jobs {
+		if !j.closed {
+			j.n.Close()
+			j.closed = true
+		}
+	}
+	report(cfg, rec)
+	if r.fate.failure != nil {
+		return r.fate.failure
+	}
+	return nil
+}
+
+// newNode creates the node of job spec, its events judged by the run's
+// fate under its job number.
+func (r *forkRoot) newNode(spec *node.Spec, rec *perf.Recorder, stdin io.Reader) (*node.Node, error) {
+	jobno := spec.Jobno
+	return node.New(spec, node.Options{
+		Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr, Logger: r.cfg.Logger, Perf: rec,
+		Upstream: forkUpstream{Local: agent.NewLocal(), r: r, jobno: jobno},
+		Emit:     func(e node.Event) { r.fate.jobEvent(jobno, e) },
+	})
+}
+
+// Fixed cases of the loop's select, before two per job (its events and
+// its kill timer).
+const (
+	caseSpawn = iota
+	caseSignal
+	caseTimeout
+	caseDone
+	caseJobs
+)
+
+// loop runs until every rank of every job has ended and been judged.
+func (r *forkRoot) loop(ctx context.Context) {
+	var timeout <-chan time.Time
+	if r.cfg.Timeout > 0 {
+		t := time.NewTimer(r.cfg.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	done := ctx.Done()
+	cases := make([]reflect.SelectCase, caseJobs)
+	for i := range cases {
+		cases[i].Dir = reflect.SelectRecv
+	}
+	cases[caseSpawn].Chan = reflect.ValueOf(r.spawns)
+	cases[caseSignal].Chan = reflect.ValueOf(r.cfg.Signals)
+	for r.live() {
+		cases[caseTimeout].Chan = reflect.ValueOf(timeout)
+		cases[caseDone].Chan = reflect.ValueOf(done)
+		cases = cases[:caseJobs]
+		for _, j := range r.jobs {
+			var ev, kill reflect.Value
+			if !j.closed {
+				ev, kill = reflect.ValueOf(j.n.Events()), reflect.ValueOf(j.n.KillTimer())
+			}
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: ev},
+				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: kill})
+		}
+		i, v, _ := reflect.Select(cases)
+		switch i {
+		case caseSpawn:
+			r.spawn(v.Interface().(spawnCall))
+		case caseSignal:
+			sig := v.Interface().(os.Signal)
+			r.cfg.Logger.Info("forwarding signal to ranks", "signal", sig)
+			for _, j := range r.jobs {
+				if !j.closed {
+					j.n.Signal(sig)
+				}
+			}
+		case caseTimeout:
+			timeout = nil
+			r.fate.fail(&JobError{Code: ExitTimeout, Msg: fmt.Sprintf("job timed out after %v", r.cfg.Timeout)})
+		case caseDone:
+			done = nil
+			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
+		default:
+			j := r.jobs[(i-caseJobs)/2]
+			if (i-caseJobs)%2 == 0 {
+				j.n.Handle(v.Interface().(node.RankEvent))
+			} else {
+				j.n.KillNow()
+			}
+			if j.spec.Jobno > 0 && j.n.Live() == 0 {
+				// A spawned job's resources go as soon as it has ended
+				// (a parent may spawn thousands).
+				j.n.Close()
+				j.closed = true
+			}
+		}
+	}
+}
+
+// live reports whether any job has a rank not yet judged.
+func (r *forkRoot) live() bool {
+	for _, j := range r.jobs {
+		if !j.closed && j.n.Live() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// killAll ends every job's ranks.
+func (r *forkRoot) killAll() {
+	for _, j := range r.jobs {
+		if !j.closed {
+			j.n.Kill()
+		}
+	}
+}
+
+// spawn starts the job c asks for, on this machine, and answers c.
+func (r *forkRoot) spawn(c spawnCall) {
+	jobID, err := r.startSpawn(c)
+	if err != nil {
+		fmt.Fprintf(r.stderr, "pmirun: spawn requested by job %d failed: %v\n", c.parent, err)
+	}
+	c.done(jobID, err)
+}
+
+func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
+	if r.fate.failure != nil {
+		return "", errors.New("the run is ending")
+	}
+	root := r.jobs[0].spec
+	req, err := newSpawnReq(c.req, func(h string) []int {
+		for _, l := range r.local {
+			if strings.EqualFold(h, l) {
+				return []int{0}
+			}
+		}
+		return nil
+	}, root.Wdir)
+	if err != nil {
+		return "", err
+	}
+	if u := r.cfg.UniverseSize; u > 0 {
+		live := 0
+		for _, j := range r.jobs {
+			if !j.closed {
+				live += j.procs
+			}
+		}
+		if live+req.size > u {
+			return "", fmt.Errorf("%d more processes do not fit the universe size %d (%d running)", req.size, u, live)
+		}
+	}
+	jobno := len(r.jobs)
+	spec, _ := req.childSpec(root, r.jobs[c.parent].spec.JobID, jobno, req.place(1, nil))
+	if err := spec.Validate(); err != nil {
+		return "", err
+	}
+	n, err := r.newNode(spec, nil, nil)
+	if err != nil {
+		return "", err
+	}
+	if err := n.Resolve(); err != nil {
+		n.Close()
+		return "", err
+	}
+	r.jobs = append(r.jobs, &forkJob{spec: spec, n: n, procs: spec.Size})
+	n.Start()
+	return spec.JobID, nil
+}
+
+// localNames are the names a spawn's host info key may give this machine.
+func localNames() []string {
+	names := []string{"localhost", "127.0.0.1", "::1"}
+	if h, err := os.Hostname(); err == nil {
+		names = append(names, h)
+		if short, _, ok := strings.Cut(h, "."); ok {
+			names = append(names, short)
+		}
+	}
+	return names
+}

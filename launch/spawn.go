@@ -1,0 +1,205 @@
+package launch
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/pmiwire"
+)
+
+// Spawn. A rank's spawn request reaches the root through its agent's
+// Upstream (the fork bootstrap: in this process; other bootstraps: a Name
+// frame with Op "spawn"). The root makes the request a new job of the
+// run — its own job id, KVS, world and Spec.Jobno, the spawner's pre-put
+// keys in its KVS, PMI_SPAWNED — places its ranks on the run's nodes and
+// starts it there. The spawner is answered with the new job's id once
+// every child has started, or with the reason none did (printed on
+// stderr too: MPI libraries show their users only a return code). A
+// failed spawn does not end the spawning job. Every job of the run then
+// shares the root's name service and fate: the run ends when every job
+// has ended, and the first failure of any job ends them all.
+
+// The info keys a spawn honours (Hydra's and Slurm's); any other is
+// ignored, as both do.
+const (
+	infoWdir     = "wdir"     // the children's working directory
+	infoPath     = "path"     // where a bare program name is looked up
+	infoHost     = "host"     // the node every child of the command runs on
+	infoHosts    = "hosts"    // comma-separated nodes the children are spread over
+	infoHostfile = "hostfile" // a file naming those nodes, one per line
+)
+
+// spawnReq is a spawn request as the root places it.
+type spawnReq struct {
+	req   *pmiwire.Spawn
+	size  int
+	hosts [][]int // per command: the nodes it may use (nil = any)
+	apps  []node.App
+}
+
+// newSpawnReq checks req against the run: hostNames are the run's nodes
+// (for the fork bootstrap, this machine's names for node 0).
+func newSpawnReq(req *pmiwire.Spawn, hostNames func(name string) []int, wdir string) (*spawnReq, error) {
+	if req == nil || len(req.Cmds) == 0 {
+		return nil, fmt.Errorf("spawn request with no command")
+	}
+	s := &spawnReq{req: req, hosts: make([][]int, len(req.Cmds))}
+	for i, c := range req.Cmds {
+		if c.MaxProcs < 1 {
+			return nil, fmt.Errorf("command %d (%s): %d processes, want at least 1", i, c.Exe, c.MaxProcs)
+		}
+		if s.size += c.MaxProcs; s.size > node.MaxRanks {
+			return nil, fmt.Errorf("spawn of more than %d processes", node.MaxRanks)
+		}
+		app := node.App{Prog: c.Exe, Args: c.Args, Size: c.MaxProcs}
+		var names []string
+		for _, p := range c.Info {
+			switch p.Key {
+			case infoWdir:
+				app.Wdir = p.Val
+			case infoPath:
+				app.Path = p.Val
+			case infoHost:
+				names = append(names, strings.TrimSpace(p.Val))
+			case infoHosts:
+				for _, h := range strings.Split(p.Val, ",") {
+					if h = strings.TrimSpace(h); h != "" {
+						names = append(names, h)
+					}
+				}
+			case infoHostfile:
+				hs, err := readHostfile(p.Val, wdir)
+				if err != nil {
+					return nil, fmt.Errorf("command %d (%s): info hostfile: %w", i, c.Exe, err)
+				}
+				names = append(names, hs...)
+			}
+		}
+		for _, h := range names {
+			ns := hostNames(h)
+			if len(ns) == 0 {
+				return nil, fmt.Errorf("command %d (%s): host %q is not a node of this job", i, c.Exe, h)
+			}
+			for _, n := range ns {
+				if !slices.Contains(s.hosts[i], n) {
+					s.hosts[i] = append(s.hosts[i], n)
+				}
+			}
+		}
+		s.apps = append(s.apps, app)
+	}
+	return s, nil
+}
+
+// readHostfile reads host names, one per line ("host" or "host:slots";
+// '#' starts a comment), relative to wdir.
+func readHostfile(path, wdir string) ([]string, error) {
+	if !strings.HasPrefix(path, "/") && wdir != "" {
+		path = wdir + "/" + path
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var hosts []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		line, _, _ = strings.Cut(strings.TrimSpace(line), ":")
+		if line != "" {
+			hosts = append(hosts, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("%s names no host", path)
+	}
+	return hosts, nil
+}
+
+// place assigns the request's ranks to the run's k nodes: each command's
+// ranks round robin over the nodes it may use, starting where the
+// previous command stopped; load, when set, orders the nodes by the
+// processes they run (least loaded first) instead. It returns every
+// node's ranks (empty for a node without children).
+func (s *spawnReq) place(k int, load []int) [][]int {
+	nodes := make([][]int, k)
+	next, r := 0, 0
+	for i, c := range s.req.Cmds {
+		use := s.hosts[i]
+		if use == nil {
+			use = make([]int, k)
+			for n := range use {
+				use[n] = n
+			}
+		}
+		if load != nil {
+			use = slices.Clone(use)
+			slices.SortStableFunc(use, func(a, b int) int { return load[a] - load[b] })
+			next = 0
+		}
+		for j := 0; j < c.MaxProcs; j++ {
+			n := use[(next+j)%len(use)]
+			nodes[n] = append(nodes[n], r)
+			r++
+		}
+		next = (next + c.MaxProcs) % len(use)
+	}
+	return nodes
+}
+
+// childSpec is the spec of spawned job number jobno of the run whose
+// command-line job is root, spawned by job parentID, with its ranks on
+// nodes (global node index → ranks; nodes without children are dropped:
+// the child job's node list is its own). It also returns, for each of the
+// child's nodes, the run's node index.
+func (s *spawnReq) childSpec(root *node.Spec, parentID string, jobno int, nodes [][]int) (*node.Spec, []int) {
+	child := *root
+	child.JobID = root.JobID + "-" + strconv.Itoa(jobno)
+	child.Jobno = jobno
+	child.Size = s.size
+	child.Apps = s.apps
+	child.SpawnerJobID = parentID
+	child.Preput = s.req.Preput
+	child.Virtual, child.VirtualRounds, child.VirtualLate = "", 0, 0
+	child.Nodes = nil
+	var at []int
+	for n, rs := range nodes {
+		if len(rs) > 0 {
+			child.Nodes = append(child.Nodes, rs)
+			at = append(at, n)
+		}
+	}
+	child.Mapping = mappingOf(child.Nodes, s.size)
+	return &child, at
+}
+
+// mappingOf is PMI_process_mapping for ranks placed on nodes, "" when
+// the placement is not one of the block shapes it describes.
+func mappingOf(nodes [][]int, size int) string {
+	if len(nodes) == 1 {
+		return BlockMapping(size, 1, size)
+	}
+	ppn := len(nodes[0])
+	r := 0
+	for i, rs := range nodes {
+		if len(rs) > ppn || len(rs) < ppn && i != len(nodes)-1 {
+			return ""
+		}
+		for _, g := range rs {
+			if g != r {
+				return ""
+			}
+			r++
+		}
+	}
+	return BlockMapping(size, len(nodes), ppn)
+}

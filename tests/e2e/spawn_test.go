@@ -1,0 +1,100 @@
+package e2e
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Spawn through Slurm's libpmi2 (PMI2_Job_Spawn of two commands at once,
+// pre-put key, wdir/path/unknown info keys) on one node: the children
+// form their own job (size, appnum, job id, PMI_SPAWNED, the pre-put key
+// before any fence, their own KVS) and reach the parent through the name
+// service; their output is labelled "[job,rank]".
+func TestSpawnPMI2(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		parents int
+		nkids   int
+		args    []string
+	}{
+		{"shm/1+2", 1, 2, nil},
+		{"shm/3+4", 3, 4, nil},
+		{"noshm/2+2", 2, 2, []string{"--no-shm"}},
+		{"pmiport/1+3", 1, 3, []string{"--pmi-port"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wdir := t.TempDir()
+			args := append([]string{"-n", n(tc.parents), "--label"}, tc.args...)
+			r := run(t, job{
+				args: append(args, prog("pmi2_spawn")),
+				env:  []string{fmt.Sprintf("SPAWN_N=%d", tc.nkids), "SPAWN_WDIR=" + wdir},
+			})
+			r.wantCode(t, 0)
+			want := map[string]int{}
+			jobLine := regexp.MustCompile(`^\[0\] parent ok rank 0 children (\d+) jobid (\S+)$`)
+			for _, l := range lines(r.stdout) {
+				if m := jobLine.FindStringSubmatch(l); m != nil {
+					want[l]++
+					if m[1] != n(tc.nkids+1) || !strings.HasSuffix(m[2], "-1") {
+						t.Errorf("parent reports %q: want %d children in job <id>-1", l, tc.nkids+1)
+					}
+				}
+			}
+			for p := 1; p < tc.parents; p++ {
+				want[fmt.Sprintf("[%d] parent ok rank %d", p, p)]++
+			}
+			for c := 0; c <= tc.nkids; c++ {
+				app := 0
+				if c == tc.nkids {
+					app = 1
+				}
+				want[fmt.Sprintf("[1,%d] child ok rank %d size %d appnum %d", c, c, tc.nkids+1, app)]++
+			}
+			if len(want) != tc.parents+tc.nkids+1 {
+				t.Fatalf("parent rank 0 did not report its spawn\n%s", r)
+			}
+			r.wantLines(t, want)
+		})
+	}
+}
+
+// A spawn that cannot start (a missing program, no room in the universe)
+// fails with rc≠0 and a message on pmirun's stderr; the parent job keeps
+// running and ends well.
+func TestSpawnRefused(t *testing.T) {
+	r := run(t, job{args: []string{"-n", "2", prog("pmi2_spawn")}, env: []string{"SPAWN_MODE=missing"}})
+	r.wantCode(t, 0)
+	r.wantMessage(t, `^pmirun: spawn requested by job 0 failed: cannot run "\./fastpmi-no-such-program"`)
+	r.wantLines(t, map[string]int{"parent ok rank 0 spawn refused": 1, "parent ok rank 1": 1})
+
+	// Two parents and three children do not fit a universe of four.
+	r = run(t, job{args: []string{"-n", "2", "--usize", "4", prog("pmi2_spawn")}})
+	r.wantCode(t, 1)
+	r.wantMessage(t, `^pmirun: spawn requested by job 0 failed: 3 more processes do not fit the universe size 4 \(2 running\)$`)
+	r.wantMessage(t, `^pmirun: rank 0 exited with code 1`)
+}
+
+// A child that fails or aborts ends every job, the parent waiting for it
+// included, naming the child's job and rank; no process survives.
+func TestSpawnChildFails(t *testing.T) {
+	for _, tc := range []struct{ mode, msg string }{
+		{"childfail", `^pmirun: job 1 rank 0 exited with code 7 after PMI init, before finalize$`},
+		{"childabort", `^pmirun: job 1 rank 0 called abort with exit code \d+: child gives up$`},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			r := run(t, job{
+				args:    []string{"-n", "2", prog("pmi2_spawn")},
+				env:     []string{"SPAWN_MODE=" + tc.mode},
+				timeout: 30 * time.Second,
+			})
+			if r.code == 0 {
+				t.Fatalf("a failed child left the run successful\n%s", r)
+			}
+			r.wantMessage(t, tc.msg)
+			r.wantFaster(t, 10*time.Second)
+		})
+	}
+}
