@@ -15,7 +15,7 @@ import (
 // lock, so lines of different ranks never interleave inside a line.
 type Output struct {
 	label bool
-	job   int // labels read "[job,rank] " for a spawned job (Spec.Jobno > 0)
+	job   int  // labels read "[job,rank] " for a spawned job (Spec.Jobno > 0)
 	multi bool // more than one rank: terminate a final partial line
 	out   lockedWriter
 	err   lockedWriter
