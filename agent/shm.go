@@ -180,6 +180,21 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		return Abort{Local: i, Code: int(code), Msg: string(msg)}, nil
 	case shm.OpFinalize:
 		return Finalize{Local: i, Req: req}, nil
+	case shm.OpSpawn:
+		var d pmiwire.Decoder
+		d.Feed(m.Payload)
+		msg, ok, err := d.Next()
+		if err == nil && (!ok || d.Buffered() != 0) {
+			err = errors.New("not one whole PMI-2 spawn request")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("spawn: %w", err)
+		}
+		sp, err := pmiwire.ParseSpawn(&msg)
+		if err != nil {
+			return nil, err
+		}
+		return Spawn{Local: i, Req: req, Spawn: sp}, nil
 	}
 	return nil, fmt.Errorf("unknown request op %d", m.Op)
 }
@@ -215,7 +230,7 @@ func (a *Agent) shmReply(seg *shm.Segment, r *Reply) {
 		} else {
 			payload = []byte(r.Val)
 		}
-	case r.Kind == ReplyName && op == shm.OpLookup:
+	case r.Kind == ReplyName && op == shm.OpLookup, r.Kind == ReplySpawn:
 		payload = []byte(r.Val)
 	}
 	if err := seg.Agent().Responses(r.Local).Push(h, payload); err != nil {

@@ -81,6 +81,9 @@ type Info struct {
 	LocalRank, LocalSize int
 	Appnum               int
 	JobID                string
+	// Spawned reports that this rank's job was started by another job's
+	// Spawn.
+	Spawned bool
 	// Transport is "shm", "pmi2" or "singleton".
 	Transport string
 	// Extensions reports whether the agent answers fastpmi's extensions
@@ -114,6 +117,7 @@ type transport interface {
 	publish(ctx context.Context, name, port string) error
 	unpublish(ctx context.Context, name string) error
 	lookup(ctx context.Context, name string) (string, error)
+	spawn(ctx context.Context, req *pmiwire.Spawn) (jobID string, err error)
 	abort(code int, msg string) error
 	finalize(ctx context.Context) error
 	maxValue() int
@@ -151,6 +155,8 @@ func Init() (*Client, error) {
 	info.Size = geti("PMI_SIZE", 1)
 	info.LocalRank = geti("MPI_LOCALRANKID", info.Rank)
 	info.LocalSize = geti("MPI_LOCALNRANKS", info.Size)
+	info.Appnum = geti("FASTPMI_APPNUM", 0)
+	info.Spawned = env("PMI_SPAWNED") == "1"
 	if j := env("PMI_JOBID"); j != "" {
 		info.JobID = j
 	}

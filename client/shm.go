@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/clientseam"
+	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/shm"
 )
 
@@ -288,6 +289,16 @@ func (t *shmTransport) lookup(ctx context.Context, name string) (string, error) 
 	}
 	if h.Flags == shm.StatusNotFound {
 		return "", ErrNotFound
+	}
+	return string(v), nil
+}
+
+// spawn sends the request as a PMI-2 spawn command in one ring message;
+// the response carries the new job's id.
+func (t *shmTransport) spawn(ctx context.Context, req *pmiwire.Spawn) (string, error) {
+	_, v, err := t.call(ctx, shm.OpSpawn, 0, pmiwire.AppendSpawnV2(nil, req))
+	if err != nil {
+		return "", err
 	}
 	return string(v), nil
 }

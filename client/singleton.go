@@ -85,6 +85,10 @@ func (s *singleton) lookup(_ context.Context, name string) (string, error) {
 	return "", ErrNotFound
 }
 
+func (s *singleton) spawn(context.Context, *pmiwire.Spawn) (string, error) {
+	return "", fmt.Errorf("spawn without a launcher: %w", ErrNotSupported)
+}
+
 func (s *singleton) abort(code int, msg string) error {
 	return fmt.Errorf("abort(%d, %q) without a launcher: %w", code, msg, ErrNotSupported)
 }

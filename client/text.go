@@ -126,6 +126,9 @@ func (t *textTransport) handshake() error {
 	if t.info.Appnum, err = geti("appnum"); err != nil {
 		return err
 	}
+	if _, ok := r.resp.Get("spawner-jobid"); ok {
+		t.info.Spawned = true
+	}
 	if v, _ := r.resp.Get("fastpmi"); v == "1" {
 		t.ext = true
 	}
@@ -439,6 +442,16 @@ func (t *textTransport) lookup(ctx context.Context, name string) (string, error)
 	}
 	v, _ := r.resp.Get("value")
 	return v, nil
+}
+
+// spawn sends the request as one PMI-2 spawn command.
+func (t *textTransport) spawn(ctx context.Context, req *pmiwire.Spawn) (string, error) {
+	r, err := t.call(ctx, "spawn", req.PairsV2()...)
+	if err != nil {
+		return "", err
+	}
+	id, _ := r.resp.Get("jobid")
+	return id, nil
 }
 
 func (t *textTransport) abort(code int, msg string) error {

@@ -385,10 +385,16 @@ func AppendSpawnV1(dst []byte, s *Spawn) []byte {
 	return dst
 }
 
-// AppendSpawnV2 formats s as a PMI-2 spawn request frame with the fields in
-// the order MPICH's client writes them and a right-aligned header. Used by
-// test clients.
+// AppendSpawnV2 formats s as a PMI-2 spawn request frame (PairsV2) with
+// a right-aligned header.
 func AppendSpawnV2(dst []byte, s *Spawn) []byte {
+	return AppendRequestV2(dst, "spawn", s.PairsV2()...)
+}
+
+// PairsV2 returns the fields of s as a PMI-2 spawn request, in the order
+// MPICH's and Slurm's clients write them (Slurm's server parses them in
+// that order).
+func (s *Spawn) PairsV2() []Pair {
 	pairs := make([]Pair, 0, 2+2*len(s.Preput)+5*len(s.Cmds))
 	add := func(k, v string) { pairs = append(pairs, Pair{Key: k, Val: v}) }
 	add("ncmds", strconv.Itoa(len(s.Cmds)))
@@ -410,5 +416,5 @@ func AppendSpawnV2(dst []byte, s *Spawn) []byte {
 			add("infoval"+strconv.Itoa(i), p.Val)
 		}
 	}
-	return AppendRequestV2(dst, "spawn", pairs...)
+	return pairs
 }

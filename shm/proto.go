@@ -26,6 +26,7 @@ const (
 	OpAbort     uint16 = 11 // payload: code, message (AbortPayload); no response
 	OpFinalize  uint16 = 12 // response when done
 	OpError     uint16 = 13 // agent → rank: collective Epoch failed; payload: message
+	OpSpawn     uint16 = 14 // payload: a PMI-2 spawn request (pmiwire.AppendSpawnV2); response: the new job's id
 )
 
 // Put hints, in Header.Flags of OpPut.

@@ -84,7 +84,7 @@ func baseEnv(spec *Spec, localSize int) []string {
 	for _, kv := range spec.launchEnv() {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") ||
-			k == "MPI_LOCALNRANKS" || k == "MPI_LOCALRANKID" || k == "FASTPMI_SHM_FD" {
+			k == "MPI_LOCALNRANKS" || k == "MPI_LOCALRANKID" || k == "FASTPMI_SHM_FD" || k == "FASTPMI_APPNUM" {
 			continue
 		}
 		env = append(env, kv)
@@ -143,7 +143,7 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	if app.Wdir != "" {
 		renv = setEnv(renv, "PWD", n.wdir(ai))
 	}
-	renv = append(renv, "PMI_RANK="+strconv.Itoa(r), "MPI_LOCALRANKID="+strconv.Itoa(li))
+	renv = append(renv, "PMI_RANK="+strconv.Itoa(r), "MPI_LOCALRANKID="+strconv.Itoa(li), "FASTPMI_APPNUM="+strconv.Itoa(ai))
 	if spec.PMIPort {
 		renv = append(renv, "PMI_ID="+strconv.Itoa(r))
 	}

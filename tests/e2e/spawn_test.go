@@ -98,3 +98,43 @@ func TestSpawnChildFails(t *testing.T) {
 		})
 	}
 }
+
+// The Go client spawns over shared memory and over the text protocol:
+// Spawn and SpawnMultiple, Appnum per command, the info key wdir, the
+// pre-put key before any fence, names across jobs.
+func TestSpawnGoClient(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		prog      []string
+		kids      int
+		transport string
+	}{
+		{"shm/spawn", nil, []string{"-n", "3"}, 3, "shm"},
+		{"shm/multiple", nil, []string{"-n", "2", "-multi"}, 3, "shm"},
+		{"text/multiple", []string{"--no-shm"}, []string{"-n", "1", "-multi"}, 2, "pmi2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"-n", "2"}, tc.args...)
+			args = append(append(args, prog("spawnprog")), tc.prog...)
+			r := run(t, job{args: args})
+			r.wantCode(t, 0)
+			want := map[string]int{
+				"parent ok rank 1": 1,
+				fmt.Sprintf("parent ok rank 0 children %d over %s", tc.kids, tc.transport): 1,
+			}
+			firstKids := tc.kids
+			if strings.Contains(tc.name, "multiple") {
+				firstKids--
+			}
+			for c := 0; c < tc.kids; c++ {
+				app := 0
+				if c >= firstKids {
+					app = 1
+				}
+				want[fmt.Sprintf("child ok rank %d size %d appnum %d over %s", c, tc.kids, app, tc.transport)]++
+			}
+			r.wantLines(t, want)
+		})
+	}
+}

@@ -1,0 +1,106 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A parent spawning two hundred one-process jobs in a row leaks nothing:
+// while it holds on after its storm, pmirun's descriptors (sockets,
+// pipes, memfd segments), goroutines and child processes are those of a
+// storm of ten.
+func TestSpawnStormLeaksNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a spawning program")
+	}
+	prog := filepath.Join(t.TempDir(), "spawnprog")
+	build := exec.Command("go", "build", "-o", prog, "github.com/fastpmi/fastpmi/tests/e2e/spawnprog")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build spawnprog: %v\n%s", err, out)
+	}
+	type sample struct{ fds, goroutines, children int }
+	storm := func(k int) sample {
+		var stdout, stderr lockedBuffer
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(context.Background(), Config{Size: 1, Prog: prog, Args: []string{"-storm", strconv.Itoa(k), "-hold", "2s"},
+				Stdout: &stdout, Stderr: &stderr, Timeout: 90 * time.Second})
+		}()
+		// Sample once the parent has said its storm is over (it then
+		// holds for 2 s); give the last children a moment to be reaped.
+		deadline := time.Now().Add(80 * time.Second)
+		for !strings.Contains(stdout.String(), "storm ok") {
+			if time.Now().After(deadline) {
+				t.Fatalf("storm of %d did not end\nstderr: %s", k, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond)
+		s := sample{fds: countFDs(t), goroutines: runtime.NumGoroutine(), children: countChildren()}
+		if err := <-done; err != nil {
+			t.Fatalf("storm of %d: %v\nstderr: %s", k, err, stderr.String())
+		}
+		return s
+	}
+	small, big := storm(10), storm(200)
+	t.Logf("after 10 spawns: %+v; after 200: %+v", small, big)
+	if big.fds > small.fds+8 || big.goroutines > small.goroutines+16 || big.children > small.children {
+		t.Errorf("200 spawns hold %+v, 10 hold %+v: finished jobs' resources are not released", big, small)
+	}
+}
+
+// lockedBuffer is a buffer the test reads while pmirun writes to it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// countChildren counts the processes whose parent is this one.
+func countChildren() int {
+	me := strconv.Itoa(os.Getpid())
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(stat)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 {
+			if f := strings.Fields(s[i+1:]); len(f) > 1 && f[1] == me {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,166 @@
+// Command spawnprog is an e2e test rank for the Go client's Spawn and
+// SpawnMultiple:
+//
+//	spawnprog [-n N] [-multi]
+//
+// The parent job's rank 0 spawns N copies of itself (with -multi: N
+// copies as command 0 and one more as command 1, in one SpawnMultiple),
+// with the pre-put key PARENT = "from-<parent job id>". Every child checks
+// what it was given — Spawned, its size, Appnum by command, the pre-put
+// key readable before any fence, a job id of its own — exchanges a key
+// with the other children through its own KVS, and publishes
+// spawnprog-<rank> = "<appnum>:<parent value>", which the parent looks
+// up. Every rank prints one line ("parent ok ..." or "child ok ...");
+// any mismatch goes to stderr and exits 1.
+//
+//	spawnprog -storm K [-hold D]
+//
+// instead has the parent's rank 0 spawn K one-process jobs one after the
+// other, each child doing PMI init and finalize only, and print "storm ok
+// K" once every spawn call returned; then it waits D before it finalizes
+// (a test counts the launcher's resources meanwhile).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/fastpmi/fastpmi/client"
+)
+
+func main() {
+	n := flag.Int("n", 2, "children of the first command")
+	multi := flag.Bool("multi", false, "spawn two commands at once")
+	storm := flag.Int("storm", 0, "spawn this many one-process jobs in a row")
+	hold := flag.Duration("hold", 0, "with -storm: wait this long after the storm")
+	flag.Parse()
+	if err := run(*n, *multi, *storm, *hold); err != nil {
+		fmt.Fprintf(os.Stderr, "spawnprog: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int, multi bool, storm int, hold time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Init()
+	if err != nil {
+		return err
+	}
+	info := c.Info()
+	switch {
+	case info.Spawned && storm > 0:
+		// A storm child: init and finalize only.
+	case info.Spawned:
+		err = child(ctx, c, n, multi)
+	case storm > 0:
+		if info.Rank == 0 {
+			for i := 0; i < storm && err == nil; i++ {
+				_, err = c.Spawn(ctx, client.SpawnCmd{Prog: os.Args[0], Args: os.Args[1:], Procs: 1}, nil)
+			}
+			if err == nil {
+				fmt.Printf("storm ok %d\n", storm)
+				time.Sleep(hold)
+			}
+		}
+	default:
+		err = parent(ctx, c, n, multi)
+	}
+	if err != nil {
+		return err
+	}
+	return c.Finalize()
+}
+
+func parent(ctx context.Context, c *client.Client, n int, multi bool) error {
+	info := c.Info()
+	if info.Rank != 0 {
+		fmt.Printf("parent ok rank %d\n", info.Rank)
+		return nil
+	}
+	pre := map[string]string{"PARENT": "from-" + info.JobID}
+	cmd := client.SpawnCmd{Prog: os.Args[0], Args: os.Args[1:], Procs: n}
+	cmds := []client.SpawnCmd{cmd}
+	if multi {
+		cmds = append(cmds, client.SpawnCmd{Prog: os.Args[0], Args: os.Args[1:], Procs: 1, Info: map[string]string{"wdir": "/"}})
+	}
+	id, err := c.SpawnMultiple(ctx, cmds, pre)
+	if err != nil {
+		return err
+	}
+	if id == "" || id == info.JobID {
+		return fmt.Errorf("spawned job id %q (own %q)", id, info.JobID)
+	}
+	total := n
+	if multi {
+		total++
+	}
+	for r := 0; r < total; r++ {
+		name := "spawnprog-" + strconv.Itoa(r)
+		var port string
+		for {
+			if port, err = c.Lookup(ctx, name); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("lookup %s: %v", name, err)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		app := 0
+		if r >= n {
+			app = 1
+		}
+		if want := strconv.Itoa(app) + ":" + pre["PARENT"]; port != want {
+			return fmt.Errorf("%s = %q, want %q", name, port, want)
+		}
+	}
+	fmt.Printf("parent ok rank 0 children %d over %s\n", total, info.Transport)
+	return nil
+}
+
+func child(ctx context.Context, c *client.Client, n int, multi bool) error {
+	info := c.Info()
+	total := n
+	if multi {
+		total++
+	}
+	app := 0
+	if info.Rank >= n {
+		app = 1
+	}
+	if info.Size != total || info.Appnum != app {
+		return fmt.Errorf("child rank %d: size %d appnum %d, want %d and %d", info.Rank, info.Size, info.Appnum, total, app)
+	}
+	if app == 1 {
+		if wd, _ := os.Getwd(); wd != "/" {
+			return fmt.Errorf("child rank %d started in %s, want / (info wdir)", info.Rank, wd)
+		}
+	}
+	parent, err := c.Get(ctx, "PARENT")
+	if err != nil || len(parent) < 5 || string(parent[5:]) == info.JobID {
+		return fmt.Errorf("child rank %d: pre-put PARENT = %q (%v), own job %s", info.Rank, parent, err, info.JobID)
+	}
+	if err := c.Put("k"+strconv.Itoa(info.Rank), []byte("v"+strconv.Itoa(info.Rank)), client.HintNone); err != nil {
+		return err
+	}
+	if err := c.Fence(ctx); err != nil {
+		return err
+	}
+	for r := 0; r < total; r++ {
+		v, err := c.Get(ctx, "k"+strconv.Itoa(r), client.FromRank(r))
+		if err != nil || string(v) != "v"+strconv.Itoa(r) {
+			return fmt.Errorf("child rank %d: key of rank %d = %q (%v)", info.Rank, r, v, err)
+		}
+	}
+	if err := c.Publish(ctx, "spawnprog-"+strconv.Itoa(info.Rank), strconv.Itoa(app)+":"+string(parent)); err != nil {
+		return err
+	}
+	fmt.Printf("child ok rank %d size %d appnum %d over %s\n", info.Rank, info.Size, info.Appnum, info.Transport)
+	return nil
+}
