@@ -101,6 +101,7 @@ func build(dir string) error {
 		{"hello", "./examples/hello"},
 		{"multiprog", "./tests/e2e/multiprog"},
 		{"spawnprog", "./tests/e2e/spawnprog"},
+		{"tracerank", "./tests/e2e/tracerank"},
 		{"pmibench", "./cmd/pmibench"},
 	} {
 		cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, b.out), b.pkg)

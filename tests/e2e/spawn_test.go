@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -135,6 +136,26 @@ func TestSpawnGoClient(t *testing.T) {
 				want[fmt.Sprintf("child ok rank %d size %d appnum %d over %s", c, tc.kids, app, tc.transport)]++
 			}
 			r.wantLines(t, want)
+		})
+	}
+}
+
+// A raw client replays the spawn conversations MPICH 4.3 had with its
+// Hydra, PMI-1 (one mcmd=spawn block) and PMI-2, parent and children:
+// every answer fastpmi gives is the one MPICH got, the children see the
+// parent's PARENT_ROOT_PORT_NAME before any fence, their process mapping,
+// size, rank and the arguments of the spawn request.
+func TestSpawnTraceReplay(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"pmi1", "pmi2"} {
+		t.Run(v, func(t *testing.T) {
+			trace := filepath.Join(root, "pmiwire", "testdata", "traces", "mpich432-spawn-"+v+"-hydra432.txt")
+			r := run(t, job{args: []string{"-n", "1", "--label", prog("tracerank")}, env: []string{"TRACERANK_TRACE=" + trace}})
+			r.wantCode(t, 0)
+			r.wantLines(t, map[string]int{"[0] replay ok conv 0": 1, "[1,0] replay ok conv 1": 1, "[1,1] replay ok conv 2": 1})
 		})
 	}
 }
