@@ -35,12 +35,7 @@ type agentProc interface {
 // for daemon mode one submission per daemon.
 func (r *rootNode) agents(ctx context.Context, hosts []string) ([]agentProc, error) {
 	if r.cfg.Bootstrap == "daemon" {
-		secret, err := daemon.LoadSecret(r.cfg.SecretFile, false)
-		if err != nil {
-			return nil, err
-		}
-		r.dtr, err = daemon.NewTransport(secret, r.cfg.Logger)
-		if err != nil {
+		if _, err := r.run.daemonTransport(); err != nil {
 			return nil, err
 		}
 		as := make([]agentProc, len(hosts))
@@ -120,7 +115,7 @@ func (d *daemonAgent) start(r *rootNode, i int, out *node.Output) error {
 	d.r, d.i = r, i
 	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 	defer cancel()
-	c, err := r.dtr.Dial(ctx, d.addr)
+	c, err := r.run.dtr.Dial(ctx, d.addr)
 	if err != nil {
 		return fmt.Errorf("connect to daemon: %w", err)
 	}

@@ -20,25 +20,29 @@ import (
 	"github.com/fastpmi/fastpmi/tree"
 )
 
-// rootNode is pmirun in a multi-node job: the root of the agent tree and
-// the job's services (names, fate, output). Only runMulti's goroutine
-// touches it; links and bootstrap processes feed it through channels.
+// rootNode is pmirun's side of one job of a multi-node run: the root of
+// its agent tree, its agents' links and bootstrap processes. The run's
+// services (names, fate, output, spawn) are its multiRun's. Only the
+// job's own goroutine touches it (runMulti's for the command line's job,
+// one per spawned job); links and bootstrap processes feed it through
+// channels.
 type rootNode struct {
+	run   *multiRun
 	cfg   Config
 	spec  *node.Spec
-	hosts []string
+	hosts []string // the job's nodes
+	at    []int    // the run's node index of each of the job's nodes
 	rec   *perf.Recorder
-	fate  *fate
-	tr    netio.Transport
-	conns []netio.Conn // by node
+	tr    netio.Transport // the run's
+	ln    netio.Listener  // where the job's agents dial in
+	conns []netio.Conn    // by node
 	in    chan node.FrameIn
 	exits chan bootExit
 	// notices carries what a daemon says before it ends its node of the
 	// job (daemon mode: it is shutting down).
 	notices chan bootExit
-	dtr     netio.Transport // daemon mode: connections to the daemons, with their secret
-	quit    chan struct{}   // closed when the loop is over: link readers stop delivering
-	links   sync.WaitGroup  // the goroutines reading links and waiting for bootstrap processes
+	quit    chan struct{}  // closed when the loop is over: link readers stop delivering
+	links   sync.WaitGroup // the goroutines reading links and waiting for bootstrap processes
 
 	topo    tree.Topology
 	tnode   *tree.Node
@@ -46,12 +50,15 @@ type rootNode struct {
 	codec   netio.Codec
 	contrib [3]uint64 // epochs the root contributed, by tree.Kind
 
-	names    *agent.Local
 	done     []bool // the node's agent reported its counters (its ranks ended)
 	gone     []bool // the node's bootstrap process exited
 	counters []map[string]int64
 	lastRx   []time.Time
 	killed   bool
+	// started, for a spawned job, answers its spawner once every agent
+	// is up (nil, the job id) or could not be (the reason); then nil.
+	started func(jobID string, err error)
+	sigs    <-chan os.Signal // signals to forward to the job's ranks (multiRun.signal)
 }
 
 type bootExit struct {
@@ -115,11 +122,6 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 		return early(cfg, 1, err.Error())
 	}
 	defer tr.Close()
-	ln, err := tr.Listen(cfg.rootListenAddr())
-	if err != nil {
-		return early(cfg, 1, fmt.Sprintf("listen for agents: %v", err))
-	}
-	defer ln.Close()
 	if cfg.Verbose {
 		b := tr.Backend()
 		procs := ""
@@ -137,72 +139,93 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	if err != nil {
 		return early(cfg, 1, fmt.Sprintf("working directory: %v", err))
 	}
-	r := &rootNode{
-		cfg: cfg, hosts: hosts, rec: rec, tr: tr, codec: codec,
-		conns: make([]netio.Conn, K), in: make(chan node.FrameIn, 256), exits: make(chan bootExit, K), notices: make(chan bootExit, K),
-		names: agent.NewLocal(), done: make([]bool, K), gone: make([]bool, K), counters: make([]map[string]int64, K),
-		lastRx: make([]time.Time, K),
-		spec:   cfg.spec(nodes, m.ProcessMapping()),
-		quit:   make(chan struct{}),
-	}
-	job.root = r // its report is written when Run returns
-	r.spec.Wdir, r.spec.Root, r.spec.Secret = wdir, cfg.rootDialAddr(ln.Addr()), secret
-	r.spec.AgentProcs = agentProcs(cfg.Bootstrap, K)
+	run := newMultiRun(cfg, hosts, tr, codec)
+	spec := cfg.spec(nodes, m.ProcessMapping())
+	spec.Wdir, spec.Secret = wdir, secret
+	spec.AgentProcs = agentProcs(cfg.Bootstrap, K)
 	if cfg.Bootstrap == "ssh" || cfg.Bootstrap == "daemon" {
-		r.spec.LauncherEnv = launcherEnv()
+		spec.LauncherEnv = launcherEnv()
 	}
-	if err := r.spec.Validate(); err != nil {
-		return early(cfg, 2, err.Error())
+	at := make([]int, K)
+	for i := range at {
+		at[i] = i
 	}
-	r.fate = &fate{stderr: cfg.Stderr, end: r.kill}
-	r.topo, _ = tree.NewTopology(K+1, cfg.TreeWidth)
-	r.lim = tree.JobLimits(cfg.Size)
-	if r.tnode, err = tree.NewNode(tree.Config{Topology: r.topo, Node: 0, Limits: r.lim}); err != nil {
+	r, err := run.newJob(spec, at, rec)
+	if err != nil {
 		return early(cfg, 1, err.Error())
 	}
-
-	out := node.NewOutput(false, true, cfg.Stdout, cfg.Stderr)
-	agents, err := r.agents(ctx, hosts)
-	if err != nil {
+	job.root = r // its report is written when Run returns
+	if err := r.spec.Validate(); err != nil {
+		r.ln.Close()
 		return early(cfg, 2, err.Error())
 	}
-	if r.dtr != nil {
-		defer r.dtr.Close()
+	agents, err := r.agents(ctx, hosts)
+	if err != nil {
+		r.ln.Close()
+		return early(cfg, 2, err.Error())
 	}
+	r.runJob(ctx, agents)
+	run.wait()
+	tr.Close()
+	if run.dtr != nil {
+		run.dtr.Close()
+	}
+	run.out.Wait(2 * time.Second)
+	if cfg.Verbose {
+		r.printCounters()
+	}
+	report(cfg, rec)
+	return run.failure()
+}
+
+// runJob starts the job's agents, serves them until every node is done
+// (or the run fails), and reaps them.
+func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
+	defer r.ln.Close()
 	started := 0
 	for i, a := range agents {
-		if err := a.start(r, i, out); err != nil {
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start agent on %s: %v", hosts[i], err)})
+		if err := a.start(r, i, r.run.out); err != nil {
+			r.startFailed(fmt.Errorf("start agent on %s: %v", r.hosts[i], err))
 			break
 		}
 		r.links.Go(func() { r.exits <- bootExit{i, a.wait()} }) // exits holds one per agent
 		started++
 	}
-	rec.Mark("agents started", -1)
-	if started == len(agents) {
-		r.accept(ctx, ln, K)
+	r.rec.Mark("agents started", -1)
+	if started == len(agents) && r.accept(ctx, r.ln, len(r.conns)) && r.started != nil {
+		r.started(r.spec.JobID, nil)
+		r.started = nil
 	}
 	r.loop(ctx, started)
-	tr.Close()
+	for _, c := range r.conns {
+		if c != nil {
+			c.Close() // the agents end once their links close
+		}
+	}
 	r.reap(agents[:started])
 	close(r.quit)
 	r.links.Wait()
-	out.Wait(2 * time.Second)
-	if cfg.Verbose {
-		r.printCounters()
+}
+
+// startFailed ends a job whose agents did not all start: a spawned job's
+// spawner gets the reason (and the run goes on); the command line's job
+// fails the run.
+func (r *rootNode) startFailed(err error) {
+	if r.started != nil {
+		fmt.Fprintf(r.cfg.Stderr, "pmirun: spawn of job %d failed: %v\n", r.spec.Jobno, err)
+		r.started("", err)
+		r.started = nil
+		r.kill(&JobError{Code: 1, Msg: err.Error()})
+		return
 	}
-	report(cfg, rec)
-	if r.fate.failure != nil {
-		return r.fate.failure
-	}
-	return nil
+	r.run.fail(&JobError{Code: 1, Msg: err.Error()})
 }
 
 // accept waits for every agent's hello, then sends them the table. If
 // that fails, it closes the listener and every link accepted, so that the
 // agents already up, which wait for the table, and those still to come
 // end at once instead of at the kill grace.
-func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
+func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 	// The acceptor and the hello readers end when actx does (cancelled on
 	// return), and accept waits for them.
 	var readers sync.WaitGroup
@@ -278,8 +301,8 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 		select {
 		case h := <-hch:
 			if h.c == nil {
-				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("only %d of %d agents connected: %v", got, k, h.err)})
-				return
+				r.startFailed(fmt.Errorf("only %d of %d agents connected: %v", got, k, h.err))
+				return false
 			}
 			if h.err != nil || h.h.Node < 0 || h.h.Node >= k || r.conns[h.h.Node] != nil {
 				r.cfg.Logger.Warn("refused agent connection", "from", h.c.RemoteAddr(), "err", h.err, "node", h.h.Node)
@@ -295,11 +318,11 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 			}
 		case e := <-r.exits:
 			r.exits <- e // loop reports it
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("agent on %s exited before connecting: %v", r.hosts[e.i], e.err)})
-			return
+			r.startFailed(fmt.Errorf("agent on %s exited before connecting: %v", r.hosts[e.i], e.err))
+			return false
 		case <-actx.Done():
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("only %d of %d agents connected within 30s", got, k)})
-			return
+			r.startFailed(fmt.Errorf("only %d of %d agents connected within 30s", got, k))
+			return false
 		}
 	}
 	connected = true
@@ -311,6 +334,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 		r.send(i, netio.Frame{Type: node.FrameTable, Payload: table})
 		r.links.Go(func() { node.Receive(c, i, r.in, r.quit) })
 	}
+	return true
 }
 
 func (r *rootNode) send(i int, f netio.Frame) {
@@ -336,19 +360,15 @@ func (r *rootNode) kill(e *JobError) {
 }
 
 func (r *rootNode) loop(ctx context.Context, started int) {
-	var timeout <-chan time.Time
-	if r.cfg.Timeout > 0 {
-		t := time.NewTimer(r.cfg.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout := r.run.deadline()
+	end := r.run.end
 	tick := time.NewTicker(node.Heartbeat)
 	defer tick.Stop()
 	done := ctx.Done()
 	var grace <-chan time.Time
 	exited := 0
 	for exited < started {
-		if r.fate.failure != nil && grace == nil {
+		if (r.run.failed() || r.killed) && grace == nil {
 			// Agents get time to end their ranks and report; then their
 			// bootstrap processes are killed.
 			grace = time.After(r.cfg.KillGrace + r.cfg.NetTimeout)
@@ -359,18 +379,22 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 		case e := <-r.exits:
 			exited++
 			r.gone[e.i] = true
-			if !r.done[e.i] && r.fate.failure == nil {
+			if !r.done[e.i] && !r.run.failed() && !r.killed {
 				why := "exited"
 				if e.err != nil {
 					why = e.err.Error()
 				}
-				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: agent %s", e.i, r.hosts[e.i], why)})
+				r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: agent %s", e.i, r.hosts[e.i], why)})
 			}
 		case nt := <-r.notices:
-			if !r.done[nt.i] {
-				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", nt.i, r.hosts[nt.i], nt.err)})
+			if !r.done[nt.i] && !r.killed {
+				r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", nt.i, r.hosts[nt.i], nt.err)})
 			}
 		case sig := <-r.cfg.Signals:
+			if r.spec.Jobno == 0 {
+				r.run.signal(sig) // every job's, this one's included
+			}
+		case sig := <-r.sigs:
 			for i := range r.conns {
 				r.send(i, netio.Frame{Type: node.FrameSignal, Payload: node.Encode(node.Signal{Sig: sys.SignalNumber(sig)})})
 			}
@@ -380,17 +404,22 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 					continue
 				}
 				r.send(i, netio.Frame{Type: node.FrameHeartbeat})
-				if !r.done[i] && time.Since(r.lastRx[i]) > r.cfg.NetTimeout {
-					r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: no message for %v", i, r.hosts[i], r.cfg.NetTimeout)})
+				if !r.done[i] && !r.killed && time.Since(r.lastRx[i]) > r.cfg.NetTimeout {
+					r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: no message for %v", i, r.hosts[i], r.cfg.NetTimeout)})
 					r.lastRx[i] = time.Now()
 				}
 			}
 		case <-timeout:
 			timeout = nil
-			r.fate.fail(&JobError{Code: ExitTimeout, Msg: fmt.Sprintf("job timed out after %v", r.cfg.Timeout)})
+			r.run.fail(&JobError{Code: ExitTimeout, Msg: fmt.Sprintf("job timed out after %v", r.cfg.Timeout)})
 		case <-done:
 			done = nil
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
+		case <-end:
+			end = nil
+			if !r.killed {
+				r.kill(r.run.jobError())
+			}
 		case <-grace:
 			return
 		}
@@ -441,8 +470,8 @@ func (r *rootNode) reap(agents []agentProc) {
 func (r *rootNode) frame(fi node.FrameIn) {
 	i := fi.From
 	if fi.Err != nil {
-		if !r.done[i] && r.fate.failure == nil {
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", i, r.hosts[i], fi.Err)})
+		if !r.done[i] && !r.run.failed() && !r.killed {
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", i, r.hosts[i], fi.Err)})
 		}
 		return
 	}
@@ -452,7 +481,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 	case node.FrameEvent:
 		var e node.Event
 		if err := node.Decode(fi.Frame.Payload, &e); err != nil {
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad event: %v", i, err)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad event: %v", i, err)})
 			return
 		}
 		switch e.Kind {
@@ -463,7 +492,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		case node.EvExit:
 			r.rec.Mark(perf.PhaseRankExit, e.Rank)
 		}
-		r.fate.event(e)
+		r.run.event(r.spec.Jobno, e)
 	case node.FrameDone:
 		r.done[i] = true
 		var c map[string]int64
@@ -490,20 +519,20 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		noPort := func(err error) { reply("", err) }
 		switch m.Op {
 		case "publish":
-			r.names.Publish(m.Name, m.Port, noPort)
+			r.run.names.Publish(m.Name, m.Port, noPort)
 		case "unpublish":
-			r.names.Unpublish(m.Name, noPort)
+			r.run.names.Unpublish(m.Name, noPort)
 		case "lookup":
-			r.names.Lookup(m.Name, reply)
+			r.run.names.Lookup(m.Name, reply)
 		case "spawn":
-			reply("", errors.New("spawn in a multi-node job is not supported yet"))
+			r.run.spawn(context.Background(), r, m.Spawn, reply)
 		default:
 			reply("", fmt.Errorf("unknown name operation %q", m.Op))
 		}
 	case node.FrameTree:
 		m, err := tree.DecodeMsg(fi.Frame.Payload)
 		if err != nil {
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad tree message: %v", i, err)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad tree message: %v", i, err)})
 			return
 		}
 		// The root has no ranks: it contributes an empty set to every
@@ -518,14 +547,14 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			}
 			rd, err := r.tnode.Contribute(m.Kind, r.contrib[m.Kind], empty)
 			if err != nil {
-				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("tree: %v", err)})
+				r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("tree: %v", err)})
 				return
 			}
 			r.ready(rd)
 		}
 		rd, err := r.tnode.Step(m)
 		if err != nil {
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("tree: %v", err)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("tree: %v", err)})
 			return
 		}
 		r.ready(rd)
@@ -546,7 +575,7 @@ func (r *rootNode) ready(rd tree.Ready) {
 		}
 		z, err := netio.Compress(r.codec, nil, ev.Payload)
 		if err != nil {
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("compress broadcast: %v", err)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("compress broadcast: %v", err)})
 			return
 		}
 		r.rec.Add("bcast.bytes.raw", int64(len(ev.Payload)))
@@ -556,7 +585,7 @@ func (r *rootNode) ready(rd tree.Ready) {
 		}
 		rd2, err := r.tnode.Broadcast(ev.Kind, ev.Epoch, z)
 		if err != nil {
-			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("tree: %v", err)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("tree: %v", err)})
 			return
 		}
 		r.ready(rd2)

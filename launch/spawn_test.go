@@ -3,6 +3,7 @@ package launch
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // A parent spawning two hundred one-process jobs in a row leaks nothing:
@@ -103,4 +106,51 @@ func countChildren() int {
 		}
 	}
 	return n
+}
+
+// Children are placed round robin over the run's nodes, command after
+// command, within the nodes a command's host keys allow; with loads,
+// least loaded first.
+func TestSpawnPlacement(t *testing.T) {
+	hosts := []string{"a", "b", "c"}
+	index := func(h string) []int {
+		for i, n := range hosts {
+			if n == h {
+				return []int{i}
+			}
+		}
+		return nil
+	}
+	req := func(cmds ...pmiwire.SpawnCmd) *pmiwire.Spawn { return &pmiwire.Spawn{Cmds: cmds} }
+	for _, tc := range []struct {
+		name string
+		req  *pmiwire.Spawn
+		load []int
+		want string
+	}{
+		{"round robin", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 4}), nil, "[[0 3] [1] [2]]"},
+		{"commands continue", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2}, pmiwire.SpawnCmd{Exe: "y", MaxProcs: 2}), nil, "[[0 3] [1] [2]]"},
+		{"host key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "host", Val: "b"}}}), nil, "[[] [0 1 2] []]"},
+		{"hosts key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "hosts", Val: "c,a"}}}), nil, "[[1] [] [0 2]]"},
+		{"least loaded", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2}), []int{5, 0, 3}, "[[] [0] [1]]"},
+	} {
+		sr, err := newSpawnReq(tc.req, index, "")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := fmt.Sprint(sr.place(len(hosts), tc.load)); got != tc.want {
+			t.Errorf("%s: placed %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	for _, bad := range []*pmiwire.Spawn{
+		nil,
+		req(),
+		req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 0}),
+		req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 1, Info: []pmiwire.Pair{{Key: "host", Val: "nosuchhost"}}}),
+		req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 1, Info: []pmiwire.Pair{{Key: "hostfile", Val: "/nonexistent/hostfile"}}}),
+	} {
+		if _, err := newSpawnReq(bad, index, ""); err == nil {
+			t.Errorf("spawn request %+v accepted", bad)
+		}
+	}
 }

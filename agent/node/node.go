@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -200,11 +198,7 @@ func (n *Node) Resolve() error {
 			continue
 		}
 		a := &n.spec.Apps[ai]
-		env := n.env
-		if a.Path != "" {
-			env = setEnv(slices.Clone(env), "PATH", a.Path)
-		}
-		path, err := lookProg(a.Prog, n.wdir(ai), env)
+		path, err := a.Resolve(n.spec.Wdir, n.env)
 		if err != nil {
 			if len(n.spec.Apps) > 1 {
 				return fmt.Errorf("cannot run %q (command %d): %v", a.Prog, ai, err)
@@ -217,15 +211,7 @@ func (n *Node) Resolve() error {
 }
 
 // wdir is where App ai's ranks start.
-func (n *Node) wdir(ai int) string {
-	if w := n.spec.Apps[ai].Wdir; w != "" {
-		if !filepath.IsAbs(w) && n.spec.Wdir != "" {
-			return filepath.Join(n.spec.Wdir, w)
-		}
-		return w
-	}
-	return n.spec.Wdir
-}
+func (n *Node) wdir(ai int) string { return n.spec.Apps[ai].workDir(n.spec.Wdir) }
 
 // Start forks every local rank (or hands them to the Starter). A rank that
 // cannot start is reported and the ranks after it are not started. Call

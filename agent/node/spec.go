@@ -98,6 +98,27 @@ type App struct {
 	Path string `json:"path,omitempty"`
 }
 
+// Resolve finds the App's program as a node starts it: a path with a
+// slash relative to its working directory (Wdir, else the job's wdir), a
+// bare name on its Path, else on env's PATH (the ranks' environment).
+func (a *App) Resolve(wdir string, env []string) (string, error) {
+	if a.Path != "" {
+		env = setEnv(slices.Clone(env), "PATH", a.Path)
+	}
+	return lookProg(a.Prog, a.workDir(wdir), env)
+}
+
+// workDir is where the App's ranks start in a job whose wdir is wdir.
+func (a *App) workDir(wdir string) string {
+	switch {
+	case a.Wdir == "":
+		return wdir
+	case filepath.IsAbs(a.Wdir) || wdir == "":
+		return a.Wdir
+	}
+	return filepath.Join(wdir, a.Wdir)
+}
+
 // App returns the index of the App that runs global rank r.
 func (s *Spec) App(r int) int {
 	for i, a := range s.Apps {

@@ -34,30 +34,7 @@ func TestSpawnPMI2(t *testing.T) {
 				env:  []string{fmt.Sprintf("SPAWN_N=%d", tc.nkids), "SPAWN_WDIR=" + wdir},
 			})
 			r.wantCode(t, 0)
-			want := map[string]int{}
-			jobLine := regexp.MustCompile(`^\[0\] parent ok rank 0 children (\d+) jobid (\S+)$`)
-			for _, l := range lines(r.stdout) {
-				if m := jobLine.FindStringSubmatch(l); m != nil {
-					want[l]++
-					if m[1] != n(tc.nkids+1) || !strings.HasSuffix(m[2], "-1") {
-						t.Errorf("parent reports %q: want %d children in job <id>-1", l, tc.nkids+1)
-					}
-				}
-			}
-			for p := 1; p < tc.parents; p++ {
-				want[fmt.Sprintf("[%d] parent ok rank %d", p, p)]++
-			}
-			for c := 0; c <= tc.nkids; c++ {
-				app := 0
-				if c == tc.nkids {
-					app = 1
-				}
-				want[fmt.Sprintf("[1,%d] child ok rank %d size %d appnum %d", c, c, tc.nkids+1, app)]++
-			}
-			if len(want) != tc.parents+tc.nkids+1 {
-				t.Fatalf("parent rank 0 did not report its spawn\n%s", r)
-			}
-			r.wantLines(t, want)
+			r.wantSpawn(t, tc.parents, tc.nkids)
 		})
 	}
 }
@@ -158,4 +135,86 @@ func TestSpawnTraceReplay(t *testing.T) {
 			r.wantLines(t, map[string]int{"[0] replay ok conv 0": 1, "[1,0] replay ok conv 1": 1, "[1,1] replay ok conv 2": 1})
 		})
 	}
+}
+
+// spawnLines is pmi2_spawn's output when parents parent ranks spawn kids
+// (+1) children, labelled.
+func spawnLines(parents, kids int) map[string]int {
+	want := map[string]int{}
+	for p := 1; p < parents; p++ {
+		want[fmt.Sprintf("[%d] parent ok rank %d", p, p)]++
+	}
+	for c := 0; c <= kids; c++ {
+		app := 0
+		if c == kids {
+			app = 1
+		}
+		want[fmt.Sprintf("[1,%d] child ok rank %d size %d appnum %d", c, c, kids+1, app)]++
+	}
+	return want
+}
+
+// wantSpawn checks pmi2_spawn's output: spawnLines and the parent rank 0
+// line naming job <id>-1.
+func (r result) wantSpawn(t *testing.T, parents, kids int) {
+	t.Helper()
+	want := spawnLines(parents, kids)
+	line := regexp.MustCompile(fmt.Sprintf(`^\[0\] parent ok rank 0 children %d jobid \S+-1$`, kids+1))
+	for _, l := range lines(r.stdout) {
+		if line.MatchString(l) {
+			want[l]++
+		}
+	}
+	if len(want) != len(spawnLines(parents, kids))+1 {
+		t.Fatalf("parent rank 0 did not report its spawn\n%s", r)
+	}
+	r.wantLines(t, want)
+}
+
+// Spawn across test hosts: the children are spread over every host (two
+// per host and one more), started by the agents there; both link
+// backends.
+func TestSpawnNetns(t *testing.T) {
+	for _, hosts := range []int{2, 4} {
+		t.Run(fmt.Sprintf("hosts=%d", hosts), func(t *testing.T) {
+			cl := newClusterOf(t, hosts)
+			for _, be := range backends {
+				t.Run(be, func(t *testing.T) {
+					j := cl.job(be, "--label", "-n", n(hosts), prog("pmi2_spawn"))
+					kids := 2 * hosts
+					j.env = []string{"SPAWN_N=" + n(kids)}
+					r := run(t, j)
+					r.wantCode(t, 0)
+					r.wantSpawn(t, hosts, kids)
+				})
+			}
+			t.Run("refused", func(t *testing.T) {
+				j := cl.job("net", "-n", n(hosts), prog("pmi2_spawn"))
+				j.env = []string{"SPAWN_MODE=missing"}
+				r := run(t, j)
+				r.wantCode(t, 0)
+				r.wantMessage(t, `^pmirun: spawn requested by job 0 failed: command 0: cannot run "\./fastpmi-no-such-program"`)
+			})
+			t.Run("childfail", func(t *testing.T) {
+				j := cl.job("net", "-n", n(hosts), prog("pmi2_spawn"))
+				j.env = []string{"SPAWN_MODE=childfail"}
+				r := run(t, j)
+				r.wantCode(t, 7)
+				r.wantMessage(t, `^pmirun: job 1 rank 0 exited with code 7`)
+			})
+		})
+	}
+}
+
+// With daemons, a spawn is one more submission to the daemons already
+// running: the children start there, and names cross jobs.
+func TestSpawnDaemons(t *testing.T) {
+	p := newDaemonPair(t)
+	j := p.job("--label", "-n", "2", prog("pmi2_spawn"))
+	j.env = []string{"SPAWN_N=3"}
+	r := run(t, j)
+	r.wantCode(t, 0)
+	r.wantSpawn(t, 2, 3)
+	r = run(t, p.job("-n", "2", prog("spawnprog"), "-multi", "-n", "3"))
+	r.wantCode(t, 0)
 }

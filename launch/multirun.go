@@ -1,0 +1,269 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/daemon"
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/netio"
+	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/pmiwire"
+	"github.com/fastpmi/fastpmi/tree"
+)
+
+// multiRun is a multi-node run: the command line's job and every job its
+// ranks spawn, each a rootNode served by a goroutine of its own, sharing
+// the run's hosts, transport, name service, output and fate. The first
+// failure of any job ends them all (every job's loop sees end closed and
+// kills its agents); the run is over when every job is.
+//
+// Lock order: mu only; fate's end callback runs under it and only closes
+// end.
+type multiRun struct {
+	cfg   Config
+	hosts []string // the run's nodes
+	tr    netio.Transport
+	codec netio.Codec
+	names *agent.Local // safe for concurrent use
+	out   *node.Output // safe for concurrent use
+	start time.Time    // the run's timeout counts from here
+	end   chan struct{}
+	// dtr connects to the daemons (daemon mode), made by the first job
+	// that needs it; only runMulti's goroutine and the jobs it starts
+	// (before it waits for them) touch it.
+	dtr netio.Transport
+
+	jobs sync.WaitGroup // the spawned jobs' goroutines
+
+	mu    sync.Mutex
+	fate  *fate                          // guarded by mu
+	jobno int                            // jobs made so far, guarded by mu
+	live  map[*rootNode]int              // running jobs and their processes, guarded by mu
+	sigs  map[*rootNode]chan<- os.Signal // each running job's signal inbox, guarded by mu
+}
+
+func newMultiRun(cfg Config, hosts []string, tr netio.Transport, codec netio.Codec) *multiRun {
+	run := &multiRun{
+		cfg: cfg, hosts: hosts, tr: tr, codec: codec, names: agent.NewLocal(),
+		out:   node.NewOutput(false, true, cfg.Stdout, cfg.Stderr),
+		start: time.Now(), end: make(chan struct{}),
+		live: make(map[*rootNode]int), sigs: make(map[*rootNode]chan<- os.Signal),
+	}
+	run.fate = &fate{stderr: cfg.Stderr, end: func(*JobError) { close(run.end) }}
+	return run
+}
+
+// fail fails the run (the first failure wins).
+func (run *multiRun) fail(e *JobError) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.fate.fail(e)
+}
+
+// failed reports whether the run has failed.
+func (run *multiRun) failed() bool {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	return run.fate.failure != nil
+}
+
+// failure is the run's failure, or nil.
+func (run *multiRun) failure() error {
+	if e := run.jobError(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// jobError is the run's failure, or nil.
+func (run *multiRun) jobError() *JobError {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	return run.fate.failure
+}
+
+// event applies a report about a rank of job jobno.
+func (run *multiRun) event(jobno int, e node.Event) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.fate.jobEvent(jobno, e)
+}
+
+// signal forwards sig to every running job.
+func (run *multiRun) signal(sig os.Signal) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	for _, ch := range run.sigs {
+		select {
+		case ch <- sig:
+		default: // that job has signals queued already
+		}
+	}
+}
+
+// deadline is when the run times out (nil: no timeout).
+func (run *multiRun) deadline() <-chan time.Time {
+	if run.cfg.Timeout <= 0 {
+		return nil
+	}
+	return time.After(time.Until(run.start.Add(run.cfg.Timeout)))
+}
+
+// newJob makes the root of job spec, whose nodes are the run's nodes at,
+// listening for its agents; the spec's Root is set.
+func (run *multiRun) newJob(spec *node.Spec, at []int, rec *perf.Recorder) (*rootNode, error) {
+	ln, err := run.tr.Listen(run.cfg.rootListenAddr())
+	if err != nil {
+		return nil, fmt.Errorf("listen for agents: %v", err)
+	}
+	spec.Root = run.cfg.rootDialAddr(ln.Addr())
+	K := len(spec.Nodes)
+	hosts := make([]string, K)
+	for i, n := range at {
+		hosts[i] = run.hosts[n]
+	}
+	sigs := make(chan os.Signal, 4)
+	r := &rootNode{
+		run: run, cfg: run.cfg, spec: spec, hosts: hosts, at: at, rec: rec, tr: run.tr, ln: ln, codec: run.codec,
+		conns: make([]netio.Conn, K), in: make(chan node.FrameIn, 256), exits: make(chan bootExit, K), notices: make(chan bootExit, K),
+		done: make([]bool, K), gone: make([]bool, K), counters: make([]map[string]int64, K),
+		lastRx: make([]time.Time, K), sigs: sigs,
+		quit: make(chan struct{}),
+	}
+	r.topo, _ = tree.NewTopology(K+1, run.cfg.TreeWidth)
+	r.lim = tree.JobLimits(spec.Size)
+	if r.tnode, err = tree.NewNode(tree.Config{Topology: r.topo, Node: 0, Limits: r.lim}); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	run.mu.Lock()
+	run.live[r] = spec.Size
+	run.sigs[r] = sigs
+	run.mu.Unlock()
+	return r, nil
+}
+
+// ended forgets a job that is over.
+func (run *multiRun) ended(r *rootNode) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	delete(run.live, r)
+	delete(run.sigs, r)
+}
+
+// wait waits for every spawned job, forwarding signals meanwhile (the
+// command line's job, which forwarded them so far, is over).
+func (run *multiRun) wait() {
+	done := make(chan struct{})
+	go func() { run.jobs.Wait(); close(done) }() // ends with the jobs, waited for below
+	for {
+		select {
+		case <-done:
+			return
+		case sig := <-run.cfg.Signals:
+			run.signal(sig)
+		}
+	}
+}
+
+// daemonTransport connects to the daemons with their secret.
+func (run *multiRun) daemonTransport() (netio.Transport, error) {
+	if run.dtr != nil {
+		return run.dtr, nil
+	}
+	secret, err := daemon.LoadSecret(run.cfg.SecretFile, false)
+	if err != nil {
+		return nil, err
+	}
+	run.dtr, err = daemon.NewTransport(secret, run.cfg.Logger)
+	return run.dtr, err
+}
+
+// spawn starts the job req asks for on the run's nodes, as a child of
+// job parent; done is called once every child's agent is up, or with the
+// reason the job could not start. It runs on the parent job's goroutine
+// and returns at once: the child job has a goroutine of its own.
+func (run *multiRun) spawn(ctx context.Context, parent *rootNode, req *pmiwire.Spawn, done func(string, error)) {
+	r, agents, err := run.newChild(ctx, parent, req)
+	if err != nil {
+		fmt.Fprintf(run.cfg.Stderr, "pmirun: spawn requested by job %d failed: %v\n", parent.spec.Jobno, err)
+		done("", err)
+		return
+	}
+	r.started = done
+	run.jobs.Go(func() {
+		defer run.ended(r)
+		r.runJob(ctx, agents)
+	})
+}
+
+// newChild makes the root of the job req asks for and its agents.
+func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwire.Spawn) (*rootNode, []agentProc, error) {
+	if run.failed() {
+		return nil, nil, errors.New("the run is ending")
+	}
+	if run.cfg.Bootstrap == "slurm" {
+		return nil, nil, errors.New("spawn under the slurm bootstrap is not supported: use ssh or daemons")
+	}
+	root := parent.spec
+	sr, err := newSpawnReq(req, run.hostIndex, root.Wdir)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The programs are looked up here, where pmirun runs: a spawn of a
+	// program that does not exist fails without starting anything (the
+	// nodes share pmirun's file system, as on clusters and test hosts).
+	for i := range sr.apps {
+		if _, err := sr.apps[i].Resolve(root.Wdir, os.Environ()); err != nil {
+			return nil, nil, fmt.Errorf("command %d: cannot run %q: %v", i, sr.apps[i].Prog, err)
+		}
+	}
+	run.mu.Lock()
+	live := 0
+	for _, n := range run.live {
+		live += n
+	}
+	if u := run.cfg.UniverseSize; u > 0 && live+sr.size > u {
+		run.mu.Unlock()
+		return nil, nil, fmt.Errorf("%d more processes do not fit the universe size %d (%d running)", sr.size, u, live)
+	}
+	run.jobno++
+	jobno := run.jobno
+	run.mu.Unlock()
+	spec, at := sr.childSpec(root, parent.spec.JobID, jobno, sr.place(len(run.hosts), nil))
+	spec.Root = ""
+	r, err := run.newJob(spec, at, perf.NewRecorder())
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := spec.Validate(); err != nil {
+		run.ended(r)
+		r.ln.Close()
+		return nil, nil, err
+	}
+	agents, err := r.agents(ctx, r.hosts)
+	if err != nil {
+		run.ended(r)
+		r.ln.Close()
+		return nil, nil, err
+	}
+	return r, agents, nil
+}
+
+// hostIndex returns the run's nodes named h (a spawn's host info key).
+func (run *multiRun) hostIndex(h string) []int {
+	var ns []int
+	for i, name := range run.hosts {
+		if strings.EqualFold(name, h) {
+			ns = append(ns, i)
+		}
+	}
+	return ns
+}
