@@ -55,7 +55,7 @@ type msg struct {
 }
 
 var (
-	v2Line  = regexp.MustCompile(`^\[v2 len=\d+\] (.*)$`)
+	v2Line = regexp.MustCompile(`^\[v2 len=\d+\] (.*)$`)
 	// elision is a shortened value, "abc...(43chars)" once readTrace has
 	// taken the space out of the recording's "abc...(43 chars)" (PMI-1
 	// values end at a space).
