@@ -41,7 +41,7 @@ build: ## build pmirun, pmid, pmibench into build/bin
 	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/...
 
 CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args
-CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn
+CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench
 CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early)
 CFLAGS     ?= -O2 -Wall
 

@@ -32,9 +32,9 @@ type daemons struct {
 	waits  []chan error
 }
 
-// startDaemons starts k daemons: the pmid next to pmirun, else the one
-// in PATH.
-func startDaemons(ctx context.Context, pmirun string, k int, stderr io.Writer) (*daemons, error) {
+// startDaemons starts k daemons, with extra arguments: the pmid next to
+// pmirun, else the one in PATH.
+func startDaemons(ctx context.Context, pmirun string, k int, stderr io.Writer, extra ...string) (*daemons, error) {
 	pmid := filepath.Join(filepath.Dir(pmirun), "pmid")
 	if _, err := os.Stat(pmid); err != nil {
 		if pmid, err = exec.LookPath("pmid"); err != nil {
@@ -48,7 +48,7 @@ func startDaemons(ctx context.Context, pmirun string, k int, stderr io.Writer) (
 	d := &daemons{dir: dir, secret: filepath.Join(dir, "secret")}
 	rx := regexp.MustCompile(`daemon listening on (\S+) `)
 	for i := range k {
-		cmd := exec.CommandContext(ctx, pmid, "--daemon", "--listen", "127.0.0.1:0", "--secret-file", d.secret)
+		cmd := exec.CommandContext(ctx, pmid, append([]string{"--daemon", "--listen", "127.0.0.1:0", "--secret-file", d.secret}, extra...)...)
 		cmd.Stderr = stderr
 		cmd.SysProcAttr = sys.RankProcAttr() // it dies with pmibench
 		out, err := cmd.StdoutPipe()

@@ -36,6 +36,7 @@
 //
 // With -scale pmibench instead runs many loopback agents with goroutine
 // ranks and reports time, bytes and messages per collective; see scale.go.
+// With -spawn it times spawn latency and spawn rate; see spawn.go.
 //
 // Example (what "make bench" runs):
 //
@@ -208,6 +209,9 @@ func start(parseErr error, stderr io.Writer) (root string, code int, done bool) 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if rest, ok := scaleArgs(args); ok {
 		return runScale(ctx, rest, stdout, stderr)
+	}
+	if rest, ok := spawnArgs(args); ok {
+		return runSpawn(ctx, rest, stdout, stderr)
 	}
 	o, err := parseFlags(args, stderr)
 	root, code, done := start(err, stderr)

@@ -50,6 +50,7 @@ var cprogs = []struct {
 	{"pmi2_test", []string{"gcc"}, []string{"-lpmi2"}},
 	{"pmi2_bench", []string{"gcc"}, []string{"-lpmi2"}},
 	{"pmi2_spawn", []string{"gcc"}, []string{"-lpmi2"}},
+	{"pmi2_spawnbench", []string{"gcc"}, []string{"-lpmi2"}},
 	{"exit_early", []string{"gcc"}, nil},
 }
 

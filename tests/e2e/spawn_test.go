@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -217,4 +218,24 @@ func TestSpawnDaemons(t *testing.T) {
 	r.wantSpawn(t, 2, 3)
 	r = run(t, p.job("-n", "2", prog("spawnprog"), "-multi", "-n", "3"))
 	r.wantCode(t, 0)
+}
+
+// pmibench -spawn measures spawn latency (every size, both ways, one node
+// and several) and spawn rate, with a real libpmi2 parent.
+func TestPmibenchSpawn(t *testing.T) {
+	cmd := exec.Command(prog("pmibench"), "-spawn", "-pmirun", pmirun(), "-prog", prog("pmi2_spawnbench"),
+		"-sizes", "1,3", "-count", "3", "-rounds", "1", "-rate-time", "1s", "-nodes", "2")
+	cmd.Env = callerEnv(nil)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pmibench -spawn: %v\n%s", err, out)
+	}
+	spawnRow := regexp.MustCompile(`(?m)^(1|2)\t(per-job|daemon)\tspawn ms \(median\)\t[0-9.]+ \([0-9.]+–[0-9.]+\)\t[0-9.]+ \([0-9.]+–[0-9.]+\)$`)
+	rateRow := regexp.MustCompile(`(?m)^(1|2)\t(per-job|daemon)\t[1-9][0-9]*\t[0-9.]+\t[0-9.]+\t`)
+	if got := len(spawnRow.FindAllString(string(out), -1)); got != 4 {
+		t.Errorf("%d spawn latency rows, want 4 (1 and 2 nodes, per-job and daemon)\n%s", got, out)
+	}
+	if got := len(rateRow.FindAllString(string(out), -1)); got != 4 {
+		t.Errorf("%d spawn rate rows with spawns, want 4\n%s", got, out)
+	}
 }
