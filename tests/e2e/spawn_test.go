@@ -239,3 +239,33 @@ func TestPmibenchSpawn(t *testing.T) {
 		t.Errorf("%d spawn rate rows with spawns, want 4\n%s", got, out)
 	}
 }
+
+// SIGKILL of pmirun while spawned jobs run leaves none of their processes
+// alive, on one node and with per-job loopback agents.
+func TestSpawnPmirunKilled(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"fork", []string{"-n", "1"}},
+		{"loopback", []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := start(t, job{args: append(tc.args, prog("pmi2_spawnbench"), "rate", "20"), markAgents: true, timeout: 40 * time.Second})
+			deadline := time.Now().Add(20 * time.Second)
+			for len(marked(j.marker)) < 8 {
+				if time.Now().After(deadline) {
+					t.Fatalf("only %d processes of the run after 20 s: the spawns do not run", len(marked(j.marker)))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			j.cmd.Process.Kill()
+			j.cmd.Wait()
+			j.pw.Close()
+			j.cancel()
+			if left := waitNoMarked(j.marker, 2*time.Second); len(left) > 0 {
+				t.Errorf("%d processes survive pmirun's SIGKILL by 2 s: %s", len(left), describe(left))
+			}
+		})
+	}
+}
