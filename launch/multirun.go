@@ -31,7 +31,7 @@ type multiRun struct {
 	hosts []string // the run's nodes
 	tr    netio.Transport
 	codec netio.Codec
-	names *agent.Local // safe for concurrent use
+	names nameService  // agent.Local, or the daemons' (daemonnames.go)
 	out   *node.Output // safe for concurrent use
 	start time.Time    // the run's timeout counts from here
 	end   chan struct{}

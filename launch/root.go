@@ -164,8 +164,22 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 		r.ln.Close()
 		return early(cfg, 2, err.Error())
 	}
+	var dnames *daemonNames
+	if cfg.Bootstrap == "daemon" {
+		// Runs on the same daemons share names: they live at the daemon
+		// of the first node.
+		if dnames, err = dialDaemonNames(ctx, run.dtr, hosts[0], cfg.NetTimeout); err != nil {
+			r.ln.Close()
+			run.dtr.Close()
+			return early(cfg, 1, err.Error())
+		}
+		run.names = dnames
+	}
 	r.runJob(ctx, agents)
 	run.wait()
+	if dnames != nil {
+		dnames.Close()
+	}
 	tr.Close()
 	if run.dtr != nil {
 		run.dtr.Close()

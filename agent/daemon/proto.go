@@ -20,6 +20,7 @@ const (
 	FrameKill     uint16 = 0x106 // client → daemon: end the job's ranks now
 	FrameNotice   uint16 = 0x107 // daemon → client: Notice, the daemon ends the job (shutdown)
 	FrameExit     uint16 = 0x108 // daemon → client, last frame: Exit
+	FrameName     uint16 = 0x109 // client → daemon, first frame and after: node.Name request; daemon → client: its response (names.go)
 )
 
 // MaxFrame bounds every frame on a daemon connection, both ways: a

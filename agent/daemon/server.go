@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/netio"
 )
@@ -65,6 +66,7 @@ type Server struct {
 	start time.Time
 
 	conns sync.WaitGroup // one goroutine per accepted connection (and its job)
+	names *agent.Local   // the name service (names.go); safe for concurrent use
 
 	mu      sync.Mutex // guards the fields below
 	jobs    map[*job]struct{}
@@ -96,7 +98,7 @@ func New(cfg Config) (*Server, error) {
 		tr.Close()
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
-	return &Server{cfg: cfg, tr: tr, ln: ln, start: time.Now(), jobs: map[*job]struct{}{}}, nil
+	return &Server{cfg: cfg, tr: tr, ln: ln, start: time.Now(), jobs: map[*job]struct{}{}, names: agent.NewLocal()}, nil
 }
 
 // NewTransport makes the transport of connections to or from a daemon:
@@ -185,8 +187,10 @@ func (s *Server) handle(jctx context.Context, c netio.Conn) {
 		s.reply(c, FrameStatus, node.Encode(s.Status()))
 	case FrameSubmit:
 		s.submit(jctx, c, f.Payload)
+	case FrameName:
+		s.serveNames(jctx, c, f)
 	default:
-		s.refuse(c, fmt.Sprintf("first frame of type %#x: want a submission or a status request", f.Type))
+		s.refuse(c, fmt.Sprintf("first frame of type %#x: want a submission, a status request or a name request", f.Type))
 	}
 }
 

@@ -269,3 +269,27 @@ func TestSpawnPmirunKilled(t *testing.T) {
 		})
 	}
 }
+
+// Two jobs launched separately on the same daemons meet by name, as an
+// MPI_Comm_accept server and an MPI_Comm_connect client do; the server's
+// name is gone once its run has ended.
+func TestDaemonNamesAcrossRuns(t *testing.T) {
+	p := newDaemonPair(t)
+	name := "svc-" + newMarker()
+	server := start(t, p.job("-n", "2", prog("spawnprog"), "-serve", name))
+	client := run(t, p.job("-n", "2", prog("spawnprog"), "-connect", name))
+	client.wantCode(t, 0)
+	sr := server.wait()
+	sr.wantCode(t, 0)
+	sr.wantLines(t, map[string]int{"serve ok": 1})
+	port := regexp.MustCompile(`^connect ok port-of-\S+$`)
+	if ls := lines(client.stdout); len(ls) != 1 || !port.MatchString(ls[0]) {
+		t.Errorf("client printed %q, want one line %q\n%s", ls, port, client)
+	}
+	// The client's NAME-ack left with the client's run: a new server run
+	// does not find it at once (it waits), so it is killed by its timeout.
+	j := p.job("--timeout", "2s", "-n", "2", prog("spawnprog"), "-serve", name)
+	j.timeout = 30 * time.Second
+	again := run(t, j)
+	again.wantCode(t, 124)
+}

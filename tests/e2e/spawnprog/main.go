@@ -19,6 +19,15 @@
 // other, each child doing PMI init and finalize only, and print "storm ok
 // K" once every spawn call returned; then it waits D before it finalizes
 // (a test counts the launcher's resources meanwhile).
+//
+//	spawnprog -serve NAME | -connect NAME
+//
+// are two jobs launched separately that meet by name, as an
+// MPI_Comm_accept server and an MPI_Comm_connect client do: the server's
+// rank 0 publishes NAME = "port-of-<job id>" and waits until the client
+// has published NAME-ack; the client's rank 0 looks NAME up (retrying
+// until it appears) and publishes NAME-ack = what it found. They print
+// "serve ok" and "connect ok <port>".
 package main
 
 import (
@@ -37,10 +46,68 @@ func main() {
 	multi := flag.Bool("multi", false, "spawn two commands at once")
 	storm := flag.Int("storm", 0, "spawn this many one-process jobs in a row")
 	hold := flag.Duration("hold", 0, "with -storm: wait this long after the storm")
+	serve := flag.String("serve", "", "publish this name and wait for its -ack")
+	connect := flag.String("connect", "", "look this name up and publish its -ack")
 	flag.Parse()
-	if err := run(*n, *multi, *storm, *hold); err != nil {
+	var err error
+	switch {
+	case *serve != "" || *connect != "":
+		err = meet(*serve, *connect)
+	default:
+		err = run(*n, *multi, *storm, *hold)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "spawnprog: %v\n", err)
 		os.Exit(1)
+	}
+}
+
+// meet is -serve or -connect.
+func meet(serve, connect string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Init()
+	if err != nil {
+		return err
+	}
+	if c.Rank() == 0 {
+		if serve != "" {
+			if err := c.Publish(ctx, serve, "port-of-"+c.Info().JobID); err != nil {
+				return err
+			}
+			if _, err := lookupWait(ctx, c, serve+"-ack"); err != nil {
+				return err
+			}
+			if err := c.Unpublish(ctx, serve); err != nil {
+				return err
+			}
+			fmt.Println("serve ok")
+		} else {
+			port, err := lookupWait(ctx, c, connect)
+			if err != nil {
+				return err
+			}
+			if err := c.Publish(ctx, connect+"-ack", port); err != nil {
+				return err
+			}
+			fmt.Println("connect ok", port)
+		}
+	}
+	return c.Finalize()
+}
+
+// lookupWait looks name up until it is published.
+func lookupWait(ctx context.Context, c *client.Client, name string) (string, error) {
+	for {
+		port, err := c.Lookup(ctx, name)
+		if err == nil {
+			return port, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("lookup %s: %v", name, err)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
 
