@@ -65,7 +65,12 @@ type Config struct {
 	// Timeout ends the job after this long; 0 = none.
 	Timeout time.Duration
 	// UniverseSize answered to get_universe_size; -1 (or 0) = unlimited.
+	// Spawned jobs may run as many processes as it leaves room for.
 	UniverseSize int
+	// SpawnPlacement is where a spawn's processes go: "roundrobin" (or
+	// "") over the run's nodes, or "leastload", the nodes running the
+	// fewest processes first.
+	SpawnPlacement string
 	Verbose      bool
 	TracePath    string // write a Chrome trace here when non-empty
 	JobID        string // "" = generated
@@ -157,6 +162,13 @@ func (c *Config) validate() error {
 			return fmt.Errorf("invalid universe size %d", c.UniverseSize)
 		}
 		c.UniverseSize = -1
+	}
+	switch c.SpawnPlacement {
+	case "":
+		c.SpawnPlacement = "roundrobin"
+	case "roundrobin", "leastload":
+	default:
+		return fmt.Errorf("invalid --spawn-placement %q: want roundrobin or leastload", c.SpawnPlacement)
 	}
 	if len(c.Daemons) > 0 {
 		if c.Bootstrap != "" && c.Bootstrap != "fork" && c.Bootstrap != "daemon" {

@@ -234,10 +234,19 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 		run.mu.Unlock()
 		return nil, nil, fmt.Errorf("%d more processes do not fit the universe size %d (%d running)", sr.size, u, live)
 	}
+	var load []int
+	if run.cfg.SpawnPlacement == "leastload" {
+		load = make([]int, len(run.hosts))
+		for r := range run.live {
+			for i, n := range r.at {
+				load[n] += len(r.spec.Nodes[i])
+			}
+		}
+	}
 	run.jobno++
 	jobno := run.jobno
 	run.mu.Unlock()
-	spec, at := sr.childSpec(root, parent.spec.JobID, jobno, sr.place(len(run.hosts), nil))
+	spec, at := sr.childSpec(root, parent.spec.JobID, jobno, sr.place(len(run.hosts), load))
 	spec.Root = ""
 	r, err := run.newJob(spec, at, perf.NewRecorder())
 	if err != nil {

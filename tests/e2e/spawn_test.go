@@ -293,3 +293,20 @@ func TestDaemonNamesAcrossRuns(t *testing.T) {
 	again := run(t, j)
 	again.wantCode(t, 124)
 }
+
+// --spawn-placement: round robin starts at the first node; leastload
+// picks the node running the fewest processes (here the second: the
+// parent's 3 ranks sit 2 and 1 on two daemons).
+func TestSpawnPlacementOption(t *testing.T) {
+	p := newDaemonPair(t)
+	for _, tc := range []struct {
+		placement string
+		daemon    int
+	}{{"roundrobin", 0}, {"leastload", 1}} {
+		t.Run(tc.placement, func(t *testing.T) {
+			r := run(t, p.job("--ppn", "2", "--spawn-placement", tc.placement, "-n", "3", prog("spawnprog"), "-where"))
+			r.wantCode(t, 0)
+			r.wantLines(t, map[string]int{"child under pid " + n(p.d[tc.daemon].cmd.Process.Pid): 1})
+		})
+	}
+}

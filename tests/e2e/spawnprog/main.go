@@ -28,6 +28,11 @@
 // has published NAME-ack; the client's rank 0 looks NAME up (retrying
 // until it appears) and publishes NAME-ack = what it found. They print
 // "serve ok" and "connect ok <port>".
+//
+//	spawnprog -where
+//
+// has the parent's rank 0 spawn one child that prints "child under pid
+// P", P the process that started it (its agent), and waits for it.
 package main
 
 import (
@@ -48,9 +53,12 @@ func main() {
 	hold := flag.Duration("hold", 0, "with -storm: wait this long after the storm")
 	serve := flag.String("serve", "", "publish this name and wait for its -ack")
 	connect := flag.String("connect", "", "look this name up and publish its -ack")
+	where := flag.Bool("where", false, "spawn one child that says which agent started it")
 	flag.Parse()
 	var err error
 	switch {
+	case *where:
+		err = whereTest()
 	case *serve != "" || *connect != "":
 		err = meet(*serve, *connect)
 	default:
@@ -91,6 +99,33 @@ func meet(serve, connect string) error {
 				return err
 			}
 			fmt.Println("connect ok", port)
+		}
+	}
+	return c.Finalize()
+}
+
+// whereTest is -where.
+func whereTest() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Init()
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.Info().Spawned:
+		node := strconv.Itoa(os.Getppid())
+		fmt.Println("child under pid", node)
+		if err := c.Publish(ctx, "where-"+c.Info().JobID, node); err != nil {
+			return err
+		}
+	case c.Rank() == 0:
+		id, err := c.Spawn(ctx, client.SpawnCmd{Prog: os.Args[0], Args: os.Args[1:], Procs: 1}, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := lookupWait(ctx, c, "where-"+id); err != nil {
+			return err
 		}
 	}
 	return c.Finalize()
