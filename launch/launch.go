@@ -71,9 +71,9 @@ type Config struct {
 	// "") over the run's nodes, or "leastload", the nodes running the
 	// fewest processes first.
 	SpawnPlacement string
-	Verbose      bool
-	TracePath    string // write a Chrome trace here when non-empty
-	JobID        string // "" = generated
+	Verbose        bool
+	TracePath      string // write a Chrome trace here when non-empty
+	JobID          string // "" = generated
 	// ReportPath, when non-empty, is where the job's report
 	// (jobreport.Report: phases, per-node counters, benchmark figures)
 	// is written as JSON when the job ends, successful or not.
