@@ -35,6 +35,10 @@ type forkRoot struct {
 	spawns chan spawnCall
 	quit   chan struct{}
 	local  []string // this machine's names, for spawn's host info keys
+	// closers close the nodes of spawned jobs that have ended, off the
+	// loop's goroutine (unmapping a segment, waiting for output);
+	// runFork waits for them.
+	closers sync.WaitGroup
 }
 
 // forkJob is one job of a fork run.
@@ -124,6 +128,7 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	n.Start()
 	r.loop(ctx)
 	close(r.quit)
+	r.closers.Wait()
 	for _, j := range r.jobs {
 		if !j.closed {
 			j.n.Close()
@@ -212,9 +217,10 @@ func (r *forkRoot) loop(ctx context.Context) {
 			}
 			if j.spec.Jobno > 0 && j.n.Live() == 0 {
 				// A spawned job's resources go as soon as it has ended
-				// (a parent may spawn thousands).
-				j.n.Close()
+				// (a parent may spawn thousands); the loop never touches
+				// its node again.
 				j.closed = true
+				r.closers.Go(j.n.Close)
 			}
 		}
 	}
