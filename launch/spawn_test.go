@@ -25,11 +25,7 @@ func TestSpawnStormLeaksNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a spawning program")
 	}
-	prog := filepath.Join(t.TempDir(), "spawnprog")
-	build := exec.Command("go", "build", "-o", prog, "github.com/fastpmi/fastpmi/tests/e2e/spawnprog")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build spawnprog: %v\n%s", err, out)
-	}
+	prog := buildProg(t, "spawnprog", "github.com/fastpmi/fastpmi/tests/e2e/spawnprog")
 	type sample struct{ fds, goroutines, children int }
 	storm := func(k int) sample {
 		var stdout, stderr lockedBuffer
@@ -58,6 +54,43 @@ func TestSpawnStormLeaksNothing(t *testing.T) {
 	t.Logf("after 10 spawns: %+v; after 200: %+v", small, big)
 	if big.fds > small.fds+8 || big.goroutines > small.goroutines+16 || big.children > small.children {
 		t.Errorf("200 spawns hold %+v, 10 hold %+v: finished jobs' resources are not released", big, small)
+	}
+}
+
+// buildProg builds package pkg into the test's directory.
+func buildProg(t *testing.T, name, pkg string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), name)
+	build := exec.Command("go", "build", "-ldflags=-checklinkname=0", "-o", out, pkg)
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, b)
+	}
+	return out
+}
+
+// The root's side of a multi-node spawn, in this process (so that the
+// race detector sees it): a parent on two loopback agents spawns two
+// commands over both nodes; the jobs' output, fate and names meet in one
+// run.
+func TestSpawnMultiNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs agents and a spawning program")
+	}
+	prog := buildProg(t, "spawnprog", "github.com/fastpmi/fastpmi/tests/e2e/spawnprog")
+	pmid := buildProg(t, "pmid", "github.com/fastpmi/fastpmi/cmd/pmid")
+	var stdout, stderr lockedBuffer
+	err := Run(context.Background(), Config{
+		Size: 2, Prog: prog, Args: []string{"-multi", "-n", "3"}, Bootstrap: "loopback", Nodes: 2, PmidPath: pmid,
+		Stdout: &stdout, Stderr: &stderr, Timeout: 60 * time.Second, NetTimeout: 15 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("run: %v\nstderr: %s", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"parent ok rank 0 children 4 over shm", "parent ok rank 1", "child ok rank 3 size 4 appnum 1 over shm"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the output:\n%s\nstderr: %s", want, out, stderr.String())
+		}
 	}
 }
 
