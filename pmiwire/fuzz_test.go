@@ -194,16 +194,16 @@ func seedCorpus(t *testing.T) map[string][][]byte {
 			for _, sent := range []bool{true, false} {
 				var stream []byte
 				for _, m := range conv {
-					if m.sent != sent {
+					if m.Sent != sent {
 						continue
 					}
-					stream = append(stream, m.wire()...)
-					if sent && strings.Contains(m.text, "spawn") {
-						body := m.wire()
-						if m.v2 {
-							body = m.text
+					stream = append(stream, wire(m)...)
+					if sent && strings.Contains(m.Text, "spawn") {
+						body := wire(m)
+						if m.V2 {
+							body = m.Text
 						}
-						seeds[fmt.Sprintf("FuzzParseSpawn/%s-%d-line%d", name, i, m.line)] = [][]byte{[]byte(body)}
+						seeds[fmt.Sprintf("FuzzParseSpawn/%s-%d-line%d", name, i, m.Line)] = [][]byte{[]byte(body)}
 					}
 				}
 				side := map[bool]string{true: "requests", false: "responses"}[sent]

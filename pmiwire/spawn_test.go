@@ -14,12 +14,12 @@ func spawnFromTrace(t *testing.T, file string) Msg {
 	t.Helper()
 	for _, conv := range readTrace(t, "testdata/traces/"+file) {
 		for _, tm := range conv {
-			if !tm.sent || !strings.Contains(tm.text, "spawn") {
+			if !tm.Sent || !strings.Contains(tm.Text, "spawn") {
 				continue
 			}
-			res, err := decodeStream([]byte(tm.wire()), 1)
+			res, err := decodeStream([]byte(wire(tm)), 1)
 			if err != nil || len(res) != 1 || res[0].Err != nil {
-				t.Fatalf("line %d: %v %v", tm.line, res, err)
+				t.Fatalf("line %d: %v %v", tm.Line, res, err)
 			}
 			return res[0].Msg
 		}

@@ -56,6 +56,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -206,11 +207,25 @@ func start(parseErr error, stderr io.Writer) (root string, code int, done bool) 
 	return repoRoot(cwd), 0, false
 }
 
+// modeArgs reports whether args select mode (-mode or --mode, anywhere
+// before a "--") and returns them without that flag.
+func modeArgs(args []string, mode string) ([]string, bool) {
+	for i, a := range args {
+		switch a {
+		case "--":
+			return args, false
+		case "-" + mode, "--" + mode, "-" + mode + "=true", "--" + mode + "=true":
+			return append(slices.Clone(args[:i]), args[i+1:]...), true
+		}
+	}
+	return args, false
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if rest, ok := scaleArgs(args); ok {
+	if rest, ok := modeArgs(args, "scale"); ok {
 		return runScale(ctx, rest, stdout, stderr)
 	}
-	if rest, ok := spawnArgs(args); ok {
+	if rest, ok := modeArgs(args, "spawn"); ok {
 		return runSpawn(ctx, rest, stdout, stderr)
 	}
 	o, err := parseFlags(args, stderr)

@@ -71,20 +71,6 @@ import (
 	"github.com/fastpmi/fastpmi/shm"
 )
 
-// scaleArgs reports whether args select scale mode (-scale or --scale,
-// anywhere before a "--") and returns them without that flag.
-func scaleArgs(args []string) ([]string, bool) {
-	for i, a := range args {
-		switch a {
-		case "--":
-			return args, false
-		case "-scale", "--scale", "-scale=true", "--scale=true":
-			return append(slices.Clone(args[:i]), args[i+1:]...), true
-		}
-	}
-	return args, false
-}
-
 // scaleOptions are scale mode's parsed command line.
 type scaleOptions struct {
 	nodes, ppns []int

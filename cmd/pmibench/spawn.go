@@ -48,19 +48,6 @@ const defaultSpawnProg = "build/cprog/pmi2_spawnbench"
 // maxSpawnJobs is the daemons' --max-jobs in spawn mode.
 const maxSpawnJobs = 8192
 
-// spawnArgs reports whether args ask for spawn mode, and the rest.
-func spawnArgs(args []string) ([]string, bool) {
-	for i, a := range args {
-		switch a {
-		case "--":
-			return args, false
-		case "-spawn", "--spawn", "-spawn=true", "--spawn=true":
-			return append(slices.Clone(args[:i]), args[i+1:]...), true
-		}
-	}
-	return args, false
-}
-
 func parseSpawnFlags(args []string, stderr io.Writer) (spawnOptions, error) {
 	var o spawnOptions
 	fs := flag.NewFlagSet("pmibench -spawn", flag.ContinueOnError)

@@ -21,7 +21,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -29,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fastpmi/fastpmi/internal/pmitrace"
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
@@ -46,16 +46,11 @@ func main() {
 	fmt.Printf("replay ok conv %d\n", conv)
 }
 
-// msg is one recorded message.
-type msg struct {
-	line int
-	sent bool
-	v2   bool
-	text string // PMI-1 line, PMI-1 spawn block (with LFs), or PMI-2 body
-}
+// msg is one recorded message, its shortened values respaced (see
+// elision).
+type msg = pmitrace.Msg
 
 var (
-	v2Line = regexp.MustCompile(`^\[v2 len=\d+\] (.*)$`)
 	// elision is a shortened value, "abc...(43chars)" once readTrace has
 	// taken the space out of the recording's "abc...(43 chars)" (PMI-1
 	// values end at a space).
@@ -63,51 +58,15 @@ var (
 	spaced  = regexp.MustCompile(`\.\.\.\((\d+) chars\)`)
 )
 
-// readTrace splits a trace into conversations; the lines of a PMI-1
-// spawn block (mcmd=spawn ... endcmd, possibly several segments) make
-// one message.
+// readTrace reads a trace's conversations.
 func readTrace(path string) ([][]msg, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	convs, err := pmitrace.Read(path)
+	for _, c := range convs {
+		for i := range c {
+			c[i].Text = spaced.ReplaceAllString(c[i].Text, "...(${1}chars)")
+		}
 	}
-	defer f.Close()
-	var convs [][]msg
-	inBlock := false
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if strings.HasPrefix(line, "=== pid") {
-			convs = append(convs, nil)
-			continue
-		}
-		t := strings.TrimLeft(line, " ")
-		if len(convs) == 0 || len(t) < 2 || (t[0] != '>' && t[0] != '<') {
-			continue
-		}
-		m := msg{line: n, sent: t[0] == '>', text: spaced.ReplaceAllString(t[2:], "...(${1}chars)")}
-		cur := &convs[len(convs)-1]
-		switch {
-		case inBlock:
-			last := &(*cur)[len(*cur)-1]
-			last.text += m.text + "\n"
-			inBlock = m.text != "endcmd"
-			continue
-		case m.sent && strings.HasPrefix(m.text, "mcmd="):
-			if k := len(*cur); k > 0 && strings.HasSuffix((*cur)[k-1].text, "endcmd\n") {
-				(*cur)[k-1].text += m.text + "\n"
-				inBlock = true
-				continue
-			}
-			m.text += "\n"
-			inBlock = true
-		}
-		if sm := v2Line.FindStringSubmatch(m.text); sm != nil {
-			m.v2, m.text = true, sm[1]
-		}
-		*cur = append(*cur, m)
-	}
-	return convs, sc.Err()
+	return convs, err
 }
 
 // fill restores a shortened value: its prefix, padded to its length.
@@ -168,14 +127,14 @@ func run(trace string) (int, error) {
 	}
 	for _, c := range jobConvs {
 		for _, m := range c {
-			if m.sent {
+			if m.Sent {
 				r.notePut(m)
 			}
 		}
 	}
 	if ci > 0 {
 		for _, m := range convs[0] {
-			if m.sent {
+			if m.Sent {
 				if err := r.notePreput(m); err != nil {
 					return ci, err
 				}
@@ -183,13 +142,13 @@ func run(trace string) (int, error) {
 		}
 	}
 	for _, m := range convs[ci] {
-		if m.sent {
+		if m.Sent {
 			err = r.send(m)
 		} else {
 			err = r.expect(m)
 		}
 		if err != nil {
-			return ci, fmt.Errorf("trace line %d: %v", m.line, err)
+			return ci, fmt.Errorf("trace line %d: %v", m.Line, err)
 		}
 	}
 	return ci, nil
@@ -199,16 +158,16 @@ func run(trace string) (int, error) {
 func decode(m msg) (pmiwire.Msg, error) {
 	var d pmiwire.Decoder
 	switch {
-	case m.v2:
-		d.Feed([]byte(fmt.Sprintf("%-6d%s", len(m.text), m.text)))
-	case strings.HasPrefix(m.text, "mcmd="):
-		d.Feed([]byte(m.text))
+	case m.V2:
+		d.Feed([]byte(fmt.Sprintf("%-6d%s", len(m.Text), m.Text)))
+	case strings.HasPrefix(m.Text, "mcmd="):
+		d.Feed([]byte(m.Text))
 	default:
-		d.Feed([]byte(m.text + "\n"))
+		d.Feed([]byte(m.Text + "\n"))
 	}
 	pm, ok, err := d.Next()
 	if err == nil && !ok {
-		err = fmt.Errorf("incomplete message %q", m.text)
+		err = fmt.Errorf("incomplete message %q", m.Text)
 	}
 	return pm, err
 }
@@ -323,7 +282,7 @@ func (r *replayer) expect(want msg) error {
 		return err
 	}
 	if got.Cmd != wm.Cmd {
-		return fmt.Errorf("response %s, want %s (%q)", got.Cmd, wm.Cmd, want.text)
+		return fmt.Errorf("response %s, want %s (%q)", got.Cmd, wm.Cmd, want.Text)
 	}
 	if isGet[got.Cmd] && notFound(&wm) {
 		// A missing key: servers say so with rc≠0 (Hydra) or with found=
