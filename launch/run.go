@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config) (jobErr error) {
 	if cfg.multiNode() {
 		return runMulti(ctx, cfg, job)
 	}
-	rec := perf.NewRecorder()
+	rec := perf.NewRecorderFor(0, cfg.TracePath != "")
 	job.rec = rec
 	ranks := make([]int, cfg.Size)
 	for i := range ranks {

@@ -158,10 +158,13 @@ func newRecorder(node int, trace bool) *Recorder {
 		chunks:   [][]Event{make([]Event, 0, chunkEvents)},
 		counters: make(map[string]int64),
 	}
-	mono, err := monotonicNanos()
+	// t0 between two readings of CLOCK_MONOTONIC: their middle is t0 there
+	// to within half their distance (a few hundred nanoseconds).
+	m1, err := monotonicNanos()
 	r.t0 = time.Now()
+	m2, _ := monotonicNanos()
 	if err == nil {
-		r.t0Mono = mono
+		r.t0Mono = m1 + (m2-m1)/2
 	}
 	return r
 }
@@ -385,6 +388,11 @@ type NodeInfo struct {
 	// Dropped counts the node's events that were not sent (a cap on the
 	// size of the final report).
 	Dropped int `json:"dropped,omitempty"`
+	// True is the offset read from CLOCK_MONOTONIC when the node and the
+	// merging recorder share it (one machine: network namespaces or
+	// loopback agents), for checking the estimate; HasTrue says so.
+	True    time.Duration `json:"true,omitempty"`
+	HasTrue bool          `json:"has_true,omitempty"`
 }
 
 // Merge adds another node's events, recorded against that node's own t0,

@@ -249,6 +249,10 @@ func lifeSlices(t track, forked, exit, first, last time.Duration, hasFork, hasEx
 	return out
 }
 
+// nestSlack is a nanosecond in trace microseconds: float sums of
+// timestamps and durations differ by less.
+const nestSlack = 1e-3
+
 // nest orders evs by time (a slice before those it holds: same start,
 // longer first) and cuts every complete event at the end of the slice
 // holding it on its track, so the slices of each track nest.
@@ -284,10 +288,12 @@ func nest(evs []traceEvent) []traceEvent {
 		}
 		t := track{e.Pid, e.Tid}
 		stack := open[t]
-		for len(stack) > 0 && stack[len(stack)-1] <= e.Ts {
+		// Ends within a nanosecond of a start are the same instant:
+		// microseconds as floats round.
+		for len(stack) > 0 && stack[len(stack)-1] <= e.Ts+nestSlack {
 			stack = stack[:len(stack)-1]
 		}
-		if len(stack) > 0 && e.end > stack[len(stack)-1] {
+		if len(stack) > 0 && e.end > stack[len(stack)-1]+nestSlack {
 			e.end = stack[len(stack)-1]
 			d := e.end - e.Ts
 			e.Dur = &d
@@ -331,12 +337,16 @@ func metadata(procs map[int]bool, tracks map[track]bool, nodes []NodeInfo, self 
 		)
 		if merged {
 			label := fmt.Sprintf("clock %+.3fms ±%.3fms", float64(n.Offset)/1e6, float64(n.Err)/1e6)
+			args := map[string]any{"clock_offset_us": micros(n.Offset), "clock_err_us": micros(n.Err)}
+			if n.HasTrue {
+				label += fmt.Sprintf(" (same clock: %+.3fms)", float64(n.True)/1e6)
+				args["clock_true_us"] = micros(n.True)
+			}
 			if n.Dropped > 0 {
 				label += fmt.Sprintf(", %d events dropped", n.Dropped)
 			}
-			out = append(out, traceEvent{Name: "process_labels", Ph: "M", Pid: p, Args: map[string]any{
-				"labels": label, "clock_offset_us": micros(n.Offset), "clock_err_us": micros(n.Err),
-			}})
+			args["labels"] = label
+			out = append(out, traceEvent{Name: "process_labels", Ph: "M", Pid: p, Args: args})
 		}
 	}
 	ts := slices.SortedFunc(maps.Keys(tracks), func(a, b track) int {

@@ -197,13 +197,21 @@ func (n *Node) Start() {
 		n.failStart(0, "no program resolved")
 		return
 	}
+	tracing := n.rec.Tracing()
 	for i, g := range n.ranks {
+		var t0 time.Time
+		if tracing {
+			t0 = time.Now()
+		}
 		p, err := n.startRank(g, i)
 		if err != nil {
 			n.failStart(i, err.Error())
 			return
 		}
 		n.procs[g] = p
+		if tracing {
+			n.rec.SpanArg("fork", perf.AgentRank, t0, time.Now(), "rank", int64(g))
+		}
 		n.rec.Mark(perf.PhaseRankForked, g)
 		n.waiters.Go(func() {
 			werr := p.cmd.Wait()

@@ -66,6 +66,11 @@ func (t *Trace) Named(name string) []Event {
 	return out
 }
 
+// slack is how far (in trace microseconds: a nanosecond) an end may pass
+// the next start or the end of its parent: timestamps and durations are
+// floats, and their sums round.
+const slack = 1e-3
+
 // Check decodes data and checks it against the Trace Event Format:
 // a {"traceEvents": [...]} object; every event with a name, a known phase
 // type, integer pid and tid and a finite timestamp; complete events ("X")
@@ -173,7 +178,7 @@ func Check(data []byte) (*Trace, error) {
 		}
 		last[tr] = e.Ts
 		stack := open[tr]
-		for len(stack) > 0 && stack[len(stack)-1].End() <= e.Ts {
+		for len(stack) > 0 && stack[len(stack)-1].End() <= e.Ts+slack {
 			stack = stack[:len(stack)-1]
 		}
 		switch e.Ph {
@@ -181,7 +186,7 @@ func Check(data []byte) (*Trace, error) {
 			if e.Dur == nil || *e.Dur < 0 || math.IsNaN(*e.Dur) {
 				return nil, fmt.Errorf("complete event %d (%s): want dur >= 0", i, rm)
 			}
-			if n := len(stack); n > 0 && e.End() > stack[n-1].End()+1e-6 {
+			if n := len(stack); n > 0 && e.End() > stack[n-1].End()+slack {
 				p := stack[n-1]
 				return nil, fmt.Errorf("slice %q [%v, %v] on track %v overlaps the end of %q [%v, %v]",
 					e.Name, e.Ts, e.End(), tr, p.Name, p.Ts, p.End())
