@@ -14,7 +14,7 @@ APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client 
               munge slurmctld slurmd slurm-client
 FUZZTIME   ?= 30s
 
-.PHONY: help deps build run test test-race bench bench-scale fuzz check clean cprog tidy-check
+.PHONY: help deps build run test test-race bench bench-scale plots fuzz check clean cprog tidy-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -87,6 +87,15 @@ bench-scale: build ## scale benchmark: loopback agents x goroutine ranks to P=16
 		-pmirun $(BIN)/pmirun
 	$(BIN)/pmibench -scale -nodes 64 -ppn 16,64,128,256 -late auto -rounds 10 -netio net,uring -markdown \
 		-pmirun $(BIN)/pmirun
+
+# The README's figures: pmibench draws SVG and PNG into build/plots; the
+# PNGs are what docs/img keeps.
+plots: deps build cprog ## regenerate docs/img/*.png: start-up vs N per launcher, pmirun's phases, scale curves
+	$(BIN)/pmibench -n 1,4,16,64,128 -runs 5 -pmirun $(BIN)/pmirun \
+		-pmi2-prog $(CPROG)/pmi2_bench -hello-prog $(CPROG)/mpi_hello -markdown -plot build/plots
+	$(BIN)/pmibench -scale -nodes 4,16 -ppn 16,64,256 -rounds 10 -netio net,uring -markdown \
+		-pmirun $(BIN)/pmirun -plot build/plots
+	mkdir -p docs/img && cp build/plots/*.png docs/img/
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

@@ -3,7 +3,7 @@
 //
 //	pmibench [-runs 10] [-warmup 1] [-n 1,4,16,64,128] [-workload pmi2,hello]
 //	         [-pmirun PATH] [-mpiexec PATH|none] [-pmi2-prog PATH] [-hello-prog PATH]
-//	         [-timeout 60s] [-markdown] [-json FILE] [-v]
+//	         [-timeout 60s] [-markdown] [-json FILE] [-plot DIR] [-v]
 //
 // For every rank count N and workload it runs "pmirun -n N PROG" and
 // "mpiexec [-bind-to none] -n N PROG", first -warmup untimed runs of each,
@@ -16,7 +16,11 @@
 // median of each launcher, the ratio pmirun/hydra (below 1 means pmirun is
 // faster), each launcher's min and max, and the number of failed runs; as
 // aligned text, or as a markdown table with -markdown. -json FILE also
-// writes every raw sample with the configuration. The exit status is 1 if
+// writes every raw sample with the configuration. -plot DIR draws the
+// figures (SVG and PNG, see plot.go): each workload's median wall time
+// over N per launcher, and pmirun's phases at each N, read from a
+// --report that every timed pmirun run then writes (a file write at the
+// end of each run, counted in its time). The exit status is 1 if
 // any run failed or pmibench was interrupted, 2 on a usage error.
 //
 // Workloads: "pmi2" runs -pmi2-prog (default build/cprog/pmi2_bench) and
@@ -55,6 +59,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +67,7 @@ import (
 	"github.com/fastpmi/fastpmi/internal/agentmain"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/internal/virtual"
+	"github.com/fastpmi/fastpmi/jobreport"
 )
 
 const modulePath = "github.com/fastpmi/fastpmi"
@@ -97,6 +103,7 @@ type options struct {
 	timeout      time.Duration
 	markdown     bool
 	jsonPath     string
+	plotDir      string
 	verbose      bool
 	daemon       bool // time pmirun on running daemons against per-job loopback agents
 	daemonNodes  int
@@ -117,6 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "limit for one run")
 	fs.BoolVar(&o.markdown, "markdown", false, "print the table as markdown")
 	fs.StringVar(&o.jsonPath, "json", "", "write every raw sample as JSON to this file")
+	fs.StringVar(&o.plotDir, "plot", "", "draw the figures (SVG and PNG) into this `DIR`; pmirun's runs then write a --report for their phases")
 	fs.BoolVar(&o.verbose, "v", false, "print every run as it finishes")
 	fs.BoolVar(&o.daemon, "daemon", false, "instead of Hydra, time pmirun on running daemons (pmid --daemon, started by pmibench) against per-job agents over the loopback bootstrap")
 	fs.IntVar(&o.daemonNodes, "daemon-nodes", 2, "with -daemon: daemons, and loopback agents per job (fewer when N is smaller)")
@@ -262,6 +270,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	var reportPath string
+	if o.plotDir != "" {
+		tmp, err := os.MkdirTemp("", "pmibench-report-")
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: directory for pmirun's reports: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		reportPath = filepath.Join(tmp, "pmirun.json")
+		for i := range launchers {
+			if launchers[i].Name == "pmirun" {
+				launchers[i].Args = append(slices.Clone(launchers[i].Args), "--report", reportPath)
+			}
+		}
+	}
+	phases := map[int]map[string]time.Duration{} // pmirun's phases by sample Seq (-plot)
+
 	names := make([]string, len(launchers))
 	for i, l := range launchers {
 		names[i] = l.Name
@@ -280,6 +305,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			} else if o.verbose {
 				fmt.Fprintf(stderr, "pmibench: %s N=%d %s run %d: %v\n", s.Workload, s.N, s.Launcher, s.Run, s.Wall)
 			}
+			if reportPath != "" && s.OK() && s.Launcher == "pmirun" {
+				if rep, err := jobreport.ReadFile(reportPath); err == nil {
+					phases[s.Seq] = samplePhases(rep, s.Wall)
+				}
+			}
 		},
 	}
 	started := time.Now()
@@ -292,16 +322,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if failed > 0 || runErr != nil {
 		code = 1
 	}
-	if err := WriteTable(stdout, Summarize(samples, names), names, o.markdown); err != nil {
+	rows := Summarize(samples, names)
+	if err := WriteTable(stdout, rows, names, o.markdown); err != nil {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
 		code = 1
+	}
+	if o.plotDir != "" {
+		files, err := writeLauncherPlots(o.plotDir, rows, samples, phases, names)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			code = 1
+		}
+		fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
 	}
 	if o.jsonPath != "" {
 		host, _ := os.Hostname()
 		rep := Report{
 			Started: started, Host: host, CPUs: runtime.NumCPU(),
 			Runs: o.runs, Warmup: o.warmup, TimeoutNS: o.timeout,
-			Workloads: workloads, Notes: notes, Samples: samples,
+			Workloads: workloads, Notes: notes, Samples: samples, Phases: phases,
 		}
 		for _, l := range launchers {
 			rep.Launchers = append(rep.Launchers, reportLauncher{Name: l.Name, Path: l.Path, Args: l.Args})

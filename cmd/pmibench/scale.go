@@ -100,6 +100,7 @@ type scaleOptions struct {
 	pmirun      string
 	markdown    bool
 	jsonPath    string
+	plotDir     string
 	verbose     bool
 }
 
@@ -121,6 +122,7 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
 	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
 	fs.StringVar(&o.jsonPath, "json", "", "write every job's results as JSON to this file")
+	fs.StringVar(&o.plotDir, "plot", "", "draw the scale curves (SVG and PNG) into this `DIR`")
 	fs.BoolVar(&o.verbose, "v", false, "print each job's command line")
 	if err := parseFlagSet(fs, args, "pmibench -scale [options]", "Runs K loopback agents with goroutine ranks and reports time, bytes and messages per operation."); err != nil {
 		return o, err
@@ -498,6 +500,14 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "pmibench: %v\n", err)
 			code = 1
 		}
+	}
+	if o.plotDir != "" {
+		files, err := writeScalePlots(o.plotDir, results)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			code = 1
+		}
+		fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
 	}
 	return code
 }
