@@ -11,7 +11,7 @@ BIN        := build/bin
 CPROG      := build/cprog
 N          ?= 8
 APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client openssh-server \
-              munge slurmctld slurmd slurm-client
+              munge slurmctld slurmd slurm-client hwloc-nox
 FUZZTIME   ?= 30s
 
 .PHONY: help deps build run test test-race bench bench-scale plots fuzz check clean cprog tidy-check

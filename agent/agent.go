@@ -67,6 +67,9 @@ type Config struct {
 	UniverseSize int
 	// SpawnerJobID is set for a job created by spawn.
 	SpawnerJobID string
+	// LateAttrs are job attributes whose values the owner supplies later
+	// with SetJobAttr, each in bounded time (jobattr.go); reads wait.
+	LateAttrs []string
 
 	Upstream Upstream       // job-wide collectives and services; nil = Local
 	Events   Events         // launcher callbacks; nil = ignore

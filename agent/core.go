@@ -372,6 +372,8 @@ type Core struct {
 	ringWaiting int                   // ranks waiting in a ring exchange
 	names       map[uint64]to         // name calls waiting for the Upstream
 	nameSeq     uint64
+	late        map[string]*lateAttr // late job attributes (jobattr.go)
+	lateKeys    []string             // their keys, in Config order
 }
 
 // coreConfig is the part of Config the core needs.
@@ -396,6 +398,13 @@ func NewCore(cfg *Config, ringOffset, ringSize int) *Core {
 		groups:   make(map[string]*group),
 		rings:    make(map[uint64]*ringEpoch),
 		names:    make(map[uint64]to),
+		late:     make(map[string]*lateAttr),
+	}
+	for _, k := range cfg.LateAttrs {
+		if c.late[k] == nil {
+			c.late[k] = &lateAttr{}
+			c.lateKeys = append(c.lateKeys, k)
+		}
 	}
 	for i, g := range cfg.Local {
 		app := 0
@@ -478,6 +487,9 @@ func (c *Core) Step(op Op) error {
 	case JobAttr:
 		if _, err := c.rank(o.Local); err != nil {
 			return err
+		}
+		if c.lateWait(o.Key, to{o.Local, o.Req, ReplyJobAttr}) {
+			return nil
 		}
 		v, found := c.jobAttr(o.Key)
 		if !found && o.KVS && !hasPMIPrefix(o.Key) {
@@ -580,6 +592,8 @@ func (c *Core) Step(op Op) error {
 		c.epochFinished(o.Epoch, kindAllgather, nil, o.Values, o.Err)
 	case RingEdgeDone:
 		c.ringEdgeDone(o)
+	case SetJobAttr:
+		c.setLate(o.Key, o.Val)
 	case NameDone:
 		c.nameDone(o)
 	case Shutdown:
@@ -588,6 +602,7 @@ func (c *Core) Step(op Op) error {
 			err := errors.New("agent shutting down")
 			c.failAll(err)
 			c.failNames(err)
+			c.failLate(err)
 		}
 	default:
 		return fmt.Errorf("unknown operation %T", op)
@@ -631,12 +646,15 @@ func (c *Core) up(u UpCall) { c.rd.Upstream = append(c.rd.Upstream, u) }
 
 // jobAttr returns a job attribute served to both protocols.
 func (c *Core) jobAttr(key string) (string, bool) {
+	if la := c.late[key]; la != nil && la.set {
+		return la.val, true
+	}
 	switch key {
 	case "PMI_process_mapping":
 		return c.cfg.mapping, true
 	case "universeSize", "PMI_universe_size":
 		return strconv.Itoa(c.cfg.universe), true
-	case "PMI_hwloc_xmlfile":
+	case AttrHwlocXML:
 		return "unavailable", true
 	}
 	return "", false

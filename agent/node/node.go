@@ -83,6 +83,9 @@ type Node struct {
 
 	// starterStop stops a Starter's ranks, or is nil.
 	starterStop func()
+	// topo makes the node's topology file (topology.go), or is nil: the
+	// ranks are played, or lstopo is not installed.
+	topo *topology
 }
 
 // New creates node o.Index of spec: its agent and shared-memory segment.
@@ -107,7 +110,16 @@ func New(spec *Spec, o Options) (*Node, error) {
 		o.Emit = func(Event) {}
 	}
 	ranks := spec.Nodes[o.Index]
+	var late []string
+	var topo *topology
+	if o.Starter == nil {
+		if p := lstopoPath(); p != "" {
+			topo = &topology{lstopo: p}
+			late = []string{agent.AttrHwlocXML}
+		}
+	}
 	n := &Node{
+		topo: topo,
 		spec: spec, opt: o, ranks: ranks, rec: o.Perf,
 		evch:  make(chan event, 8*len(ranks)+64),
 		quit:  make(chan struct{}),
@@ -123,6 +135,7 @@ func New(spec *Spec, o Options) (*Node, error) {
 		Events:       events{n.evch},
 		Logger:       o.Logger,
 		Perf:         o.Perf,
+		LateAttrs:    late,
 	})
 	if err != nil {
 		return nil, err
@@ -196,6 +209,9 @@ func (n *Node) Start() {
 	if n.path == "" {
 		n.failStart(0, "no program resolved")
 		return
+	}
+	if n.topo != nil {
+		n.startTopology()
 	}
 	tracing := n.rec.Tracing()
 	for i, g := range n.ranks {
@@ -421,12 +437,16 @@ func (n *Node) Close() {
 	// disconnect timers of ranks already reported. Stop them, taking what
 	// they send meanwhile.
 	close(n.quit)
+	if n.topo != nil && n.topo.cancel != nil {
+		n.topo.cancel() // an lstopo still running is not waited for
+	}
 	done := make(chan struct{})
 	go func() { n.waiters.Wait(); close(done) }()
 	for {
 		select {
 		case <-n.evch:
 		case <-done:
+			n.topo.remove()
 			return
 		}
 	}
