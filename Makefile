@@ -42,7 +42,7 @@ build: ## build pmirun, pmid, pmibench into build/bin
 
 CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args
 CPROG_PMI2 := pmi2_test pmi2_bench
-CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early)
+CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early forkfloor true_static)
 CFLAGS     ?= -O2 -Wall
 
 cprog: $(CPROG_ALL) ## build the C test and benchmark programs into build/cprog
@@ -58,6 +58,14 @@ $(addprefix $(CPROG)/,$(CPROG_PMI2)): $(CPROG)/%: tests/cprog/%.c
 $(CPROG)/exit_early: tests/cprog/exit_early.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) -o $@ $<
+# The fork+exec floor (pmibench -floor): a minimal launcher, and the
+# smallest static program it starts.
+$(CPROG)/forkfloor: tests/cprog/forkfloor.c
+	@mkdir -p $(CPROG)
+	gcc $(CFLAGS) -o $@ $<
+$(CPROG)/true_static: tests/cprog/true_static.c
+	@mkdir -p $(CPROG)
+	gcc $(CFLAGS) -static -o $@ $<
 
 run: deps build cprog ## run real jobs on this machine: the Go example and an MPICH program (N=8 ranks)
 	$(GO) build -o $(BIN)/hello ./examples/hello

@@ -68,8 +68,10 @@ type Config struct {
 	// SpawnerJobID is set for a job created by spawn.
 	SpawnerJobID string
 	// LateAttrs are job attributes whose values the owner supplies later
-	// with SetJobAttr, each in bounded time (jobattr.go); reads wait.
-	LateAttrs []string
+	// with SetJobAttr, in bounded time once asked (jobattr.go): the first
+	// read of key calls LateAttrs[key] (without agent locks; it must not
+	// block), and reads wait for the value.
+	LateAttrs map[string]func()
 
 	Upstream Upstream       // job-wide collectives and services; nil = Local
 	Events   Events         // launcher callbacks; nil = ignore
@@ -496,6 +498,11 @@ func (a *Agent) release(t *turn) {
 	}
 	for _, u := range t.rd.Upstream {
 		a.call(u)
+	}
+	for _, k := range t.rd.Wants {
+		if f := a.cfg.LateAttrs[k]; f != nil {
+			f()
+		}
 	}
 	t.free()
 }

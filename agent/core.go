@@ -3,6 +3,8 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/fastpmi/fastpmi/perf"
@@ -315,18 +317,20 @@ type Mark struct {
 // order: record Marks, deliver Replies (encode all of them before
 // publishing Results: an allgather's values may be views of input slots
 // that a rank reuses once its epoch is published), publish Results, report
-// Events, make the Upstream calls.
+// Events, make the Upstream calls, ask for the late job attributes in
+// Wants (read for the first time).
 type Ready struct {
 	Marks    []Mark
 	Replies  []Reply
 	Results  []Result
 	Events   []Event
 	Upstream []UpCall
+	Wants    []string
 }
 
 // Empty reports whether rd has nothing to do.
 func (rd *Ready) Empty() bool {
-	return len(rd.Marks)+len(rd.Replies)+len(rd.Results)+len(rd.Events)+len(rd.Upstream) == 0
+	return len(rd.Marks)+len(rd.Replies)+len(rd.Results)+len(rd.Events)+len(rd.Upstream)+len(rd.Wants) == 0
 }
 
 // rankState is one local rank as the core sees it.
@@ -373,7 +377,7 @@ type Core struct {
 	names       map[uint64]to         // name calls waiting for the Upstream
 	nameSeq     uint64
 	late        map[string]*lateAttr // late job attributes (jobattr.go)
-	lateKeys    []string             // their keys, in Config order
+	lateKeys    []string             // their keys, sorted
 }
 
 // coreConfig is the part of Config the core needs.
@@ -400,11 +404,9 @@ func NewCore(cfg *Config, ringOffset, ringSize int) *Core {
 		names:    make(map[uint64]to),
 		late:     make(map[string]*lateAttr),
 	}
-	for _, k := range cfg.LateAttrs {
-		if c.late[k] == nil {
-			c.late[k] = &lateAttr{}
-			c.lateKeys = append(c.lateKeys, k)
-		}
+	c.lateKeys = slices.Sorted(maps.Keys(cfg.LateAttrs))
+	for _, k := range c.lateKeys {
+		c.late[k] = &lateAttr{}
 	}
 	for i, g := range cfg.Local {
 		app := 0
@@ -435,6 +437,7 @@ func (c *Core) TakeReady(rd *Ready) {
 	rd.Results = append(rd.Results, c.rd.Results...)
 	rd.Events = append(rd.Events, c.rd.Events...)
 	rd.Upstream = append(rd.Upstream, c.rd.Upstream...)
+	rd.Wants = append(rd.Wants, c.rd.Wants...)
 	c.rd.reset()
 }
 
@@ -446,8 +449,9 @@ func (rd *Ready) reset() {
 	clear(rd.Results)
 	clear(rd.Events)
 	clear(rd.Upstream)
+	clear(rd.Wants)
 	rd.Marks, rd.Replies, rd.Results = rd.Marks[:0], rd.Replies[:0], rd.Results[:0]
-	rd.Events, rd.Upstream = rd.Events[:0], rd.Upstream[:0]
+	rd.Events, rd.Upstream, rd.Wants = rd.Events[:0], rd.Upstream[:0], rd.Wants[:0]
 }
 
 // Errors of Step: the operation breaks the protocol and changed nothing.

@@ -145,7 +145,10 @@ func (s *script) run(t *testing.T, directive string, input []string) string {
 			}
 		}
 		if l, ok := args["late"]; ok {
-			cfg.LateAttrs = strings.Split(l, ",")
+			cfg.LateAttrs = map[string]func(){}
+			for _, k := range strings.Split(l, ",") {
+				cfg.LateAttrs[k] = func() {}
+			}
 		}
 		off, rsize := 0, len(cfg.Local)
 		if r, ok := args["ring"]; ok {
@@ -452,6 +455,9 @@ func formatReady(rd *Ready) string {
 			}
 		}
 		b.WriteString("\n")
+	}
+	for _, k := range rd.Wants {
+		fmt.Fprintf(&b, "want %s\n", k)
 	}
 	return b.String()
 }

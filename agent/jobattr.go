@@ -2,8 +2,8 @@ package agent
 
 // Late job attributes: values the agent's owner supplies after the agent
 // started (Config.LateAttrs, Agent.SetJobAttr), such as the node's
-// topology file (PMI_hwloc_xmlfile), made once per node while the ranks
-// start. A read of one before its value is set waits for it, outside the
+// topology file (PMI_hwloc_xmlfile), made once per node when a rank first
+// asks for it (Ready.Wants), so jobs whose ranks never ask pay nothing. A read of one before its value is set waits for it, outside the
 // parked gets that checkStuck judges: the owner guarantees a value
 // (or "unavailable") in bounded time, and Shutdown fails the waiters.
 
@@ -14,9 +14,10 @@ const AttrHwlocXML = "PMI_hwloc_xmlfile"
 
 // lateAttr is one late attribute's value, or the requests waiting for it.
 type lateAttr struct {
-	val   string
-	set   bool
-	waits []to
+	val    string
+	set    bool
+	wanted bool // read once: the owner was asked (Ready.Wants)
+	waits  []to
 }
 
 // SetJobAttr supplies the value of a late job attribute and answers the
@@ -30,6 +31,10 @@ func (c *Core) lateWait(key string, t to) bool {
 	la := c.late[key]
 	if la == nil || la.set {
 		return false
+	}
+	if !la.wanted {
+		la.wanted = true
+		c.rd.Wants = append(c.rd.Wants, key)
 	}
 	la.waits = append(la.waits, t)
 	return true

@@ -110,18 +110,21 @@ func New(spec *Spec, o Options) (*Node, error) {
 		o.Emit = func(Event) {}
 	}
 	ranks := spec.Nodes[o.Index]
-	var late []string
+	var late map[string]func()
 	var topo *topology
+	evch := make(chan event, 8*len(ranks)+64)
 	if o.Starter == nil {
 		if p := lstopoPath(); p != "" {
 			topo = &topology{lstopo: p}
-			late = []string{agent.AttrHwlocXML}
+			// The first read of the attribute has the owner's loop make
+			// the file (Handle, evTopology).
+			late = map[string]func(){agent.AttrHwlocXML: func() { evch <- event{kind: evTopology} }}
 		}
 	}
 	n := &Node{
 		topo: topo,
 		spec: spec, opt: o, ranks: ranks, rec: o.Perf,
-		evch:  make(chan event, 8*len(ranks)+64),
+		evch:  evch,
 		quit:  make(chan struct{}),
 		procs: make(map[int]*rankProc, len(ranks)),
 	}
@@ -209,9 +212,6 @@ func (n *Node) Start() {
 	if n.path == "" {
 		n.failStart(0, "no program resolved")
 		return
-	}
-	if n.topo != nil {
-		n.startTopology()
 	}
 	tracing := n.rec.Tracing()
 	for i, g := range n.ranks {
@@ -399,6 +399,8 @@ func (n *Node) Handle(ev RankEvent) {
 		n.opt.Emit(Event{Kind: EvAbort, Rank: ev.rank, Code: ev.code, Msg: ev.msg})
 	case evProtocol:
 		n.opt.Emit(Event{Kind: EvProtocol, Rank: ev.rank, Msg: ev.msg})
+	case evTopology:
+		n.startTopology()
 	}
 }
 

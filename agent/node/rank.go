@@ -23,6 +23,7 @@ const (
 	evDisconnectTimer
 	evAbort
 	evProtocol
+	evTopology // a rank asked for the topology file (topology.go)
 )
 
 // RankEvent is what a node's rank waiters and agent report to its owner's

@@ -13,11 +13,11 @@ import (
 // The node's topology: MPICH (4.2 and later) asks its launcher for
 // PMI_hwloc_xmlfile and, given a file, loads the machine's topology from
 // it instead of every rank probing the machine (as Hydra does). A node
-// that forks ranks makes the file once, with hwloc's lstopo, while its
-// ranks start; the agent holds reads of the attribute until it is made
-// (agent.Config.LateAttrs) and answers "unavailable" if lstopo is missing
-// or fails. The file lives in a directory of its own, removed with the
-// job (Node.Close).
+// that forks ranks makes the file once, with hwloc's lstopo, when the
+// first rank asks (so jobs whose ranks never ask pay nothing); the agent
+// holds reads of the attribute until it is made (agent.Config.LateAttrs)
+// and answers "unavailable" if lstopo is missing or fails. The file lives
+// in a directory of its own, removed with the job (Node.Close).
 
 // topologyTimeout bounds lstopo.
 const topologyTimeout = 20 * time.Second
@@ -39,9 +39,13 @@ type topology struct {
 }
 
 // startTopology starts lstopo on a goroutine the node's waiters own;
-// the agent gets the file's path (or "unavailable") when it ends.
+// the agent gets the file's path (or "unavailable") when it ends. The
+// owner's goroutine calls it (Handle), once: the agent asks once.
 func (n *Node) startTopology() {
 	t := n.topo
+	if t == nil || t.dir != "" {
+		return
+	}
 	val := "unavailable"
 	dir, err := os.MkdirTemp("", "fastpmi-topology-")
 	if err != nil {
@@ -59,7 +63,9 @@ func (n *Node) startTopology() {
 		defer cancel()
 		val := "unavailable"
 		if out, err := cmd.CombinedOutput(); err != nil {
-			n.opt.Logger.Warn("lstopo failed: ranks probe the topology themselves", "err", err, "output", string(out))
+			if ctx.Err() != context.Canceled { // the job ended first
+				n.opt.Logger.Warn("lstopo failed: ranks probe the topology themselves", "err", err, "output", string(out))
+			}
 		} else {
 			val = path
 		}
