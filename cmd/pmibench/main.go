@@ -30,6 +30,12 @@
 // relative to the current directory. "make cprog" builds both. Any program
 // works, e.g. -workload pmi2 -pmi2-prog /bin/true to time bare launches.
 //
+// Workload "true" runs -true-prog (default build/cprog/true_static, a
+// static program that exits at once) and measures bare launches; with it,
+// -floor (default build/cprog/forkfloor, when built) adds the fork+exec
+// floor as a launcher of its own, "floor": a minimal C launcher forking
+// N copies, timed in the same alternation as the others.
+//
 // Launchers: -pmirun defaults to build/bin/pmirun under the repository root,
 // else pmirun in PATH. -mpiexec defaults to mpiexec.hydra, else mpiexec, in
 // PATH; when neither exists (or with -mpiexec none) the Hydra columns are
@@ -77,6 +83,8 @@ const (
 	defaultPmirun    = "build/bin/pmirun"
 	defaultPMI2Prog  = "build/cprog/pmi2_bench"
 	defaultHelloProg = "build/cprog/mpi_hello"
+	defaultTrueProg  = "build/cprog/true_static"
+	defaultFloor     = "build/cprog/forkfloor"
 )
 
 func main() {
@@ -100,6 +108,8 @@ type options struct {
 	mpiexec      string
 	pmi2Prog     string
 	helloProg    string
+	trueProg     string
+	floor        string
 	timeout      time.Duration
 	markdown     bool
 	jsonPath     string
@@ -116,11 +126,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.runs, "runs", 10, "timed runs per launcher, N and workload")
 	fs.IntVar(&o.warmup, "warmup", 1, "untimed runs per launcher before the timed ones")
 	nList := fs.String("n", "1,4,16,64,128", "comma-separated rank counts")
-	wList := fs.String("workload", "pmi2,hello", "comma-separated workloads: pmi2, hello")
+	wList := fs.String("workload", "pmi2,hello", "comma-separated workloads: pmi2, hello, true")
 	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
 	fs.StringVar(&o.mpiexec, "mpiexec", "", `Hydra's mpiexec (default mpiexec.hydra, else mpiexec, in PATH; "none" to skip)`)
 	fs.StringVar(&o.pmi2Prog, "pmi2-prog", "", "program of the pmi2 workload (default "+defaultPMI2Prog+" under the repo root)")
 	fs.StringVar(&o.helloProg, "hello-prog", "", "program of the hello workload (default "+defaultHelloProg+" under the repo root)")
+	fs.StringVar(&o.trueProg, "true-prog", "", "program of the true workload (default "+defaultTrueProg+" under the repo root)")
+	fs.StringVar(&o.floor, "floor", "", `fork+exec floor launcher for the true workload (default `+defaultFloor+` under the repo root when built; "none" to skip)`)
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "limit for one run")
 	fs.BoolVar(&o.markdown, "markdown", false, "print the table as markdown")
 	fs.StringVar(&o.jsonPath, "json", "", "write every raw sample as JSON to this file")
@@ -268,6 +280,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
 		return 2
+	}
+	if slices.ContainsFunc(workloads, func(w Workload) bool { return w.Name == "true" }) && o.floor != "none" {
+		floor, err := resolveProg(o.floor, defaultFloor, root)
+		switch {
+		case err == nil:
+			launchers = append(launchers, Launcher{Name: "floor", Path: floor, Only: "true"})
+		case o.floor != "":
+			fmt.Fprintf(stderr, "pmibench: find -floor: %v\n", err)
+			return 2
+		default:
+			note("no fork+exec floor (%s: run make cprog): the true workload runs without it", defaultFloor)
+		}
 	}
 
 	var reportPath string
@@ -493,8 +517,10 @@ func resolveWorkloads(o options, root string) ([]Workload, error) {
 			given, def, flagName = o.pmi2Prog, defaultPMI2Prog, "-pmi2-prog"
 		case "hello":
 			given, def, flagName = o.helloProg, defaultHelloProg, "-hello-prog"
+		case "true":
+			given, def, flagName = o.trueProg, defaultTrueProg, "-true-prog"
 		default:
-			return nil, fmt.Errorf("parse -workload: unknown workload %q (want pmi2 or hello)", name)
+			return nil, fmt.Errorf("parse -workload: unknown workload %q (want pmi2, hello or true)", name)
 		}
 		prog, err := resolveProg(given, def, root)
 		if err != nil {
