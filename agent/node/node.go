@@ -201,9 +201,12 @@ func (n *Node) Resolve() error {
 	return nil
 }
 
-// Start forks every local rank (or hands them to the Starter). A rank that
-// cannot start is reported and the ranks after it are not started. Call
-// Resolve first.
+// Start forks every local rank (or hands them to the Starter), then hands
+// their PMI connections to the agent: no rank is served before every rank
+// is forked, so on a machine with fewer CPUs than ranks the ranks that
+// are up wait in their first PMI read instead of taking the CPU from the
+// forks still to come (docs/benchmarks.md). A rank that cannot start is
+// reported and the ranks after it are not started. Call Resolve first.
 func (n *Node) Start() {
 	if n.opt.Starter != nil {
 		n.startPlayed()
@@ -214,6 +217,12 @@ func (n *Node) Start() {
 		return
 	}
 	tracing := n.rec.Tracing()
+	started := make([]*rankProc, 0, len(n.ranks))
+	defer func() {
+		for _, p := range started {
+			n.serve(p)
+		}
+	}()
 	for i, g := range n.ranks {
 		var t0 time.Time
 		if tracing {
@@ -225,6 +234,7 @@ func (n *Node) Start() {
 			return
 		}
 		n.procs[g] = p
+		started = append(started, p)
 		if tracing {
 			n.rec.SpanArg("fork", perf.AgentRank, t0, time.Now(), "rank", int64(g))
 		}
