@@ -320,9 +320,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		o.runs, o.warmup, runtime.NumCPU(), o.timeout)
 
 	failed := 0
+	// Progress: one line per finished (workload, N) cell with an
+	// estimate of the time left, from the timed runs' pace so far.
+	total := 0
+	for _, w := range workloads {
+		for _, l := range launchers {
+			if l.runs(w) {
+				total += len(o.ns) * o.runs
+			}
+		}
+	}
+	runStart, finished := time.Now(), 0
 	r := &Runner{
 		Timeout: o.timeout,
 		Progress: func(s Sample) {
+			finished++
+			if last := s.Run == o.runs-1 && s.Launcher == lastLauncher(launchers, s.Workload); last && finished < total {
+				left := time.Duration(float64(time.Since(runStart)) / float64(finished) * float64(total-finished))
+				fmt.Fprintf(stderr, "pmibench: %s N=%d done: %d of %d runs, about %v left\n",
+					s.Workload, s.N, finished, total, left.Round(time.Second))
+			}
 			if !s.OK() {
 				failed++
 				fmt.Fprintf(stderr, "pmibench: %s N=%d %s run %d: %s\n", s.Workload, s.N, s.Launcher, s.Run, s.Err)
@@ -449,6 +466,18 @@ func findPmirun(given, root string) (string, error) {
 		return filepath.Abs(p)
 	}
 	return "", fmt.Errorf("find pmirun: %w (run make build, or pass -pmirun PATH)", err)
+}
+
+// lastLauncher is the name of the last launcher that runs workload w:
+// its last run ends a cell.
+func lastLauncher(ls []Launcher, w string) string {
+	name := ""
+	for _, l := range ls {
+		if l.Only == "" || l.Only == w {
+			name = l.Name
+		}
+	}
+	return name
 }
 
 // findMpiexec returns the Hydra launcher to use, or "" for none.
