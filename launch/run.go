@@ -100,6 +100,7 @@ func Run(ctx context.Context, cfg Config) (jobErr error) {
 			n.KillNow()
 		}
 	}
+	n.RecordMemory()
 	n.Close()
 	report(cfg, rec)
 	if f.failure != nil {

@@ -310,6 +310,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 			a.n.Kill()
 		}
 	}
+	a.n.RecordMemory()
 	a.n.Close()
 	if !rootLost {
 		done := Done{Counters: a.rec.Counters()}

@@ -184,6 +184,28 @@ func New(spec *Spec, o Options) (*Node, error) {
 	return n, nil
 }
 
+// Memory counters (RecordMemory): the agent process's peak resident size
+// and the shared segment's touched pages, one copy per node however many
+// ranks map it.
+const (
+	CounterAgentRSS    = "agent.rss.peak.bytes"
+	CounterSegResident = "segment.resident.bytes"
+)
+
+// RecordMemory adds the node's memory counters to its recorder; call it
+// once, when the ranks have ended and before Close. A figure that cannot
+// be read is left out.
+func (n *Node) RecordMemory() {
+	if rss, err := sys.PeakRSS(); err == nil {
+		n.rec.Add(CounterAgentRSS, rss)
+	}
+	if n.seg != nil {
+		if b, err := sys.FileMemory(n.seg); err == nil {
+			n.rec.Add(CounterSegResident, b)
+		}
+	}
+}
+
 // Ranks returns the node's global ranks, in local order.
 func (n *Node) Ranks() []int { return n.ranks }
 

@@ -271,6 +271,31 @@ func (r scaleResult) perNode(names ...string) (lo, hi float64, ok bool) {
 	return lo, hi, true
 }
 
+// maxNode is the largest value of counter name over the nodes (a
+// figure of the whole job, such as a peak), and whether every node
+// reported it.
+func (r scaleResult) maxNode(name string) (float64, bool) {
+	if len(r.Counters) == 0 {
+		return 0, false
+	}
+	var hi int64
+	for _, c := range r.Counters {
+		v, ok := c[name]
+		if !ok {
+			return 0, false
+		}
+		hi = max(hi, v)
+	}
+	return float64(hi), true
+}
+
+func maxBytesCell(b float64, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	return bytesCell(b)
+}
+
 // cpuPerRankRound is the CPU time the agents' processes used per rank and
 // round during the timed rounds (virtual.CPUCounter over
 // virtual.CPURoundsCounter, summed over nodes): the agent's and the
@@ -582,7 +607,8 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 			header = append(header, b+" late last")
 		}
 	}
-	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)")
+	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)",
+		"agent RSS (peak)", "segment resident")
 	for _, row := range rows {
 		line := []string{row.op, strconv.Itoa(row.nodes), strconv.Itoa(row.ppn)}
 		var tails, spans, cpus, lasts []string
@@ -623,7 +649,7 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 			line = append(line, lasts...)
 		}
 		if first == nil {
-			body = append(body, append(line, "-", "-", "-", "-", "-", "-"))
+			body = append(body, append(line, "-", "-", "-", "-", "-", "-", "-", "-"))
 			continue
 		}
 		in, _, _ := first.perNode("bcast.bytes.in")
@@ -636,6 +662,7 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 			rangeCell(first.perNode("tree.msgs.sent")), rangeCell(first.perNode("ring.msgs.sent")))
 		_, frames, _ := first.perNode("net.frames.sent")
 		line = append(line, strconv.FormatInt(int64(frames*float64(first.ops())+0.5), 10))
+		line = append(line, maxBytesCell(first.maxNode(node.CounterAgentRSS)), maxBytesCell(first.maxNode(node.CounterSegResident)))
 		body = append(body, line)
 	}
 	return header, body
