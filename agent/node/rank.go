@@ -64,8 +64,8 @@ type rankProc struct {
 	cmd    *exec.Cmd
 	pid    int
 	pmi    net.Conn // the agent's end of PMI_FD until Start serves it (nil after, or with PMI_PORT)
-	exited bool // its process ended (no more signals)
-	judged bool // its end was judged and reported (counts against Node.Live)
+	exited bool     // its process ended (no more signals)
+	judged bool     // its end was judged and reported (counts against Node.Live)
 }
 
 func describeExit(ev event) string {
