@@ -58,6 +58,7 @@ const (
 	SlicePMI     = "PMI"
 	SliceExit    = "exit"
 	SliceWaiting = "waiting"
+	SliceFence   = "fence" // a shared-memory rank's fence or allgather, from its marks
 
 	CatRank    = "rank"    // derived life slices
 	CatRequest = "request" // PMI requests (Request)
@@ -117,6 +118,8 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 	type life struct {
 		forked, exit, first, last time.Duration
 		hasFork, hasExit, hasReq  bool
+		spans                     bool            // request spans seen (text protocol)
+		enters, dones             []time.Duration // fence enter and done marks, in order
 	}
 	lives := map[track]*life{}
 	lifeOf := func(t track) *life {
@@ -151,6 +154,7 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 			}
 			if e.Rank >= 0 {
 				l := lifeOf(t)
+				l.spans = l.spans || e.Arg == ""
 				if !l.hasReq || e.At < l.first {
 					l.first = e.At
 				}
@@ -179,6 +183,12 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 			case PhaseRankExit:
 				l.exit, l.hasExit = e.At, true
 			case PhaseFirstPMI, PhaseInit, PhaseFenceEnter, PhaseFenceDone, PhaseFinalize:
+				switch e.Name {
+				case PhaseFenceEnter:
+					l.enters = append(l.enters, e.At)
+				case PhaseFenceDone:
+					l.dones = append(l.dones, e.At)
+				}
 				if !l.hasReq || e.At < l.first {
 					l.first = e.At
 				}
@@ -189,6 +199,16 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 	}
 	for t, l := range lives {
 		body = append(body, lifeSlices(t, l.forked, l.exit, l.first, l.last, l.hasFork, l.hasExit, l.hasReq)...)
+		if !l.spans {
+			// A rank without request spans (shared memory) gets its
+			// fences and allgathers from their marks: the k-th entered
+			// to the k-th released (epochs complete in order), all of it
+			// waiting for the other ranks.
+			for i := range min(len(l.enters), len(l.dones)) {
+				d := micros(max(l.dones[i]-l.enters[i], 0))
+				body = append(body, traceEvent{Name: SliceFence, Cat: CatRequest, Ph: "X", Ts: micros(l.enters[i]), Dur: &d, Pid: t.pid, Tid: t.tid})
+			}
+		}
 	}
 	body = nest(body)
 

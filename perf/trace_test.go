@@ -148,3 +148,36 @@ func TestBestClock(t *testing.T) {
 		t.Error("BestClock of nothing is not the zero sample")
 	}
 }
+
+// A rank seen only through marks (shared memory: no request spans) gets
+// one fence slice per epoch, the k-th entry to the k-th release, inside
+// its PMI slice; a text rank's fences are its requests, not repeated.
+func TestTraceFencesFromMarks(t *testing.T) {
+	r := NewTracer(0)
+	ms := func(n float64) time.Time { return r.Start().Add(time.Duration(n * float64(time.Millisecond))) }
+	for _, m := range []struct {
+		phase string
+		at    float64
+	}{{PhaseRankForked, 1}, {PhaseFirstPMI, 2}, {PhaseFenceEnter, 3}, {PhaseFenceEnter, 4}, {PhaseFenceDone, 5}, {PhaseFenceDone, 6}, {PhaseFinalize, 7}, {PhaseRankExit, 8}} {
+		r.MarkAt(m.phase, 0, ms(m.at))
+	}
+	r.MarkAt(PhaseFenceEnter, 1, ms(3))
+	r.Request("kvs-fence", 1, ms(3), ms(5), ms(5.5))
+	r.MarkAt(PhaseFenceDone, 1, ms(5))
+	var buf bytes.Buffer
+	if err := r.WriteChromeTrace(&buf); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := perftest.Check(buf.Bytes())
+	if err != nil {
+		t.Fatalf("trace fails the format check: %v\n%s", err, buf.String())
+	}
+	fences := tr.Named(SliceFence)
+	if len(fences) != 2 || fences[0].Tid != 1 || fences[0].Ts != 3000 || fences[1].Ts != 4000 {
+		t.Fatalf("fence slices %v, want two on rank 0 from 3 ms and 4 ms", fences)
+	}
+	// The second epoch overlaps the first's end: cut there, so slices nest.
+	if e0, e1 := fences[0].End(), fences[1].End(); e0 != 5000 || e1 > e0 {
+		t.Errorf("fence ends %v and %v, want 5000 and at most 5000", e0, e1)
+	}
+}
