@@ -58,7 +58,7 @@ const (
 	SlicePMI     = "PMI"
 	SliceExit    = "exit"
 	SliceWaiting = "waiting"
-	SliceFence   = "fence" // a shared-memory rank's fence or allgather, from its marks
+	SliceFence   = "fence" // a shared-memory rank's fence, from its marks
 
 	CatRank    = "rank"    // derived life slices
 	CatRequest = "request" // PMI requests (Request)
@@ -201,7 +201,7 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 		body = append(body, lifeSlices(t, l.forked, l.exit, l.first, l.last, l.hasFork, l.hasExit, l.hasReq)...)
 		if !l.spans {
 			// A rank without request spans (shared memory) gets its
-			// fences and allgathers from their marks: the k-th entered
+			// fences from their marks: the k-th entered
 			// to the k-th released (epochs complete in order), all of it
 			// waiting for the other ranks.
 			for i := range min(len(l.enters), len(l.dones)) {
