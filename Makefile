@@ -11,10 +11,10 @@ BIN        := build/bin
 CPROG      := build/cprog
 N          ?= 8
 APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client openssh-server \
-              munge slurmctld slurmd slurm-client
+              munge slurmctld slurmd slurm-client hwloc-nox
 FUZZTIME   ?= 30s
 
-.PHONY: help deps build run test test-race bench bench-scale fuzz check clean cprog tidy-check
+.PHONY: help deps build run test test-race bench bench-scale plots fuzz check clean cprog tidy-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -42,7 +42,7 @@ build: ## build pmirun, pmid, pmibench into build/bin
 
 CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args
 CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench
-CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early)
+CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early forkfloor true_static)
 CFLAGS     ?= -O2 -Wall
 
 cprog: $(CPROG_ALL) ## build the C test and benchmark programs into build/cprog
@@ -58,6 +58,14 @@ $(addprefix $(CPROG)/,$(CPROG_PMI2)): $(CPROG)/%: tests/cprog/%.c
 $(CPROG)/exit_early: tests/cprog/exit_early.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) -o $@ $<
+# The fork+exec floor (pmibench -floor): a minimal launcher, and the
+# smallest static program it starts.
+$(CPROG)/forkfloor: tests/cprog/forkfloor.c
+	@mkdir -p $(CPROG)
+	gcc $(CFLAGS) -o $@ $<
+$(CPROG)/true_static: tests/cprog/true_static.c
+	@mkdir -p $(CPROG)
+	gcc $(CFLAGS) -static -o $@ $<
 
 run: deps build cprog ## run real jobs on this machine: the Go example and an MPICH program (N=8 ranks)
 	$(GO) build -o $(BIN)/hello ./examples/hello
@@ -87,6 +95,15 @@ bench-scale: build ## scale benchmark: loopback agents x goroutine ranks to P=16
 		-pmirun $(BIN)/pmirun
 	$(BIN)/pmibench -scale -nodes 64 -ppn 16,64,128,256 -late auto -rounds 10 -netio net,uring -markdown \
 		-pmirun $(BIN)/pmirun
+
+# The README's figures: pmibench draws SVG and PNG into build/plots; the
+# PNGs are what docs/img keeps.
+plots: deps build cprog ## regenerate docs/img/*.png: start-up vs N per launcher, pmirun's phases, scale curves
+	$(BIN)/pmibench -n 1,4,16,64,128 -runs 5 -pmirun $(BIN)/pmirun \
+		-pmi2-prog $(CPROG)/pmi2_bench -hello-prog $(CPROG)/mpi_hello -markdown -plot build/plots
+	$(BIN)/pmibench -scale -nodes 4,16 -ppn 16,64,256 -rounds 10 -netio net,uring -markdown \
+		-pmirun $(BIN)/pmirun -plot build/plots
+	mkdir -p docs/img && cp build/plots/*.png docs/img/
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

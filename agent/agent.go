@@ -41,6 +41,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/pmiwire"
@@ -69,6 +70,11 @@ type Config struct {
 	// Preput are keys in the job KVS from the start, readable before the
 	// first fence: what a spawner put for its children (Owner -1).
 	Preput []KV
+	// LateAttrs are job attributes whose values the owner supplies later
+	// with SetJobAttr, in bounded time once asked (jobattr.go): the first
+	// read of key calls LateAttrs[key] (without agent locks; it must not
+	// block), and reads wait for the value.
+	LateAttrs map[string]func()
 
 	Upstream Upstream       // job-wide collectives and services; nil = Local
 	Events   Events         // launcher callbacks; nil = ignore
@@ -378,14 +384,21 @@ type turn struct {
 	shm    []Reply      // replies to shared-memory requests
 	seg    *shm.Segment // the segment to publish in, nil without one
 	events []func()     // the front ends' own reports (protocol errors)
+
+	// For a tracer (perf.Recorder.Tracing), a text turn's request: when it
+	// was read (zero otherwise) and its command, which names the trace
+	// slices of the turn's direct answers.
+	read time.Time
+	cmd  string
 }
 
 // textOut is one text reply: b, or the encoding of r for rq.
 type textOut struct {
-	c  *textConn
-	rq *textReq
-	r  Reply
-	b  []byte
+	c    *textConn
+	rq   *textReq
+	r    Reply
+	b    []byte
+	rank int // the rank answered (global), for the trace
 }
 
 // turns recycles turns: a turn's slices keep their capacity from one turn
@@ -402,6 +415,7 @@ func (t *turn) free() {
 	clear(t.shm)
 	clear(t.events)
 	t.text, t.shm, t.events, t.seg = t.text[:0], t.shm[:0], t.events[:0], nil
+	t.read, t.cmd = time.Time{}, ""
 	turns.Put(t)
 }
 
@@ -423,7 +437,7 @@ func (t *turn) take(a *Agent) {
 				continue
 			}
 			delete(c.pending, r.Req.ID)
-			t.text = append(t.text, textOut{c: c, rq: rq, r: r})
+			t.text = append(t.text, textOut{c: c, rq: rq, r: r, rank: a.ranks[r.Local].global})
 		case ViaShm:
 			t.shm = append(t.shm, r)
 		}
@@ -464,8 +478,12 @@ func (a *Agent) release(t *turn) {
 		}
 	}
 	a.pubMu.Unlock()
-	for _, o := range t.text {
-		o.c.write(o.b)
+	if a.rec.Tracing() {
+		a.writeTraced(t)
+	} else {
+		for _, o := range t.text {
+			o.c.write(o.b)
+		}
 	}
 	for _, f := range t.events {
 		f()
@@ -484,7 +502,35 @@ func (a *Agent) release(t *turn) {
 	for _, u := range t.rd.Upstream {
 		a.call(u)
 	}
+	for _, k := range t.rd.Wants {
+		if f := a.cfg.LateAttrs[k]; f != nil {
+			f()
+		}
+	}
 	t.free()
+}
+
+// writeTraced writes t's text replies and stamps each request on the
+// tracer: read to written, waiting until this turn if the request was
+// read in an earlier one. A direct answer is to the turn's own request;
+// it runs on that connection's goroutine, the only one that binds its
+// rank.
+func (a *Agent) writeTraced(t *turn) {
+	answered := time.Now()
+	for _, o := range t.text {
+		o.c.write(o.b)
+		end := time.Now()
+		switch {
+		case o.rq != nil && !o.rq.read.IsZero():
+			var waited time.Time
+			if !o.rq.read.Equal(t.read) {
+				waited = answered
+			}
+			a.rec.Request(o.rq.m.Cmd, o.rank, o.rq.read, waited, end)
+		case o.rq == nil && !t.read.IsZero():
+			a.rec.Request(t.cmd, o.c.rankNum(), t.read, time.Time{}, end)
+		}
+	}
 }
 
 // call makes one Upstream call; its completion is a new turn.

@@ -3,6 +3,8 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/fastpmi/fastpmi/perf"
@@ -335,18 +337,20 @@ type Mark struct {
 // order: record Marks, deliver Replies (encode all of them before
 // publishing Results: an allgather's values may be views of input slots
 // that a rank reuses once its epoch is published), publish Results, report
-// Events, make the Upstream calls.
+// Events, make the Upstream calls, ask for the late job attributes in
+// Wants (read for the first time).
 type Ready struct {
 	Marks    []Mark
 	Replies  []Reply
 	Results  []Result
 	Events   []Event
 	Upstream []UpCall
+	Wants    []string
 }
 
 // Empty reports whether rd has nothing to do.
 func (rd *Ready) Empty() bool {
-	return len(rd.Marks)+len(rd.Replies)+len(rd.Results)+len(rd.Events)+len(rd.Upstream) == 0
+	return len(rd.Marks)+len(rd.Replies)+len(rd.Results)+len(rd.Events)+len(rd.Upstream)+len(rd.Wants) == 0
 }
 
 // rankState is one local rank as the core sees it.
@@ -392,6 +396,8 @@ type Core struct {
 	ringWaiting int                   // ranks waiting in a ring exchange
 	calls       map[uint64]to         // name and spawn calls waiting for the Upstream, by call ID
 	callSeq     uint64
+	late        map[string]*lateAttr // late job attributes (jobattr.go)
+	lateKeys    []string             // their keys, sorted
 }
 
 // coreConfig is the part of Config the core needs.
@@ -416,9 +422,14 @@ func NewCore(cfg *Config, ringOffset, ringSize int) *Core {
 		groups:   make(map[string]*group),
 		rings:    make(map[uint64]*ringEpoch),
 		calls:    make(map[uint64]to),
+		late:     make(map[string]*lateAttr),
 	}
 	for _, kv := range cfg.Preput {
 		c.kvs[kv.Key] = kv.Val
+	}
+	c.lateKeys = slices.Sorted(maps.Keys(cfg.LateAttrs))
+	for _, k := range c.lateKeys {
+		c.late[k] = &lateAttr{}
 	}
 	for i, g := range cfg.Local {
 		app := 0
@@ -449,6 +460,7 @@ func (c *Core) TakeReady(rd *Ready) {
 	rd.Results = append(rd.Results, c.rd.Results...)
 	rd.Events = append(rd.Events, c.rd.Events...)
 	rd.Upstream = append(rd.Upstream, c.rd.Upstream...)
+	rd.Wants = append(rd.Wants, c.rd.Wants...)
 	c.rd.reset()
 }
 
@@ -460,8 +472,9 @@ func (rd *Ready) reset() {
 	clear(rd.Results)
 	clear(rd.Events)
 	clear(rd.Upstream)
+	clear(rd.Wants)
 	rd.Marks, rd.Replies, rd.Results = rd.Marks[:0], rd.Replies[:0], rd.Results[:0]
-	rd.Events, rd.Upstream = rd.Events[:0], rd.Upstream[:0]
+	rd.Events, rd.Upstream, rd.Wants = rd.Events[:0], rd.Upstream[:0], rd.Wants[:0]
 }
 
 // Errors of Step: the operation breaks the protocol and changed nothing.
@@ -501,6 +514,9 @@ func (c *Core) Step(op Op) error {
 	case JobAttr:
 		if _, err := c.rank(o.Local); err != nil {
 			return err
+		}
+		if c.lateWait(o.Key, to{o.Local, o.Req, ReplyJobAttr}) {
+			return nil
 		}
 		v, found := c.jobAttr(o.Key)
 		if !found && o.KVS && !hasPMIPrefix(o.Key) {
@@ -608,6 +624,8 @@ func (c *Core) Step(op Op) error {
 		c.epochFinished(o.Epoch, kindAllgather, nil, o.Values, o.Err)
 	case RingEdgeDone:
 		c.ringEdgeDone(o)
+	case SetJobAttr:
+		c.setLate(o.Key, o.Val)
 	case NameDone:
 		c.nameDone(o)
 	case SpawnDone:
@@ -618,6 +636,7 @@ func (c *Core) Step(op Op) error {
 			err := errors.New("agent shutting down")
 			c.failAll(err)
 			c.failCalls(err)
+			c.failLate(err)
 		}
 	default:
 		return fmt.Errorf("unknown operation %T", op)
@@ -661,12 +680,15 @@ func (c *Core) up(u UpCall) { c.rd.Upstream = append(c.rd.Upstream, u) }
 
 // jobAttr returns a job attribute served to both protocols.
 func (c *Core) jobAttr(key string) (string, bool) {
+	if la := c.late[key]; la != nil && la.set {
+		return la.val, true
+	}
 	switch key {
 	case "PMI_process_mapping":
 		return c.cfg.mapping, true
 	case "universeSize", "PMI_universe_size":
 		return strconv.Itoa(c.cfg.universe), true
-	case "PMI_hwloc_xmlfile":
+	case AttrHwlocXML:
 		return "unavailable", true
 	}
 	return "", false

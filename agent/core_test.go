@@ -22,7 +22,7 @@ import (
 //
 // Directives:
 //
-//	new size=N [local=a,b,c] [ring=off,size]   a fresh Core
+//	new size=N [local=a,b,c] [ring=off,size] [late=k,k]   a fresh Core
 //	step                                       one op per input line; prints the Ready
 //	auto on|off                                complete Upstream calls as Local does
 //
@@ -32,7 +32,7 @@ import (
 // publish L name port, unpublish L name, lookup L name, abort L code msg,
 // finalize L, gone L why, init L, spoke L, fencedone E [err],
 // agdone E [err], edgedone E left|right value [err], namedone ID [port]
-// [err=...], shutdown. L is a local index. Requests are numbered #1, #2,
+// [err=...], shutdown, setattr key val. L is a local index. Requests are numbered #1, #2,
 // ... in the order of the script.
 
 var update = flag.Bool("update", false, "rewrite testdata/*.txt with the actual output")
@@ -142,6 +142,12 @@ func (s *script) run(t *testing.T, directive string, input []string) string {
 		} else {
 			for i := range size {
 				cfg.Local = append(cfg.Local, i)
+			}
+		}
+		if l, ok := args["late"]; ok {
+			cfg.LateAttrs = map[string]func(){}
+			for _, k := range strings.Split(l, ",") {
+				cfg.LateAttrs[k] = func() {}
 			}
 		}
 		off, rsize := 0, len(cfg.Local)
@@ -381,6 +387,8 @@ func (s *script) parse(line string) (Op, error) {
 		return NameDone{ID: uint64(L), Port: port, Err: errArg()}, nil
 	case "shutdown":
 		return Shutdown{}, nil
+	case "setattr":
+		return SetJobAttr{Key: f[1], Val: f[2]}, nil
 	}
 	return nil, fmt.Errorf("unknown op %q", f[0])
 }
@@ -447,6 +455,9 @@ func formatReady(rd *Ready) string {
 			}
 		}
 		b.WriteString("\n")
+	}
+	for _, k := range rd.Wants {
+		fmt.Fprintf(&b, "want %s\n", k)
 	}
 	return b.String()
 }

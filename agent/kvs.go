@@ -85,6 +85,9 @@ func (c *Core) lookup(key string) (string, bool) {
 
 func (c *Core) get(rs *rankState, o Get) {
 	t := to{o.Local, o.Req, ReplyGet}
+	if c.lateWait(o.Key, t) {
+		return
+	}
 	if v, found := c.lookup(o.Key); found {
 		c.reply(t, Reply{Found: true, Val: v})
 		return

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
@@ -41,7 +42,8 @@ type textReq struct {
 	name string   // response command
 	cmd  *textCmd // nil for an unknown command
 	req  Req
-	tag  string // barrier_in: the group's tag, echoed
+	tag  string    // barrier_in: the group's tag, echoed
+	read time.Time // when it was read, for a tracer (zero otherwise)
 }
 
 // textCmd serves one command. serve decodes the request into a core
@@ -150,8 +152,13 @@ func (c *textConn) closed() {
 // handle serves one request: one turn of the agent.
 func (c *textConn) handle(m *pmiwire.Msg) {
 	a := c.a
+	var read time.Time
+	if a.rec.Tracing() {
+		read = time.Now()
+	}
 	a.mu.Lock()
 	t := newTurn()
+	t.read, t.cmd = read, m.Cmd
 	if rc := c.rank; rc != nil {
 		_ = a.core.Step(Spoke{rc.local})
 	}
@@ -175,7 +182,7 @@ func lookupCmd(f pmiwire.Framing, cmd string) *textCmd {
 
 func (c *textConn) dispatchLocked(t *turn, m *pmiwire.Msg) {
 	a := c.a
-	rq := &textReq{m: m, name: pmiwire.ResponseName(m.Framing, m.Cmd), cmd: lookupCmd(m.Framing, m.Cmd)}
+	rq := &textReq{m: m, name: pmiwire.ResponseName(m.Framing, m.Cmd), cmd: lookupCmd(m.Framing, m.Cmd), read: t.read}
 	if rq.cmd == nil || !rq.cmd.unbound {
 		rc := c.rank
 		if rc == nil {

@@ -96,7 +96,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 
 // runFork runs cfg's job, and every job it spawns, on this machine.
 func runFork(ctx context.Context, cfg Config, job *jobOut) error {
-	rec := perf.NewRecorder()
+	rec := perf.NewRecorderFor(0, cfg.TracePath != "")
 	job.rec = rec
 	ranks := make([]int, cfg.Size)
 	for i := range ranks {
@@ -129,6 +129,7 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	r.loop(ctx)
 	close(r.quit)
 	r.closers.Wait()
+	r.jobs[0].n.RecordMemory()
 	for _, j := range r.jobs {
 		if !j.closed {
 			j.n.Close()

@@ -273,6 +273,7 @@ func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
 		TreeWidth: c.TreeWidth, NetBackend: c.NetBackend, NetTimeout: c.NetTimeout,
 		KillGrace: c.KillGrace, DisconnectGrace: c.DisconnectGrace, Verbose: c.Verbose,
 		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate,
+		Trace: c.TracePath != "",
 	}
 }
 

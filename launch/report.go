@@ -3,6 +3,7 @@ package launch
 import (
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/fastpmi/fastpmi/jobreport"
@@ -56,7 +57,10 @@ func (o *jobOut) report(cfg *Config, err error) *jobreport.Report {
 	}
 	if rec != nil {
 		rep.Started = rec.Start()
-		rep.Phases = jobreport.Phases(rec.Events())
+		// The root's own phases: a traced job's merged node events would
+		// count each rank's phases twice.
+		own := slices.DeleteFunc(rec.Events(), func(e perf.Event) bool { return e.Node != rec.Node() })
+		rep.Phases = jobreport.Phases(own)
 	}
 	rep.Wall = time.Since(rep.Started)
 	switch {

@@ -116,7 +116,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	if _, err := rand.Read(secret); err != nil {
 		return early(cfg, 1, fmt.Sprintf("make job secret: %v", err))
 	}
-	rec := perf.NewRecorder()
+	rec := perf.NewRecorderFor(perf.LauncherNode, cfg.TracePath != "")
 	tr, err := netio.New(netio.Config{Backend: cfg.NetBackend, Secret: secret, Logger: cfg.Logger})
 	if err != nil {
 		return early(cfg, 1, err.Error())
@@ -507,11 +507,22 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			r.rec.Mark(perf.PhaseRankExit, e.Rank)
 		}
 		r.run.event(r.spec.Jobno, e)
+	case node.FrameClock:
+		var c node.Clock
+		if node.Decode(fi.Frame.Payload, &c) == nil {
+			c.Peer = r.rec.Since()
+			r.send(i, netio.Frame{Type: node.FrameClock, Payload: node.Encode(c)})
+		}
 	case node.FrameDone:
 		r.done[i] = true
-		var c map[string]int64
-		if node.Decode(fi.Frame.Payload, &c) == nil {
-			r.counters[i] = c
+		var d node.Done
+		if err := node.Decode(fi.Frame.Payload, &d); err != nil {
+			r.cfg.Logger.Warn("node sent a bad final report", "node", i, "err", err)
+			return
+		}
+		r.counters[i] = d.Counters
+		if r.rec.Tracing() && d.Events != nil {
+			r.mergeTrace(i, &d)
 		}
 		// The link stays open until every node is done (the agent waits
 		// for that, so its peers never see it leave early).
@@ -577,6 +588,21 @@ func (r *rootNode) frame(fi node.FrameIn) {
 	}
 }
 
+// mergeTrace adds node i's events to the root's trace, shifted by the
+// clock offset its probes estimated (none without a sample: the events
+// are then placed as if the clocks started together, and the label says
+// so with an unbounded error).
+func (r *rootNode) mergeTrace(i int, d *node.Done) {
+	info := perf.NodeInfo{Node: i, Host: r.hosts[i], Mono: d.Mono, Dropped: d.Dropped, Err: -1}
+	if d.Clock != nil {
+		info.Offset, info.Err = d.Clock.Offset(), d.Clock.Err()
+	}
+	if boot, err := sys.BootID(); err == nil && boot == d.Boot && d.Mono != 0 && r.rec.MonoStart() != 0 {
+		info.True, info.HasTrue = time.Duration(d.Mono-r.rec.MonoStart()), true
+	}
+	r.rec.Merge(info, d.Events)
+}
+
 // ready sends the root's tree messages; a gathered epoch is compressed
 // once and broadcast.
 func (r *rootNode) ready(rd tree.Ready) {
@@ -587,7 +613,14 @@ func (r *rootNode) ready(rd tree.Ready) {
 		if ev.Type != tree.EventGathered {
 			continue
 		}
+		var t0 time.Time
+		if r.rec.Tracing() {
+			t0 = time.Now()
+		}
 		z, err := netio.Compress(r.codec, nil, ev.Payload)
+		if r.rec.Tracing() {
+			r.rec.SpanArg("compress", perf.AgentRank, t0, time.Now(), "bytes", int64(len(ev.Payload)))
+		}
 		if err != nil {
 			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("compress broadcast: %v", err)})
 			return

@@ -15,6 +15,19 @@
 // values) on a nil *Recorder, so "no recorder" needs no branches at call
 // sites.
 //
+// A Recorder made with NewTracer also keeps what a trace needs and a
+// report does not: per-request spans (Request), spans with an argument
+// (SpanArg) and every change of a counter as a sample, so counters become
+// tracks. Tracing is fixed at construction; callers ask Tracing before they
+// read a clock for a trace-only stamp, so a job without --trace pays one
+// branch per request and allocates nothing for it.
+//
+// Every stamp carries the node whose process recorded it (the Recorder's
+// node; LauncherNode for pmirun's root in a multi-node job). At the end of
+// a multi-node job each agent's events are sent to the root, which adds
+// them with Merge, shifted by the clock offset estimated over the control
+// link (ClockSample), so one trace shows the whole job.
+//
 // When the job is over the owner reads the stamps back: Events for a sorted
 // copy, WriteChromeTrace for a trace that loads in Perfetto or
 // chrome://tracing, Summary for the start-up numbers a human wants first.
@@ -28,6 +41,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // Phase names stamped by the agent and the launcher.
@@ -42,6 +57,10 @@ const (
 	PhaseRankExit   = "rank exit"         // launcher reaped the rank's process
 )
 
+// LauncherNode is the node of stamps made by pmirun's root in a
+// multi-node job (it has no ranks of its own).
+const LauncherNode = -1
+
 // AgentRank is the rank of stamps made by the agent or the launcher itself
 // rather than on behalf of one rank. Any negative rank is treated the same.
 const AgentRank = -1
@@ -53,6 +72,9 @@ type Kind uint8
 const (
 	KindMark Kind = iota // an instant
 	KindSpan             // an interval of length Dur starting at At
+	// KindCounter is a counter's value (Value) after a change at At
+	// (tracers only).
+	KindCounter
 )
 
 func (k Kind) String() string {
@@ -61,6 +83,8 @@ func (k Kind) String() string {
 		return "mark"
 	case KindSpan:
 		return "span"
+	case KindCounter:
+		return "counter"
 	}
 	return "unknown"
 }
@@ -68,11 +92,21 @@ func (k Kind) String() string {
 // Event is one stamp. At is the offset from the recorder's t0 (negative if
 // the stamp predates t0); Dur is zero for marks.
 type Event struct {
-	Kind Kind
-	Name string
-	Rank int // AgentRank (-1) for the agent or launcher
-	At   time.Duration
-	Dur  time.Duration
+	Kind Kind          `json:"k"`
+	Name string        `json:"n"`
+	Node int           `json:"d"` // the node whose process stamped it; LauncherNode for the root
+	Rank int           `json:"r"` // AgentRank (-1) for the agent or launcher
+	At   time.Duration `json:"t"`
+	Dur  time.Duration `json:"u,omitempty"`
+	// Wait, for a request span (Request), is how long of Dur the request
+	// waited for other ranks or nodes before its answer was ready; the
+	// rest is serving it (encoding and writing the reply).
+	Wait time.Duration `json:"w,omitempty"`
+	// Value is a counter sample's value (KindCounter) or a span's
+	// argument (SpanArg: a rank forked, bytes compressed).
+	Value int64 `json:"v,omitempty"`
+	// Arg names Value in a span's trace arguments ("" = none).
+	Arg string `json:"a,omitempty"`
 }
 
 // End is the offset of the end of the event (At for marks).
@@ -87,22 +121,80 @@ const chunkEvents = 512
 // use; cheap (a mutex and an append; no allocation beyond amortised storage
 // growth; no logging). The zero value is not usable: call NewRecorder.
 type Recorder struct {
-	t0 time.Time // immutable after NewRecorder; carries the monotonic reading
+	t0      time.Time // immutable after NewRecorder; carries the monotonic reading
+	node    int       // immutable: stamped on every event
+	tracing bool      // immutable: keep request spans and counter samples
+
+	// t0Mono is t0 on CLOCK_MONOTONIC (0 if unknown), immutable: on one
+	// machine it gives the true offset between two recorders, which
+	// tests compare with the estimate (ClockSample).
+	t0Mono int64
 
 	mu sync.Mutex
 	// guarded by mu
 	chunks   [][]Event        // in arrival order, not time order; only the last chunk has room
 	nevents  int              // events in all chunks
 	counters map[string]int64 // name -> value
+	nodes    []NodeInfo       // merged nodes, in Merge order
 }
 
-// NewRecorder returns a Recorder whose t0 is now.
-func NewRecorder() *Recorder {
-	return &Recorder{
-		t0:       time.Now(),
+// NewRecorder returns a Recorder of node 0 whose t0 is now, for reports
+// (no request spans, no counter samples).
+func NewRecorder() *Recorder { return newRecorder(0, false) }
+
+// NewTracer returns a Recorder of node whose t0 is now and that keeps
+// what a trace needs: request spans, spans with arguments, counter
+// samples (see Tracing).
+func NewTracer(node int) *Recorder { return newRecorder(node, true) }
+
+// NewRecorderFor is NewTracer(node) if trace, else a report-only
+// Recorder of node.
+func NewRecorderFor(node int, trace bool) *Recorder { return newRecorder(node, trace) }
+
+func newRecorder(node int, trace bool) *Recorder {
+	r := &Recorder{
+		node:     node,
+		tracing:  trace,
 		chunks:   [][]Event{make([]Event, 0, chunkEvents)},
 		counters: make(map[string]int64),
 	}
+	// t0 between two readings of CLOCK_MONOTONIC: their middle is t0 there
+	// to within half their distance (a few hundred nanoseconds).
+	m1, err := monotonicNanos()
+	r.t0 = time.Now()
+	m2, _ := monotonicNanos()
+	if err == nil {
+		r.t0Mono = m1 + (m2-m1)/2
+	}
+	return r
+}
+
+// Tracing reports whether r keeps trace-only stamps. Call sites test it
+// before reading a clock for one.
+func (r *Recorder) Tracing() bool { return r != nil && r.tracing }
+
+// Node is the node r stamps on its events.
+func (r *Recorder) Node() int {
+	if r == nil {
+		return 0
+	}
+	return r.node
+}
+
+// Since is the offset of now from t0 (the clock a ClockSample reads).
+func (r *Recorder) Since() time.Duration {
+	if r == nil {
+		return 0
+	}
+	return time.Since(r.t0)
+}
+
+// MonoStart is t0 on CLOCK_MONOTONIC in nanoseconds, or 0 if unknown.
+func (r *Recorder) MonoStart() int64 {
+	if r == nil {
+		return 0
+	}
+	return r.t0Mono
 }
 
 // Start returns t0, the origin of every timestamp.
@@ -130,7 +222,7 @@ func (r *Recorder) MarkAt(phase string, rank int, t time.Time) {
 	}
 	at := t.Sub(r.t0)
 	r.mu.Lock()
-	r.appendLocked(Event{Kind: KindMark, Name: phase, Rank: rank, At: at})
+	r.appendLocked(Event{Kind: KindMark, Name: phase, Node: r.node, Rank: rank, At: at})
 	r.mu.Unlock()
 }
 
@@ -154,7 +246,37 @@ func (r *Recorder) Span(name string, rank int, start, end time.Time) {
 	}
 	at, dur := start.Sub(r.t0), max(end.Sub(start), 0)
 	r.mu.Lock()
-	r.appendLocked(Event{Kind: KindSpan, Name: name, Rank: rank, At: at, Dur: dur})
+	r.appendLocked(Event{Kind: KindSpan, Name: name, Node: r.node, Rank: rank, At: at, Dur: dur})
+	r.mu.Unlock()
+}
+
+// Request records one PMI request of rank (a tracer's stamp; a no-op
+// otherwise): read at start, its answer ready at answered (zero = in the
+// same turn it was read), its reply written at end. The span's Wait is
+// answered-start: the time it waited for other ranks or nodes.
+func (r *Recorder) Request(name string, rank int, start, answered, end time.Time) {
+	if !r.Tracing() {
+		return
+	}
+	at, dur := start.Sub(r.t0), max(end.Sub(start), 0)
+	var wait time.Duration
+	if !answered.IsZero() {
+		wait = min(max(answered.Sub(start), 0), dur)
+	}
+	r.mu.Lock()
+	r.appendLocked(Event{Kind: KindSpan, Name: name, Node: r.node, Rank: rank, At: at, Dur: dur, Wait: wait})
+	r.mu.Unlock()
+}
+
+// SpanArg is Span with one named argument (a tracer's stamp; a no-op
+// otherwise), for example a fork's rank or a compression's bytes.
+func (r *Recorder) SpanArg(name string, rank int, start, end time.Time, arg string, value int64) {
+	if !r.Tracing() {
+		return
+	}
+	at, dur := start.Sub(r.t0), max(end.Sub(start), 0)
+	r.mu.Lock()
+	r.appendLocked(Event{Kind: KindSpan, Name: name, Node: r.node, Rank: rank, At: at, Dur: dur, Arg: arg, Value: value})
 	r.mu.Unlock()
 }
 
@@ -164,7 +286,11 @@ func (r *Recorder) Add(counter string, delta int64) {
 		return
 	}
 	r.mu.Lock()
-	r.counters[counter] += delta
+	v := r.counters[counter] + delta
+	r.counters[counter] = v
+	if r.tracing {
+		r.appendLocked(Event{Kind: KindCounter, Name: counter, Node: r.node, Rank: AgentRank, At: time.Since(r.t0), Value: v})
+	}
 	r.mu.Unlock()
 }
 
@@ -214,4 +340,82 @@ func (r *Recorder) Events() []Event {
 		return 0
 	})
 	return evs
+}
+
+func monotonicNanos() (int64, error) { return sys.MonotonicNanos() }
+
+// ClockSample is one estimate of the offset between two recorders' clocks,
+// taken over a link: the far side sent its Since at Sent, this side read
+// its own Since (Peer) when the probe arrived, and the far side got the
+// answer at Received. The offset (this side minus the far side) lies in
+// [Peer-Received, Peer-Sent]; Offset is the middle and Err half the width
+// (half the round trip).
+type ClockSample struct {
+	Sent     time.Duration `json:"sent"`
+	Peer     time.Duration `json:"peer"`
+	Received time.Duration `json:"recv"`
+}
+
+// Offset is the estimated offset to add to the far side's stamps.
+func (c ClockSample) Offset() time.Duration { return c.Peer - (c.Sent+c.Received)/2 }
+
+// Err bounds the estimate's error: half the round trip.
+func (c ClockSample) Err() time.Duration { return (c.Received - c.Sent + 1) / 2 }
+
+// BestClock is the sample with the shortest round trip (the tightest
+// bound), or the zero sample if no sample is sound.
+func BestClock(samples []ClockSample) ClockSample {
+	var best ClockSample
+	found := false
+	for _, s := range samples {
+		if s.Received < s.Sent {
+			continue
+		}
+		if !found || s.Received-s.Sent < best.Received-best.Sent {
+			best, found = s, true
+		}
+	}
+	return best
+}
+
+// NodeInfo describes a node whose events were merged into a recorder.
+type NodeInfo struct {
+	Node   int           `json:"node"`
+	Host   string        `json:"host,omitempty"`
+	Offset time.Duration `json:"offset"`         // added to the node's stamps
+	Err    time.Duration `json:"err"`            // bound of the offset's error
+	Mono   int64         `json:"mono,omitempty"` // the node's t0 on CLOCK_MONOTONIC, 0 if unknown
+	// Dropped counts the node's events that were not sent (a cap on the
+	// size of the final report).
+	Dropped int `json:"dropped,omitempty"`
+	// True is the offset read from CLOCK_MONOTONIC when the node and the
+	// merging recorder share it (one machine: network namespaces or
+	// loopback agents), for checking the estimate; HasTrue says so.
+	True    time.Duration `json:"true,omitempty"`
+	HasTrue bool          `json:"has_true,omitempty"`
+}
+
+// Merge adds another node's events, recorded against that node's own t0,
+// shifted by info.Offset onto r's clock. Their Node is kept.
+func (r *Recorder) Merge(info NodeInfo, evs []Event) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nodes = append(r.nodes, info)
+	for _, e := range evs {
+		e.At += info.Offset
+		r.appendLocked(e)
+	}
+}
+
+// Nodes returns the merged nodes' descriptions.
+func (r *Recorder) Nodes() []NodeInfo {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.nodes)
 }

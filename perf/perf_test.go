@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/perf/perftest"
 )
 
 func TestConcurrentMark(t *testing.T) {
@@ -157,6 +159,9 @@ func TestChromeTrace(t *testing.T) {
 	if err := r.WriteChromeTrace(&buf); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := perftest.Check(buf.Bytes()); err != nil {
+		t.Fatalf("trace fails the format check: %v\n%s", err, buf.String())
+	}
 	var tr decodedTrace
 	dec := json.NewDecoder(&buf)
 	dec.UseNumber()
@@ -179,8 +184,8 @@ func TestChromeTrace(t *testing.T) {
 	var meta, body, counters []map[string]any
 	phase := 0 // 0 metadata, 1 events, 2 counters: each section in order
 	for _, ev := range tr.TraceEvents {
-		if num(ev, "pid") != 1 {
-			t.Errorf("event %v: pid is not 1", ev)
+		if num(ev, "pid") != 2 {
+			t.Errorf("event %v: pid is not 2 (node 0)", ev)
 		}
 		var sec int
 		switch ev["ph"] {
@@ -205,8 +210,8 @@ func TestChromeTrace(t *testing.T) {
 		args, _ := ev["args"].(map[string]any)
 		switch ev["name"] {
 		case "process_name":
-			if args["name"] != "pmirun" {
-				t.Errorf("process_name = %v, want pmirun", args["name"])
+			if args["name"] != "node 0 (in pmirun)" {
+				t.Errorf("process_name = %v, want node 0 (in pmirun)", args["name"])
 			}
 		case "thread_name":
 			threadNames[num(ev, "tid")], _ = args["name"].(string)
@@ -217,7 +222,9 @@ func TestChromeTrace(t *testing.T) {
 		t.Errorf("thread names = %v, want %v", threadNames, wantThreads)
 	}
 
-	// Body: time order, tids, instant vs complete events, microseconds.
+	// Body: time order (a slice before the slices it holds), tids,
+	// instant vs complete events, microseconds, and each rank's derived
+	// life: rank N (fork to last stamp), exec (fork to first PMI), PMI.
 	type want struct {
 		name string
 		ph   string
@@ -227,10 +234,16 @@ func TestChromeTrace(t *testing.T) {
 	}
 	wants := []want{
 		{PhaseAgentReady, "i", 0, 500, 0},
+		{"rank 0", "X", 1, 1000, 3250},
+		{SliceExec, "X", 1, 1000, 3250},
 		{PhaseRankForked, "i", 1, 1000, 0},
+		{"rank 1", "X", 2, 1500, 2750},
+		{SliceExec, "X", 2, 1500, 1500},
 		{PhaseRankForked, "i", 2, 1500, 0},
-		{PhaseFenceEnter, "i", 2, 3000, 0},
+		{SlicePMI, "X", 2, 3000, 1250},
 		{"fence", "X", 2, 3000, 1250},
+		{PhaseFenceEnter, "i", 2, 3000, 0},
+		{SlicePMI, "X", 1, 4250, 0},
 		{PhaseFenceDone, "i", 1, 4250, 0},
 	}
 	if len(body) != len(wants) {
@@ -256,7 +269,8 @@ func TestChromeTrace(t *testing.T) {
 		}
 	}
 
-	// Counters: sorted by name, at the end of the trace, with the value.
+	// Counters without samples (a report-only recorder): sorted by name,
+	// at the end of the trace, with the value.
 	if len(counters) != 2 {
 		t.Fatalf("got %d counter events, want 2: %v", len(counters), counters)
 	}

@@ -1,21 +1,47 @@
 package perf
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
 )
 
-// Chrome trace layout: the whole job is one process named TraceProcess;
-// each rank is one thread with tid rank+1, and the agent or launcher is
-// thread 0. See the Trace Event Format ("JSON Object Format").
+// Chrome trace layout (the Trace Event Format's "JSON Object Format"):
+// every node is one process and every rank one thread of its node's
+// process, so Perfetto shows one track per rank grouped by node, and one
+// track for each node's agent:
+//
+//   - pid TracePID(node): 1 for pmirun's root (LauncherNode), node+2 for
+//     node node; named "pmirun" and "node N" (with its host and, for a
+//     merged node, its clock offset and the offset's error as a label);
+//   - tid TraceTID(rank): 0 for the agent (or the root), rank+1 for a rank.
+//
+// A rank's track holds nested duration slices: "rank N" for its whole
+// life (fork to exit), inside it "exec" (fork to its first PMI request),
+// "PMI" (first request read to last reply written) and "exit" (last reply
+// to the process reaped); inside "PMI" one slice per request named after
+// its command, and inside a request that had to wait for other ranks a
+// "waiting" slice (the rest of the request is the agent serving it).
+// Phase marks are instants on the same tracks; counters are counter
+// tracks of their node's process.
 const (
 	TraceProcess = "pmirun"
 	tracePID     = 1
 )
+
+// TracePID is the Chrome trace process id of node: 1 for the launcher
+// (LauncherNode, any negative node), node+2 otherwise.
+func TracePID(node int) int {
+	if node < 0 {
+		return tracePID
+	}
+	return node + 2
+}
 
 // TraceTID is the Chrome trace thread id of rank: rank+1, or 0 for the
 // agent or launcher (any negative rank).
@@ -25,6 +51,22 @@ func TraceTID(rank int) int {
 	}
 	return rank + 1
 }
+
+// Slice names and categories of the rank tracks (see the layout above).
+const (
+	SliceExec    = "exec"
+	SlicePMI     = "PMI"
+	SliceExit    = "exit"
+	SliceWaiting = "waiting"
+	SliceFence   = "fence" // a shared-memory rank's fence, from its marks
+
+	CatRank    = "rank"    // derived life slices
+	CatRequest = "request" // PMI requests (Request)
+	CatWait    = "wait"    // the waiting part of a request
+	CatSpan    = "span"    // other spans (Span, SpanArg)
+	CatPhase   = "phase"   // marks
+	CatCounter = "counter" // counters
+)
 
 // traceEvent is one entry of "traceEvents". Dur is a pointer so that a
 // zero-length complete event still carries "dur".
@@ -38,6 +80,8 @@ type traceEvent struct {
 	Tid  int            `json:"tid"`
 	S    string         `json:"s,omitempty"`
 	Args map[string]any `json:"args,omitempty"`
+
+	end float64 // Ts+*Dur for complete events, while nesting
 }
 
 type traceFile struct {
@@ -48,61 +92,139 @@ type traceFile struct {
 // micros converts an offset from t0 to trace microseconds.
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
+type track struct{ pid, tid int }
+
 // WriteChromeTrace writes every event as Chrome trace JSON (the
 // {"traceEvents": [...]} object form), which loads in Perfetto and
-// chrome://tracing. Metadata comes first (process "pmirun", a thread_name
-// "agent" or "rank N" per thread), then marks as thread-scoped instant
-// events ("ph":"i","s":"t") and spans as complete events ("ph":"X") in time
-// order, then each counter as one "ph":"C" event at the end of the trace.
-// Timestamps are microseconds since t0.
+// chrome://tracing, in the layout described at TracePID. Metadata comes
+// first (process and thread names and sort order), then every slice,
+// instant and counter sample in time order (a parent slice before the
+// slices it holds), then each counter that has no samples as one "C" event
+// at the end of the trace. Timestamps are microseconds since t0. Slices
+// on one track nest: a slice that would overlap the end of the one
+// holding it (stamps taken on different goroutines) is cut at that end.
+// Rank marks of the launcher are left out when other nodes' events were
+// merged: the nodes' own stamps of the same phases are in the trace.
 func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 	evs := r.Events()
 	counters := r.Counters()
+	nodes := r.Nodes()
 
-	tids := []int{0}
 	var end time.Duration
+	tracks := map[track]bool{}
+	procs := map[int]bool{}
+	sampled := map[string]bool{}
+	var body []traceEvent
+	type life struct {
+		forked, exit, first, last time.Duration
+		hasFork, hasExit, hasReq  bool
+		spans                     bool            // request spans seen (text protocol)
+		enters, dones             []time.Duration // fence enter and done marks, in order
+	}
+	lives := map[track]*life{}
+	lifeOf := func(t track) *life {
+		l := lives[t]
+		if l == nil {
+			l = &life{}
+			lives[t] = l
+		}
+		return l
+	}
 	for _, e := range evs {
-		if t := TraceTID(e.Rank); !slices.Contains(tids, t) {
-			tids = append(tids, t)
+		if len(nodes) > 0 && e.Node < 0 && e.Rank >= 0 {
+			continue
 		}
 		end = max(end, e.End())
-	}
-	slices.Sort(tids)
-
-	out := make([]traceEvent, 0, 2+2*len(tids)+len(evs)+len(counters))
-	out = append(out, traceEvent{
-		Name: "process_name", Ph: "M", Pid: tracePID,
-		Args: map[string]any{"name": TraceProcess},
-	})
-	for _, t := range tids {
-		name := "agent"
-		if t > 0 {
-			name = "rank " + strconv.Itoa(t-1)
-		}
-		out = append(out,
-			traceEvent{Name: "thread_name", Ph: "M", Pid: tracePID, Tid: t, Args: map[string]any{"name": name}},
-			traceEvent{Name: "thread_sort_index", Ph: "M", Pid: tracePID, Tid: t, Args: map[string]any{"sort_index": t}},
-		)
-	}
-	for _, e := range evs {
-		te := traceEvent{Name: e.Name, Ts: micros(e.At), Pid: tracePID, Tid: TraceTID(e.Rank)}
+		t := track{TracePID(e.Node), TraceTID(e.Rank)}
+		procs[t.pid] = true
+		te := traceEvent{Name: e.Name, Ts: micros(e.At), Pid: t.pid, Tid: t.tid}
 		switch e.Kind {
+		case KindCounter:
+			sampled[e.Name] = true
+			te.Cat, te.Ph, te.Tid = CatCounter, "C", 0
+			te.Args = map[string]any{"value": e.Value}
+			body = append(body, te)
+			continue
 		case KindSpan:
+			tracks[t] = true
 			d := micros(e.Dur)
-			te.Cat, te.Ph, te.Dur = "span", "X", &d
+			te.Cat, te.Ph, te.Dur = CatSpan, "X", &d
+			if e.Arg != "" {
+				te.Args = map[string]any{e.Arg: e.Value}
+			}
+			if e.Rank >= 0 {
+				l := lifeOf(t)
+				l.spans = l.spans || e.Arg == ""
+				if !l.hasReq || e.At < l.first {
+					l.first = e.At
+				}
+				l.last = max(l.last, e.End())
+				l.hasReq = true
+			}
+			if e.Wait > 0 || (e.Rank >= 0 && e.Arg == "") {
+				te.Cat = CatRequest
+			}
+			body = append(body, te)
+			if e.Wait > 0 {
+				wd := micros(e.Wait)
+				body = append(body, traceEvent{Name: SliceWaiting, Cat: CatWait, Ph: "X", Ts: te.Ts, Dur: &wd, Pid: t.pid, Tid: t.tid})
+			}
 		default:
-			te.Cat, te.Ph, te.S = "phase", "i", "t"
+			tracks[t] = true
+			te.Cat, te.Ph, te.S = CatPhase, "i", "t"
+			body = append(body, te)
+			if e.Rank < 0 {
+				continue
+			}
+			l := lifeOf(t)
+			switch e.Name {
+			case PhaseRankForked:
+				l.forked, l.hasFork = e.At, true
+			case PhaseRankExit:
+				l.exit, l.hasExit = e.At, true
+			case PhaseFirstPMI, PhaseInit, PhaseFenceEnter, PhaseFenceDone, PhaseFinalize:
+				switch e.Name {
+				case PhaseFenceEnter:
+					l.enters = append(l.enters, e.At)
+				case PhaseFenceDone:
+					l.dones = append(l.dones, e.At)
+				}
+				if !l.hasReq || e.At < l.first {
+					l.first = e.At
+				}
+				l.last = max(l.last, e.At)
+				l.hasReq = true
+			}
 		}
-		out = append(out, te)
 	}
+	for t, l := range lives {
+		body = append(body, lifeSlices(t, l.forked, l.exit, l.first, l.last, l.hasFork, l.hasExit, l.hasReq)...)
+		if !l.spans {
+			// A rank without request spans (shared memory) gets its
+			// fences from their marks: the k-th entered
+			// to the k-th released (epochs complete in order), all of it
+			// waiting for the other ranks.
+			for i := range min(len(l.enters), len(l.dones)) {
+				d := micros(max(l.dones[i]-l.enters[i], 0))
+				body = append(body, traceEvent{Name: SliceFence, Cat: CatRequest, Ph: "X", Ts: micros(l.enters[i]), Dur: &d, Pid: t.pid, Tid: t.tid})
+			}
+		}
+	}
+	body = nest(body)
+
+	out := make([]traceEvent, 0, 3*len(procs)+2*len(tracks)+len(body)+len(counters))
+	out = append(out, metadata(procs, tracks, nodes, r.Node())...)
+	out = append(out, body...)
 	names := make([]string, 0, len(counters))
 	for k := range counters {
-		names = append(names, k)
+		if !sampled[k] {
+			names = append(names, k)
+		}
 	}
 	slices.Sort(names)
 	for _, k := range names {
 		out = append(out, traceEvent{
-			Name: k, Cat: "counter", Ph: "C", Ts: micros(end), Pid: tracePID,
+			Name: k, Cat: CatCounter, Ph: "C", Ts: micros(end), Pid: TracePID(r.Node()),
 			Args: map[string]any{"value": counters[k]},
 		})
 	}
@@ -110,4 +232,161 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 		return fmt.Errorf("write chrome trace: %w", err)
 	}
 	return nil
+}
+
+// lifeSlices are the derived slices of one rank's track: its whole life,
+// and inside it exec, PMI and exit, from the marks and request spans
+// seen (first request read, last reply written).
+func lifeSlices(t track, forked, exit, first, last time.Duration, hasFork, hasExit, hasReq bool) []traceEvent {
+	if !hasFork && !hasReq {
+		return nil
+	}
+	start, stop := first, last
+	if hasFork {
+		start = forked
+		if !hasReq {
+			first, last = forked, forked
+		}
+	}
+	if hasExit {
+		stop = max(exit, last)
+	}
+	stop = max(stop, start)
+	slice := func(name string, from, to time.Duration) traceEvent {
+		d := micros(max(to-from, 0))
+		return traceEvent{Name: name, Cat: CatRank, Ph: "X", Ts: micros(from), Dur: &d, Pid: t.pid, Tid: t.tid}
+	}
+	out := []traceEvent{slice("rank "+strconv.Itoa(t.tid-1), start, stop)}
+	if hasFork && hasReq && first > forked {
+		out = append(out, slice(SliceExec, forked, first))
+	}
+	if hasReq {
+		out = append(out, slice(SlicePMI, first, last))
+	}
+	if hasExit && hasReq && exit > last {
+		out = append(out, slice(SliceExit, last, exit))
+	}
+	return out
+}
+
+// nestSlack is a nanosecond in trace microseconds: float sums of
+// timestamps and durations differ by less.
+const nestSlack = 1e-3
+
+// nest orders evs by time (a slice before those it holds: same start,
+// longer first) and cuts every complete event at the end of the slice
+// holding it on its track, so the slices of each track nest.
+func nest(evs []traceEvent) []traceEvent {
+	for i := range evs {
+		if evs[i].Dur != nil {
+			evs[i].end = evs[i].Ts + *evs[i].Dur
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b traceEvent) int {
+		if c := cmp.Compare(a.Ts, b.Ts); c != 0 {
+			return c
+		}
+		// At one instant: slices, longest first, then instants and samples.
+		da, db := -1.0, -1.0
+		if a.Dur != nil {
+			da = *a.Dur
+		}
+		if b.Dur != nil {
+			db = *b.Dur
+		}
+		if c := cmp.Compare(db, da); c != 0 {
+			return c
+		}
+		// A rank's life slices hold the requests they coincide with.
+		return cmp.Compare(rankFirst(a), rankFirst(b))
+	})
+	open := map[track][]float64{} // ends of the slices open on each track, innermost last
+	for i := range evs {
+		e := &evs[i]
+		if e.Dur == nil {
+			continue
+		}
+		t := track{e.Pid, e.Tid}
+		stack := open[t]
+		// Ends within a nanosecond of a start are the same instant:
+		// microseconds as floats round.
+		for len(stack) > 0 && stack[len(stack)-1] <= e.Ts+nestSlack {
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 && e.end > stack[len(stack)-1]+nestSlack {
+			e.end = stack[len(stack)-1]
+			d := e.end - e.Ts
+			e.Dur = &d
+		}
+		open[t] = append(stack, e.end)
+	}
+	return evs
+}
+
+func rankFirst(e traceEvent) int {
+	if e.Cat == CatRank {
+		return 0
+	}
+	return 1
+}
+
+// metadata names and orders the processes and threads used.
+func metadata(procs map[int]bool, tracks map[track]bool, nodes []NodeInfo, self int) []traceEvent {
+	info := map[int]NodeInfo{}
+	for _, n := range nodes {
+		info[TracePID(n.Node)] = n
+	}
+	procs[TracePID(self)] = true
+	pids := slices.Sorted(maps.Keys(procs))
+	var out []traceEvent
+	for _, p := range pids {
+		name := TraceProcess
+		if p != tracePID {
+			name = "node " + strconv.Itoa(p-2)
+			if p == TracePID(self) && len(nodes) == 0 {
+				name += " (in pmirun)"
+			}
+		}
+		n, merged := info[p]
+		if merged && n.Host != "" {
+			name += " " + n.Host
+		}
+		out = append(out,
+			traceEvent{Name: "process_name", Ph: "M", Pid: p, Args: map[string]any{"name": name}},
+			traceEvent{Name: "process_sort_index", Ph: "M", Pid: p, Args: map[string]any{"sort_index": p}},
+		)
+		if merged {
+			label := fmt.Sprintf("clock %+.3fms ±%.3fms", float64(n.Offset)/1e6, float64(n.Err)/1e6)
+			args := map[string]any{"clock_offset_us": micros(n.Offset), "clock_err_us": micros(n.Err)}
+			if n.HasTrue {
+				label += fmt.Sprintf(" (same clock: %+.3fms)", float64(n.True)/1e6)
+				args["clock_true_us"] = micros(n.True)
+			}
+			if n.Dropped > 0 {
+				label += fmt.Sprintf(", %d events dropped", n.Dropped)
+			}
+			args["labels"] = label
+			out = append(out, traceEvent{Name: "process_labels", Ph: "M", Pid: p, Args: args})
+		}
+	}
+	ts := slices.SortedFunc(maps.Keys(tracks), func(a, b track) int {
+		if c := cmp.Compare(a.pid, b.pid); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.tid, b.tid)
+	})
+	for _, t := range ts {
+		name := "agent"
+		switch {
+		case t.tid > 0:
+			name = "rank " + strconv.Itoa(t.tid-1)
+		case t.pid == tracePID:
+			name = "root"
+		}
+		out = append(out,
+			traceEvent{Name: "thread_name", Ph: "M", Pid: t.pid, Tid: t.tid, Args: map[string]any{"name": name}},
+			traceEvent{Name: "thread_sort_index", Ph: "M", Pid: t.pid, Tid: t.tid, Args: map[string]any{"sort_index": t.tid}},
+		)
+	}
+	return out
 }

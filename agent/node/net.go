@@ -66,6 +66,9 @@ type agentNode struct {
 	nameID  uint64
 	lastRx  map[int]time.Time
 	dead    error
+	// treeT0 holds, for a tracer, when this node contributed to each
+	// epoch of the tree, by kind: the epoch's trace slice starts there.
+	treeT0 map[tree.Kind]map[uint64]time.Time
 }
 
 // RunAgent runs node o.Index of spec until its ranks have ended. Its
@@ -83,7 +86,7 @@ func RunAgent(ctx context.Context, spec *Spec, o AgentOptions) error {
 		}
 	}
 	a := &agentNode{
-		spec: spec, idx: o.Index, opt: o, log: o.Logger.With("node", o.Index), rec: perf.NewRecorder(),
+		spec: spec, idx: o.Index, opt: o, log: o.Logger.With("node", o.Index), rec: perf.NewRecorderFor(o.Index, spec.Trace),
 		peers: make(map[int]netio.Conn), in: make(chan FrameIn, 256), ops: make(chan func(), 256),
 		quit:    make(chan struct{}),
 		fenceCB: make(map[uint64]func([]agent.KV, error)), agCB: make(map[uint64]func([][]byte, error)),
@@ -250,7 +253,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 	})
 	if err != nil {
 		a.emit(Event{Kind: EvStartErr, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})
-		a.send(-1, netio.Frame{Type: FrameDone, Payload: Encode(a.rec.Counters())})
+		a.send(-1, netio.Frame{Type: FrameDone, Payload: Encode(Done{Counters: a.rec.Counters()})})
 		return err
 	}
 	if err := a.n.Resolve(); err != nil {
@@ -283,6 +286,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 				continue
 			}
 			a.lastRx[fi.From] = time.Now()
+			a.rec.Add("net.bytes.recv", int64(len(fi.Frame.Payload)))
 			a.frame(fi)
 		case <-tick.C:
 			a.send(-1, netio.Frame{Type: FrameHeartbeat})
@@ -307,10 +311,14 @@ func (a *agentNode) loop(ctx context.Context) error {
 			a.n.Kill()
 		}
 	}
+	a.n.RecordMemory()
 	a.n.Close()
 	if !rootLost {
-		counters := a.rec.Counters()
-		a.send(-1, netio.Frame{Type: FrameDone, Payload: Encode(counters)})
+		done := Done{Counters: a.rec.Counters()}
+		if a.spec.Trace {
+			a.traceDone(ctx, &done)
+		}
+		a.send(-1, netio.Frame{Type: FrameDone, Payload: Encode(done)})
 		// Stay until pmirun closes the link, when every node is done: a
 		// node that leaves early would look lost to the peers still
 		// running. Heartbeats go on meanwhile; a pmirun silent for
@@ -338,6 +346,58 @@ func (a *agentNode) loop(ctx context.Context) error {
 		}
 	}
 	return errors.New("lost the connection to pmirun")
+}
+
+// clockProbes is how many clock probes a traced node sends to the root
+// at the end; the one with the shortest round trip is kept.
+const clockProbes = 8
+
+// traceDone fills d with the node's events and its clock offset to the
+// root, estimated with clock probes over the control link. Frames from
+// the root other than the answers refresh its liveness; a probe the root
+// leaves unanswered for NetTimeout ends the probing (the events go
+// without an estimate).
+func (a *agentNode) traceDone(ctx context.Context, d *Done) {
+	var samples []perf.ClockSample
+	timeout := time.NewTimer(a.spec.NetTimeout)
+	defer timeout.Stop()
+probes:
+	for seq := 1; seq <= clockProbes; seq++ {
+		a.send(-1, netio.Frame{Type: FrameClock, Payload: Encode(Clock{Seq: seq, Sent: a.rec.Since()})})
+		for {
+			select {
+			case fi := <-a.in:
+				if fi.From >= 0 {
+					continue
+				}
+				if fi.Err != nil {
+					break probes
+				}
+				a.lastRx[-1] = time.Now()
+				var c Clock
+				if fi.Frame.Type != FrameClock || Decode(fi.Frame.Payload, &c) != nil || c.Seq != seq {
+					continue
+				}
+				samples = append(samples, perf.ClockSample{Sent: c.Sent, Peer: c.Peer, Received: a.rec.Since()})
+				continue probes
+			case <-timeout.C:
+				break probes
+			case <-ctx.Done():
+				break probes
+			}
+		}
+	}
+	if len(samples) > 0 {
+		best := perf.BestClock(samples)
+		d.Clock = &best
+	}
+	d.Events = a.rec.Events()
+	if len(d.Events) > MaxTraceEvents {
+		d.Dropped = len(d.Events) - MaxTraceEvents
+		d.Events = d.Events[:MaxTraceEvents]
+	}
+	d.Mono = a.rec.MonoStart()
+	d.Boot, _ = sys.BootID()
 }
 
 // failLink fails every collective that needs the link to node p (-1:
@@ -424,9 +484,16 @@ func (a *agentNode) ready(r tree.Ready) {
 			continue
 		}
 		a.rec.Add("bcast.bytes.in", int64(len(ev.Payload)))
+		var t0 time.Time
+		if a.rec.Tracing() {
+			t0 = time.Now()
+		}
 		raw, err := netio.Decompress(nil, ev.Payload, int(a.lim.MaxTotal))
 		if err == nil {
 			a.rec.Add("bcast.bytes.raw", int64(len(raw)))
+		}
+		if a.rec.Tracing() {
+			a.traceTree(ev.Kind, ev.Epoch, t0, len(raw))
 		}
 		switch ev.Kind {
 		case tree.Fence:
@@ -471,6 +538,37 @@ func (a *agentNode) ready(r tree.Ready) {
 			cb(all, nil)
 		}
 	}
+}
+
+// contributed notes, for a tracer, that this node contributed to epoch
+// of kind now.
+func (a *agentNode) contributed(kind tree.Kind, epoch uint64) {
+	if !a.rec.Tracing() {
+		return
+	}
+	if a.treeT0 == nil {
+		a.treeT0 = map[tree.Kind]map[uint64]time.Time{}
+	}
+	if a.treeT0[kind] == nil {
+		a.treeT0[kind] = map[uint64]time.Time{}
+	}
+	a.treeT0[kind][epoch] = time.Now()
+}
+
+// traceTree stamps a delivered epoch on the agent's track: the tree's
+// gather and broadcast from this node's contribution to the delivery,
+// and the decompression of the broadcast (from t0, raw bytes out).
+func (a *agentNode) traceTree(kind tree.Kind, epoch uint64, t0 time.Time, raw int) {
+	now := time.Now()
+	name := "allgather (tree)"
+	if kind == tree.Fence {
+		name = "fence (tree)"
+	}
+	if c, ok := a.treeT0[kind][epoch]; ok {
+		delete(a.treeT0[kind], epoch)
+		a.rec.SpanArg(name, perf.AgentRank, c, now, "epoch", int64(epoch))
+	}
+	a.rec.SpanArg("decompress", perf.AgentRank, t0, now, "bytes", int64(raw))
 }
 
 // ringSide indexes agentNode.ringCB: 0 for the edge with the left
@@ -561,6 +659,7 @@ func (u netUpstream) Fence(epoch uint64, puts []agent.KV, done func([]agent.KV, 
 			return
 		}
 		a.fenceCB[a.fenceN] = done
+		a.contributed(tree.Fence, a.fenceN)
 		r, err := a.tnode.Contribute(tree.Fence, a.fenceN, payload)
 		if err != nil {
 			delete(a.fenceCB, a.fenceN)
@@ -586,6 +685,7 @@ func (u netUpstream) Allgather(epoch uint64, in []tree.Entry, done func([][]byte
 			return
 		}
 		a.agCB[a.agN] = done
+		a.contributed(tree.Allgather, a.agN)
 		r, err := a.tnode.Contribute(tree.Allgather, a.agN, payload)
 		if err != nil {
 			delete(a.agCB, a.agN)

@@ -84,6 +84,9 @@ type Node struct {
 
 	// starterStop stops a Starter's ranks, or is nil.
 	starterStop func()
+	// topo makes the node's topology file (topology.go), or is nil: the
+	// ranks are played, or lstopo is not installed.
+	topo *topology
 }
 
 // New creates node o.Index of spec: its agent and shared-memory segment.
@@ -108,9 +111,21 @@ func New(spec *Spec, o Options) (*Node, error) {
 		o.Emit = func(Event) {}
 	}
 	ranks := spec.Nodes[o.Index]
+	var late map[string]func()
+	var topo *topology
+	evch := make(chan event, 8*len(ranks)+64)
+	if o.Starter == nil {
+		if p := lstopoPath(); p != "" {
+			topo = &topology{lstopo: p}
+			// The first read of the attribute has the owner's loop make
+			// the file (Handle, evTopology).
+			late = map[string]func(){agent.AttrHwlocXML: func() { evch <- event{kind: evTopology} }}
+		}
+	}
 	n := &Node{
+		topo: topo,
 		spec: spec, opt: o, ranks: ranks, rec: o.Perf,
-		evch:  make(chan event, 8*len(ranks)+64),
+		evch:  evch,
 		quit:  make(chan struct{}),
 		procs: make(map[int]*rankProc, len(ranks)),
 	}
@@ -137,6 +152,7 @@ func New(spec *Spec, o Options) (*Node, error) {
 		Events:       events{n.evch},
 		Logger:       o.Logger,
 		Perf:         o.Perf,
+		LateAttrs:    late,
 	})
 	if err != nil {
 		return nil, err
@@ -183,6 +199,28 @@ func New(spec *Spec, o Options) (*Node, error) {
 	return n, nil
 }
 
+// Memory counters (RecordMemory): the agent process's peak resident size
+// and the shared segment's touched pages, one copy per node however many
+// ranks map it.
+const (
+	CounterAgentRSS    = "agent.rss.peak.bytes"
+	CounterSegResident = "segment.resident.bytes"
+)
+
+// RecordMemory adds the node's memory counters to its recorder; call it
+// once, when the ranks have ended and before Close. A figure that cannot
+// be read is left out.
+func (n *Node) RecordMemory() {
+	if rss, err := sys.PeakRSS(); err == nil {
+		n.rec.Add(CounterAgentRSS, rss)
+	}
+	if n.seg != nil {
+		if b, err := sys.FileMemory(n.seg); err == nil {
+			n.rec.Add(CounterSegResident, b)
+		}
+	}
+}
+
 // Ranks returns the node's global ranks, in local order.
 func (n *Node) Ranks() []int { return n.ranks }
 
@@ -213,9 +251,12 @@ func (n *Node) Resolve() error {
 // wdir is where App ai's ranks start.
 func (n *Node) wdir(ai int) string { return n.spec.Apps[ai].workDir(n.spec.Wdir) }
 
-// Start forks every local rank (or hands them to the Starter). A rank that
-// cannot start is reported and the ranks after it are not started. Call
-// Resolve first.
+// Start forks every local rank (or hands them to the Starter), then hands
+// their PMI connections to the agent: no rank is served before every rank
+// is forked, so on a machine with fewer CPUs than ranks the ranks that
+// are up wait in their first PMI read instead of taking the CPU from the
+// forks still to come (docs/benchmarks.md). A rank that cannot start is
+// reported and the ranks after it are not started. Call Resolve first.
 func (n *Node) Start() {
 	if n.opt.Starter != nil {
 		n.startPlayed()
@@ -225,13 +266,28 @@ func (n *Node) Start() {
 		n.failStart(0, "no program resolved")
 		return
 	}
+	tracing := n.rec.Tracing()
+	started := make([]*rankProc, 0, len(n.ranks))
+	defer func() {
+		for _, p := range started {
+			n.serve(p)
+		}
+	}()
 	for i, g := range n.ranks {
+		var t0 time.Time
+		if tracing {
+			t0 = time.Now()
+		}
 		p, err := n.startRank(g, i)
 		if err != nil {
 			n.failStart(i, err.Error())
 			return
 		}
 		n.procs[g] = p
+		started = append(started, p)
+		if tracing {
+			n.rec.SpanArg("fork", perf.AgentRank, t0, time.Now(), "rank", int64(g))
+		}
 		n.rec.Mark(perf.PhaseRankForked, g)
 		n.waiters.Go(func() {
 			werr := p.cmd.Wait()
@@ -403,6 +459,8 @@ func (n *Node) Handle(ev RankEvent) {
 		n.opt.Emit(Event{Kind: EvAbort, Rank: ev.rank, Code: ev.code, Msg: ev.msg})
 	case evProtocol:
 		n.opt.Emit(Event{Kind: EvProtocol, Rank: ev.rank, Msg: ev.msg})
+	case evTopology:
+		n.startTopology()
 	}
 }
 
@@ -441,12 +499,16 @@ func (n *Node) Close() {
 	// disconnect timers of ranks already reported. Stop them, taking what
 	// they send meanwhile.
 	close(n.quit)
+	if n.topo != nil && n.topo.cancel != nil {
+		n.topo.cancel() // an lstopo still running is not waited for
+	}
 	done := make(chan struct{})
 	go func() { n.waiters.Wait(); close(done) }()
 	for {
 		select {
 		case <-n.evch:
 		case <-done:
+			n.topo.remove()
 			return
 		}
 	}

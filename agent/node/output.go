@@ -83,7 +83,10 @@ func (o *Output) Pipe(r int, stderr bool) (*os.File, error) {
 }
 
 func (o *Output) forward(r *os.File, dst *lockedWriter, prefix []byte) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	// A small reader: every rank has two of these, and they are zeroed
+	// at once when the rank starts (64 KiB each made 8 MiB per 64 ranks).
+	// Longer lines come in pieces (ErrBufferFull) up to maxLine.
+	br := bufio.NewReaderSize(r, 4<<10)
 	line := make([]byte, 0, 4096)
 	flush := func() {
 		if len(line) > len(prefix) {

@@ -9,6 +9,7 @@ import (
 	"github.com/fastpmi/fastpmi/pmiwire"
 
 	"github.com/fastpmi/fastpmi/netio"
+	"github.com/fastpmi/fastpmi/perf"
 )
 
 // Frame types between pmirun (the root) and the node agents (pmid), and
@@ -27,6 +28,7 @@ const (
 	FrameLink      uint16 = 9  // agent → agent: Link, first frame of a peer link
 	FrameDone      uint16 = 10 // agent → root: every local rank has been reaped
 	FrameHeartbeat uint16 = 11 // both ways, while idle
+	FrameClock     uint16 = 12 // agent → root: Clock probe; root → agent: the probe answered (traced jobs)
 )
 
 // Hello is an agent's first frame to the root.
@@ -90,6 +92,33 @@ type Name struct {
 	// NotFound marks a lookup or unpublish of an unknown name.
 	NotFound bool `json:"notfound,omitempty"`
 }
+
+// Clock is a clock probe of a traced job: the agent sends Seq and Sent
+// (its recorder's Since); the root answers with both and its own Since in
+// Peer.
+type Clock struct {
+	Seq  int           `json:"seq"`
+	Sent time.Duration `json:"sent"`
+	Peer time.Duration `json:"peer,omitempty"`
+}
+
+// Done is an agent's last report to the root (FrameDone), once its ranks
+// have ended: its counters, and for a traced job (Spec.Trace) its events
+// with the best clock sample taken over the control link, its recorder's
+// start on CLOCK_MONOTONIC and its boot id (so the root can tell when
+// the two clocks are one).
+type Done struct {
+	Counters map[string]int64  `json:"counters"`
+	Events   []perf.Event      `json:"events,omitempty"`
+	Clock    *perf.ClockSample `json:"clock,omitempty"`
+	Mono     int64             `json:"mono,omitempty"`
+	Boot     uint64            `json:"boot,omitempty"`
+	Dropped  int               `json:"dropped,omitempty"`
+}
+
+// MaxTraceEvents bounds the events one node sends in its Done (about
+// 100 bytes each): the rest are counted in Done.Dropped.
+const MaxTraceEvents = 200_000
 
 type Link struct {
 	From int `json:"from"`

@@ -23,6 +23,7 @@ const (
 	evDisconnectTimer
 	evAbort
 	evProtocol
+	evTopology // a rank asked for the topology file (topology.go)
 )
 
 // RankEvent is what a node's rank waiters and agent report to its owner's
@@ -59,10 +60,12 @@ func (e events) ProtocolError(r int, err error) {
 // rank).
 type rankProc struct {
 	rank   int
+	local  int
 	cmd    *exec.Cmd
 	pid    int
-	exited bool // its process ended (no more signals)
-	judged bool // its end was judged and reported (counts against Node.Live)
+	pmi    net.Conn // the agent's end of PMI_FD until Start serves it (nil after, or with PMI_PORT)
+	exited bool     // its process ended (no more signals)
+	judged bool     // its end was judged and reported (counts against Node.Live)
 }
 
 func describeExit(ev event) string {
@@ -173,18 +176,30 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 		closeAgentEnd()
 		return nil, err
 	}
+	p := &rankProc{rank: r, local: li, cmd: cmd, pid: cmd.Process.Pid}
 	if agentEnd == nil {
-		return &rankProc{rank: r, cmd: cmd, pid: cmd.Process.Pid}, nil
+		return p, nil
 	}
-	conn, err := net.FileConn(agentEnd)
+	p.pmi, err = net.FileConn(agentEnd)
 	agentEnd.Close()
 	if err != nil {
 		_ = cmd.Process.Kill()
 		return nil, fmt.Errorf("PMI connection: %w", err)
 	}
-	if err := n.ag.Serve(li, conn); err != nil {
-		_ = cmd.Process.Kill()
-		return nil, err
+	return p, nil
+}
+
+// serve hands p's PMI connection to the agent (Start does it once every
+// rank is forked). A rank the agent refuses is killed; its exit is judged
+// as any other.
+func (n *Node) serve(p *rankProc) {
+	if p.pmi == nil {
+		return
 	}
-	return &rankProc{rank: r, cmd: cmd, pid: cmd.Process.Pid}, nil
+	conn := p.pmi
+	p.pmi = nil
+	if err := n.ag.Serve(p.local, conn); err != nil {
+		n.opt.Logger.Error("serve rank", "rank", p.rank, "err", err)
+		_ = p.cmd.Process.Kill()
+	}
 }

@@ -79,6 +79,9 @@ type Spec struct {
 	// agents share this machine (see launch's agentProcs). The agent's
 	// command applies it; a node never changes process-wide settings.
 	AgentProcs int `json:"agent_procs,omitempty"`
+	// Trace makes every node record a trace (perf.NewTracer) and send its
+	// events, with its clock offset to pmirun, at the end (pmirun --trace).
+	Trace bool `json:"trace,omitempty"`
 }
 
 // App is one command of a job: Size consecutive ranks run Prog with Args

@@ -3,7 +3,7 @@
 //
 //	pmibench [-runs 10] [-warmup 1] [-n 1,4,16,64,128] [-workload pmi2,hello]
 //	         [-pmirun PATH] [-mpiexec PATH|none] [-pmi2-prog PATH] [-hello-prog PATH]
-//	         [-timeout 60s] [-markdown] [-json FILE] [-v]
+//	         [-timeout 60s] [-markdown] [-json FILE] [-plot DIR] [-v]
 //
 // For every rank count N and workload it runs "pmirun -n N PROG" and
 // "mpiexec [-bind-to none] -n N PROG", first -warmup untimed runs of each,
@@ -16,7 +16,11 @@
 // median of each launcher, the ratio pmirun/hydra (below 1 means pmirun is
 // faster), each launcher's min and max, and the number of failed runs; as
 // aligned text, or as a markdown table with -markdown. -json FILE also
-// writes every raw sample with the configuration. The exit status is 1 if
+// writes every raw sample with the configuration. -plot DIR draws the
+// figures (SVG and PNG, see plot.go): each workload's median wall time
+// over N per launcher, and pmirun's phases at each N, read from a
+// --report that every timed pmirun run then writes (a file write at the
+// end of each run, counted in its time). The exit status is 1 if
 // any run failed or pmibench was interrupted, 2 on a usage error.
 //
 // Workloads: "pmi2" runs -pmi2-prog (default build/cprog/pmi2_bench) and
@@ -25,6 +29,12 @@
 // directory to fastpmi's go.mod), paths given on the command line are
 // relative to the current directory. "make cprog" builds both. Any program
 // works, e.g. -workload pmi2 -pmi2-prog /bin/true to time bare launches.
+//
+// Workload "true" runs -true-prog (default build/cprog/true_static, a
+// static program that exits at once) and measures bare launches; with it,
+// -floor (default build/cprog/forkfloor, when built) adds the fork+exec
+// floor as a launcher of its own, "floor": a minimal C launcher forking
+// N copies, timed in the same alternation as the others.
 //
 // Launchers: -pmirun defaults to build/bin/pmirun under the repository root,
 // else pmirun in PATH. -mpiexec defaults to mpiexec.hydra, else mpiexec, in
@@ -64,6 +74,7 @@ import (
 	"github.com/fastpmi/fastpmi/internal/agentmain"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/internal/virtual"
+	"github.com/fastpmi/fastpmi/jobreport"
 )
 
 const modulePath = "github.com/fastpmi/fastpmi"
@@ -73,6 +84,8 @@ const (
 	defaultPmirun    = "build/bin/pmirun"
 	defaultPMI2Prog  = "build/cprog/pmi2_bench"
 	defaultHelloProg = "build/cprog/mpi_hello"
+	defaultTrueProg  = "build/cprog/true_static"
+	defaultFloor     = "build/cprog/forkfloor"
 )
 
 func main() {
@@ -96,9 +109,12 @@ type options struct {
 	mpiexec      string
 	pmi2Prog     string
 	helloProg    string
+	trueProg     string
+	floor        string
 	timeout      time.Duration
 	markdown     bool
 	jsonPath     string
+	plotDir      string
 	verbose      bool
 	daemon       bool // time pmirun on running daemons against per-job loopback agents
 	daemonNodes  int
@@ -111,14 +127,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.runs, "runs", 10, "timed runs per launcher, N and workload")
 	fs.IntVar(&o.warmup, "warmup", 1, "untimed runs per launcher before the timed ones")
 	nList := fs.String("n", "1,4,16,64,128", "comma-separated rank counts")
-	wList := fs.String("workload", "pmi2,hello", "comma-separated workloads: pmi2, hello")
+	wList := fs.String("workload", "pmi2,hello", "comma-separated workloads: pmi2, hello, true")
 	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
 	fs.StringVar(&o.mpiexec, "mpiexec", "", `Hydra's mpiexec (default mpiexec.hydra, else mpiexec, in PATH; "none" to skip)`)
 	fs.StringVar(&o.pmi2Prog, "pmi2-prog", "", "program of the pmi2 workload (default "+defaultPMI2Prog+" under the repo root)")
 	fs.StringVar(&o.helloProg, "hello-prog", "", "program of the hello workload (default "+defaultHelloProg+" under the repo root)")
+	fs.StringVar(&o.trueProg, "true-prog", "", "program of the true workload (default "+defaultTrueProg+" under the repo root)")
+	fs.StringVar(&o.floor, "floor", "", `fork+exec floor launcher for the true workload (default `+defaultFloor+` under the repo root when built; "none" to skip)`)
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "limit for one run")
 	fs.BoolVar(&o.markdown, "markdown", false, "print the table as markdown")
 	fs.StringVar(&o.jsonPath, "json", "", "write every raw sample as JSON to this file")
+	fs.StringVar(&o.plotDir, "plot", "", "draw the figures (SVG and PNG) into this `DIR`; pmirun's runs then write a --report for their phases")
 	fs.BoolVar(&o.verbose, "v", false, "print every run as it finishes")
 	fs.BoolVar(&o.daemon, "daemon", false, "instead of Hydra, time pmirun on running daemons (pmid --daemon, started by pmibench) against per-job agents over the loopback bootstrap")
 	fs.IntVar(&o.daemonNodes, "daemon-nodes", 2, "with -daemon: daemons, and loopback agents per job (fewer when N is smaller)")
@@ -280,6 +299,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
 		return 2
 	}
+	if slices.ContainsFunc(workloads, func(w Workload) bool { return w.Name == "true" }) && o.floor != "none" {
+		floor, err := resolveProg(o.floor, defaultFloor, root)
+		switch {
+		case err == nil:
+			launchers = append(launchers, Launcher{Name: "floor", Path: floor, Only: "true"})
+		case o.floor != "":
+			fmt.Fprintf(stderr, "pmibench: find -floor: %v\n", err)
+			return 2
+		default:
+			note("no fork+exec floor (%s: run make cprog): the true workload runs without it", defaultFloor)
+		}
+	}
+
+	var reportPath string
+	if o.plotDir != "" {
+		tmp, err := os.MkdirTemp("", "pmibench-report-")
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: directory for pmirun's reports: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		reportPath = filepath.Join(tmp, "pmirun.json")
+		for i := range launchers {
+			if launchers[i].Name == "pmirun" {
+				launchers[i].Args = append(slices.Clone(launchers[i].Args), "--report", reportPath)
+			}
+		}
+	}
+	phases := map[int]map[string]time.Duration{} // pmirun's phases by sample Seq (-plot)
 
 	names := make([]string, len(launchers))
 	for i, l := range launchers {
@@ -290,14 +338,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		o.runs, o.warmup, runtime.NumCPU(), o.timeout)
 
 	failed := 0
+	// Progress: one line per finished (workload, N) cell with an
+	// estimate of the time left, from the timed runs' pace so far.
+	total := 0
+	for _, w := range workloads {
+		for _, l := range launchers {
+			if l.runs(w) {
+				total += len(o.ns) * o.runs
+			}
+		}
+	}
+	runStart, finished := time.Now(), 0
 	r := &Runner{
 		Timeout: o.timeout,
 		Progress: func(s Sample) {
+			finished++
+			if last := s.Run == o.runs-1 && s.Launcher == lastLauncher(launchers, s.Workload); last && finished < total {
+				left := time.Duration(float64(time.Since(runStart)) / float64(finished) * float64(total-finished))
+				fmt.Fprintf(stderr, "pmibench: %s N=%d done: %d of %d runs, about %v left\n",
+					s.Workload, s.N, finished, total, left.Round(time.Second))
+			}
 			if !s.OK() {
 				failed++
 				fmt.Fprintf(stderr, "pmibench: %s N=%d %s run %d: %s\n", s.Workload, s.N, s.Launcher, s.Run, s.Err)
 			} else if o.verbose {
 				fmt.Fprintf(stderr, "pmibench: %s N=%d %s run %d: %v\n", s.Workload, s.N, s.Launcher, s.Run, s.Wall)
+			}
+			if reportPath != "" && s.OK() && s.Launcher == "pmirun" {
+				if rep, err := jobreport.ReadFile(reportPath); err == nil {
+					phases[s.Seq] = samplePhases(rep, s.Wall)
+				}
 			}
 		},
 	}
@@ -311,16 +381,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if failed > 0 || runErr != nil {
 		code = 1
 	}
-	if err := WriteTable(stdout, Summarize(samples, names), names, o.markdown); err != nil {
+	rows := Summarize(samples, names)
+	if err := WriteTable(stdout, rows, names, o.markdown); err != nil {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
 		code = 1
+	}
+	if o.plotDir != "" {
+		files, err := writeLauncherPlots(o.plotDir, rows, samples, phases, names)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			code = 1
+		}
+		fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
 	}
 	if o.jsonPath != "" {
 		host, _ := os.Hostname()
 		rep := Report{
 			Started: started, Host: host, CPUs: runtime.NumCPU(),
 			Runs: o.runs, Warmup: o.warmup, TimeoutNS: o.timeout,
-			Workloads: workloads, Notes: notes, Samples: samples,
+			Workloads: workloads, Notes: notes, Samples: samples, Phases: phases,
 		}
 		for _, l := range launchers {
 			rep.Launchers = append(rep.Launchers, reportLauncher{Name: l.Name, Path: l.Path, Args: l.Args})
@@ -407,6 +486,18 @@ func findPmirun(given, root string) (string, error) {
 	return "", fmt.Errorf("find pmirun: %w (run make build, or pass -pmirun PATH)", err)
 }
 
+// lastLauncher is the name of the last launcher that runs workload w:
+// its last run ends a cell.
+func lastLauncher(ls []Launcher, w string) string {
+	name := ""
+	for _, l := range ls {
+		if l.Only == "" || l.Only == w {
+			name = l.Name
+		}
+	}
+	return name
+}
+
 // findMpiexec returns the Hydra launcher to use, or "" for none.
 func findMpiexec(given string) (string, error) {
 	switch given {
@@ -473,8 +564,10 @@ func resolveWorkloads(o options, root string) ([]Workload, error) {
 			given, def, flagName = o.pmi2Prog, defaultPMI2Prog, "-pmi2-prog"
 		case "hello":
 			given, def, flagName = o.helloProg, defaultHelloProg, "-hello-prog"
+		case "true":
+			given, def, flagName = o.trueProg, defaultTrueProg, "-true-prog"
 		default:
-			return nil, fmt.Errorf("parse -workload: unknown workload %q (want pmi2 or hello)", name)
+			return nil, fmt.Errorf("parse -workload: unknown workload %q (want pmi2, hello or true)", name)
 		}
 		prog, err := resolveProg(given, def, root)
 		if err != nil {

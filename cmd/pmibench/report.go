@@ -156,6 +156,10 @@ type Report struct {
 	Workloads []Workload       `json:"workloads"`
 	Notes     []string         `json:"notes,omitempty"`
 	Samples   []Sample         `json:"samples"`
+	// Phases, with -plot, holds pmirun's start-up phases of each of its
+	// runs (by the sample's Seq), from its --report: how long each
+	// phase stack took (plot.go).
+	Phases map[int]map[string]time.Duration `json:"pmirun_phases_ns,omitempty"`
 }
 
 type reportLauncher struct {

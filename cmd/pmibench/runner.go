@@ -23,7 +23,13 @@ type Launcher struct {
 	// NodeArgs, when set, gives options for n ranks, placed after Args
 	// (daemon mode: how many agents or daemons the job uses).
 	NodeArgs func(n int) []string `json:"-"`
+	// Only, when set, names the one workload this launcher runs (the
+	// fork+exec floor serves no PMI: it runs the "true" workload only).
+	Only string
 }
+
+// runs reports whether l runs workload w.
+func (l Launcher) runs(w Workload) bool { return l.Only == "" || l.Only == w.Name }
 
 // Argv is the command line that runs prog with n ranks under l.
 func (l Launcher) Argv(n int, w Workload) []string {
@@ -141,6 +147,9 @@ func (r *Runner) Run(ctx context.Context, p Plan) ([]Sample, error) {
 		for _, w := range p.Workloads {
 			for range p.Warmup {
 				for _, l := range p.Launchers {
+					if !l.runs(w) {
+						continue
+					}
 					if ctx.Err() != nil {
 						return out, ctx.Err()
 					}
@@ -149,6 +158,9 @@ func (r *Runner) Run(ctx context.Context, p Plan) ([]Sample, error) {
 			}
 			for run := range p.Runs {
 				for _, l := range p.Launchers {
+					if !l.runs(w) {
+						continue
+					}
 					if ctx.Err() != nil {
 						return out, ctx.Err()
 					}

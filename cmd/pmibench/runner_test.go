@@ -245,3 +245,33 @@ func TestTailBuffer(t *testing.T) {
 		t.Errorf("tail = %q, want %q", got, "...d, again")
 	}
 }
+
+// A launcher with Only runs that workload alone (the fork+exec floor runs
+// the true workload, never a PMI one), still alternating with the others.
+func TestRunOnly(t *testing.T) {
+	var rec recorder
+	r := Runner{Command: rec.command}
+	plan := Plan{
+		Ns:        []int{2},
+		Workloads: []Workload{{Name: "pmi2", Prog: "/bin/true"}, {Name: "true", Prog: "/bin/true"}},
+		Launchers: []Launcher{{Name: "pmirun", Path: "A"}, {Name: "floor", Path: "F", Only: "true"}},
+		Runs:      2,
+		Warmup:    1,
+	}
+	samples, err := r.Run(context.Background(), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"A", "A", "A", "A", "F", "A", "F", "A", "F"}
+	if !slices.Equal(rec.order, want) {
+		t.Errorf("launch order = %v, want %v", rec.order, want)
+	}
+	for _, s := range samples {
+		if s.Launcher == "floor" && s.Workload != "true" {
+			t.Errorf("floor ran %s", s.Workload)
+		}
+	}
+	if len(samples) != 6 {
+		t.Errorf("%d samples, want 6", len(samples))
+	}
+}

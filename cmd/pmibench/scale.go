@@ -86,6 +86,7 @@ type scaleOptions struct {
 	pmirun      string
 	markdown    bool
 	jsonPath    string
+	plotDir     string
 	verbose     bool
 }
 
@@ -107,6 +108,7 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
 	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
 	fs.StringVar(&o.jsonPath, "json", "", "write every job's results as JSON to this file")
+	fs.StringVar(&o.plotDir, "plot", "", "draw the scale curves (SVG and PNG) into this `DIR`")
 	fs.BoolVar(&o.verbose, "v", false, "print each job's command line")
 	if err := parseFlagSet(fs, args, "pmibench -scale [options]", "Runs K loopback agents with goroutine ranks and reports time, bytes and messages per operation."); err != nil {
 		return o, err
@@ -253,6 +255,31 @@ func (r scaleResult) perNode(names ...string) (lo, hi float64, ok bool) {
 		}
 	}
 	return lo, hi, true
+}
+
+// maxNode is the largest value of counter name over the nodes (a
+// figure of the whole job, such as a peak), and whether every node
+// reported it.
+func (r scaleResult) maxNode(name string) (float64, bool) {
+	if len(r.Counters) == 0 {
+		return 0, false
+	}
+	var hi int64
+	for _, c := range r.Counters {
+		v, ok := c[name]
+		if !ok {
+			return 0, false
+		}
+		hi = max(hi, v)
+	}
+	return float64(hi), true
+}
+
+func maxBytesCell(b float64, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	return bytesCell(b)
 }
 
 // cpuPerRankRound is the CPU time the agents' processes used per rank and
@@ -485,6 +512,14 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			code = 1
 		}
 	}
+	if o.plotDir != "" {
+		files, err := writeScalePlots(o.plotDir, results)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			code = 1
+		}
+		fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
+	}
 	return code
 }
 
@@ -558,7 +593,8 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 			header = append(header, b+" late last")
 		}
 	}
-	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)")
+	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)",
+		"agent RSS (peak)", "segment resident")
 	for _, row := range rows {
 		line := []string{row.op, strconv.Itoa(row.nodes), strconv.Itoa(row.ppn)}
 		var tails, spans, cpus, lasts []string
@@ -599,7 +635,7 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 			line = append(line, lasts...)
 		}
 		if first == nil {
-			body = append(body, append(line, "-", "-", "-", "-", "-", "-"))
+			body = append(body, append(line, "-", "-", "-", "-", "-", "-", "-", "-"))
 			continue
 		}
 		in, _, _ := first.perNode("bcast.bytes.in")
@@ -612,6 +648,7 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 			rangeCell(first.perNode("tree.msgs.sent")), rangeCell(first.perNode("ring.msgs.sent")))
 		_, frames, _ := first.perNode("net.frames.sent")
 		line = append(line, strconv.FormatInt(int64(frames*float64(first.ops())+0.5), 10))
+		line = append(line, maxBytesCell(first.maxNode(node.CounterAgentRSS)), maxBytesCell(first.maxNode(node.CounterSegResident)))
 		body = append(body, line)
 	}
 	return header, body

@@ -18,16 +18,17 @@ import (
 func ringReport(t *testing.T) *jobreport.Report {
 	t.Helper()
 	us := func(f float64) time.Duration { return time.Duration(f * 1e3) }
-	node := func(frames, cpu, rounds int64) map[string]int64 {
+	node := func(frames, cpu, rounds, rss int64) map[string]int64 {
 		return map[string]int64{"bcast.bytes.in": 300, "bcast.bytes.raw": 500, "net.frames.sent": frames,
 			"ring.msgs.recv": 8, "ring.msgs.sent": 8, "stamps.bcast.bytes.in": 300, "stamps.bcast.bytes.raw": 500,
-			"stamps.tree.msgs.sent": 1, "tree.msgs.sent": 1, "virtual.cpu.ns": cpu, "virtual.cpu.rank.rounds": rounds}
+			"stamps.tree.msgs.sent": 1, "tree.msgs.sent": 1, "virtual.cpu.ns": cpu, "virtual.cpu.rank.rounds": rounds,
+			"agent.rss.peak.bytes": rss, "segment.resident.bytes": 3 << 19}
 	}
 	rep := &jobreport.Report{
 		Version: jobreport.Version, JobID: "job", Size: 8, Bootstrap: "loopback", NetBackend: "net", Virtual: "ring",
 		Nodes: []jobreport.Node{
-			{Index: 0, Host: "127.0.0.1", Ranks: 4, Counters: node(30, 90000, 13)},
-			{Index: 1, Host: "127.0.0.1", Ranks: 4, Counters: node(28, 30000, 12)},
+			{Index: 0, Host: "127.0.0.1", Ranks: 4, Counters: node(30, 90000, 13, 50<<20)},
+			{Index: 1, Host: "127.0.0.1", Ranks: 4, Counters: node(28, 30000, 12, 60<<20)},
 		},
 		RootCounters: map[string]int64{"bcast.bytes.raw": 500, "bcast.bytes.sent": 300},
 		Scale: &jobreport.Scale{Op: "ring", P: 8, Local: 4, Rounds: 3,
@@ -126,7 +127,8 @@ func TestScaleTable(t *testing.T) {
 	header, body := scaleTable(rows[8], []string{"net", "uring"})
 	wantHeader := []string{"op", "K", "ppn", "net median", "net min", "uring median", "uring min",
 		"net tail", "uring tail", "net span", "uring span", "net CPU/rank/round", "uring CPU/rank/round",
-		"bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)"}
+		"bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)",
+		"agent RSS (peak)", "segment resident"}
 	if !slices.Equal(header, wantHeader) {
 		t.Errorf("header\n got %q\nwant %q", header, wantHeader)
 	}
@@ -134,7 +136,7 @@ func TestScaleTable(t *testing.T) {
 	// without the timestamp exchange, no tree messages or broadcasts.
 	wantBody := [][]string{{"ring", "2", "4", "250µs", "121µs", "failed", "-",
 		"300µs", "-", "600µs", "-", "4.8µs", "-",
-		"0 B", "0 B", "-", "0", "2", "30"}}
+		"0 B", "0 B", "-", "0", "2", "30", "60.00 MiB", "1.50 MiB"}}
 	if !slices.EqualFunc(body, wantBody, slices.Equal) {
 		t.Errorf("body\n got %q\nwant %q", body, wantBody)
 	}

@@ -251,7 +251,7 @@ func medianOf(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-func ms(d time.Duration) string {
+func msText(d time.Duration) string {
 	if d == 0 {
 		return "-"
 	}
@@ -283,8 +283,8 @@ func writeSpawnTables(w io.Writer, o spawnOptions, rows []*spawnRow) {
 		ratio := []string{strconv.Itoa(r.setup.nodes), r.setup.way, "spawn, per-job/daemon"}
 		for _, s := range o.sizes {
 			m := medianOf(r.latency[s])
-			spawn = append(spawn, fmt.Sprintf("%s (%s–%s)", ms(m), ms(slices.Min(append(r.latency[s], m))), ms(slices.Max(append(r.latency[s], m)))))
-			launch = append(launch, ms(medianOf(r.launch[s])))
+			spawn = append(spawn, fmt.Sprintf("%s (%s–%s)", msText(m), msText(slices.Min(append(r.latency[s], m))), msText(slices.Max(append(r.latency[s], m)))))
+			launch = append(launch, msText(medianOf(r.launch[s])))
 			if i%2 == 1 && m > 0 {
 				ratio = append(ratio, fmt.Sprintf("%.2f", float64(medianOf(rows[i-1].latency[s]))/float64(m)))
 			}

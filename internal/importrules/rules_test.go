@@ -35,6 +35,12 @@ var linkRules = []linkRule{
 		why:    "the launcher and the agent serve PMI; the client is what ranks link",
 	},
 	{
+		name:   "pmid-pmirun-without-plots",
+		roots:  []string{module + "/cmd/pmid", module + "/cmd/pmirun"},
+		banned: []string{module + "/internal/benchplot", "gonum.org/v1/plot"},
+		why:    "figures are pmibench's; the launcher and the agent do not link the plotting library",
+	},
+	{
 		name:  "client-without-agent",
 		roots: []string{module + "/client"},
 		banned: []string{

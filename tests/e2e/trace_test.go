@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/fastpmi/fastpmi/perf/perftest"
+)
+
+// readTrace reads the Chrome trace at path and checks it against the
+// trace format (well-formed events, timestamps in order and slices
+// nested on every track).
+func readTrace(t *testing.T, path string, r result) *perftest.Trace {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("no trace file: %v\n%s", err, r)
+	}
+	tr, err := perftest.Check(data)
+	if err != nil {
+		t.Fatalf("trace fails the Chrome trace format check: %v", err)
+	}
+	return tr
+}
+
+// slicesOn returns the complete events of one track by name.
+func slicesOn(tr *perftest.Trace, pid, tid int) map[string][]perftest.Event {
+	out := map[string][]perftest.Event{}
+	for _, e := range tr.On(pid, tid) {
+		if e.Ph == "X" {
+			out[e.Name] = append(out[e.Name], e)
+		}
+	}
+	return out
+}
+
+func dumpTrack(t *testing.T, tr *perftest.Trace, pid, tid int) {
+	t.Helper()
+	for _, e := range tr.On(pid, tid) {
+		t.Logf("%s %s [%v, %v]", e.Ph, e.Name, e.Ts, e.End())
+	}
+}
+
+// within reports whether inner lies inside outer (to a nanosecond).
+func within(inner, outer perftest.Event) bool {
+	return inner.Ts >= outer.Ts-1e-3 && inner.End() <= outer.End()+1e-3
+}
+
+// wantRankTrack checks rank's track (pid, tid): its life slice holds exec
+// and PMI, PMI holds every PMI-2 request pmi2_test makes, and a fence
+// that waited holds its waiting part. It returns how many of the rank's
+// fences waited.
+func wantRankTrack(t *testing.T, tr *perftest.Trace, pid, rank int) (waited int) {
+	t.Helper()
+	tid := rank + 1
+	if name := tr.Threads[perftest.Track{Pid: pid, Tid: tid}]; name != "rank "+strconv.Itoa(rank) {
+		t.Errorf("track %d/%d is named %q, want rank %d", pid, tid, name, rank)
+		return 0
+	}
+	s := slicesOn(tr, pid, tid)
+	life := s["rank "+strconv.Itoa(rank)]
+	if len(life) != 1 || len(s["exec"]) != 1 || len(s["PMI"]) != 1 {
+		t.Errorf("rank %d: want one life, exec and PMI slice, got %d, %d, %d", rank, len(life), len(s["exec"]), len(s["PMI"]))
+		return 0
+	}
+	pmi := s["PMI"][0]
+	if !within(s["exec"][0], life[0]) || !within(pmi, life[0]) || s["exec"][0].End() > pmi.Ts+1e-3 {
+		t.Errorf("rank %d: exec %v and PMI %v not in order inside the life %v", rank, s["exec"][0], pmi, life[0])
+	}
+	for _, req := range []string{"fullinit", "kvs-put", "kvs-fence", "kvs-get", "info-getjobattr", "ring", "finalize"} {
+		if len(s[req]) == 0 {
+			t.Errorf("rank %d: no %s request slice", rank, req)
+		}
+		for _, e := range s[req] {
+			if !within(e, pmi) || e.Cat != "request" {
+				t.Errorf("rank %d: request %s [%v, %v] (category %s) outside PMI [%v, %v]", rank, e.Name, e.Ts, e.End(), e.Cat, pmi.Ts, pmi.End())
+				dumpTrack(t, tr, pid, tid)
+				return 0
+			}
+		}
+	}
+	for _, w := range s["waiting"] {
+		held := false
+		for _, f := range append(append(s["kvs-fence"], s["ring"]...), s["info-getnodeattr"]...) {
+			if within(w, f) && w.Ts == f.Ts {
+				held = true
+			}
+		}
+		if !held {
+			t.Errorf("rank %d: waiting slice %v starts no fence, ring or waiting get", rank, w)
+		}
+		waited++
+	}
+	return waited
+}
+
+// A single-node job's trace: one process (the node in pmirun), a track
+// per rank with its life, its requests and their waiting, the agent's
+// track with one fork slice per rank.
+func TestTraceSlices(t *testing.T) {
+	const size = 4
+	path := filepath.Join(t.TempDir(), "trace.json")
+	j := job{args: []string{"-n", n(size), "--trace", path, prog("pmi2_test")}}
+	j.env = []string{"PMI2_TEST_ALARM=30"}
+	r := run(t, j)
+	r.wantCode(t, 0)
+	tr := readTrace(t, path, r)
+	const pid = 2 // node 0
+	if tr.Processes[pid] != "node 0 (in pmirun)" {
+		t.Errorf("processes %v, want node 0 (in pmirun) as pid 2", tr.Processes)
+	}
+	waited := 0
+	for rank := range size {
+		waited += wantRankTrack(t, tr, pid, rank)
+	}
+	// Every fence but the one its last rank completes waits: of the two
+	// fences of 4 ranks, at least 2×3 requests waited.
+	if waited < 6 {
+		t.Errorf("%d waiting slices, want at least 6 (two fences of 4 ranks)", waited)
+	}
+	forks := slicesOn(tr, pid, 0)["fork"]
+	seen := map[float64]bool{}
+	for _, f := range forks {
+		seen[f.Args["rank"].(float64)] = true
+	}
+	if len(forks) != size || len(seen) != size {
+		t.Errorf("agent track: %d fork slices for ranks %v, want one per rank of %d", len(forks), seen, size)
+	}
+}
+
+// A multi-node job's trace holds every node: each agent's events merged
+// at the root on its own process, shifted by a clock offset estimated
+// over the control link, with the estimate's error in the process label.
+// On test hosts of one machine the agents share pmirun's
+// CLOCK_MONOTONIC, so the estimate is checked against the true offset.
+func TestNetnsTrace(t *testing.T) {
+	cl := newCluster(t)
+	const size = 8
+	path := filepath.Join(t.TempDir(), "trace.json")
+	j := cl.job("net", "--trace", path, "-n", n(size), prog("pmi2_test"))
+	j.env = []string{"EXPECT_NNODES=" + n(hostCount), "EXPECT_PLACEMENT=block", "PMI2_TEST_ALARM=30"}
+	r := run(t, j)
+	r.wantCode(t, 0)
+	tr := readTrace(t, path, r)
+	if tr.Processes[1] != "pmirun" {
+		t.Errorf("process 1 is %q, want pmirun", tr.Processes[1])
+	}
+	if len(slicesOn(tr, 1, 0)["compress"]) == 0 {
+		t.Error("pmirun's track has no compress slice")
+	}
+	ppn := size / hostCount
+	for node := range hostCount {
+		pid := node + 2
+		if tr.Processes[pid] == "" {
+			t.Errorf("no process for node %d: %v", node, tr.Processes)
+			continue
+		}
+		l := tr.Labels[pid]
+		off, _ := l["clock_offset_us"].(float64)
+		errUS, _ := l["clock_err_us"].(float64)
+		truth, ok := l["clock_true_us"].(float64)
+		switch {
+		case !ok:
+			t.Errorf("node %d: no true offset in the label %v (test hosts share the clock)", node, l)
+		case errUS <= 0:
+			t.Errorf("node %d: clock error %v µs, want > 0", node, errUS)
+		case math.Abs(off-truth) > errUS+500:
+			// The bound holds up to the skew of reading two clocks at t0
+			// (a few µs); 0.5 ms of slack on a loaded machine.
+			t.Errorf("node %d: clock offset %.1f µs ± %.1f, true %.1f µs", node, off, errUS, truth)
+		}
+		s := slicesOn(tr, pid, 0)
+		if len(s["fork"]) != ppn || len(s["fence (tree)"]) == 0 || len(s["decompress"]) == 0 {
+			t.Errorf("node %d's agent: %d forks (want %d), %d fence (tree), %d decompress slices",
+				node, len(s["fork"]), ppn, len(s["fence (tree)"]), len(s["decompress"]))
+		}
+		for _, rank := range []int{node * ppn, node*ppn + ppn - 1} {
+			wantRankTrack(t, tr, pid, rank)
+		}
+		// A rank is forked by its agent after pmirun started the agents.
+		started := tr.Named("agents started")
+		if len(started) == 1 && s["fork"] != nil && s["fork"][0].Ts < started[0].Ts-errUS-500 {
+			t.Errorf("node %d forked at %v µs, before pmirun started the agents at %v µs", node, s["fork"][0].Ts, started[0].Ts)
+		}
+	}
+	bytes := 0
+	for _, e := range tr.Named("net.bytes.sent") {
+		if e.Ph == "C" && e.Pid >= 2 {
+			bytes++
+		}
+	}
+	if bytes < hostCount {
+		t.Errorf("%d net.bytes.sent counter samples on the nodes, want a track on each of %d", bytes, hostCount)
+	}
+}
