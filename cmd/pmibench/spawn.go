@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/benchplot"
 )
 
 // Spawn mode (-spawn): the research's spawn benchmarks, run by a real
@@ -41,6 +43,7 @@ type spawnOptions struct {
 	prog     string
 	timeout  time.Duration
 	markdown bool
+	plotDir  string
 }
 
 const defaultSpawnProg = "build/cprog/pmi2_spawnbench"
@@ -61,6 +64,7 @@ func parseSpawnFlags(args []string, stderr io.Writer) (spawnOptions, error) {
 	fs.StringVar(&o.prog, "prog", "", "the spawning program (default "+defaultSpawnProg+" under the repo root)")
 	fs.DurationVar(&o.timeout, "timeout", 300*time.Second, "limit for one run")
 	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
+	fs.StringVar(&o.plotDir, "plot", "", "write the latency figure (spawn-latency.svg and .png) to `DIR`")
 	if err := parseFlagSet(fs, args, "pmibench -spawn [options]", "Times spawn latency and spawn rate with per-job agents and with daemons."); err != nil {
 		return o, err
 	}
@@ -150,6 +154,16 @@ func runSpawn(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	writeSpawnTables(stdout, o, rows)
 	code = 0
+	if o.plotDir != "" {
+		files, err := plotSpawn(o.plotDir, o, rows)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: plot: %v\n", err)
+			code = 1
+		}
+		for _, f := range files {
+			fmt.Fprintf(stderr, "pmibench: wrote %s\n", f)
+		}
+	}
 	for _, r := range rows {
 		for _, e := range r.errs {
 			fmt.Fprintf(stderr, "pmibench: %d node(s), %s: %s\n", r.setup.nodes, r.setup.way, e)
@@ -314,4 +328,37 @@ func writeSpawnTables(w io.Writer, o spawnOptions, rows []*spawnRow) {
 		}
 		row(strconv.Itoa(r.setup.nodes), r.setup.way, strconv.Itoa(r.spawns), fmt.Sprintf("%.2f", r.secs), fmt.Sprintf("%.1f", rate), ratio)
 	}
+}
+
+// plotSpawn draws spawn latency over the child job's size, one line per
+// setup (median, min–max), with the launch of a job of that size by the
+// same setup dashed beside it.
+func plotSpawn(dir string, o spawnOptions, rows []*spawnRow) ([]string, error) {
+	var series []benchplot.Series
+	for _, r := range rows {
+		name := fmt.Sprintf("%d node(s), %s", r.setup.nodes, r.setup.way)
+		spawn := benchplot.Series{Name: "spawn, " + name, Lo: []float64{}, Hi: []float64{}}
+		launch := benchplot.Series{Name: "launch, " + name}
+		for _, size := range o.sizes {
+			if ls := r.latency[size]; len(ls) > 0 {
+				spawn.X = append(spawn.X, float64(size))
+				spawn.Y = append(spawn.Y, ms(medianOf(ls)))
+				spawn.Lo = append(spawn.Lo, ms(slices.Min(ls)))
+				spawn.Hi = append(spawn.Hi, ms(slices.Max(ls)))
+			}
+			if ls := r.launch[size]; len(ls) > 0 {
+				launch.X = append(launch.X, float64(size))
+				launch.Y = append(launch.Y, ms(medianOf(ls)))
+			}
+		}
+		series = append(series, spawn, launch)
+	}
+	p, err := benchplot.Lines(benchplot.Axes{
+		Title: "spawn latency (median, min–max) and launch of a job of that size", X: "processes spawned",
+		Y: "wall time (ms)", LogX: true, LogY: true,
+	}, series)
+	if err != nil {
+		return nil, err
+	}
+	return benchplot.Save(p, dir, "spawn-latency")
 }
