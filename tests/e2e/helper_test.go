@@ -108,6 +108,9 @@ func build(dir string) error {
 		}
 	}
 
+	if err := buildCLib(root, dir, goBin); err != nil {
+		return err
+	}
 	src := filepath.Join(root, "tests", "cprog")
 	for _, p := range cprogs {
 		args := append([]string{}, p.cc[1:]...)
