@@ -80,8 +80,6 @@ void fpmi_buf_pairi(struct fpmi_buf *b, const char *key, long v);
 int fpmi_buf_finish(struct fpmi_buf *b);
 void fpmi_buf_free(struct fpmi_buf *b);
 
-#endif
-
 /* ---- shm.c ------------------------------------------------------------- */
 
 /* fpmi_shm is this rank's side of the node segment (shm/doc.go): it
@@ -157,3 +155,5 @@ int fpmi_text_call(struct fpmi_text *t, struct fpmi_buf *b, const char *cmd, str
 int fpmi_text_write(struct fpmi_text *t, struct fpmi_buf *b);
 void fpmi_treq_free(struct fpmi_treq *r);
 int fpmi_text_fd(const struct fpmi_text *t);
+
+#endif

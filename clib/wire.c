@@ -152,7 +152,7 @@ void fpmi_buf_start(struct fpmi_buf *b, const char *cmd)
     b->n = 0;
     b->oom = 0;
     put(b, "      cmd=", 10);
-    put(b, cmd, strlen(cmd));
+    putval(b, cmd, strlen(cmd));
     put(b, ";", 1);
 }
 

@@ -100,6 +100,7 @@ type options struct {
 	verbose      bool
 	daemon       bool // time pmirun on running daemons against per-job loopback agents
 	daemonNodes  int
+	lib          string // a libpmi2.so.0 directory (libfastpmi): its own pmirun column, first
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -119,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "write every raw sample as JSON to this file")
 	fs.BoolVar(&o.verbose, "v", false, "print every run as it finishes")
 	fs.BoolVar(&o.daemon, "daemon", false, "instead of Hydra, time pmirun on running daemons (pmid --daemon, started by pmibench) against per-job agents over the loopback bootstrap")
+	fs.StringVar(&o.lib, "lib", "", "directory of another libpmi2.so.0 (e.g. build/lib, libfastpmi): adds a first column, pmirun with ranks loading it (LD_LIBRARY_PATH) over shared memory (FASTPMI_TRANSPORT=shm)")
 	fs.IntVar(&o.daemonNodes, "daemon-nodes", 2, "with -daemon: daemons, and loopback agents per job (fewer when N is smaller)")
 	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec, alternating runs."); err != nil {
 		return o, err
@@ -254,6 +256,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			note("%s does not say it is Hydra: its column is named %q", hydra, l.Name)
 		}
 		launchers = append(launchers, l)
+	}
+
+	if o.lib != "" {
+		dir, err := filepath.Abs(o.lib)
+		if err == nil {
+			_, err = os.Stat(filepath.Join(dir, "libpmi2.so.0"))
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: -lib %s: %v\n", o.lib, err)
+			return 2
+		}
+		// The library's column comes first, so the ratio is it over
+		// pmirun with the programs' own library.
+		l := Launcher{Name: "pmirun+lib", Path: pmirun, Args: []string{"--env", "LD_LIBRARY_PATH=" + dir, "--env", "FASTPMI_TRANSPORT=shm"}}
+		launchers = append([]Launcher{l}, launchers...)
 	}
 
 	workloads, err := resolveWorkloads(o, root)
