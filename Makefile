@@ -64,7 +64,7 @@ $(LIB)/include/fastpmi/pmi2ext.h: clib/include/fastpmi/pmi2ext.h
 	cp $< $@
 
 CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args
-CPROG_PMI2 := pmi2_test pmi2_bench
+CPROG_PMI2 := pmi2_test pmi2_bench pmi2_cost
 CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early)
 CFLAGS     ?= -O2 -Wall
 
@@ -77,7 +77,7 @@ $(addprefix $(CPROG)/,$(CPROG_MPI)): $(CPROG)/%: tests/cprog/%.c
 	mpicc $(CFLAGS) -o $@ $<
 $(addprefix $(CPROG)/,$(CPROG_PMI2)): $(CPROG)/%: tests/cprog/%.c
 	@mkdir -p $(CPROG)
-	gcc $(CFLAGS) -o $@ $< -lpmi2
+	gcc $(CFLAGS) -o $@ $< -lpmi2 -ldl
 $(CPROG)/exit_early: tests/cprog/exit_early.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) -o $@ $<
