@@ -209,11 +209,12 @@ struct need {
 
 static int has_room(struct fpmi_shm *s, void *arg) { return fits(s, ((struct need *)arg)->n) != 0; }
 
-/* push sends one request record whose payload is a then b. */
-static int push(struct fpmi_shm *s, uint16_t op, uint16_t flags, uint32_t seq, uint32_t epoch, const void *a, size_t an,
-                const void *b, size_t bn, char *err, size_t errlen)
+/* push sends one request record whose payload is a, b, then c (copied
+ * straight into the ring: no allocation). */
+static int push3(struct fpmi_shm *s, uint16_t op, uint16_t flags, uint32_t seq, uint32_t epoch, const void *a,
+                 size_t an, const void *b, size_t bn, const void *c, size_t cn, char *err, size_t errlen)
 {
-    uint64_t n = (uint64_t)an + bn;
+    uint64_t n = (uint64_t)an + bn + cn;
     if (n > s->rq_size / 2 - FPMI_MSG_HEADER_LEN)
         return fail(err, errlen, "request of %llu bytes exceeds the ring's %llu", (unsigned long long)n,
                     (unsigned long long)(s->rq_size / 2 - FPMI_MSG_HEADER_LEN));
@@ -238,12 +239,20 @@ static int push(struct fpmi_shm *s, uint16_t op, uint16_t flags, uint32_t seq, u
         memcpy(p + FPMI_MSG_HEADER_LEN, a, an);
     if (bn)
         memcpy(p + FPMI_MSG_HEADER_LEN + an, b, bn);
+    if (cn)
+        memcpy(p + FPMI_MSG_HEADER_LEN + an + bn, c, cn);
     s->rq_pos += pad + rec;
     store64(u64(s, ctrl(s) + FPMI_CTL_REQ_TAIL), s->rq_pos); /* publishes the record */
     __atomic_or_fetch(u64(s, s->l.ready_off + 8 * (uint64_t)(s->local / 64)), (uint64_t)1 << (s->local % 64),
                       __ATOMIC_SEQ_CST);
     ring_doorbell(s);
     return 0;
+}
+
+static int push(struct fpmi_shm *s, uint16_t op, uint16_t flags, uint32_t seq, uint32_t epoch, const void *a, size_t an,
+                const void *b, size_t bn, char *err, size_t errlen)
+{
+    return push3(s, op, flags, seq, epoch, a, an, b, bn, NULL, 0, err, errlen);
 }
 
 /* ---- response ring (consumer) ------------------------------------------ */
@@ -409,14 +418,7 @@ int fpmi_shm_put(struct fpmi_shm *s, const char *key, const char *val, size_t vl
 {
     size_t kl = strlen(key);
     unsigned char hdr[2] = {(unsigned char)(kl & 0xff), (unsigned char)(kl >> 8)};
-    char *tmp = malloc(kl + vlen + 1);
-    if (tmp == NULL)
-        return fail(err, errlen, "out of memory");
-    memcpy(tmp, key, kl);
-    memcpy(tmp + kl, val, vlen);
-    int rc = push(s, FPMI_OP_PUT, (uint16_t)hint, 0, 0, hdr, 2, tmp, kl + vlen, err, errlen);
-    free(tmp);
-    return rc;
+    return push3(s, FPMI_OP_PUT, (uint16_t)hint, 0, 0, hdr, 2, key, kl, val, vlen, err, errlen);
 }
 
 int fpmi_shm_start_fence(struct fpmi_shm *s, uint32_t *epoch, char *err, size_t errlen)

@@ -3,7 +3,12 @@
 //
 //	pmibench [-runs 10] [-warmup 1] [-n 1,4,16,64,128] [-workload pmi2,hello]
 //	         [-pmirun PATH] [-mpiexec PATH|none] [-pmi2-prog PATH] [-hello-prog PATH]
-//	         [-timeout 60s] [-markdown] [-json FILE] [-v]
+//	         [-timeout 60s] [-markdown] [-json FILE] [-v] [-lib DIR]
+//
+// With -lib DIR (a directory holding a libpmi2.so.0, such as libfastpmi's
+// build/lib) a first column runs pmirun with its ranks loading that
+// library over shared memory, so the ratio column compares it with the
+// programs' own libpmi2 under the same pmirun.
 //
 // For every rank count N and workload it runs "pmirun -n N PROG" and
 // "mpiexec [-bind-to none] -n N PROG", first -warmup untimed runs of each,

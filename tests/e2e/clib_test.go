@@ -128,7 +128,7 @@ func TestCLibDropIn(t *testing.T) {
 		san       bool
 		sizes     []int
 	}{
-		{"shm", "shm", false, []int{1, 4, 16}},
+		{"shm", "shm", false, []int{1, 16}},
 		{"pmi2", "pmi2", false, []int{4}},
 		{"shm/sanitizers", "shm", true, []int{4}},
 		{"pmi2/sanitizers", "pmi2", true, []int{4}},
@@ -150,6 +150,26 @@ func TestCLibDropIn(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// pmi2_cost, built against Slurm's libpmi2, finds libfastpmi's extensions
+// with dlsym and times them on every rank.
+func TestCLibCost(t *testing.T) {
+	line := regexp.MustCompile(`^cost rank=(\d+) start_cpu_us=\d+ init_cpu_us=[\d.]+ init_us=[\d.]+ xchg_cpu_us=\d+ xchg_us=\d+ get_ns=\d+ ag_us=\d+ iag_us=\d+$`)
+	r := run(t, job{args: append(libArgs(t, false, "shm"), "-n", "4", prog("pmi2_cost"))})
+	r.wantCode(t, 0)
+	seen := map[string]bool{}
+	for _, l := range lines(r.stdout) {
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("unexpected line %q\n%s", l, r)
+			continue
+		}
+		seen[m[1]] = true
+	}
+	if len(seen) != 4 {
+		t.Errorf("%d ranks reported, want 4\n%s", len(seen), r)
 	}
 }
 

@@ -49,6 +49,7 @@ var cprogs = []struct {
 	{"mpi_args", []string{"mpicc"}, nil},
 	{"pmi2_test", []string{"gcc"}, []string{"-lpmi2"}},
 	{"pmi2_bench", []string{"gcc"}, []string{"-lpmi2"}},
+	{"pmi2_cost", []string{"gcc"}, []string{"-lpmi2", "-ldl"}},
 	{"exit_early", []string{"gcc"}, nil},
 }
 
