@@ -121,7 +121,8 @@ int fpmi_shm_finalize(struct fpmi_shm *s, char *err, size_t errlen);
 
 /* fpmi_treq is one request on the text protocol. Every request carries
  * thrid=<id>; a response with thrid completes its request, one without
- * (Slurm does not echo thrid) the oldest outstanding one. A request is
+ * (Slurm does not echo thrid) the oldest outstanding request of its name,
+ * else the oldest. A request is
  * owned by whoever sent it and freed with fpmi_treq_free once done. */
 struct fpmi_treq {
     uint32_t id;
@@ -153,6 +154,8 @@ int fpmi_text_call(struct fpmi_text *t, struct fpmi_buf *b, const char *cmd, str
                    size_t errlen);
 /* fpmi_text_write writes a frame without expecting a response (abort). */
 int fpmi_text_write(struct fpmi_text *t, struct fpmi_buf *b);
+/* fpmi_text_drain waits until no request is outstanding. */
+int fpmi_text_drain(struct fpmi_text *t, char *err, size_t errlen);
 void fpmi_treq_free(struct fpmi_treq *r);
 int fpmi_text_fd(const struct fpmi_text *t);
 

@@ -11,7 +11,8 @@
  *              or a segment that was refused (corrupt, foreign, another
  *              layout version): the PMI-2 text protocol; extensions are
  *              native against fastpmi's agent (fullinit says fastpmi=1)
- *              and emulated with put/fence/get elsewhere.
+ *              and emulated with put/fence/get elsewhere, where
+ *              collectives also run one at a time.
  *   singleton  no launcher: rank 0 of 1 with a process-local KVS.
  *
  * Thread safety: every entry point takes one mutex, so calls from several
@@ -591,10 +592,26 @@ EXPORT int PMIX_KVS_Put_hint(const char key[], const char value[], int hint)
     RETURN(put_locked(key, value, hint));
 }
 
+/* serialize: a PMI-2 server other than fastpmi's (Slurm's refuses a second
+ * kvs-fence from a rank before the first is answered) gets one collective
+ * at a time, so outstanding requests complete before the next starts. */
+static int serialize(void)
+{
+    if (g.kind != T_TEXT || g.ext)
+        return PMI2_SUCCESS;
+    if (fpmi_text_drain(g.text, g.err, sizeof g.err) != 0) {
+        seterr("%s", g.err);
+        return PMI2_FAIL;
+    }
+    return PMI2_SUCCESS;
+}
+
 /* start_fence and finish: the collectives' two halves, shared by the
  * blocking calls and the requests. */
 static int start_fence(struct PMIX_Request_s *q)
 {
+    if (serialize() != PMI2_SUCCESS)
+        return PMI2_FAIL;
     switch (g.kind) {
     case T_SHM:
         if (fpmi_shm_start_fence(g.shm, &q->epoch, g.err, sizeof g.err) != 0) {
@@ -620,6 +637,8 @@ static const char hexdig[] = "0123456789abcdef";
 static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
 {
     q->allgather = 1;
+    if (serialize() != PMI2_SUCCESS)
+        return PMI2_FAIL;
     switch (g.kind) {
     case T_SHM:
         if (fpmi_shm_start_allgather(g.shm, v, n, &q->epoch, g.err, sizeof g.err) != 0) {

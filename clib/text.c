@@ -214,6 +214,17 @@ int fpmi_text_progress(struct fpmi_text *t, char *err, size_t errlen)
         unsigned long id = strtoul(th, &end, 10);
         while (*pp != NULL && (*end != '\0' || (*pp)->id != id))
             pp = &(*pp)->next;
+    } else {
+        /* No thrid (Slurm): the oldest request this response answers, by
+         * name (a put is answered at once while a fence is outstanding),
+         * else the oldest. */
+        size_t n = strlen(m.cmd);
+        for (struct fpmi_treq **q = pp; *q != NULL; q = &(*q)->next)
+            if (n > 9 && strcmp(m.cmd + n - 9, "-response") == 0 && strlen((*q)->cmd) == n - 9 &&
+                strncmp(m.cmd, (*q)->cmd, n - 9) == 0) {
+                pp = q;
+                break;
+            }
     }
     struct fpmi_treq *r = *pp;
     if (r == NULL) {
@@ -278,5 +289,13 @@ int fpmi_text_init(struct fpmi_text *t, const char *pmiid, const char *jobid, st
         return -1;
     }
     *resp = r;
+    return 0;
+}
+
+int fpmi_text_drain(struct fpmi_text *t, char *err, size_t errlen)
+{
+    while (t->pending != NULL)
+        if (fpmi_text_progress(t, err, errlen) != 0)
+            return -1;
     return 0;
 }

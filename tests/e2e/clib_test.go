@@ -367,3 +367,50 @@ func TestCLibNetns(t *testing.T) {
 		t.Errorf("across hosts the Go client and libfastpmi disagree\n--- Go:\n%s\n--- C:\n%s", strings.Join(gl, "\n"), strings.Join(cl, "\n"))
 	}
 }
+
+// Under Slurm itself (srun --mpi=pmi2, Slurm's own PMI-2 server in the
+// slurmstepd): libfastpmi speaks the text protocol to it.
+func TestNetnsSlurmCLib(t *testing.T) {
+	cl := newCluster(t)
+	s := startSlurm(t, cl)
+	srun := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		argv := append([]string{"netns", "exec", cl.names[0], "salloc", "--quiet", "--nodes", "2",
+			"srun", "--mpi=pmi2", "--overcommit", "--nodes", "2", "--ntasks", "4"}, args...)
+		cmd := exec.CommandContext(ctx, "ip", argv...)
+		cmd.Env = callerEnv([]string{"SLURM_CONF=" + s.conf, "LD_LIBRARY_PATH=" + filepath.Join(binDir, "lib"),
+			"PMI2_TEST_SKIP=usize", "PMI2_TEST_ALARM=30", "EXPECT_NNODES=2"})
+		cmd.WaitDelay = 5 * time.Second
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			return out.String(), fmt.Errorf("%v\n%s%s", err, out.String(), errb.String())
+		}
+		return out.String(), nil
+	}
+	out, err := srun(prog("pmi2_test"))
+	if err != nil {
+		t.Fatalf("pmi2_test under srun --mpi=pmi2: %v", err)
+	}
+	if got := len(lines(out)); got != 4 {
+		t.Errorf("pmi2_test under srun: %d lines, want 4\n%s", got, out)
+	}
+	out, err = srun(prog("fastpmi_scenario"), "nowait")
+	if err != nil {
+		t.Fatalf("fastpmi_scenario under srun --mpi=pmi2: %v", err)
+	}
+	got := sortedLines(out)
+	for r := range 4 {
+		for _, want := range []string{
+			fmt.Sprintf("r=%d init size=4 transport=pmi2", r),
+			fmt.Sprintf("r=%d allgather ag-0,ag-1,ag-2,ag-3", r),
+			fmt.Sprintf("r=%d iallgather iag-0,iag-1,iag-2,iag-3", r),
+			fmt.Sprintf("r=%d ifence-get fv-0,fv-1,fv-2,fv-3", r),
+		} {
+			if !slices.Contains(got, want) {
+				t.Errorf("under srun no line %q\n%s", want, out)
+			}
+		}
+	}
+}
