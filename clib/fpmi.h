@@ -19,6 +19,10 @@
 #error "libfastpmi reads the segment's little-endian fields as native: little-endian hosts only"
 #endif
 
+/* fpmi_errf formats a message into err[errlen] and returns -1, the
+ * failure value of every internal function (wire.c). */
+int fpmi_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* ---- layout.c ---------------------------------------------------------- */
 
 /* fpmi_layout is a segment's geometry, computed from its sizes exactly as

@@ -1,5 +1,4 @@
 /* layout.c: a segment's header, validated as shm.readHeader does. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,14 +20,7 @@ static uint64_t le32(const unsigned char *b, uint64_t off)
 
 static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define fail fpmi_errf
 
 static int valid_ring(uint64_t n)
 {

@@ -158,6 +158,25 @@ static int tcall(const char *cmd, struct fpmi_treq **out)
     return PMI2_SUCCESS;
 }
 
+/* tcall_found runs a request answered with found=TRUE|FALSE and value
+ * (info-getnodeattr, info-getjobattr): the value into value[valuelen]. */
+static int tcall_found(const char *cmd, char *value, int valuelen, int *found)
+{
+    struct fpmi_treq *r;
+    int rc = tcall(cmd, &r);
+    if (rc != PMI2_SUCCESS)
+        return rc;
+    const char *f = fpmi_msg_get(&r->resp, "found", NULL);
+    size_t n = 0;
+    const char *v = fpmi_msg_get(&r->resp, "value", &n);
+    if (f != NULL && strcmp(f, "TRUE") == 0 && v != NULL) {
+        *found = 1;
+        copy_out(value, valuelen, v, n);
+    }
+    fpmi_treq_free(r);
+    return PMI2_SUCCESS;
+}
+
 static int connect_port(const char *hp)
 {
     char host[256];
@@ -960,19 +979,7 @@ static int node_attr_locked(const char *name, char *value, int valuelen, int *fo
     fpmi_buf_start(&wb, "info-getnodeattr");
     fpmi_buf_pairs(&wb, "key", name);
     fpmi_buf_pairs(&wb, "wait", waitfor ? "TRUE" : "FALSE");
-    struct fpmi_treq *r;
-    int rc = tcall("info-getnodeattr", &r);
-    if (rc != PMI2_SUCCESS)
-        return rc;
-    const char *f = fpmi_msg_get(&r->resp, "found", NULL);
-    size_t n = 0;
-    const char *v = fpmi_msg_get(&r->resp, "value", &n);
-    if (f != NULL && strcmp(f, "TRUE") == 0 && v != NULL) {
-        *found = 1;
-        copy_out(value, valuelen, v, n);
-    }
-    fpmi_treq_free(r);
-    return PMI2_SUCCESS;
+    return tcall_found("info-getnodeattr", value, valuelen, found);
 }
 
 EXPORT int PMI2_Info_GetNodeAttr(const char name[], char value[], int valuelen, int *found, int waitfor)
@@ -1029,19 +1036,7 @@ static int job_attr_locked(const char *name, char *value, int valuelen, int *fou
     }
     fpmi_buf_start(&wb, "info-getjobattr");
     fpmi_buf_pairs(&wb, "key", name);
-    struct fpmi_treq *r;
-    int rc = tcall("info-getjobattr", &r);
-    if (rc != PMI2_SUCCESS)
-        return rc;
-    const char *f = fpmi_msg_get(&r->resp, "found", NULL);
-    size_t n = 0;
-    const char *v = fpmi_msg_get(&r->resp, "value", &n);
-    if (f != NULL && strcmp(f, "TRUE") == 0 && v != NULL) {
-        *found = 1;
-        copy_out(value, valuelen, v, n);
-    }
-    fpmi_treq_free(r);
-    return PMI2_SUCCESS;
+    return tcall_found("info-getjobattr", value, valuelen, found);
 }
 
 EXPORT int PMI2_Info_GetJobAttr(const char name[], char value[], int valuelen, int *found)

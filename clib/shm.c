@@ -23,7 +23,6 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,14 +69,7 @@ struct fpmi_shm {
     size_t buf_len, buf_cap;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define fail fpmi_errf
 
 static uint32_t *u32(struct fpmi_shm *s, uint64_t off) { return (uint32_t *)(void *)(s->mem + off); }
 static uint64_t *u64(struct fpmi_shm *s, uint64_t off) { return (uint64_t *)(void *)(s->mem + off); }

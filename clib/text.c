@@ -1,7 +1,6 @@
 /* text.c: requests over the PMI-2 text protocol (pmi-wire.md), on the
  * PMI_FD socket the launcher gave (or a PMI_PORT connection). */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +17,7 @@ struct fpmi_text {
     struct fpmi_buf wbuf;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define fail fpmi_errf
 
 struct fpmi_text *fpmi_text_open(int fd)
 {

@@ -1,9 +1,19 @@
 /* wire.c: the PMI-2 text protocol's framing (pmi-wire.md section 5). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fpmi.h"
+
+int fpmi_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
 
 long fpmi_frame_len(const char hdr[6])
 {

@@ -298,6 +298,23 @@ func TestCLibBadSegment(t *testing.T) {
 	}
 }
 
+// runOther runs a launcher other than pmirun (argv) with env added to the
+// test's environment, bounded by a minute: its stdout, or an error with
+// both outputs.
+func runOther(argv []string, env ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = callerEnv(env)
+	cmd.WaitDelay = 5 * time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%v\n%s%s", err, out.String(), errb.String())
+	}
+	return out.String(), nil
+}
+
 // Under Debian's Hydra (no segment): the text protocol, with the
 // extensions emulated by put/fence/get.
 func TestCLibHydra(t *testing.T) {
@@ -306,18 +323,8 @@ func TestCLibHydra(t *testing.T) {
 		t.Fatalf("mpiexec.hydra not found: %v (%s)", err, installHint)
 	}
 	hydraRun := func(args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, hydra, append([]string{"-n", "4"}, args...)...)
-		cmd.Env = callerEnv([]string{"LD_LIBRARY_PATH=" + filepath.Join(binDir, "lib"), "PMI2_TEST_SKIP=usize,ring", "PMI2_TEST_ALARM=30"})
-		cmd.WaitDelay = 5 * time.Second
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		if err != nil {
-			return out.String(), fmt.Errorf("%v\n%s%s", err, out.String(), errb.String())
-		}
-		return out.String(), nil
+		return runOther(append([]string{hydra, "-n", "4"}, args...),
+			"LD_LIBRARY_PATH="+filepath.Join(binDir, "lib"), "PMI2_TEST_SKIP=usize,ring", "PMI2_TEST_ALARM=30")
 	}
 	out, err := hydraRun(prog("pmi2_test"))
 	if err != nil {
@@ -374,20 +381,9 @@ func TestNetnsSlurmCLib(t *testing.T) {
 	cl := newCluster(t)
 	s := startSlurm(t, cl)
 	srun := func(args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		argv := append([]string{"netns", "exec", cl.names[0], "salloc", "--quiet", "--nodes", "2",
-			"srun", "--mpi=pmi2", "--overcommit", "--nodes", "2", "--ntasks", "4"}, args...)
-		cmd := exec.CommandContext(ctx, "ip", argv...)
-		cmd.Env = callerEnv([]string{"SLURM_CONF=" + s.conf, "LD_LIBRARY_PATH=" + filepath.Join(binDir, "lib"),
-			"PMI2_TEST_SKIP=usize", "PMI2_TEST_ALARM=30", "EXPECT_NNODES=2"})
-		cmd.WaitDelay = 5 * time.Second
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			return out.String(), fmt.Errorf("%v\n%s%s", err, out.String(), errb.String())
-		}
-		return out.String(), nil
+		return runOther(append([]string{"ip", "netns", "exec", cl.names[0], "salloc", "--quiet", "--nodes", "2",
+			"srun", "--mpi=pmi2", "--overcommit", "--nodes", "2", "--ntasks", "4"}, args...),
+			"SLURM_CONF="+s.conf, "LD_LIBRARY_PATH="+filepath.Join(binDir, "lib"), "PMI2_TEST_SKIP=usize", "PMI2_TEST_ALARM=30", "EXPECT_NNODES=2")
 	}
 	out, err := srun(prog("pmi2_test"))
 	if err != nil {
