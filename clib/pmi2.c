@@ -258,6 +258,7 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
             *appnum = g.appnum;
         RETURN(PMI2_SUCCESS);
     }
+    g.kind = T_NONE; /* a second PMI2_Init after PMI2_Finalize starts over */
     int bad = 0;
     g.rank = env_int("PMI_RANK", 0, &bad);
     g.size = env_int("PMI_SIZE", 1, &bad);

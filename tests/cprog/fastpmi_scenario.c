@@ -12,8 +12,12 @@
  *   fastpmi_scenario abort      rank 0 aborts after init (the others wait)
  *   fastpmi_scenario spawn      rank 0 spawns 2 copies of /bin/true and
  *                               prints the return code and error text
+ *   fastpmi_scenario threads    4 threads get every rank's key 200 times
+ *                               while the main thread runs allgathers;
+ *                               prints "r=<rank> threads ok"
  *
  * A failed call prints to stderr and exits 1. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +63,27 @@ static void get_all(const char *step, const char *prefix, int size, int wait)
     free(buf);
 }
 
+static int nranks;
+
+/* getter checks every rank's k-<r> 200 times (libpmi2 serialises calls). */
+static void *getter(void *arg)
+{
+    char key[64], val[PMI2_MAX_VALLEN + 1], want[64];
+    (void)arg;
+    for (int i = 0; i < 200; i++)
+        for (int r = 0; r < nranks; r++) {
+            int len;
+            snprintf(key, sizeof key, "k-%d", r);
+            snprintf(want, sizeof want, "v-%d;x=y", r);
+            check(PMI2_KVS_Get(NULL, r, key, val, sizeof val, &len), "PMI2_KVS_Get (thread)");
+            if (strcmp(val, want) != 0) {
+                fprintf(stderr, "fastpmi_scenario: rank %d: thread got %s=%s\n", me, key, val);
+                exit(1);
+            }
+        }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     int spawned, size, appnum, found, rc;
@@ -99,6 +124,33 @@ int main(int argc, char **argv)
     check(PMI2_KVS_Put(key, val), "PMI2_KVS_Put");
     check(PMI2_KVS_Fence(), "PMI2_KVS_Fence");
     get_all("get", "k", size, 0);
+
+    if (strcmp(mode, "threads") == 0) {
+        pthread_t th[4];
+        nranks = size;
+        for (int i = 0; i < 4; i++)
+            pthread_create(&th[i], NULL, getter, NULL);
+        char *b = calloc((size_t)size, PMIX_MAX_VALLEN);
+        for (int i = 0; i < 20; i++) {
+            snprintf(val, sizeof val, "t%d-%d", i, me);
+            check(PMIX_Allgather(val, b), "PMIX_Allgather (threads)");
+            for (int r = 0; r < size; r++) {
+                char w[64];
+                snprintf(w, sizeof w, "t%d-%d", i, r);
+                if (strcmp(b + (size_t)r * PMIX_MAX_VALLEN, w) != 0) {
+                    fprintf(stderr, "fastpmi_scenario: rank %d: allgather %d gave %s for rank %d\n", me, i,
+                            b + (size_t)r * PMIX_MAX_VALLEN, r);
+                    exit(1);
+                }
+            }
+        }
+        for (int i = 0; i < 4; i++)
+            pthread_join(th[i], NULL);
+        free(b);
+        printf("r=%d threads ok\n", me);
+        check(PMI2_Finalize(), "PMI2_Finalize");
+        return 0;
+    }
 
     /* blocking allgather */
     char *buf = calloc((size_t)size, PMIX_MAX_VALLEN);

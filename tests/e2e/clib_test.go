@@ -36,7 +36,7 @@ func buildCLib(root, dir, goBin string) error {
 	}
 	cmd := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join(root, "clib", "include"),
 		"-o", filepath.Join(dir, "fastpmi_scenario"), filepath.Join(root, "tests", "cprog", "fastpmi_scenario.c"),
-		"-L", filepath.Join(dir, "lib"), "-lpmi2")
+		"-L", filepath.Join(dir, "lib"), "-lpmi2", "-lpthread")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("gcc fastpmi_scenario: %v\n%s", err, out)
 	}
@@ -170,6 +170,26 @@ func TestCLibCost(t *testing.T) {
 	}
 	if len(seen) != 4 {
 		t.Errorf("%d ranks reported, want 4\n%s", len(seen), r)
+	}
+}
+
+// Calls from several threads at once are serialised: threads getting
+// keys while the main thread runs allgathers, sanitized, on both paths.
+func TestCLibThreads(t *testing.T) {
+	for _, tr := range []string{"shm", "pmi2"} {
+		t.Run(tr, func(t *testing.T) {
+			args := libArgs(t, true, tr)
+			if tr == "pmi2" {
+				args = append(args, "--no-shm")
+			}
+			r := run(t, job{args: append(args, "-n", "3", prog("fastpmi_scenario"), "threads")})
+			r.wantCode(t, 0)
+			for rank := range 3 {
+				if !slices.Contains(lines(r.stdout), fmt.Sprintf("r=%d threads ok", rank)) {
+					t.Errorf("rank %d did not report\n%s", rank, r)
+				}
+			}
+		})
 	}
 }
 
