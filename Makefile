@@ -9,12 +9,13 @@ GO         ?= go
 LDFLAGS    := -ldflags=-checklinkname=0
 BIN        := build/bin
 CPROG      := build/cprog
+LIB        ?= build/lib
 N          ?= 8
 APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client openssh-server \
               munge slurmctld slurmd slurm-client hwloc-nox
 FUZZTIME   ?= 30s
 
-.PHONY: help deps build run test test-race bench bench-scale plots fuzz check clean cprog tidy-check
+.PHONY: help deps build run test test-race bench bench-scale plots fuzz check clean cprog tidy-check lib
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -40,8 +41,30 @@ deps: ## install what builds and tests need (Debian packages, Go modules)
 build: ## build pmirun, pmid, pmibench into build/bin
 	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/...
 
+# libfastpmi (clib/): a drop-in libpmi2.so.0 over fastpmi's shared memory.
+# LIB=DIR builds it elsewhere (the end-to-end tests build their own);
+# CLIB_SAN=1 builds it with AddressSanitizer and UndefinedBehaviorSanitizer
+# (run its programs with LD_PRELOAD=$$(gcc -print-file-name=libasan.so)).
+CLIB_SRC    := $(wildcard clib/*.c)
+CLIB_HDR    := $(wildcard clib/*.h clib/include/fastpmi/*.h)
+CLIB_CFLAGS := -O2 -g -std=gnu11 -fPIC -fvisibility=hidden -Wall -Wextra -Werror -Iclib -Iclib/include
+ifeq ($(CLIB_SAN),1)
+CLIB_CFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+endif
+
+lib: $(LIB)/libpmi2.so.0 $(LIB)/libpmi2.so $(LIB)/include/fastpmi/pmi2ext.h ## build libfastpmi into build/lib (libpmi2.so.0, fastpmi/pmi2ext.h)
+
+$(LIB)/libpmi2.so.0: $(CLIB_SRC) $(CLIB_HDR)
+	@mkdir -p $(LIB)
+	gcc $(CLIB_CFLAGS) -shared -Wl,-soname,libpmi2.so.0 -o $@ $(CLIB_SRC) -lpthread
+$(LIB)/libpmi2.so: $(LIB)/libpmi2.so.0
+	ln -sf libpmi2.so.0 $@
+$(LIB)/include/fastpmi/pmi2ext.h: clib/include/fastpmi/pmi2ext.h
+	@mkdir -p $(dir $@)
+	cp $< $@
+
 CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args
-CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench
+CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench pmi2_cost
 CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early forkfloor true_static)
 CFLAGS     ?= -O2 -Wall
 
@@ -54,7 +77,7 @@ $(addprefix $(CPROG)/,$(CPROG_MPI)): $(CPROG)/%: tests/cprog/%.c
 	mpicc $(CFLAGS) -o $@ $<
 $(addprefix $(CPROG)/,$(CPROG_PMI2)): $(CPROG)/%: tests/cprog/%.c
 	@mkdir -p $(CPROG)
-	gcc $(CFLAGS) -o $@ $< -lpmi2
+	gcc $(CFLAGS) -o $@ $< -lpmi2 -ldl
 $(CPROG)/exit_early: tests/cprog/exit_early.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) -o $@ $<
@@ -67,7 +90,7 @@ $(CPROG)/true_static: tests/cprog/true_static.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) -static -o $@ $<
 
-run: deps build cprog ## run real jobs on this machine: the Go example and an MPICH program (N=8 ranks)
+run: deps build cprog lib ## run real jobs on this machine: the Go example and an MPICH program (N=8 ranks)
 	$(GO) build -o $(BIN)/hello ./examples/hello
 	$(BIN)/pmirun -n $(N) --verbose $(BIN)/hello
 	$(BIN)/pmirun -n $(N) --label --verbose $(CPROG)/mpi_allreduce
@@ -77,7 +100,7 @@ tidy-check: ## fail if go.mod or go.sum is not tidy (prints the diff go mod tidy
 
 # Every package runs twice: at full speed, and under the race detector
 # (test-race). The end-to-end tests' programs are built without it.
-test: deps tidy-check ## install what is needed and run every test
+test: deps tidy-check lib ## install what is needed and run every test
 	$(GO) vet $(LDFLAGS) ./...
 	$(GO) test $(LDFLAGS) -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory test-race

@@ -40,6 +40,15 @@
 // and Params.FirstEpoch start them anywhere, so tests run them across the
 // wrap.
 //
+// This package owns the layout; libfastpmi (clib/, the C rank side for
+// programs linked against libpmi2) is its second implementation. The C
+// constants are generated from this package (cheader.go, go generate
+// ./shm writes clib/fastpmi_layout.h; a test fails when the committed
+// header differs), and the C reader recomputes the geometry and refuses a
+// segment whose LayoutVersion or offsets it does not compute itself, so
+// any change here means: bump LayoutVersion if the format changed, run go
+// generate, and port the change to clib/layout.c and clib/shm.c.
+//
 // # Ownership
 //
 // The agent writes the header (once, before sharing), its control lines,

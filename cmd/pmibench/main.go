@@ -3,7 +3,12 @@
 //
 //	pmibench [-runs 10] [-warmup 1] [-n 1,4,16,64,128] [-workload pmi2,hello]
 //	         [-pmirun PATH] [-mpiexec PATH|none] [-pmi2-prog PATH] [-hello-prog PATH]
-//	         [-timeout 60s] [-markdown] [-json FILE] [-plot DIR] [-v]
+//	         [-timeout 60s] [-markdown] [-json FILE] [-plot DIR] [-v] [-lib DIR]
+//
+// With -lib DIR (a directory holding a libpmi2.so.0, such as libfastpmi's
+// build/lib) a first column runs pmirun with its ranks loading that
+// library over shared memory, so the ratio column compares it with the
+// programs' own libpmi2 under the same pmirun.
 //
 // For every rank count N and workload it runs "pmirun -n N PROG" and
 // "mpiexec [-bind-to none] -n N PROG", first -warmup untimed runs of each,
@@ -118,6 +123,7 @@ type options struct {
 	verbose      bool
 	daemon       bool // time pmirun on running daemons against per-job loopback agents
 	daemonNodes  int
+	lib          string // a libpmi2.so.0 directory (libfastpmi): its own pmirun column, first
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -140,6 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.plotDir, "plot", "", "draw the figures (SVG and PNG) into this `DIR`; pmirun's runs then write a --report for their phases")
 	fs.BoolVar(&o.verbose, "v", false, "print every run as it finishes")
 	fs.BoolVar(&o.daemon, "daemon", false, "instead of Hydra, time pmirun on running daemons (pmid --daemon, started by pmibench) against per-job agents over the loopback bootstrap")
+	fs.StringVar(&o.lib, "lib", "", "directory of another libpmi2.so.0 (e.g. build/lib, libfastpmi): adds a first column, pmirun with ranks loading it (LD_LIBRARY_PATH) over shared memory (FASTPMI_TRANSPORT=shm)")
 	fs.IntVar(&o.daemonNodes, "daemon-nodes", 2, "with -daemon: daemons, and loopback agents per job (fewer when N is smaller)")
 	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec, alternating runs."); err != nil {
 		return o, err
@@ -292,6 +299,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			note("%s does not say it is Hydra: its column is named %q", hydra, l.Name)
 		}
 		launchers = append(launchers, l)
+	}
+
+	if o.lib != "" {
+		dir, err := filepath.Abs(o.lib)
+		if err == nil {
+			_, err = os.Stat(filepath.Join(dir, "libpmi2.so.0"))
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: -lib %s: %v\n", o.lib, err)
+			return 2
+		}
+		// The library's column comes first, so the ratio is it over
+		// pmirun with the programs' own library.
+		l := Launcher{Name: "pmirun+lib", Path: pmirun, Args: []string{"--env", "LD_LIBRARY_PATH=" + dir, "--env", "FASTPMI_TRANSPORT=shm"}}
+		launchers = append([]Launcher{l}, launchers...)
 	}
 
 	workloads, err := resolveWorkloads(o, root)

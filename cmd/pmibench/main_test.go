@@ -238,3 +238,44 @@ func TestRunUsageErrors(t *testing.T) {
 		t.Errorf("-h: exit %d, stderr %q", code, stderr.String())
 	}
 }
+
+// -lib adds a first column: pmirun giving its ranks the library's
+// directory and requiring shared memory; a directory without
+// libpmi2.so.0 is a usage error.
+func TestRunLib(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "lib")
+	if err := os.Mkdir(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"-lib", lib, "-pmirun", "/bin/true", "-mpiexec", "none"}, &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "libpmi2.so.0") {
+		t.Errorf("-lib without libpmi2.so.0: exit %d, stderr %q", code, stderr.String())
+	}
+	if err := os.WriteFile(filepath.Join(lib, "libpmi2.so.0"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "argv")
+	fake := filepath.Join(dir, "pmirun")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$*\" >> "+log+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	args := []string{"-lib", lib, "-runs", "1", "-warmup", "0", "-n", "2", "-workload", "pmi2", "-pmirun", fake, "-mpiexec", "none", "-pmi2-prog", "/bin/true"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "pmirun+lib/pmirun") {
+		t.Errorf("no pmirun+lib/pmirun ratio column:\n%s", stdout.String())
+	}
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "--env LD_LIBRARY_PATH=" + lib + " --env FASTPMI_TRANSPORT=shm -n 2 /bin/true"
+	if got := strings.Split(strings.TrimSpace(string(raw)), "\n"); len(got) != 2 || got[0] != want || got[1] != "-n 2 /bin/true" {
+		t.Errorf("pmirun runs:\n%s\nwant first %q then %q", raw, want, "-n 2 /bin/true")
+	}
+}

@@ -51,6 +51,7 @@ var cprogs = []struct {
 	{"pmi2_bench", []string{"gcc"}, []string{"-lpmi2"}},
 	{"pmi2_spawn", []string{"gcc"}, []string{"-lpmi2"}},
 	{"pmi2_spawnbench", []string{"gcc"}, []string{"-lpmi2"}},
+	{"pmi2_cost", []string{"gcc"}, []string{"-lpmi2", "-ldl"}},
 	{"exit_early", []string{"gcc"}, nil},
 }
 
@@ -112,6 +113,9 @@ func build(dir string) error {
 		}
 	}
 
+	if err := buildCLib(root, dir, goBin); err != nil {
+		return err
+	}
 	src := filepath.Join(root, "tests", "cprog")
 	for _, p := range cprogs {
 		args := append([]string{}, p.cc[1:]...)

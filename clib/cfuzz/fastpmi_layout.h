@@ -1,0 +1,1 @@
+../fastpmi_layout.h

@@ -1,0 +1,1416 @@
+/* pmi2.c: Slurm's PMI-2 API (<slurm/pmi2.h>) and fastpmi's extensions
+ * (fastpmi/pmi2ext.h) over the transport PMI2_Init chose:
+ *
+ *   shm        FASTPMI_SHM_FD names the node's segment (pmirun): every
+ *              operation goes through the segment's rings; fenced keys
+ *              and allgather results are read in place. Node attributes
+ *              and spawn, which the segment protocol does not carry, go
+ *              over the PMI_FD socket beside it (bound to this rank by the
+ *              agent, no handshake needed).
+ *   pmi2       PMI_FD or PMI_PORT only (Hydra, Slurm, pmirun --shm=false),
+ *              or a segment that was refused (corrupt, foreign, another
+ *              layout version): the PMI-2 text protocol; extensions are
+ *              native against fastpmi's agent (fullinit says fastpmi=1)
+ *              and emulated with put/fence/get elsewhere, where
+ *              collectives also run one at a time.
+ *   singleton  no launcher: rank 0 of 1 with a process-local KVS.
+ *
+ * Thread safety: every entry point takes one mutex, so calls from several
+ * threads are serialised (libpmi2's promise); a blocking call holds it. */
+#define _GNU_SOURCE
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <slurm/pmi2.h>
+
+#include "fastpmi/pmi2ext.h"
+#include "fpmi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+_Static_assert(PMIX_MAX_VALLEN == PMI2_MAX_VALLEN, "PMIX_MAX_VALLEN is PMI-2's value limit");
+
+enum kind { T_NONE, T_SHM, T_TEXT, T_SINGLETON };
+
+/* A key-value pair of the singleton's KVS and node attributes. */
+struct kv {
+    char *key, *val;
+    struct kv *next;
+};
+
+/* A text-protocol allgather result kept for PMIX_View_get. */
+struct tview {
+    int n;
+    char **vals;
+    size_t *lens;
+};
+
+/* g is the library's state, guarded by mu. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int init; /* PMI2_Init succeeded and PMI2_Finalize has not run */
+    enum kind kind;
+    struct fpmi_shm *shm;
+    struct fpmi_text *text; /* the PMI_FD socket: the transport (T_TEXT), or beside shm */
+    int rank, size, appnum, spawned;
+    char jobid[256];
+    int ext;   /* T_TEXT: the launcher answers fastpmi's extensions */
+    int nag;   /* T_TEXT without extensions: allgathers emulated so far */
+    struct kv *kvs, *nodeattrs; /* T_SINGLETON */
+    struct tview *views[2];     /* T_TEXT: the last two allgather views */
+    int nviews;
+    char err[512];
+} g;
+
+struct PMIX_Request_s {
+    int allgather;
+    uint32_t epoch;         /* T_SHM */
+    struct fpmi_treq *tr;   /* T_TEXT */
+    int agnum;              /* T_TEXT emulated allgather: its number */
+    void *buffer;           /* allgather destination */
+    struct tview *view;     /* allgather into a view instead of a buffer */
+    const char *sval;       /* T_SINGLETON allgather value */
+    size_t slen;
+};
+
+static void seterr(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g.err, sizeof g.err, fmt, ap);
+    va_end(ap);
+    if (getenv("FASTPMI_DEBUG") != NULL)
+        fprintf(stderr, "libfastpmi: rank %d: %s\n", g.rank, g.err);
+}
+
+#define LOCK() pthread_mutex_lock(&mu)
+#define RETURN(rc)                                                                                                     \
+    do {                                                                                                               \
+        int rc_ = (rc);                                                                                                \
+        pthread_mutex_unlock(&mu);                                                                                     \
+        return rc_;                                                                                                    \
+    } while (0)
+#define NEED_INIT()                                                                                                    \
+    do {                                                                                                               \
+        if (!g.init)                                                                                                   \
+            RETURN(PMI2_ERR_INIT);                                                                                     \
+    } while (0)
+
+static int env_int(const char *name, int dflt, int *bad)
+{
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0')
+        return dflt;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0' || v < -1 || v > 1 << 30) {
+        *bad = 1;
+        return dflt;
+    }
+    return (int)v;
+}
+
+/* copy_out copies n bytes of v into buf[max] with a NUL: 0, or -1 if it
+ * was truncated. */
+static int copy_out(char *buf, int max, const char *v, size_t n)
+{
+    if (max <= 0)
+        return -1;
+    size_t k = n < (size_t)max - 1 ? n : (size_t)max - 1;
+    memcpy(buf, v, k);
+    buf[k] = '\0';
+    return k == n ? 0 : -1;
+}
+
+/* ---- text helpers ------------------------------------------------------ */
+
+static struct fpmi_buf wb;
+
+/* tcall sends wb (started with cmd) and waits; the PMI-2 rc: the
+ * server's rc, or PMI2_FAIL if the connection failed. */
+static int tcall(const char *cmd, struct fpmi_treq **out)
+{
+    struct fpmi_treq *r;
+    *out = NULL;
+    if (g.text == NULL) {
+        seterr("%s needs the PMI_FD connection, which this launcher did not give", cmd);
+        return PMI2_FAIL;
+    }
+    if (fpmi_text_call(g.text, &wb, cmd, &r, g.err, sizeof g.err) != 0) {
+        seterr("%s: %s", cmd, g.err);
+        return PMI2_FAIL;
+    }
+    if (r->rc != 0) {
+        const char *m = fpmi_msg_get(&r->resp, "errmsg", NULL);
+        seterr("%s failed (rc=%d): %s", cmd, r->rc, m ? m : "");
+        int rc = r->rc;
+        fpmi_treq_free(r);
+        return rc;
+    }
+    *out = r;
+    return PMI2_SUCCESS;
+}
+
+/* tcall_found runs a request answered with found=TRUE|FALSE and value
+ * (info-getnodeattr, info-getjobattr): the value into value[valuelen]. */
+static int tcall_found(const char *cmd, char *value, int valuelen, int *found)
+{
+    struct fpmi_treq *r;
+    int rc = tcall(cmd, &r);
+    if (rc != PMI2_SUCCESS)
+        return rc;
+    const char *f = fpmi_msg_get(&r->resp, "found", NULL);
+    size_t n = 0;
+    const char *v = fpmi_msg_get(&r->resp, "value", &n);
+    if (f != NULL && strcmp(f, "TRUE") == 0 && v != NULL) {
+        *found = 1;
+        copy_out(value, valuelen, v, n);
+    }
+    fpmi_treq_free(r);
+    return PMI2_SUCCESS;
+}
+
+static int connect_port(const char *hp)
+{
+    char host[256];
+    const char *c = strrchr(hp, ':');
+    if (c == NULL || (size_t)(c - hp) >= sizeof host)
+        return -1;
+    memcpy(host, hp, (size_t)(c - hp));
+    host[c - hp] = '\0';
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai, *p;
+    if (getaddrinfo(host, c + 1, &hints, &ai) != 0)
+        return -1;
+    int fd = -1;
+    for (p = ai; p != NULL; p = p->ai_next) {
+        fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
+        if (fd >= 0 && connect(fd, p->ai_addr, p->ai_addrlen) == 0)
+            break;
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    return fd;
+}
+
+static int init_text(int fd)
+{
+    g.text = fpmi_text_open(fd);
+    if (g.text == NULL)
+        return PMI2_ERR_NOMEM;
+    const char *id = getenv("PMI_ID");
+    if (id == NULL)
+        id = getenv("PMI_RANK");
+    struct fpmi_treq *r;
+    if (fpmi_text_init(g.text, id, getenv("PMI_JOBID"), &r, g.err, sizeof g.err) != 0) {
+        seterr("PMI-2 init: %s", g.err);
+        fpmi_text_close(g.text);
+        g.text = NULL;
+        return PMI2_FAIL;
+    }
+    const char *rank = fpmi_msg_get(&r->resp, "rank", NULL), *size = fpmi_msg_get(&r->resp, "size", NULL);
+    const char *appnum = fpmi_msg_get(&r->resp, "appnum", NULL), *ext = fpmi_msg_get(&r->resp, "fastpmi", NULL);
+    if (rank == NULL || size == NULL || atoi(size) < 1) {
+        seterr("fullinit-response without rank and size");
+        fpmi_treq_free(r);
+        fpmi_text_close(g.text);
+        g.text = NULL;
+        return PMI2_FAIL;
+    }
+    g.rank = atoi(rank);
+    g.size = atoi(size);
+    g.appnum = appnum ? atoi(appnum) : 0;
+    g.spawned = fpmi_msg_get(&r->resp, "spawner-jobid", NULL) != NULL;
+    g.ext = ext != NULL && strcmp(ext, "1") == 0;
+    fpmi_treq_free(r);
+    fpmi_buf_start(&wb, "job-getid");
+    if (tcall("job-getid", &r) == PMI2_SUCCESS) {
+        const char *j = fpmi_msg_get(&r->resp, "jobid", NULL);
+        if (j != NULL)
+            snprintf(g.jobid, sizeof g.jobid, "%s", j);
+        fpmi_treq_free(r);
+    }
+    g.kind = T_TEXT;
+    return PMI2_SUCCESS;
+}
+
+/* ---- PMI-2 API --------------------------------------------------------- */
+
+EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
+{
+    LOCK();
+    if (g.init) {
+        if (spawned)
+            *spawned = g.spawned;
+        if (size)
+            *size = g.size;
+        if (rank)
+            *rank = g.rank;
+        if (appnum)
+            *appnum = g.appnum;
+        RETURN(PMI2_SUCCESS);
+    }
+    g.kind = T_NONE; /* a second PMI2_Init after PMI2_Finalize starts over */
+    int bad = 0;
+    g.rank = env_int("PMI_RANK", 0, &bad);
+    g.size = env_int("PMI_SIZE", 1, &bad);
+    int local = env_int("MPI_LOCALRANKID", g.rank, &bad);
+    int pmifd = env_int("PMI_FD", -1, &bad);
+    int shmfd = env_int("FASTPMI_SHM_FD", -1, &bad);
+    g.appnum = env_int("PMI_APPNUM", 0, &bad);
+    g.spawned = env_int("PMI_SPAWNED", 0, &bad) == 1;
+    const char *j = getenv("PMI_JOBID");
+    snprintf(g.jobid, sizeof g.jobid, "%s", j ? j : "");
+    if (bad) {
+        seterr("bad PMI environment (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, PMI_FD, FASTPMI_SHM_FD)");
+        fprintf(stderr, "libfastpmi: %s\n", g.err);
+        RETURN(PMI2_ERR_INVALID_ARG);
+    }
+    /* FASTPMI_TRANSPORT=shm refuses to start without the segment;
+     * FASTPMI_TRANSPORT=pmi2 ignores it and speaks the text protocol. */
+    const char *want = getenv("FASTPMI_TRANSPORT");
+    if (want != NULL && *want != '\0' && strcmp(want, "shm") != 0 && strcmp(want, "pmi2") != 0) {
+        fprintf(stderr, "libfastpmi: FASTPMI_TRANSPORT=%s: want shm or pmi2\n", want);
+        RETURN(PMI2_ERR_INVALID_ARG);
+    }
+    if (want != NULL && strcmp(want, "pmi2") == 0) {
+        if (shmfd >= 0)
+            close(shmfd);
+        shmfd = -1;
+    }
+    int rc = PMI2_SUCCESS;
+    if (shmfd >= 0) {
+        g.shm = fpmi_shm_open(shmfd, local, g.size, pmifd, g.err, sizeof g.err);
+        close(shmfd); /* the mapping keeps the memory */
+        if (g.shm != NULL) {
+            g.kind = T_SHM;
+            if (pmifd >= 0)
+                g.text = fpmi_text_open(pmifd);
+        } else if (pmifd >= 0) {
+            fprintf(stderr, "libfastpmi: rank %d: shared memory refused (%s); using the PMI-2 text protocol\n", g.rank,
+                    g.err);
+        } else {
+            fprintf(stderr, "libfastpmi: rank %d: shared memory refused (%s)\n", g.rank, g.err);
+            RETURN(PMI2_FAIL);
+        }
+    }
+    if (want != NULL && strcmp(want, "shm") == 0 && g.kind != T_SHM) {
+        fprintf(stderr, "libfastpmi: rank %d: FASTPMI_TRANSPORT=shm but %s\n", g.rank,
+                shmfd < 0 ? "the launcher gave no segment (FASTPMI_SHM_FD)" : "the segment was refused");
+        RETURN(PMI2_FAIL);
+    }
+    if (g.kind == T_NONE) {
+        const char *port = getenv("PMI_PORT");
+        if (pmifd >= 0) {
+            rc = init_text(pmifd);
+        } else if (port != NULL && *port != '\0') {
+            int fd = connect_port(port);
+            rc = fd < 0 ? PMI2_FAIL : init_text(fd);
+            if (fd < 0)
+                seterr("connect to PMI_PORT=%s failed", port);
+        } else {
+            g.kind = T_SINGLETON;
+            g.rank = 0;
+            g.size = 1;
+            if (g.jobid[0] == '\0')
+                snprintf(g.jobid, sizeof g.jobid, "singleton");
+        }
+    }
+    if (rc != PMI2_SUCCESS) {
+        fprintf(stderr, "libfastpmi: rank %d: %s\n", g.rank, g.err);
+        RETURN(rc);
+    }
+    if (g.jobid[0] == '\0')
+        snprintf(g.jobid, sizeof g.jobid, "job");
+    g.init = 1;
+    if (spawned)
+        *spawned = g.spawned;
+    if (size)
+        *size = g.size;
+    if (rank)
+        *rank = g.rank;
+    if (appnum)
+        *appnum = g.appnum;
+    RETURN(PMI2_SUCCESS);
+}
+
+EXPORT int PMI2_Finalize(void)
+{
+    LOCK();
+    NEED_INIT();
+    int rc = PMI2_SUCCESS;
+    struct fpmi_treq *r;
+    switch (g.kind) {
+    case T_SHM:
+        if (fpmi_shm_finalize(g.shm, g.err, sizeof g.err) != 0) {
+            seterr("finalize: %s", g.err);
+            rc = PMI2_FAIL;
+        }
+        /* The segment stays mapped: views handed out stay readable until
+         * the process ends. */
+        break;
+    case T_TEXT:
+        fpmi_buf_start(&wb, "finalize");
+        rc = tcall("finalize", &r);
+        fpmi_treq_free(r);
+        break;
+    default:
+        break;
+    }
+    if (g.text != NULL) {
+        fpmi_text_close(g.text);
+        g.text = NULL;
+    }
+    g.init = 0;
+    RETURN(rc);
+}
+
+EXPORT int PMI2_Initialized(void)
+{
+    LOCK();
+    RETURN(g.init);
+}
+
+EXPORT int PMI2_Abort(int flag, const char msg[])
+{
+    LOCK();
+    if (msg == NULL)
+        msg = "";
+    if (g.init) {
+        if (g.kind == T_SHM) {
+            fpmi_shm_abort(g.shm, 1, msg);
+        } else if (g.kind == T_TEXT) {
+            fpmi_buf_start(&wb, "abort");
+            fpmi_buf_pairs(&wb, "isworld", flag ? "TRUE" : "FALSE");
+            fpmi_buf_pairs(&wb, "exitcode", "1");
+            fpmi_buf_pairs(&wb, "msg", msg);
+            fpmi_text_write(g.text, &wb);
+        }
+    }
+    fprintf(stderr, "libfastpmi: rank %d: abort: %s\n", g.rank, msg);
+    exit(1);
+}
+
+EXPORT int PMI2_Job_Spawn(int count, const char *cmds[], int argcs[], const char **argvs[], const int maxprocs[],
+                          const int info_keyval_sizes[], const struct MPID_Info *info_keyval_vectors[],
+                          int preput_keyval_size, const struct MPID_Info *preput_keyval_vector[], char jobId[],
+                          int jobIdSize, int errors[])
+{
+    LOCK();
+    NEED_INIT();
+    if (count < 1 || cmds == NULL || maxprocs == NULL || preput_keyval_size < 0)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    char k[32];
+    fpmi_buf_start(&wb, "spawn");
+    fpmi_buf_pairi(&wb, "ncmds", count);
+    fpmi_buf_pairi(&wb, "preputcount", preput_keyval_size);
+    for (int i = 0; i < preput_keyval_size; i++) {
+        const struct MPID_Info *p = preput_keyval_vector ? preput_keyval_vector[i] : NULL;
+        if (p == NULL)
+            RETURN(PMI2_ERR_INVALID_ARG);
+        snprintf(k, sizeof k, "ppkey%d", i);
+        fpmi_buf_pairs(&wb, k, p->key);
+        snprintf(k, sizeof k, "ppval%d", i);
+        fpmi_buf_pairs(&wb, k, p->value);
+    }
+    for (int c = 0; c < count; c++) {
+        if (cmds[c] == NULL)
+            RETURN(PMI2_ERR_INVALID_ARG);
+        fpmi_buf_pairs(&wb, "subcmd", cmds[c]);
+        fpmi_buf_pairi(&wb, "maxprocs", maxprocs[c]);
+        int argc = argcs ? argcs[c] : 0;
+        fpmi_buf_pairi(&wb, "argc", argc);
+        for (int a = 0; a < argc; a++) {
+            snprintf(k, sizeof k, "argv%d", a);
+            fpmi_buf_pairs(&wb, k, argvs && argvs[c] ? argvs[c][a] : "");
+        }
+        int ninfo = info_keyval_sizes ? info_keyval_sizes[c] : 0;
+        if (ninfo > 0) {
+            fpmi_buf_pairi(&wb, "infokeycount", ninfo);
+            const struct MPID_Info *p = info_keyval_vectors ? info_keyval_vectors[c] : NULL;
+            for (int i = 0; i < ninfo; i++, p = p ? p->next : NULL) {
+                if (p == NULL)
+                    RETURN(PMI2_ERR_INVALID_ARG);
+                snprintf(k, sizeof k, "infokey%d", i);
+                fpmi_buf_pairs(&wb, k, p->key);
+                snprintf(k, sizeof k, "infoval%d", i);
+                fpmi_buf_pairs(&wb, k, p->value);
+            }
+        }
+    }
+    struct fpmi_treq *r;
+    int rc = tcall("spawn", &r);
+    if (rc != PMI2_SUCCESS)
+        RETURN(rc);
+    const char *j = fpmi_msg_get(&r->resp, "jobid", NULL);
+    if (jobId != NULL && jobIdSize > 0)
+        copy_out(jobId, jobIdSize, j ? j : "", j ? strlen(j) : 0);
+    const char *e = fpmi_msg_get(&r->resp, "errcodes", NULL);
+    if (errors != NULL) {
+        int total = 0;
+        for (int c = 0; c < count; c++)
+            total += maxprocs[c];
+        for (int i = 0; i < total; i++) {
+            errors[i] = e && *e ? atoi(e) : 0;
+            if (e && (e = strchr(e, ',')) != NULL)
+                e++;
+        }
+    }
+    fpmi_treq_free(r);
+    RETURN(PMI2_SUCCESS);
+}
+
+EXPORT int PMI2_Job_GetId(char jobid[], int jobid_size)
+{
+    LOCK();
+    NEED_INIT();
+    if (jobid == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    RETURN(copy_out(jobid, jobid_size, g.jobid, strlen(g.jobid)) == 0 ? PMI2_SUCCESS : PMI2_ERR_INVALID_LENGTH);
+}
+
+EXPORT int PMI2_Job_GetRank(int *rank)
+{
+    LOCK();
+    NEED_INIT();
+    if (rank == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    *rank = g.rank;
+    RETURN(PMI2_SUCCESS);
+}
+
+EXPORT int PMI2_Info_GetSize(int *size)
+{
+    LOCK();
+    NEED_INIT();
+    if (size == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    *size = g.size;
+    RETURN(PMI2_SUCCESS);
+}
+
+EXPORT int PMI2_Job_Connect(const char jobid[], PMI2_Connect_comm_t *conn)
+{
+    LOCK();
+    NEED_INIT();
+    (void)conn;
+    fpmi_buf_start(&wb, "job-connect");
+    fpmi_buf_pairs(&wb, "jobid", jobid);
+    struct fpmi_treq *r;
+    int rc = tcall("job-connect", &r);
+    fpmi_treq_free(r);
+    RETURN(rc);
+}
+
+EXPORT int PMI2_Job_Disconnect(const char jobid[])
+{
+    LOCK();
+    NEED_INIT();
+    fpmi_buf_start(&wb, "job-disconnect");
+    fpmi_buf_pairs(&wb, "jobid", jobid);
+    struct fpmi_treq *r;
+    int rc = tcall("job-disconnect", &r);
+    fpmi_treq_free(r);
+    RETURN(rc);
+}
+
+/* ---- KVS --------------------------------------------------------------- */
+
+static struct kv **kv_find(struct kv **list, const char *key)
+{
+    for (; *list != NULL; list = &(*list)->next)
+        if (strcmp((*list)->key, key) == 0)
+            break;
+    return list;
+}
+
+static int kv_set(struct kv **list, const char *key, const char *val, size_t n)
+{
+    struct kv **p = kv_find(list, key);
+    char *v = malloc(n + 1);
+    if (v == NULL)
+        return PMI2_ERR_NOMEM;
+    memcpy(v, val, n);
+    v[n] = '\0';
+    if (*p != NULL) {
+        free((*p)->val);
+        (*p)->val = v;
+        return PMI2_SUCCESS;
+    }
+    struct kv *e = calloc(1, sizeof *e);
+    if (e == NULL || (e->key = strdup(key)) == NULL) {
+        free(e);
+        free(v);
+        return PMI2_ERR_NOMEM;
+    }
+    e->val = v;
+    *p = e;
+    return PMI2_SUCCESS;
+}
+
+static int check_kv(const char *key, const char *value)
+{
+    if (key == NULL || *key == '\0')
+        return PMI2_ERR_INVALID_KEY;
+    if (strlen(key) > PMI2_MAX_KEYLEN)
+        return PMI2_ERR_INVALID_KEY_LENGTH;
+    if (value == NULL)
+        return PMI2_ERR_INVALID_VAL;
+    if (strlen(value) > PMI2_MAX_VALLEN)
+        return PMI2_ERR_INVALID_VAL_LENGTH;
+    return PMI2_SUCCESS;
+}
+
+static int put_locked(const char *key, const char *value, int hint)
+{
+    int rc = check_kv(key, value);
+    if (rc != PMI2_SUCCESS)
+        return rc;
+    if (hint < PMIX_HINT_NONE || hint > PMIX_HINT_SPARSE)
+        return PMI2_ERR_INVALID_ARG;
+    struct fpmi_treq *r;
+    switch (g.kind) {
+    case T_SHM:
+        if (fpmi_shm_put(g.shm, key, value, strlen(value), hint, g.err, sizeof g.err) != 0) {
+            seterr("put: %s", g.err);
+            return PMI2_FAIL;
+        }
+        return PMI2_SUCCESS;
+    case T_TEXT:
+        fpmi_buf_start(&wb, "kvs-put");
+        fpmi_buf_pairs(&wb, "key", key);
+        fpmi_buf_pairs(&wb, "value", value);
+        if (g.ext && hint != PMIX_HINT_NONE)
+            fpmi_buf_pairs(&wb, "fastpmi-hint", hint == PMIX_HINT_DENSE ? "dense" : "sparse");
+        rc = tcall("kvs-put", &r);
+        fpmi_treq_free(r);
+        return rc;
+    default:
+        return kv_set(&g.kvs, key, value, strlen(value));
+    }
+}
+
+EXPORT int PMI2_KVS_Put(const char key[], const char value[])
+{
+    LOCK();
+    NEED_INIT();
+    RETURN(put_locked(key, value, PMIX_HINT_NONE));
+}
+
+EXPORT int PMIX_KVS_Put_hint(const char key[], const char value[], int hint)
+{
+    LOCK();
+    NEED_INIT();
+    RETURN(put_locked(key, value, hint));
+}
+
+/* serialize: a PMI-2 server other than fastpmi's (Slurm's refuses a second
+ * kvs-fence from a rank before the first is answered) gets one collective
+ * at a time, so outstanding requests complete before the next starts. */
+static int serialize(void)
+{
+    if (g.kind != T_TEXT || g.ext)
+        return PMI2_SUCCESS;
+    if (fpmi_text_drain(g.text, g.err, sizeof g.err) != 0) {
+        seterr("%s", g.err);
+        return PMI2_FAIL;
+    }
+    return PMI2_SUCCESS;
+}
+
+/* start_fence and finish: the collectives' two halves, shared by the
+ * blocking calls and the requests. */
+static int start_fence(struct PMIX_Request_s *q)
+{
+    if (serialize() != PMI2_SUCCESS)
+        return PMI2_FAIL;
+    switch (g.kind) {
+    case T_SHM:
+        if (fpmi_shm_start_fence(g.shm, &q->epoch, g.err, sizeof g.err) != 0) {
+            seterr("fence: %s", g.err);
+            return PMI2_FAIL;
+        }
+        return PMI2_SUCCESS;
+    case T_TEXT:
+        fpmi_buf_start(&wb, "kvs-fence");
+        q->tr = fpmi_text_send(g.text, &wb, "kvs-fence", g.err, sizeof g.err);
+        if (q->tr == NULL) {
+            seterr("fence: %s", g.err);
+            return PMI2_FAIL;
+        }
+        return PMI2_SUCCESS;
+    default:
+        return PMI2_SUCCESS;
+    }
+}
+
+static const char hexdig[] = "0123456789abcdef";
+
+static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
+{
+    q->allgather = 1;
+    if (serialize() != PMI2_SUCCESS)
+        return PMI2_FAIL;
+    switch (g.kind) {
+    case T_SHM:
+        if (fpmi_shm_start_allgather(g.shm, v, n, &q->epoch, g.err, sizeof g.err) != 0) {
+            seterr("allgather: %s", g.err);
+            return PMI2_FAIL;
+        }
+        return PMI2_SUCCESS;
+    case T_TEXT:
+        if (g.ext) {
+            fpmi_buf_start(&wb, "fastpmi-allgather");
+            fpmi_buf_pair(&wb, "value", v, n);
+            q->tr = fpmi_text_send(g.text, &wb, "fastpmi-allgather", g.err, sizeof g.err);
+        } else {
+            /* Plain PMI-2: put the hex-encoded value, fence; the gets
+             * follow when the fence is done. */
+            char key[64], *hex = malloc(2 * n + 1);
+            if (hex == NULL)
+                return PMI2_ERR_NOMEM;
+            for (size_t i = 0; i < n; i++) {
+                hex[2 * i] = hexdig[(unsigned char)v[i] >> 4];
+                hex[2 * i + 1] = hexdig[(unsigned char)v[i] & 15];
+            }
+            hex[2 * n] = '\0';
+            q->agnum = ++g.nag;
+            snprintf(key, sizeof key, "fastpmi-ag-%d-%d", q->agnum, g.rank);
+            int rc = put_locked(key, hex, PMIX_HINT_NONE);
+            free(hex);
+            if (rc != PMI2_SUCCESS)
+                return rc;
+            fpmi_buf_start(&wb, "kvs-fence");
+            q->tr = fpmi_text_send(g.text, &wb, "kvs-fence", g.err, sizeof g.err);
+        }
+        if (q->tr == NULL) {
+            seterr("allgather: %s", g.err);
+            return PMI2_FAIL;
+        }
+        return PMI2_SUCCESS;
+    default:
+        q->sval = v;
+        q->slen = n;
+        return PMI2_SUCCESS;
+    }
+}
+
+/* progress: 1 if q completed (wait: blocks until it does), 0 if not yet,
+ * or a PMI-2 error code (negative or positive, never 1... see below). */
+static int q_done(struct PMIX_Request_s *q, int wait, int *rc)
+{
+    *rc = PMI2_SUCCESS;
+    switch (g.kind) {
+    case T_SHM: {
+        int d = fpmi_shm_done(g.shm, q->epoch, wait, g.err, sizeof g.err);
+        if (d < 0) {
+            seterr("collective %u: %s", q->epoch, g.err);
+            *rc = PMI2_FAIL;
+            return 1;
+        }
+        return d;
+    }
+    case T_TEXT:
+        while (!q->tr->done) {
+            if (!wait) {
+                struct pollfd p = {.fd = fpmi_text_fd(g.text), .events = POLLIN};
+                if (poll(&p, 1, 0) != 1)
+                    return 0;
+            }
+            if (fpmi_text_progress(g.text, g.err, sizeof g.err) != 0) {
+                seterr("%s", g.err);
+                *rc = PMI2_FAIL;
+                return 1;
+            }
+        }
+        if (q->tr->rc != 0) {
+            const char *m = fpmi_msg_get(&q->tr->resp, "errmsg", NULL);
+            seterr("%s failed (rc=%d): %s", q->tr->cmd, q->tr->rc, m ? m : "");
+            *rc = q->tr->rc;
+        }
+        return 1;
+    default:
+        return 1;
+    }
+}
+
+static int unhex(const char *h, size_t hn, char *out)
+{
+    if (hn % 2)
+        return -1;
+    for (size_t i = 0; i < hn / 2; i++) {
+        const char *a = strchr(hexdig, h[2 * i]), *b = strchr(hexdig, h[2 * i + 1]);
+        if (a == NULL || b == NULL || h[2 * i] == '\0' || h[2 * i + 1] == '\0')
+            return -1;
+        out[i] = (char)(((a - hexdig) << 4) | (b - hexdig));
+    }
+    return 0;
+}
+
+/* deliver stores rank r's allgather value into q's buffer or view. */
+static int deliver(struct PMIX_Request_s *q, int r, const char *v, size_t n)
+{
+    if (q->view != NULL) {
+        char *c = malloc(n + 1);
+        if (c == NULL)
+            return PMI2_ERR_NOMEM;
+        memcpy(c, v, n);
+        c[n] = '\0';
+        q->view->vals[r] = c;
+        q->view->lens[r] = n;
+        return PMI2_SUCCESS;
+    }
+    char *dst = (char *)q->buffer + (size_t)r * PMIX_MAX_VALLEN;
+    if (n >= PMIX_MAX_VALLEN)
+        n = PMIX_MAX_VALLEN - 1;
+    memcpy(dst, v, n);
+    memset(dst + n, 0, PMIX_MAX_VALLEN - n);
+    return PMI2_SUCCESS;
+}
+
+/* finish completes an allgather's delivery once q is done. */
+static int finish(struct PMIX_Request_s *q)
+{
+    if (!q->allgather || (q->buffer == NULL && q->view == NULL))
+        return PMI2_SUCCESS;
+    if (g.kind == T_SINGLETON)
+        return deliver(q, 0, q->sval, q->slen);
+    if (g.kind == T_SHM) {
+        if (q->view != NULL)
+            return PMI2_SUCCESS; /* read in place by PMIX_View_get */
+        for (int r = 0; r < g.size; r++) {
+            const char *v;
+            size_t n;
+            if (fpmi_shm_result(g.shm, r, q->epoch, &v, &n) != 0) {
+                seterr("allgather %u: no value of rank %d", q->epoch, r);
+                return PMI2_FAIL;
+            }
+            deliver(q, r, v, n);
+        }
+        return PMI2_SUCCESS;
+    }
+    if (g.ext) {
+        for (int r = 0; r < g.size; r++) {
+            char k[32];
+            size_t n = 0;
+            snprintf(k, sizeof k, "v%d", r);
+            const char *v = fpmi_msg_get(&q->tr->resp, k, &n);
+            int rc = deliver(q, r, v ? v : "", v ? n : 0);
+            if (rc != PMI2_SUCCESS)
+                return rc;
+        }
+        return PMI2_SUCCESS;
+    }
+    for (int r = 0; r < g.size; r++) {
+        char key[64], buf[PMI2_MAX_VALLEN + 1];
+        struct fpmi_treq *t;
+        snprintf(key, sizeof key, "fastpmi-ag-%d-%d", q->agnum, r);
+        fpmi_buf_start(&wb, "kvs-get");
+        fpmi_buf_pairs(&wb, "jobid", "");
+        fpmi_buf_pairi(&wb, "srcid", r);
+        fpmi_buf_pairs(&wb, "key", key);
+        int rc = tcall("kvs-get", &t);
+        if (rc != PMI2_SUCCESS)
+            return rc;
+        size_t hn = 0;
+        const char *h = fpmi_msg_get(&t->resp, "value", &hn);
+        const char *f = fpmi_msg_get(&t->resp, "found", NULL);
+        if (h == NULL || (f != NULL && strcmp(f, "TRUE") != 0) || hn / 2 > PMI2_MAX_VALLEN ||
+            unhex(h, hn, buf) != 0) {
+            fpmi_treq_free(t);
+            seterr("allgather value of rank %d missing or malformed", r);
+            return PMI2_FAIL;
+        }
+        rc = deliver(q, r, buf, hn / 2);
+        fpmi_treq_free(t);
+        if (rc != PMI2_SUCCESS)
+            return rc;
+    }
+    return PMI2_SUCCESS;
+}
+
+static void q_free(struct PMIX_Request_s *q)
+{
+    if (q->tr != NULL)
+        fpmi_treq_free(q->tr);
+    free(q);
+}
+
+/* wait_locked completes q and frees it. */
+static int wait_locked(struct PMIX_Request_s *q)
+{
+    int rc;
+    q_done(q, 1, &rc);
+    if (rc == PMI2_SUCCESS)
+        rc = finish(q);
+    q_free(q);
+    return rc;
+}
+
+EXPORT int PMI2_KVS_Fence(void)
+{
+    LOCK();
+    NEED_INIT();
+    struct PMIX_Request_s *q = calloc(1, sizeof *q);
+    if (q == NULL)
+        RETURN(PMI2_ERR_NOMEM);
+    int rc = start_fence(q);
+    if (rc != PMI2_SUCCESS) {
+        free(q);
+        RETURN(rc);
+    }
+    RETURN(wait_locked(q));
+}
+
+static int get_locked(int src, const char *key, char *value, int maxvalue, int *vallen, int wait)
+{
+    if (key == NULL || *key == '\0')
+        return PMI2_ERR_INVALID_KEY;
+    if (strlen(key) > PMI2_MAX_KEYLEN)
+        return PMI2_ERR_INVALID_KEY_LENGTH;
+    if (value == NULL || maxvalue <= 0)
+        return PMI2_ERR_INVALID_VAL;
+    const char *v = NULL;
+    size_t n = 0;
+    struct fpmi_treq *r = NULL;
+    int rc = PMI2_SUCCESS;
+    switch (g.kind) {
+    case T_SHM: {
+        /* Fenced keys are read in place from the node KVS: no system
+         * call; anything else is asked of the agent. */
+        if (fpmi_shm_lookup(g.shm, key, strlen(key), &v, &n) == 1)
+            break;
+        unsigned char s[4];
+        uint32_t u = (uint32_t)src;
+        uint16_t st;
+        memcpy(s, &u, 4);
+        if (fpmi_shm_call(g.shm, FPMI_OP_GET, wait ? FPMI_GET_WAIT : 0, s, 4, key, strlen(key), &st, &v, &n, g.err,
+                          sizeof g.err) != 0) {
+            seterr("get %s: %s", key, g.err);
+            return PMI2_FAIL;
+        }
+        if (st == FPMI_STATUS_NOT_FOUND) {
+            seterr("get %s: not found", key);
+            return PMI2_FAIL;
+        }
+        break;
+    }
+    case T_TEXT:
+        for (;;) {
+            fpmi_buf_start(&wb, "kvs-get");
+            fpmi_buf_pairs(&wb, "jobid", "");
+            fpmi_buf_pairi(&wb, "srcid", src);
+            fpmi_buf_pairs(&wb, "key", key);
+            if (wait && g.ext)
+                fpmi_buf_pairs(&wb, "fastpmi-wait", "TRUE");
+            rc = tcall("kvs-get", &r);
+            if (rc != PMI2_SUCCESS)
+                return rc;
+            const char *f = fpmi_msg_get(&r->resp, "found", NULL);
+            if (f != NULL && strcmp(f, "TRUE") == 0) {
+                v = fpmi_msg_get(&r->resp, "value", &n);
+                break;
+            }
+            fpmi_treq_free(r);
+            r = NULL;
+            if (!wait || g.ext) {
+                seterr("get %s: not found", key);
+                return PMI2_FAIL;
+            }
+            usleep(1000); /* a foreign launcher cannot park the get: poll */
+        }
+        break;
+    default: {
+        struct kv **p = kv_find(&g.kvs, key);
+        if (*p == NULL)
+            return PMI2_FAIL;
+        v = (*p)->val;
+        n = strlen(v);
+    }
+    }
+    if (v == NULL)
+        v = "";
+    int trunc = copy_out(value, maxvalue, v, n);
+    if (vallen != NULL)
+        *vallen = trunc ? -(int)n : (int)n;
+    fpmi_treq_free(r);
+    return PMI2_SUCCESS;
+}
+
+EXPORT int PMI2_KVS_Get(const char *jobid, int src_pmi_id, const char key[], char value[], int maxvalue, int *vallen)
+{
+    LOCK();
+    NEED_INIT();
+    (void)jobid;
+    RETURN(get_locked(src_pmi_id, key, value, maxvalue, vallen, 0));
+}
+
+EXPORT int PMIX_KVS_Get_wait(const char *jobid, int src_pmi_id, const char key[], char value[], int maxvalue,
+                             int *vallen)
+{
+    LOCK();
+    NEED_INIT();
+    (void)jobid;
+    RETURN(get_locked(src_pmi_id, key, value, maxvalue, vallen, 1));
+}
+
+/* ---- attributes -------------------------------------------------------- */
+
+static int node_attr_locked(const char *name, char *value, int valuelen, int *found, int waitfor)
+{
+    if (name == NULL || *name == '\0' || value == NULL || found == NULL)
+        return PMI2_ERR_INVALID_ARG;
+    *found = 0;
+    if (g.kind == T_SINGLETON) {
+        struct kv **p = kv_find(&g.nodeattrs, name);
+        if (*p != NULL) {
+            *found = 1;
+            copy_out(value, valuelen, (*p)->val, strlen((*p)->val));
+        }
+        return PMI2_SUCCESS;
+    }
+    fpmi_buf_start(&wb, "info-getnodeattr");
+    fpmi_buf_pairs(&wb, "key", name);
+    fpmi_buf_pairs(&wb, "wait", waitfor ? "TRUE" : "FALSE");
+    return tcall_found("info-getnodeattr", value, valuelen, found);
+}
+
+EXPORT int PMI2_Info_GetNodeAttr(const char name[], char value[], int valuelen, int *found, int waitfor)
+{
+    LOCK();
+    NEED_INIT();
+    RETURN(node_attr_locked(name, value, valuelen, found, waitfor));
+}
+
+EXPORT int PMI2_Info_PutNodeAttr(const char name[], const char value[])
+{
+    LOCK();
+    NEED_INIT();
+    int rc = check_kv(name, value);
+    if (rc != PMI2_SUCCESS)
+        RETURN(rc);
+    if (g.kind == T_SINGLETON)
+        RETURN(kv_set(&g.nodeattrs, name, value, strlen(value)));
+    fpmi_buf_start(&wb, "info-putnodeattr");
+    fpmi_buf_pairs(&wb, "key", name);
+    fpmi_buf_pairs(&wb, "value", value);
+    struct fpmi_treq *r;
+    rc = tcall("info-putnodeattr", &r);
+    fpmi_treq_free(r);
+    RETURN(rc);
+}
+
+static int job_attr_locked(const char *name, char *value, int valuelen, int *found)
+{
+    if (name == NULL || *name == '\0' || value == NULL || found == NULL)
+        return PMI2_ERR_INVALID_ARG;
+    *found = 0;
+    if (g.kind == T_SHM) {
+        uint16_t st;
+        const char *v;
+        size_t n;
+        if (fpmi_shm_call(g.shm, FPMI_OP_JOB_ATTR, 0, name, strlen(name), NULL, 0, &st, &v, &n, g.err,
+                          sizeof g.err) != 0) {
+            seterr("job attribute %s: %s", name, g.err);
+            return PMI2_FAIL;
+        }
+        if (st == FPMI_STATUS_OK) {
+            *found = 1;
+            copy_out(value, valuelen, v, n);
+        }
+        return PMI2_SUCCESS;
+    }
+    if (g.kind == T_SINGLETON) {
+        if (strcmp(name, "PMI_process_mapping") == 0) {
+            *found = 1;
+            copy_out(value, valuelen, "(vector,(0,1,1))", 16);
+        }
+        return PMI2_SUCCESS;
+    }
+    fpmi_buf_start(&wb, "info-getjobattr");
+    fpmi_buf_pairs(&wb, "key", name);
+    return tcall_found("info-getjobattr", value, valuelen, found);
+}
+
+EXPORT int PMI2_Info_GetJobAttr(const char name[], char value[], int valuelen, int *found)
+{
+    LOCK();
+    NEED_INIT();
+    RETURN(job_attr_locked(name, value, valuelen, found));
+}
+
+/* int_array parses "a,b,c" into array (at most arraylen entries). */
+static int int_array(const char *s, int array[], int arraylen, int *outlen)
+{
+    int n = 0;
+    while (*s != '\0' && n < arraylen) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s)
+            return PMI2_FAIL;
+        array[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end != '\0')
+            return PMI2_FAIL;
+    }
+    *outlen = n;
+    return PMI2_SUCCESS;
+}
+
+EXPORT int PMI2_Info_GetJobAttrIntArray(const char name[], int array[], int arraylen, int *outlen, int *found)
+{
+    char v[PMI2_MAX_ATTRVALUE + 1];
+    LOCK();
+    NEED_INIT();
+    if (array == NULL || outlen == NULL || found == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    int rc = job_attr_locked(name, v, sizeof v, found);
+    if (rc != PMI2_SUCCESS || !*found)
+        RETURN(rc);
+    RETURN(int_array(v, array, arraylen, outlen));
+}
+
+EXPORT int PMI2_Info_GetNodeAttrIntArray(const char name[], int array[], int arraylen, int *outlen, int *found)
+{
+    char v[PMI2_MAX_ATTRVALUE + 1];
+    LOCK();
+    NEED_INIT();
+    if (array == NULL || outlen == NULL || found == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    int rc = node_attr_locked(name, v, sizeof v, found, 0);
+    if (rc != PMI2_SUCCESS || !*found)
+        RETURN(rc);
+    RETURN(int_array(v, array, arraylen, outlen));
+}
+
+/* ---- names ------------------------------------------------------------- */
+
+static int names_shm(uint16_t op, const char *name, const char *port, char *out, int outlen)
+{
+    uint16_t st;
+    const char *v;
+    size_t n, nl = strlen(name);
+    int rc;
+    if (op == FPMI_OP_PUBLISH) {
+        unsigned char h[2] = {(unsigned char)(nl & 0xff), (unsigned char)(nl >> 8)};
+        char *p = malloc(nl + strlen(port) + 1);
+        if (p == NULL)
+            return PMI2_ERR_NOMEM;
+        memcpy(p, name, nl);
+        memcpy(p + nl, port, strlen(port));
+        rc = fpmi_shm_call(g.shm, op, 0, h, 2, p, nl + strlen(port), &st, &v, &n, g.err, sizeof g.err);
+        free(p);
+    } else {
+        rc = fpmi_shm_call(g.shm, op, 0, name, nl, NULL, 0, &st, &v, &n, g.err, sizeof g.err);
+    }
+    if (rc != 0) {
+        seterr("%s: %s", name, g.err);
+        return PMI2_FAIL;
+    }
+    if (st != FPMI_STATUS_OK) {
+        seterr("%s: not published", name);
+        return PMI2_FAIL;
+    }
+    if (out != NULL && copy_out(out, outlen, v, n) != 0)
+        return PMI2_ERR_INVALID_LENGTH;
+    return PMI2_SUCCESS;
+}
+
+EXPORT int PMI2_Nameserv_publish(const char service_name[], const struct MPID_Info *info_ptr, const char port[])
+{
+    LOCK();
+    NEED_INIT();
+    (void)info_ptr;
+    if (service_name == NULL || *service_name == '\0' || port == NULL || *port == '\0')
+        RETURN(PMI2_ERR_INVALID_ARG);
+    if (g.kind == T_SHM)
+        RETURN(names_shm(FPMI_OP_PUBLISH, service_name, port, NULL, 0));
+    if (g.kind == T_SINGLETON)
+        RETURN(PMI2_FAIL);
+    fpmi_buf_start(&wb, "name-publish");
+    fpmi_buf_pairs(&wb, "name", service_name);
+    fpmi_buf_pairs(&wb, "port", port);
+    struct fpmi_treq *r;
+    int rc = tcall("name-publish", &r);
+    fpmi_treq_free(r);
+    RETURN(rc);
+}
+
+EXPORT int PMI2_Nameserv_lookup(const char service_name[], const struct MPID_Info *info_ptr, char port[], int portLen)
+{
+    LOCK();
+    NEED_INIT();
+    (void)info_ptr;
+    if (service_name == NULL || *service_name == '\0' || port == NULL || portLen <= 0)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    if (g.kind == T_SHM)
+        RETURN(names_shm(FPMI_OP_LOOKUP, service_name, NULL, port, portLen));
+    if (g.kind == T_SINGLETON)
+        RETURN(PMI2_FAIL);
+    fpmi_buf_start(&wb, "name-lookup");
+    fpmi_buf_pairs(&wb, "name", service_name);
+    struct fpmi_treq *r;
+    int rc = tcall("name-lookup", &r);
+    if (rc != PMI2_SUCCESS)
+        RETURN(rc);
+    size_t n = 0;
+    const char *v = fpmi_msg_get(&r->resp, "port", &n);
+    if (v == NULL)
+        v = fpmi_msg_get(&r->resp, "value", &n);
+    if (v == NULL) {
+        fpmi_treq_free(r);
+        RETURN(PMI2_FAIL);
+    }
+    rc = copy_out(port, portLen, v, n) == 0 ? PMI2_SUCCESS : PMI2_ERR_INVALID_LENGTH;
+    fpmi_treq_free(r);
+    RETURN(rc);
+}
+
+EXPORT int PMI2_Nameserv_unpublish(const char service_name[], const struct MPID_Info *info_ptr)
+{
+    LOCK();
+    NEED_INIT();
+    (void)info_ptr;
+    if (service_name == NULL || *service_name == '\0')
+        RETURN(PMI2_ERR_INVALID_ARG);
+    if (g.kind == T_SHM)
+        RETURN(names_shm(FPMI_OP_UNPUBLISH, service_name, NULL, NULL, 0));
+    if (g.kind == T_SINGLETON)
+        RETURN(PMI2_FAIL);
+    fpmi_buf_start(&wb, "name-unpublish");
+    fpmi_buf_pairs(&wb, "name", service_name);
+    struct fpmi_treq *r;
+    int rc = tcall("name-unpublish", &r);
+    fpmi_treq_free(r);
+    RETURN(rc);
+}
+
+/* ---- ring -------------------------------------------------------------- */
+
+EXPORT int PMIX_Ring(const char value[], int *rank, int *ranks, char left[], char right[], int maxvalue)
+{
+    LOCK();
+    NEED_INIT();
+    if (value == NULL || rank == NULL || ranks == NULL || left == NULL || right == NULL || maxvalue <= 0)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    size_t vn = strlen(value);
+    if (vn > PMI2_MAX_VALLEN)
+        RETURN(PMI2_ERR_INVALID_VAL_LENGTH);
+    if (g.kind == T_SINGLETON) {
+        *rank = 0;
+        *ranks = 1;
+        copy_out(left, maxvalue, value, vn);
+        copy_out(right, maxvalue, value, vn);
+        RETURN(PMI2_SUCCESS);
+    }
+    if (g.kind == T_SHM) {
+        uint16_t st;
+        const char *p;
+        size_t n;
+        if (fpmi_shm_call(g.shm, FPMI_OP_RING, 0, value, vn, NULL, 0, &st, &p, &n, g.err, sizeof g.err) != 0) {
+            seterr("ring: %s", g.err);
+            RETURN(PMI2_FAIL);
+        }
+        uint32_t pos, size, ln;
+        if (n < 12)
+            RETURN(PMI2_FAIL);
+        memcpy(&pos, p, 4);
+        memcpy(&size, p + 4, 4);
+        memcpy(&ln, p + 8, 4);
+        if (ln > n - 12)
+            RETURN(PMI2_FAIL);
+        *rank = (int)pos;
+        *ranks = (int)size;
+        int t = copy_out(left, maxvalue, p + 12, ln) | copy_out(right, maxvalue, p + 12 + ln, n - 12 - ln);
+        RETURN(t ? PMI2_ERR_INVALID_LENGTH : PMI2_SUCCESS);
+    }
+    fpmi_buf_start(&wb, "ring");
+    fpmi_buf_pairs(&wb, "ring-count", "1");
+    fpmi_buf_pairs(&wb, "ring-left", value);
+    fpmi_buf_pairs(&wb, "ring-right", value);
+    struct fpmi_treq *r;
+    int rc = tcall("ring", &r);
+    if (rc != PMI2_SUCCESS)
+        RETURN(rc);
+    const char *c = fpmi_msg_get(&r->resp, "ring-count", NULL);
+    size_t ln = 0, rn = 0;
+    const char *l = fpmi_msg_get(&r->resp, "ring-left", &ln), *rt = fpmi_msg_get(&r->resp, "ring-right", &rn);
+    if (c == NULL || l == NULL || rt == NULL) {
+        fpmi_treq_free(r);
+        RETURN(PMI2_FAIL);
+    }
+    *rank = atoi(c);
+    *ranks = g.size;
+    int t = copy_out(left, maxvalue, l, ln) | copy_out(right, maxvalue, rt, rn);
+    fpmi_treq_free(r);
+    RETURN(t ? PMI2_ERR_INVALID_LENGTH : PMI2_SUCCESS);
+}
+
+/* ---- extensions -------------------------------------------------------- */
+
+EXPORT const char *PMIX_Transport(void)
+{
+    static const char *const names[] = {NULL, "shm", "pmi2", "singleton"};
+    LOCK();
+    const char *n = g.init ? names[g.kind] : NULL;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+static int iallgather_locked(const char *value, size_t n, void *buffer, struct tview *view, PMIX_Request *request)
+{
+    struct PMIX_Request_s *q = calloc(1, sizeof *q);
+    if (q == NULL)
+        return PMI2_ERR_NOMEM;
+    q->buffer = buffer;
+    q->view = view;
+    int rc = start_allgather(q, value, n);
+    if (rc != PMI2_SUCCESS) {
+        free(q);
+        return rc;
+    }
+    *request = q;
+    return PMI2_SUCCESS;
+}
+
+EXPORT int PMIX_Iallgather(const char value[], void *buffer, PMIX_Request *request)
+{
+    LOCK();
+    NEED_INIT();
+    if (value == NULL || buffer == NULL || request == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    size_t n = strlen(value);
+    if (n >= PMIX_MAX_VALLEN)
+        RETURN(PMI2_ERR_INVALID_VAL_LENGTH);
+    RETURN(iallgather_locked(value, n, buffer, NULL, request));
+}
+
+EXPORT int PMIX_Allgather(const char value[], void *buffer)
+{
+    PMIX_Request q;
+    int rc = PMIX_Iallgather(value, buffer, &q);
+    if (rc != PMI2_SUCCESS)
+        return rc;
+    return PMIX_Wait(q);
+}
+
+EXPORT int PMIX_KVS_Ifence(PMIX_Request *request)
+{
+    LOCK();
+    NEED_INIT();
+    if (request == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    struct PMIX_Request_s *q = calloc(1, sizeof *q);
+    if (q == NULL)
+        RETURN(PMI2_ERR_NOMEM);
+    int rc = start_fence(q);
+    if (rc != PMI2_SUCCESS) {
+        free(q);
+        RETURN(rc);
+    }
+    *request = q;
+    RETURN(PMI2_SUCCESS);
+}
+
+EXPORT int PMIX_Wait(PMIX_Request request)
+{
+    LOCK();
+    NEED_INIT();
+    if (request == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    RETURN(wait_locked(request));
+}
+
+EXPORT int PMIX_Test(PMIX_Request request, int *done)
+{
+    LOCK();
+    NEED_INIT();
+    if (request == NULL || done == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    int rc;
+    *done = q_done(request, 0, &rc);
+    RETURN(PMI2_SUCCESS);
+}
+
+static void tview_free(struct tview *v)
+{
+    if (v == NULL)
+        return;
+    for (int i = 0; i < v->n; i++)
+        free(v->vals[i]);
+    free(v->vals);
+    free(v->lens);
+    free(v);
+}
+
+EXPORT int PMIX_Allgather_view(const void *value, int len, PMIX_View *view)
+{
+    LOCK();
+    NEED_INIT();
+    if ((value == NULL && len > 0) || len < 0 || view == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    if (len > PMI2_MAX_VALLEN || (g.kind == T_SHM && len > fpmi_shm_max_value(g.shm)))
+        RETURN(PMI2_ERR_INVALID_VAL_LENGTH);
+    struct tview *tv = NULL;
+    if (g.kind != T_SHM) {
+        tv = calloc(1, sizeof *tv);
+        if (tv == NULL || (tv->vals = calloc((size_t)g.size, sizeof *tv->vals)) == NULL ||
+            (tv->lens = calloc((size_t)g.size, sizeof *tv->lens)) == NULL) {
+            if (tv != NULL)
+                free(tv->vals);
+            free(tv);
+            RETURN(PMI2_ERR_NOMEM);
+        }
+        tv->n = g.size;
+    }
+    struct PMIX_Request_s *q;
+    int rc = iallgather_locked(value ? value : "", (size_t)len, NULL, tv ? tv : (struct tview *)NULL, &q);
+    if (rc != PMI2_SUCCESS) {
+        tview_free(tv);
+        RETURN(rc);
+    }
+    uint32_t epoch = q->epoch;
+    if (tv != NULL)
+        q->view = tv;
+    rc = wait_locked(q);
+    if (rc != PMI2_SUCCESS) {
+        tview_free(tv);
+        RETURN(rc);
+    }
+    if (tv != NULL) {
+        /* Keep the last two views, as the segment keeps two epochs. */
+        tview_free(g.views[g.nviews % 2]);
+        g.views[g.nviews++ % 2] = tv;
+    }
+    view->priv = tv;
+    view->epoch = epoch;
+    view->size = g.size;
+    RETURN(PMI2_SUCCESS);
+}
+
+EXPORT int PMIX_View_get(const PMIX_View *view, int rank, const char **value, int *len)
+{
+    if (view == NULL || value == NULL || len == NULL || rank < 0 || rank >= view->size)
+        return PMI2_ERR_INVALID_ARG;
+    if (view->priv != NULL) {
+        const struct tview *tv = view->priv;
+        *value = tv->vals[rank] ? tv->vals[rank] : "";
+        *len = (int)tv->lens[rank];
+        return PMI2_SUCCESS;
+    }
+    /* In place, without the lock: the segment's result entries for a
+     * published epoch do not change until this rank starts epoch+2. */
+    size_t n;
+    if (g.shm == NULL || fpmi_shm_result(g.shm, rank, view->epoch, value, &n) != 0)
+        return PMI2_FAIL;
+    *len = (int)n;
+    return PMI2_SUCCESS;
+}

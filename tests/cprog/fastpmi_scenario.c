@@ -1,0 +1,237 @@
+/* fastpmi_scenario: libfastpmi's extensions and the PMI-2 calls the Go
+ * client also has, as one scenario whose results every rank prints as
+ * canonical lines "r=<rank> <step> <result>". tests/e2e/conform runs the
+ * same scenario through the Go client; the conformance test compares the
+ * two outputs line for line. Built against fastpmi/pmi2ext.h and linked
+ * with libfastpmi.
+ *
+ *   fastpmi_scenario            the scenario
+ *   fastpmi_scenario noring     without the ring (Hydra 4.0.2 has none)
+ *   fastpmi_scenario nowait     without the get-with-wait of the next
+ *                               rank's sparse key (visible on its node only)
+ *   fastpmi_scenario abort      rank 0 aborts after init (the others wait)
+ *   fastpmi_scenario spawn      rank 0 spawns 2 copies of /bin/true and
+ *                               prints the return code and error text
+ *   fastpmi_scenario threads    4 threads get every rank's key 200 times
+ *                               while the main thread runs allgathers;
+ *                               prints "r=<rank> threads ok"
+ *
+ * A failed call prints to stderr and exits 1. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <slurm/pmi2.h>
+
+#include <fastpmi/pmi2ext.h>
+
+static int me = -1;
+
+static void check(int rc, const char *what)
+{
+    if (rc != PMI2_SUCCESS) {
+        fprintf(stderr, "fastpmi_scenario: rank %d: %s failed: rc=%d\n", me, what, rc);
+        exit(1);
+    }
+}
+
+/* joined prints "r=<me> <step> " and the n strings of buf (stride
+ * PMIX_MAX_VALLEN), comma-separated. */
+static void joined(const char *step, const char *buf, int n)
+{
+    printf("r=%d %s ", me, step);
+    for (int i = 0; i < n; i++)
+        printf("%s%s", i ? "," : "", buf + (size_t)i * PMIX_MAX_VALLEN);
+    printf("\n");
+}
+
+static void get_all(const char *step, const char *prefix, int size, int wait)
+{
+    char *buf = calloc((size_t)size, PMIX_MAX_VALLEN), key[64];
+    for (int r = 0; r < size; r++) {
+        int len;
+        snprintf(key, sizeof key, "%s-%d", prefix, r);
+        if (wait)
+            check(PMIX_KVS_Get_wait(NULL, r, key, buf + (size_t)r * PMIX_MAX_VALLEN, PMIX_MAX_VALLEN, &len),
+                  "PMIX_KVS_Get_wait");
+        else
+            check(PMI2_KVS_Get(NULL, r, key, buf + (size_t)r * PMIX_MAX_VALLEN, PMIX_MAX_VALLEN, &len), "PMI2_KVS_Get");
+    }
+    joined(step, buf, size);
+    free(buf);
+}
+
+static int nranks;
+
+/* getter checks every rank's k-<r> 200 times (libpmi2 serialises calls). */
+static void *getter(void *arg)
+{
+    char key[64], val[PMI2_MAX_VALLEN + 1], want[64];
+    (void)arg;
+    for (int i = 0; i < 200; i++)
+        for (int r = 0; r < nranks; r++) {
+            int len;
+            snprintf(key, sizeof key, "k-%d", r);
+            snprintf(want, sizeof want, "v-%d;x=y", r);
+            check(PMI2_KVS_Get(NULL, r, key, val, sizeof val, &len), "PMI2_KVS_Get (thread)");
+            if (strcmp(val, want) != 0) {
+                fprintf(stderr, "fastpmi_scenario: rank %d: thread got %s=%s\n", me, key, val);
+                exit(1);
+            }
+        }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    int spawned, size, appnum, found, rc;
+    char key[64], val[PMI2_MAX_VALLEN + 1];
+    const char *mode = argc > 1 ? argv[1] : "";
+    int noring = 0, nowait = 0;
+    for (int i = 1; i < argc; i++) {
+        noring |= strcmp(argv[i], "noring") == 0;
+        nowait |= strcmp(argv[i], "nowait") == 0;
+    }
+
+    check(PMI2_Init(&spawned, &size, &me, &appnum), "PMI2_Init");
+    printf("r=%d init size=%d transport=%s\n", me, size, PMIX_Transport());
+
+    if (strcmp(mode, "abort") == 0) {
+        if (me == 0)
+            PMI2_Abort(1, "scenario abort");
+        sleep(30);
+        return 2;
+    }
+    if (strcmp(mode, "spawn") == 0) {
+        if (me == 0) {
+            const char *cmds[] = {"/bin/true"};
+            int argcs[] = {1}, maxprocs[] = {2}, nkeys[] = {0}, errors[2] = {0, 0};
+            const char *args[] = {"x", NULL};
+            const char **argvs[] = {args};
+            char jobid[64] = "";
+            rc = PMI2_Job_Spawn(1, cmds, argcs, argvs, maxprocs, nkeys, NULL, 0, NULL, jobid, sizeof jobid, errors);
+            printf("r=%d spawn rc=%d jobid=%s\n", me, rc, jobid);
+        }
+        check(PMI2_Finalize(), "PMI2_Finalize");
+        return 0;
+    }
+
+    /* put, fence, get of every rank's key */
+    snprintf(key, sizeof key, "k-%d", me);
+    snprintf(val, sizeof val, "v-%d;x=y", me);
+    check(PMI2_KVS_Put(key, val), "PMI2_KVS_Put");
+    check(PMI2_KVS_Fence(), "PMI2_KVS_Fence");
+    get_all("get", "k", size, 0);
+
+    if (strcmp(mode, "threads") == 0) {
+        pthread_t th[4];
+        nranks = size;
+        for (int i = 0; i < 4; i++)
+            pthread_create(&th[i], NULL, getter, NULL);
+        char *b = calloc((size_t)size, PMIX_MAX_VALLEN);
+        for (int i = 0; i < 20; i++) {
+            snprintf(val, sizeof val, "t%d-%d", i, me);
+            check(PMIX_Allgather(val, b), "PMIX_Allgather (threads)");
+            for (int r = 0; r < size; r++) {
+                char w[64];
+                snprintf(w, sizeof w, "t%d-%d", i, r);
+                if (strcmp(b + (size_t)r * PMIX_MAX_VALLEN, w) != 0) {
+                    fprintf(stderr, "fastpmi_scenario: rank %d: allgather %d gave %s for rank %d\n", me, i,
+                            b + (size_t)r * PMIX_MAX_VALLEN, r);
+                    exit(1);
+                }
+            }
+        }
+        for (int i = 0; i < 4; i++)
+            pthread_join(th[i], NULL);
+        free(b);
+        printf("r=%d threads ok\n", me);
+        check(PMI2_Finalize(), "PMI2_Finalize");
+        return 0;
+    }
+
+    /* blocking allgather */
+    char *buf = calloc((size_t)size, PMIX_MAX_VALLEN);
+    snprintf(val, sizeof val, "ag-%d", me);
+    check(PMIX_Allgather(val, buf), "PMIX_Allgather");
+    joined("allgather", buf, size);
+
+    /* zero-copy allgather */
+    PMIX_View view;
+    snprintf(val, sizeof val, "zc-%d", me);
+    check(PMIX_Allgather_view(val, (int)strlen(val), &view), "PMIX_Allgather_view");
+    printf("r=%d view ", me);
+    for (int r = 0; r < size; r++) {
+        const char *v;
+        int n;
+        check(PMIX_View_get(&view, r, &v, &n), "PMIX_View_get");
+        printf("%s%.*s", r ? "," : "", n, v);
+    }
+    printf("\n");
+
+    /* an ifence and an iallgather outstanding together, waited for in
+     * the other order */
+    snprintf(key, sizeof key, "f-%d", me);
+    snprintf(val, sizeof val, "fv-%d", me);
+    check(PMIX_KVS_Put_hint(key, val, PMIX_HINT_DENSE), "PMIX_KVS_Put_hint");
+    PMIX_Request fence, ag;
+    check(PMIX_KVS_Ifence(&fence), "PMIX_KVS_Ifence");
+    snprintf(val, sizeof val, "iag-%d", me);
+    memset(buf, 'X', (size_t)size * PMIX_MAX_VALLEN);
+    check(PMIX_Iallgather(val, buf, &ag), "PMIX_Iallgather");
+    check(PMIX_Wait(ag), "PMIX_Wait(iallgather)");
+    check(PMIX_Wait(fence), "PMIX_Wait(ifence)");
+    joined("iallgather", buf, size);
+    get_all("ifence-get", "f", size, 0);
+
+    /* a put without a fence read with get-with-wait: each rank waits for
+     * the next rank's key */
+    snprintf(key, sizeof key, "w-%d", me);
+    snprintf(val, sizeof val, "wv-%d", me);
+    check(PMIX_KVS_Put_hint(key, val, PMIX_HINT_SPARSE), "PMIX_KVS_Put_hint(sparse)");
+    if (!nowait) {
+        int len, nx = (me + 1) % size;
+        snprintf(key, sizeof key, "w-%d", nx);
+        check(PMIX_KVS_Get_wait(NULL, nx, key, val, sizeof val, &len), "PMIX_KVS_Get_wait");
+        printf("r=%d getwait %s\n", me, val);
+    }
+
+    /* ring */
+    if (!noring) {
+        int pos, n;
+        char left[PMI2_MAX_VALLEN + 1], right[PMI2_MAX_VALLEN + 1];
+        snprintf(val, sizeof val, "ring-%d", me);
+        check(PMIX_Ring(val, &pos, &n, left, right, PMI2_MAX_VALLEN), "PMIX_Ring");
+        printf("r=%d ring pos=%d size=%d left=%s right=%s\n", me, pos, n, left, right);
+    }
+
+    /* job attribute */
+    found = 0;
+    check(PMI2_Info_GetJobAttr("PMI_process_mapping", val, sizeof val, &found), "PMI2_Info_GetJobAttr");
+    printf("r=%d mapping found=%d %s\n", me, found, found ? val : "");
+
+    /* names: rank 0 publishes, everyone looks up, rank 0 unpublishes */
+    if (me == 0)
+        check(PMI2_Nameserv_publish("scenario-svc", NULL, "port-0"), "PMI2_Nameserv_publish");
+    check(PMI2_KVS_Fence(), "PMI2_KVS_Fence");
+    val[0] = '\0';
+    rc = PMI2_Nameserv_lookup("scenario-svc", NULL, val, sizeof val);
+    printf("r=%d lookup rc=%d %s\n", me, rc != PMI2_SUCCESS, rc == PMI2_SUCCESS ? val : "");
+    check(PMI2_KVS_Fence(), "PMI2_KVS_Fence");
+    if (me == 0)
+        check(PMI2_Nameserv_unpublish("scenario-svc", NULL), "PMI2_Nameserv_unpublish");
+    check(PMI2_KVS_Fence(), "PMI2_KVS_Fence");
+    rc = PMI2_Nameserv_lookup("scenario-svc", NULL, val, sizeof val);
+    printf("r=%d lookup-after-unpublish found=%d\n", me, rc == PMI2_SUCCESS);
+
+    /* a get of a key nobody put fails */
+    int len;
+    rc = PMI2_KVS_Get(NULL, PMI2_ID_NULL, "no-such-key", val, sizeof val, &len);
+    printf("r=%d missing found=%d\n", me, rc == PMI2_SUCCESS);
+
+    check(PMI2_Finalize(), "PMI2_Finalize");
+    free(buf);
+    return 0;
+}

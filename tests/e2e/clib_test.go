@@ -1,0 +1,431 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// libfastpmi (clib/), the drop-in libpmi2.so.0: the programs built once
+// against Slurm's header and library (pmi2_test, pmi2_bench) run with
+// LD_LIBRARY_PATH pointing at fastpmi's library instead, over shared
+// memory under pmirun (FASTPMI_TRANSPORT=shm makes the library refuse to
+// start without the segment, so a silent fall-back to the text protocol
+// fails the test), over the text protocol under pmirun --no-shm and
+// Hydra, on one node and across test hosts, and built with
+// AddressSanitizer and UndefinedBehaviorSanitizer.
+
+// buildCLib builds libfastpmi twice into dir (lib/, and lib-san/ with the
+// sanitizers) through the Makefile's lib target, the scenario program
+// against it, and the scenario's Go twin.
+func buildCLib(root, dir, goBin string) error {
+	for _, b := range []struct{ dir, san string }{{"lib", "0"}, {"lib-san", "1"}} {
+		cmd := exec.Command("make", "--no-print-directory", "-s", "-C", root, "lib", "LIB="+filepath.Join(dir, b.dir), "CLIB_SAN="+b.san)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("make lib (CLIB_SAN=%s): %v\n%s", b.san, err, out)
+		}
+	}
+	cmd := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join(root, "clib", "include"),
+		"-o", filepath.Join(dir, "fastpmi_scenario"), filepath.Join(root, "tests", "cprog", "fastpmi_scenario.c"),
+		"-L", filepath.Join(dir, "lib"), "-lpmi2", "-lpthread")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("gcc fastpmi_scenario: %v\n%s", err, out)
+	}
+	cmd = exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, "conform"), "./tests/e2e/conform")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build conform: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// libArgs are pmirun's options that give every rank fastpmi's library
+// (the sanitized build if san) and require the transport.
+func libArgs(t *testing.T, san bool, transport string) []string {
+	t.Helper()
+	dir := filepath.Join(binDir, "lib")
+	args := []string{"--env", "FASTPMI_TRANSPORT=" + transport}
+	if san {
+		dir = filepath.Join(binDir, "lib-san")
+		// Leak checking is off: the Slurm-built test programs do not
+		// free what they allocate, and the library's state lives until
+		// the process ends.
+		args = append(args, "--env", "LD_PRELOAD="+asanRuntime(t), "--env", "ASAN_OPTIONS=exitcode=86:detect_leaks=0",
+			"--env", "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87")
+	}
+	return append(args, "--env", "LD_LIBRARY_PATH="+dir)
+}
+
+// asanRuntime is the path of gcc's AddressSanitizer runtime, which must be
+// loaded first into a program that is not itself instrumented.
+func asanRuntime(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("gcc", "-print-file-name=libasan.so").Output()
+	p := strings.TrimSpace(string(out))
+	if err != nil || !filepath.IsAbs(p) {
+		t.Fatalf("gcc -print-file-name=libasan.so: %q %v (%s)", p, err, installHint)
+	}
+	return p
+}
+
+// The library exports every function of Slurm's libpmi2.so.0.
+func TestCLibSymbols(t *testing.T) {
+	syms := func(lib string) []string {
+		out, err := exec.Command("nm", "-D", "--defined-only", lib).Output()
+		if err != nil {
+			t.Fatalf("nm -D %s: %v", lib, err)
+		}
+		var s []string
+		for _, l := range lines(string(out)) {
+			if f := strings.Fields(l); len(f) == 3 && f[1] == "T" {
+				s = append(s, f[2])
+			}
+		}
+		return s
+	}
+	slurm := syms("/usr/lib/x86_64-linux-gnu/libpmi2.so.0")
+	ours := syms(filepath.Join(binDir, "lib", "libpmi2.so.0"))
+	if len(slurm) < 20 {
+		t.Fatalf("Slurm's libpmi2 exports only %v", slurm)
+	}
+	for _, s := range slurm {
+		if !slices.Contains(ours, s) {
+			t.Errorf("libfastpmi does not export %s", s)
+		}
+	}
+	for _, s := range []string{"PMIX_Allgather", "PMIX_Iallgather", "PMIX_KVS_Ifence", "PMIX_Wait", "PMIX_Allgather_view"} {
+		if !slices.Contains(ours, s) {
+			t.Errorf("libfastpmi does not export the extension %s", s)
+		}
+	}
+	for _, s := range ours {
+		if !strings.HasPrefix(s, "PMI2_") && !strings.HasPrefix(s, "PMIX_") {
+			t.Errorf("libfastpmi exports %s, outside the PMI2_/PMIX_ name space", s)
+		}
+	}
+	out, err := exec.Command("objdump", "-p", filepath.Join(binDir, "lib", "libpmi2.so.0")).Output()
+	if err != nil || !bytes.Contains(out, []byte("SONAME               libpmi2.so.0")) {
+		t.Errorf("libfastpmi's soname is not libpmi2.so.0: %v\n%s", err, out)
+	}
+}
+
+// Slurm-built pmi2_test and pmi2_bench, unmodified, over fastpmi's
+// library: shared memory under pmirun, the text protocol with --no-shm;
+// the sanitized build too.
+func TestCLibDropIn(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		transport string
+		san       bool
+		sizes     []int
+	}{
+		{"shm", "shm", false, []int{1, 16}},
+		{"pmi2", "pmi2", false, []int{4}},
+		{"shm/sanitizers", "shm", true, []int{4}},
+		{"pmi2/sanitizers", "pmi2", true, []int{4}},
+	} {
+		for _, size := range c.sizes {
+			t.Run(fmt.Sprintf("%s/N=%d", c.name, size), func(t *testing.T) {
+				args := libArgs(t, c.san, c.transport)
+				if c.transport == "pmi2" {
+					args = append(args, "--no-shm")
+				}
+				j := job{args: append(args, "-n", n(size), prog("pmi2_test")), env: []string{"PMI2_TEST_ALARM=30"}, timeout: 60 * time.Second}
+				r := run(t, j)
+				r.wantCode(t, 0)
+				r.wantPMI2(t, size, 1, false)
+				r = run(t, job{args: append(args, "-n", n(size), prog("pmi2_bench")), timeout: 60 * time.Second})
+				r.wantCode(t, 0)
+				if r.stdout != "" || r.stderr != "" {
+					t.Errorf("pmi2_bench is meant to be silent\n%s", r)
+				}
+			})
+		}
+	}
+}
+
+// pmi2_cost, built against Slurm's libpmi2, finds libfastpmi's extensions
+// with dlsym and times them on every rank.
+func TestCLibCost(t *testing.T) {
+	line := regexp.MustCompile(`^cost rank=(\d+) start_cpu_us=\d+ init_cpu_us=[\d.]+ init_us=[\d.]+ xchg_cpu_us=\d+ xchg_us=\d+ get_ns=\d+ ag_us=\d+ iag_us=\d+$`)
+	r := run(t, job{args: append(libArgs(t, false, "shm"), "-n", "4", prog("pmi2_cost"))})
+	r.wantCode(t, 0)
+	seen := map[string]bool{}
+	for _, l := range lines(r.stdout) {
+		m := line.FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("unexpected line %q\n%s", l, r)
+			continue
+		}
+		seen[m[1]] = true
+	}
+	if len(seen) != 4 {
+		t.Errorf("%d ranks reported, want 4\n%s", len(seen), r)
+	}
+}
+
+// Calls from several threads at once are serialised: threads getting
+// keys while the main thread runs allgathers, sanitized, on both paths.
+func TestCLibThreads(t *testing.T) {
+	for _, tr := range []string{"shm", "pmi2"} {
+		t.Run(tr, func(t *testing.T) {
+			args := libArgs(t, true, tr)
+			if tr == "pmi2" {
+				args = append(args, "--no-shm")
+			}
+			r := run(t, job{args: append(args, "-n", "3", prog("fastpmi_scenario"), "threads")})
+			r.wantCode(t, 0)
+			for rank := range 3 {
+				if !slices.Contains(lines(r.stdout), fmt.Sprintf("r=%d threads ok", rank)) {
+					t.Errorf("rank %d did not report\n%s", rank, r)
+				}
+			}
+		})
+	}
+}
+
+// sortedLines are out's lines, sorted (ranks print concurrently).
+func sortedLines(out string) []string {
+	l := lines(out)
+	slices.Sort(l)
+	return l
+}
+
+// One scenario (put/fence/get, allgather and its zero-copy view,
+// iallgather and ifence outstanding together, get with wait, ring, job
+// attribute, names, a missing key) through the Go client and through
+// libfastpmi against the same agent: the same lines, on shared memory and
+// on the text protocol, plain and sanitized.
+func TestCLibConformance(t *testing.T) {
+	const size = 5
+	for _, c := range []struct {
+		name      string
+		transport string
+		san       bool
+	}{{"shm", "shm", false}, {"pmi2", "pmi2", false}, {"shm/sanitizers", "shm", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			var extra []string
+			if c.transport == "pmi2" {
+				extra = []string{"--no-shm"}
+			}
+			goRun := run(t, job{args: append(append([]string{}, extra...), "-n", n(size), prog("conform"))})
+			goRun.wantCode(t, 0)
+			cRun := run(t, job{args: append(append(libArgs(t, c.san, c.transport), extra...), "-n", n(size), prog("fastpmi_scenario"))})
+			cRun.wantCode(t, 0)
+			gl, cl := sortedLines(goRun.stdout), sortedLines(cRun.stdout)
+			if len(gl) != 12*size {
+				t.Fatalf("the Go client printed %d lines, want %d\n%s", len(gl), 12*size, goRun)
+			}
+			if !slices.Equal(gl, cl) {
+				t.Errorf("the Go client and libfastpmi disagree\n--- Go:\n%s\n--- C:\n%s", strings.Join(gl, "\n"), strings.Join(cl, "\n"))
+			}
+			want := fmt.Sprintf("r=0 init size=%d transport=%s", size, c.transport)
+			if !slices.Contains(cl, want) {
+				t.Errorf("no line %q\n%s", want, cRun)
+			}
+		})
+	}
+}
+
+// Abort through either ends the job alike; PMI2_Job_Spawn through the
+// library starts the children and returns their job id.
+func TestCLibAbortAndSpawn(t *testing.T) {
+	goRun := run(t, job{args: []string{"-n", "3", prog("conform"), "abort"}, timeout: 40 * time.Second})
+	cRun := run(t, job{args: append(libArgs(t, false, "shm"), "-n", "3", prog("fastpmi_scenario"), "abort"), timeout: 40 * time.Second})
+	for _, r := range []result{goRun, cRun} {
+		r.wantCode(t, 1)
+		r.wantMessage(t, `rank 0 called abort with exit code 1: scenario abort`)
+	}
+	r := run(t, job{args: append(libArgs(t, false, "shm"), "-n", "2", prog("fastpmi_scenario"), "spawn")})
+	r.wantCode(t, 0)
+	var rc int
+	var jobid string
+	found := false
+	for _, l := range lines(r.stdout) {
+		if _, err := fmt.Sscanf(l, "r=0 spawn rc=%d jobid=%s", &rc, &jobid); err == nil || strings.HasPrefix(l, "r=0 spawn rc=") {
+			found = true
+			fmt.Sscanf(l, "r=0 spawn rc=%d", &rc)
+		}
+	}
+	if !found {
+		t.Fatalf("no spawn line\n%s", r)
+	}
+	if rc != 0 || !strings.HasSuffix(jobid, "-1") {
+		t.Errorf("spawn through libfastpmi: rc=%d jobid=%q, want 0 and the run's job 1\n%s", rc, jobid, r)
+	}
+}
+
+// segmentFile writes a file that poses as a segment: header bytes hdr,
+// padded to size.
+func segmentFile(t *testing.T, hdr []byte, size int) string {
+	t.Helper()
+	b := make([]byte, size)
+	copy(b, hdr)
+	p := filepath.Join(t.TempDir(), "segment")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A corrupt or foreign segment is refused with a clear message and the
+// library falls back to the text protocol; with FASTPMI_TRANSPORT=shm it
+// refuses to start instead. The sanitized build reads the bad headers.
+func TestCLibBadSegment(t *testing.T) {
+	magic := binary.LittleEndian.AppendUint64(nil, 0x6d68732d696d7066)
+	cases := []struct {
+		name string
+		file string
+		msg  string
+	}{
+		{"foreign", segmentFile(t, []byte("not a fastpmi segment"), 1<<16), `bad magic`},
+		{"version", segmentFile(t, binary.LittleEndian.AppendUint32(append([]byte{}, magic...), 99), 1<<16), `layout version 99`},
+		{"short", segmentFile(t, magic, 100), `cannot hold a segment`},
+		{"sizes", segmentFile(t, binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(append([]byte{}, magic...), 2), 4096), 1<<16), `header sizes`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The rank's FASTPMI_SHM_FD is replaced by a descriptor of the
+			// bad file before the program starts.
+			wrap := []string{"/bin/sh", "-c", `exec 9<>"$0"; FASTPMI_SHM_FD=9 exec "$@"`, c.file, prog("pmi2_test")}
+			args := append(libArgs(t, true, ""), "-n", "2")
+			r := run(t, job{args: append(args, wrap...), env: []string{"PMI2_TEST_ALARM=30"}})
+			r.wantCode(t, 0)
+			r.wantPMI2(t, 2, 1, false)
+			if !regexp.MustCompile(`libfastpmi: rank \d: shared memory refused \(.*` + c.msg + `.*\); using the PMI-2 text protocol`).MatchString(r.stderr) {
+				t.Errorf("no message that the segment was refused for %s\n%s", c.msg, r)
+			}
+
+			args = append(libArgs(t, true, "shm"), "-n", "2")
+			r = run(t, job{args: append(args, wrap...), env: []string{"PMI2_TEST_ALARM=30"}})
+			if r.code == 0 {
+				t.Errorf("FASTPMI_TRANSPORT=shm started on a bad segment\n%s", r)
+			}
+			if !strings.Contains(r.stderr, "FASTPMI_TRANSPORT=shm but the segment was refused") {
+				t.Errorf("no message that the segment was refused\n%s", r)
+			}
+		})
+	}
+}
+
+// runOther runs a launcher other than pmirun (argv) with env added to the
+// test's environment, bounded by a minute: its stdout, or an error with
+// both outputs.
+func runOther(argv []string, env ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = callerEnv(env)
+	cmd.WaitDelay = 5 * time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%v\n%s%s", err, out.String(), errb.String())
+	}
+	return out.String(), nil
+}
+
+// Under Debian's Hydra (no segment): the text protocol, with the
+// extensions emulated by put/fence/get.
+func TestCLibHydra(t *testing.T) {
+	hydra, err := exec.LookPath("mpiexec.hydra")
+	if err != nil {
+		t.Fatalf("mpiexec.hydra not found: %v (%s)", err, installHint)
+	}
+	hydraRun := func(args ...string) (string, error) {
+		return runOther(append([]string{hydra, "-n", "4"}, args...),
+			"LD_LIBRARY_PATH="+filepath.Join(binDir, "lib"), "PMI2_TEST_SKIP=usize,ring", "PMI2_TEST_ALARM=30")
+	}
+	out, err := hydraRun(prog("pmi2_test"))
+	if err != nil {
+		t.Fatalf("pmi2_test under Hydra: %v", err)
+	}
+	if got := len(lines(out)); got != 4 {
+		t.Errorf("pmi2_test under Hydra: %d lines, want 4\n%s", got, out)
+	}
+	out, err = hydraRun(prog("fastpmi_scenario"), "noring")
+	if err != nil {
+		t.Fatalf("fastpmi_scenario under Hydra: %v", err)
+	}
+	got := sortedLines(out)
+	for r := range 4 {
+		for _, want := range []string{
+			fmt.Sprintf("r=%d init size=4 transport=pmi2", r),
+			fmt.Sprintf("r=%d allgather ag-0,ag-1,ag-2,ag-3", r),
+			fmt.Sprintf("r=%d view zc-0,zc-1,zc-2,zc-3", r),
+			fmt.Sprintf("r=%d iallgather iag-0,iag-1,iag-2,iag-3", r),
+			fmt.Sprintf("r=%d ifence-get fv-0,fv-1,fv-2,fv-3", r),
+			fmt.Sprintf("r=%d getwait wv-%d", r, (r+1)%4),
+		} {
+			if !slices.Contains(got, want) {
+				t.Errorf("under Hydra no line %q\n%s", want, out)
+			}
+		}
+	}
+}
+
+// Across test hosts: each node's ranks on its own segment.
+func TestCLibNetns(t *testing.T) {
+	cl := newClusterOf(t, 2)
+	j := cl.job("net", append(libArgs(t, false, "shm"), "-n", "8", prog("pmi2_test"))...)
+	j.env = []string{"EXPECT_NNODES=2", "EXPECT_PLACEMENT=block", "PMI2_TEST_ALARM=30"}
+	r := run(t, j)
+	r.wantCode(t, 0)
+	r.wantPMI2(t, 8, 2, false)
+
+	r = run(t, cl.job("net", append(libArgs(t, false, "shm"), "-n", "8", prog("pmi2_bench"))...))
+	r.wantCode(t, 0)
+
+	goRun := run(t, cl.job("net", "-n", "6", prog("conform"), "nowait"))
+	goRun.wantCode(t, 0)
+	cRun := run(t, cl.job("net", append(libArgs(t, false, "shm"), "-n", "6", prog("fastpmi_scenario"), "nowait")...))
+	cRun.wantCode(t, 0)
+	if gl, cl := sortedLines(goRun.stdout), sortedLines(cRun.stdout); !slices.Equal(gl, cl) || len(gl) != 6*11 {
+		t.Errorf("across hosts the Go client and libfastpmi disagree\n--- Go:\n%s\n--- C:\n%s", strings.Join(gl, "\n"), strings.Join(cl, "\n"))
+	}
+}
+
+// Under Slurm itself (srun --mpi=pmi2, Slurm's own PMI-2 server in the
+// slurmstepd): libfastpmi speaks the text protocol to it.
+func TestNetnsSlurmCLib(t *testing.T) {
+	cl := newCluster(t)
+	s := startSlurm(t, cl)
+	srun := func(args ...string) (string, error) {
+		return runOther(append([]string{"ip", "netns", "exec", cl.names[0], "salloc", "--quiet", "--nodes", "2",
+			"srun", "--mpi=pmi2", "--overcommit", "--nodes", "2", "--ntasks", "4"}, args...),
+			"SLURM_CONF="+s.conf, "LD_LIBRARY_PATH="+filepath.Join(binDir, "lib"), "PMI2_TEST_SKIP=usize", "PMI2_TEST_ALARM=30", "EXPECT_NNODES=2")
+	}
+	out, err := srun(prog("pmi2_test"))
+	if err != nil {
+		t.Fatalf("pmi2_test under srun --mpi=pmi2: %v", err)
+	}
+	if got := len(lines(out)); got != 4 {
+		t.Errorf("pmi2_test under srun: %d lines, want 4\n%s", got, out)
+	}
+	out, err = srun(prog("fastpmi_scenario"), "nowait")
+	if err != nil {
+		t.Fatalf("fastpmi_scenario under srun --mpi=pmi2: %v", err)
+	}
+	got := sortedLines(out)
+	for r := range 4 {
+		for _, want := range []string{
+			fmt.Sprintf("r=%d init size=4 transport=pmi2", r),
+			fmt.Sprintf("r=%d allgather ag-0,ag-1,ag-2,ag-3", r),
+			fmt.Sprintf("r=%d iallgather iag-0,iag-1,iag-2,iag-3", r),
+			fmt.Sprintf("r=%d ifence-get fv-0,fv-1,fv-2,fv-3", r),
+		} {
+			if !slices.Contains(got, want) {
+				t.Errorf("under srun no line %q\n%s", want, out)
+			}
+		}
+	}
+}
