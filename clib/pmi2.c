@@ -265,7 +265,7 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
     int local = env_int("MPI_LOCALRANKID", g.rank, &bad);
     int pmifd = env_int("PMI_FD", -1, &bad);
     int shmfd = env_int("FASTPMI_SHM_FD", -1, &bad);
-    g.appnum = env_int("PMI_APPNUM", 0, &bad);
+    g.appnum = env_int("FASTPMI_APPNUM", 0, &bad);
     g.spawned = env_int("PMI_SPAWNED", 0, &bad) == 1;
     const char *j = getenv("PMI_JOBID");
     snprintf(g.jobid, sizeof g.jobid, "%s", j ? j : "");
@@ -435,10 +435,13 @@ EXPORT int PMI2_Job_Spawn(int count, const char *cmds[], int argcs[], const char
         int ninfo = info_keyval_sizes ? info_keyval_sizes[c] : 0;
         if (ninfo > 0) {
             fpmi_buf_pairi(&wb, "infokeycount", ninfo);
-            const struct MPID_Info *p = info_keyval_vectors ? info_keyval_vectors[c] : NULL;
-            for (int i = 0; i < ninfo; i++, p = p ? p->next : NULL) {
-                if (p == NULL)
-                    RETURN(PMI2_ERR_INVALID_ARG);
+            /* As Slurm's library reads them: command c's info keys are
+             * an array of ninfo entries (not the entries' next list). */
+            const struct MPID_Info *v = info_keyval_vectors ? info_keyval_vectors[c] : NULL;
+            if (v == NULL)
+                RETURN(PMI2_ERR_INVALID_ARG);
+            for (int i = 0; i < ninfo; i++) {
+                const struct MPID_Info *p = &v[i];
                 snprintf(k, sizeof k, "infokey%d", i);
                 fpmi_buf_pairs(&wb, k, p->key);
                 snprintf(k, sizeof k, "infoval%d", i);

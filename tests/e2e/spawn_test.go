@@ -26,8 +26,12 @@ func TestSpawnPMI2(t *testing.T) {
 		{"shm/3+4", 3, 4, nil},
 		{"noshm/2+2", 2, 2, []string{"--no-shm"}},
 		{"pmiport/1+3", 1, 3, []string{"--pmi-port"}},
+		{"libfastpmi/2+2", 2, 2, nil}, // the same program on libfastpmi, over shared memory
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if strings.HasPrefix(tc.name, "libfastpmi") {
+				tc.args = libArgs(t, false, "shm")
+			}
 			wdir := t.TempDir()
 			args := append([]string{"-n", n(tc.parents), "--label"}, tc.args...)
 			r := run(t, job{
