@@ -180,7 +180,7 @@ func (r result) wantSpawn(t *testing.T, parents, kids int) {
 // per host and one more), started by the agents there; both link
 // backends.
 func TestSpawnNetns(t *testing.T) {
-	for _, hosts := range []int{2, 4} {
+	for _, hosts := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("hosts=%d", hosts), func(t *testing.T) {
 			cl := newClusterOf(t, hosts)
 			for _, be := range backends {
