@@ -71,7 +71,7 @@ type procAgent struct {
 func (p *procAgent) start(r *rootNode, i int, out *node.Output) error {
 	cmd := p.cmd
 	var stdin io.Reader = bytes.NewReader(r.spec.Encode())
-	if i == 0 && r.cfg.Stdin != nil {
+	if i == r.spec.StdinNode() && r.cfg.Stdin != nil {
 		stdin = io.MultiReader(stdin, r.cfg.Stdin)
 	}
 	cmd.Stdin = stdin
@@ -145,7 +145,7 @@ func (d *daemonAgent) start(r *rootNode, i int, out *node.Output) error {
 		return err
 	}
 	d.c = c
-	if i == 0 && r.cfg.Stdin != nil {
+	if i == r.spec.StdinNode() && r.cfg.Stdin != nil {
 		// Like exec.Cmd's copier of a non-file Stdin, this goroutine is
 		// not waited for: it may be blocked reading pmirun's input when
 		// the job ends, and it ends at its next read or send.

@@ -59,7 +59,11 @@ func (f *fate) event(e node.Event) {
 	case node.EvProtocol:
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d sent malformed PMI: %s", e.Rank, e.Msg)})
 	case node.EvStartErr:
-		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start rank %d: %s", e.Rank, e.Msg)})
+		code := e.Code
+		if code == 0 {
+			code = 1
+		}
+		f.fail(&JobError{Code: code, Msg: fmt.Sprintf("start rank %d: %s", e.Rank, e.Msg)})
 	}
 }
 

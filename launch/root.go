@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -64,6 +65,9 @@ func placement(cfg Config, k int) (*ring.Map, error) {
 	if cfg.Size < k {
 		return nil, fmt.Errorf("%d ranks on %d nodes: every node needs at least one rank", cfg.Size, k)
 	}
+	if cfg.PPN == 0 && slices.ContainsFunc(cfg.Slots, func(s int) bool { return s > 0 }) {
+		return slotPlacement(cfg.Size, cfg.Slots)
+	}
 	ppn := cfg.PPN
 	if ppn == 0 {
 		ppn = (cfg.Size + k - 1) / k
@@ -84,6 +88,30 @@ func placement(cfg Config, k int) (*ring.Map, error) {
 		}
 	}
 	return m, nil
+}
+
+// slotPlacement fills each host with its slots (HOST:SLOTS; 1 when
+// unsaid) of consecutive ranks, host after host, starting over at the
+// first host while ranks remain (as Hydra does).
+func slotPlacement(size int, slots []int) (*ring.Map, error) {
+	nodes := make([][]int, len(slots))
+	r := 0
+	for r < size {
+		for i, s := range slots {
+			for range max(s, 1) {
+				if r < size {
+					nodes[i] = append(nodes[i], r)
+					r++
+				}
+			}
+		}
+	}
+	for i, rs := range nodes {
+		if len(rs) == 0 {
+			return nil, fmt.Errorf("%d ranks fill the slots before host %d: every node needs at least one rank; use fewer hosts", size, i)
+		}
+	}
+	return ring.FromNodes(nodes)
 }
 
 func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
@@ -146,6 +174,9 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 		quit:   make(chan struct{}),
 	}
 	job.root = r // its report is written when Run returns
+	if cfg.Wdir != "" {
+		wdir = cfg.Wdir
+	}
 	r.spec.Wdir, r.spec.Root, r.spec.Secret = wdir, cfg.rootDialAddr(ln.Addr()), secret
 	r.spec.AgentProcs = agentProcs(cfg.Bootstrap, K)
 	if cfg.Bootstrap == "ssh" || cfg.Bootstrap == "daemon" {
@@ -161,7 +192,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 		return early(cfg, 1, err.Error())
 	}
 
-	out := node.NewOutput(false, true, cfg.Stdout, cfg.Stderr)
+	out := node.NewOutput(node.Prefix{}, true, cfg.Stdout, cfg.Stderr)
 	agents, err := r.agents(ctx, hosts)
 	if err != nil {
 		return early(cfg, 2, err.Error())
@@ -346,6 +377,7 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 	defer tick.Stop()
 	done := ctx.Done()
 	var grace <-chan time.Time
+	intr := interrupts{stderr: r.cfg.Stderr}
 	exited := 0
 	for exited < started {
 		if r.fate.failure != nil && grace == nil {
@@ -371,6 +403,10 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 				r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", nt.i, r.hosts[nt.i], nt.err)})
 			}
 		case sig := <-r.cfg.Signals:
+			if intr.kill(sig) {
+				r.fate.fail(interruptError())
+				continue
+			}
 			for i := range r.conns {
 				r.send(i, netio.Frame{Type: node.FrameSignal, Payload: node.Encode(node.Signal{Sig: sys.SignalNumber(sig)})})
 			}

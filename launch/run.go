@@ -72,7 +72,7 @@ func Run(ctx context.Context, cfg Config) (jobErr error) {
 	}
 	if err := n.Resolve(); err != nil {
 		n.Close()
-		return early(cfg, 127, err.Error())
+		return early(cfg, node.ExitCodeFor(err), err.Error())
 	}
 	n.Start()
 
@@ -83,11 +83,19 @@ func Run(ctx context.Context, cfg Config) (jobErr error) {
 		timeout = t.C
 	}
 	done := ctx.Done()
+	intr := interrupts{stderr: cfg.Stderr}
 	for n.Live() > 0 {
 		select {
 		case ev := <-n.Events():
 			n.Handle(ev)
 		case sig := <-cfg.Signals:
+			if intr.kill(sig) {
+				if f.failure != nil {
+					n.KillNow() // already ending: no more grace
+				}
+				f.fail(interruptError())
+				continue
+			}
 			cfg.Logger.Info("forwarding signal to ranks", "signal", sig)
 			n.Signal(sig)
 		case <-timeout:

@@ -62,17 +62,19 @@ type Host struct {
 // goroutine calls its methods; rank waiters and the agent feed it through
 // the channel Local returns.
 type Node struct {
-	spec  *Spec
-	opt   Options
-	ranks []int // global ranks here, local order
-	ag    *agent.Agent
-	rec   *perf.Recorder
-	out   *Output
-	env   []string     // every rank's environment but its own variables
-	path  string       // the resolved program
-	seg   *os.File     // shared-memory segment passed to ranks, or nil
-	shm   *shm.Segment // the segment itself (goroutine ranks map it in place)
-	evch  chan event
+	spec   *Spec
+	opt    Options
+	ranks  []int // global ranks here, local order
+	ag     *agent.Agent
+	rec    *perf.Recorder
+	out    *Output
+	env    []string     // every rank's environment but its own variables
+	path   string       // the resolved program
+	binds  [][]int      // CPUs of each local rank (Spec.Bind), or nil
+	stdins []io.Reader  // each local rank's input (Spec.StdinRank all), or nil
+	seg    *os.File     // shared-memory segment passed to ranks, or nil
+	shm    *shm.Segment // the segment itself (goroutine ranks map it in place)
+	evch   chan event
 
 	procs    map[int]*rankProc // by global rank
 	judged   int               // procs whose end was judged and reported
@@ -128,13 +130,14 @@ func New(spec *Spec, o Options) (*Node, error) {
 		return nil, err
 	}
 	n.ag = ag
-	n.out = NewOutput(spec.Label, spec.Size > 1, o.Stdout, o.Stderr)
+	prefix := spec.Prefix
+	if prefix == "" && spec.Label {
+		prefix = "[%r] "
+	}
+	n.out = NewOutput(NewPrefix(prefix), spec.Size > 1, o.Stdout, o.Stderr)
 	n.env = baseEnv(spec, len(ranks))
 	if !spec.NoShm {
-		// The node KVS holds a few keys per rank (its entries are not
-		// pre-faulted: unused capacity costs address space, not memory).
-		kvs := min(max(4*shm.DefaultKVSCapacity, 16*spec.Size), 1<<20)
-		seg, err := shm.Create(shm.Params{LocalRanks: len(ranks), WorldSize: spec.Size, KVSCapacity: kvs, FirstEpoch: 1})
+		seg, err := shm.Create(segmentParams(len(ranks), spec.Size))
 		if err != nil {
 			ag.Close()
 			return nil, fmt.Errorf("create shared memory: %w (run with --no-shm to use PMI_FD only)", err)
@@ -168,6 +171,21 @@ func New(spec *Spec, o Options) (*Node, error) {
 	return n, nil
 }
 
+// segmentParams sizes a node's segment. The node KVS holds a few keys per
+// rank (its entries are not pre-faulted: unused capacity costs address
+// space, not memory).
+func segmentParams(local, size int) shm.Params {
+	kvs := min(max(4*shm.DefaultKVSCapacity, 16*size), 1<<20)
+	return shm.Params{LocalRanks: local, WorldSize: size, KVSCapacity: kvs, FirstEpoch: 1}
+}
+
+// SegmentBytes is the memory a node of local ranks in a job of size
+// ranks takes at once for its shared segment (0 if it cannot be made).
+func SegmentBytes(local, size int) uint64 {
+	b, _ := shm.ResidentBytes(segmentParams(local, size))
+	return b
+}
+
 // Ranks returns the node's global ranks, in local order.
 func (n *Node) Ranks() []int { return n.ranks }
 
@@ -179,9 +197,19 @@ func (n *Node) Resolve() error {
 	}
 	path, err := lookProg(n.spec.Prog, n.spec.Wdir, n.env)
 	if err != nil {
-		return fmt.Errorf("cannot run %q: %v", n.spec.Prog, err)
+		return fmt.Errorf("cannot run %q: %w", n.spec.Prog, err)
 	}
 	n.path = path
+	if n.spec.Bind != "" {
+		cpus, err := sys.AllowedCPUs()
+		if err != nil {
+			return fmt.Errorf("bind ranks: %w", err)
+		}
+		n.binds = bindSets(sys.CPUPlaces(cpus), n.spec.Bind, n.spec.MapBy, len(n.ranks))
+	}
+	if n.spec.StdinRank == -2 && n.opt.Stdin != nil {
+		n.stdins = fanOut(n.opt.Stdin, len(n.ranks))
+	}
 	return nil
 }
 
@@ -200,7 +228,7 @@ func (n *Node) Start() {
 	for i, g := range n.ranks {
 		p, err := n.startRank(g, i)
 		if err != nil {
-			n.failStart(i, err.Error())
+			n.failStartCode(i, ExitCodeFor(err), err.Error())
 			return
 		}
 		n.procs[g] = p
@@ -224,8 +252,11 @@ func (n *Node) Start() {
 
 // failStart reports that local rank i could not start, and releases the
 // agent's waits for it and every rank after it.
-func (n *Node) failStart(i int, why string) {
-	n.opt.Emit(Event{Kind: EvStartErr, Rank: n.ranks[i], Msg: why})
+func (n *Node) failStart(i int, why string) { n.failStartCode(i, 1, why) }
+
+// failStartCode is failStart with the job's exit code (ExitCodeFor).
+func (n *Node) failStartCode(i, code int, why string) {
+	n.opt.Emit(Event{Kind: EvStartErr, Rank: n.ranks[i], Code: code, Msg: why})
 	for _, r := range n.ranks[i:] {
 		n.ag.RankGone(r, "never started")
 	}

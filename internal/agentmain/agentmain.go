@@ -141,7 +141,7 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGTERM, sys.SIGINT, sys.SIGHUP)
 	defer stop()
 	o := node.AgentOptions{Index: idx, Listen: *listen, Stdout: stdout, Stderr: stderr, Logger: log, Starter: starter}
-	if idx == 0 {
+	if idx == spec.StdinNode() {
 		o.Stdin = br
 	}
 	if err := node.RunAgent(ctx, spec, o); err != nil {
