@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"io"
+	"os"
 	"slices"
 
 	"github.com/fastpmi/fastpmi/internal/sys"
@@ -78,29 +79,48 @@ func bindSets(places []sys.CPUPlace, unit, mapBy string, n int) [][]int {
 	return sets
 }
 
-// fanOut copies in to n readers, one per local rank (--stdin all). Like
-// exec.Cmd's copier of a non-file Stdin, its goroutine is not waited for:
-// it may be blocked reading the launcher's input when the job ends, and
-// it ends at its next read. A rank that exits is dropped; one that lives
-// but does not read holds the others once its pipe (64 KiB) is full.
-func fanOut(in io.Reader, n int) []io.Reader {
-	rs := make([]io.Reader, n)
-	ws := make([]*io.PipeWriter, n)
+// stdinFiles returns what n ranks read as their stdin: in itself when it
+// is a file and one rank reads it, else the read ends of n pipes that a
+// goroutine fills from in (every rank gets every byte). Like pumpStdin in
+// package launch, that goroutine is not waited for: it may be blocked
+// reading the launcher's input (a terminal) when the job ends, and ends at
+// its next read. A rank that exits is dropped; one that lives but does
+// not read holds the others once its pipe (64 KiB) is full.
+//
+// A pipe, not exec.Cmd's copier, so that waiting for a rank never waits
+// for a read of the terminal that cannot end.
+func stdinFiles(in io.Reader, n int) ([]*os.File, error) {
+	if f, ok := in.(*os.File); ok && n == 1 {
+		return []*os.File{f}, nil
+	}
+	rs := make([]*os.File, n)
+	ws := make([]*os.File, n)
 	for i := range rs {
-		rs[i], ws[i] = io.Pipe()
+		var err error
+		if rs[i], ws[i], err = os.Pipe(); err != nil {
+			for _, f := range append(rs[:i], ws[:i]...) {
+				f.Close()
+			}
+			return nil, err
+		}
 	}
 	go func() {
 		buf := make([]byte, 32<<10)
 		for {
 			k, err := in.Read(buf)
+			live := 0
 			for i, w := range ws {
-				if w != nil && k > 0 {
-					if _, werr := w.Write(buf[:k]); werr != nil {
-						ws[i] = nil
-					}
+				if w == nil {
+					continue
 				}
+				if _, werr := w.Write(buf[:k]); werr != nil {
+					w.Close()
+					ws[i] = nil
+					continue
+				}
+				live++
 			}
-			if err != nil {
+			if err != nil || live == 0 {
 				for _, w := range ws {
 					if w != nil {
 						w.Close()
@@ -110,5 +130,5 @@ func fanOut(in io.Reader, n int) []io.Reader {
 			}
 		}
 	}()
-	return rs
+	return rs, nil
 }

@@ -71,7 +71,7 @@ type Node struct {
 	env    []string     // every rank's environment but its own variables
 	path   string       // the resolved program
 	binds  [][]int      // CPUs of each local rank (Spec.Bind), or nil
-	stdins []io.Reader  // each local rank's input (Spec.StdinRank all), or nil
+	stdins []*os.File   // each local rank's input (Spec.StdinRank all), or nil; closed as it starts
 	seg    *os.File     // shared-memory segment passed to ranks, or nil
 	shm    *shm.Segment // the segment itself (goroutine ranks map it in place)
 	evch   chan event
@@ -208,7 +208,9 @@ func (n *Node) Resolve() error {
 		n.binds = bindSets(sys.CPUPlaces(cpus), n.spec.Bind, n.spec.MapBy, len(n.ranks))
 	}
 	if n.spec.StdinRank == -2 && n.opt.Stdin != nil {
-		n.stdins = fanOut(n.opt.Stdin, len(n.ranks))
+		if n.stdins, err = stdinFiles(n.opt.Stdin, len(n.ranks)); err != nil {
+			return fmt.Errorf("stdin for every rank: %w", err)
+		}
 	}
 	return nil
 }
@@ -438,6 +440,9 @@ func (n *Node) drain() {
 // started. Call it once Live is 0.
 func (n *Node) Close() {
 	n.drain()
+	for _, f := range n.stdins {
+		f.Close() // those of ranks never started (the others' are closed)
+	}
 	n.ag.Close()
 	n.out.Wait(2 * time.Second)
 	// Every rank is judged (Live is 0): the goroutines still running are

@@ -154,10 +154,18 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	switch {
 	case n.stdins != nil:
 		cmd.Stdin = n.stdins[li]
-		cmd.WaitDelay = 200 * time.Millisecond
 	case r == spec.StdinRank && n.opt.Stdin != nil:
-		cmd.Stdin = n.opt.Stdin
-		cmd.WaitDelay = 200 * time.Millisecond // a non-file stdin must not hold Wait
+		in, err := stdinFiles(n.opt.Stdin, 1)
+		if err != nil {
+			closeAgentEnd()
+			stdout.Close()
+			stderr.Close()
+			return nil, err
+		}
+		cmd.Stdin = in[0]
+	}
+	if f, ok := cmd.Stdin.(*os.File); ok && f != n.opt.Stdin {
+		defer f.Close() // the child has its copy
 	}
 	var cpus []int
 	if n.binds != nil {

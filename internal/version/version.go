@@ -12,8 +12,14 @@ import (
 // String is the one line --version prints for command name, e.g.
 // "pmirun fastpmi v0.1.0 (rev 1a2b3c4d5e6f, 2026-11-23T22:00:00Z, modified) go1.26.8 linux/amd64".
 func String(name string) string {
+	bi, _ := debug.ReadBuildInfo()
+	return format(name, bi)
+}
+
+// format is String for the build information bi (nil: none).
+func format(name string, bi *debug.BuildInfo) string {
 	mod, rev, when, dirty := "(devel)", "unknown", "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	if bi != nil {
 		if bi.Main.Version != "" {
 			mod = bi.Main.Version
 		}
