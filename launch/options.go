@@ -176,15 +176,23 @@ func (c *Config) validateLimits() error {
 	case c.multiNode() || len(c.Daemons) > 0:
 		return nil // other machines check their own
 	}
-	if lim, err := sys.ProcessLimit(); err == nil && lim > 0 && uint64(here) > lim {
-		return fmt.Errorf("-n %d: more ranks than this user may run processes (RLIMIT_NPROC %d; see ulimit -u)", c.Size, lim)
-	}
-	if !c.NoShm {
-		need := node.SegmentBytes(c.Size, c.Size)
+	if !c.NoShm && !c.multiNode() {
+		need, err := node.SegmentBytes(here, c.Size)
+		if err != nil {
+			return fmt.Errorf("-n %d: no shared segment for so many ranks (%v); use --no-shm", c.Size, err)
+		}
 		if avail, err := sys.MemAvailable(); err == nil && need > avail {
 			return fmt.Errorf("-n %d: the shared segment needs %d MiB, more than the %d MiB of memory available (MemAvailable); use fewer ranks or --no-shm",
 				c.Size, need>>20, avail>>20)
 		}
+	}
+	if lim, err := sys.ProcessLimit(); err == nil && lim > 0 && uint64(here) > lim {
+		return fmt.Errorf("-n %d: more ranks than this user may run processes (RLIMIT_NPROC %d; see ulimit -u)", c.Size, lim)
+	}
+	// pmirun holds about three descriptors per rank here (its output
+	// pipes, its PMI socket).
+	if lim, err := sys.FileLimit(); err == nil && lim > 0 && uint64(3*here+64) > lim {
+		return fmt.Errorf("-n %d: more ranks than pmirun can hold descriptors for (%d needed, RLIMIT_NOFILE %d; see ulimit -n)", c.Size, 3*here+64, lim)
 	}
 	return nil
 }

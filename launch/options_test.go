@@ -44,6 +44,7 @@ func TestValidateRefuses(t *testing.T) {
 		{Config{Size: 2, Prog: "p", ErrPattern: "err.%t"}, "unknown %t"},
 		{Config{Size: 2, Prog: "p", Wdir: "/nonexistent/dir"}, "invalid -wdir /nonexistent/dir: not a directory"},
 		{Config{Size: 2, Prog: "p", Hosts: []string{"a", "b"}, Slots: []int{1}}, "1 slot counts for 2 hosts"},
+		{Config{Size: 1000000, Prog: "p"}, "-n 1000000: no shared segment for so many ranks"},
 	} {
 		err := c.cfg.validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -180,10 +180,10 @@ func segmentParams(local, size int) shm.Params {
 }
 
 // SegmentBytes is the memory a node of local ranks in a job of size
-// ranks takes at once for its shared segment (0 if it cannot be made).
-func SegmentBytes(local, size int) uint64 {
-	b, _ := shm.ResidentBytes(segmentParams(local, size))
-	return b
+// ranks takes at once for its shared segment, or why the segment cannot
+// be made.
+func SegmentBytes(local, size int) (uint64, error) {
+	return shm.ResidentBytes(segmentParams(local, size))
 }
 
 // Ranks returns the node's global ranks, in local order.
@@ -236,6 +236,7 @@ func (n *Node) Start() {
 		n.procs[g] = p
 		n.rec.Mark(perf.PhaseRankForked, g)
 		n.waiters.Go(func() {
+			sys.WaitExited(p.pid) // in the poller: no thread per rank
 			werr := p.cmd.Wait()
 			ev := event{kind: evExit, rank: p.rank}
 			if ps := p.cmd.ProcessState; ps != nil {

@@ -29,3 +29,9 @@ func StartBound(cpus []int, start func() error) error {
 
 // IsTerminal is false off Linux.
 func IsTerminal(f *os.File) bool { return false }
+
+// FileLimit is not known off Linux.
+func FileLimit() (uint64, error) { return 0, ErrNotSupported }
+
+// WaitExited returns at once off Linux: the caller's Wait blocks.
+func WaitExited(pid int) {}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -257,4 +258,44 @@ func TestTerminalCtrlCTwice(t *testing.T) {
 		t.Errorf("exit %d, want 130", code)
 	}
 	tm.waitFor("interrupted twice: killing every rank", 1)
+}
+
+// -n beyond the descriptors pmirun may hold fails at once, naming the
+// limit, instead of failing rank by rank.
+func TestFileLimitGuard(t *testing.T) {
+	r := run(t, job{wrap: []string{"bash", "-c", `ulimit -n 1024 && exec "$@"`, "bash"}, args: []string{"-n", "1000", "true"}})
+	r.wantCode(t, 2)
+	r.wantMessage(t, `-n 1000: more ranks than pmirun can hold descriptors for \(3064 needed, RLIMIT_NOFILE 1024; see ulimit -n\)`)
+}
+
+// pmirun waits for its ranks without a thread each (Go aborts past
+// 10,000 threads and each counts against RLIMIT_NPROC): with 300 ranks
+// running it has far fewer than 300 threads.
+func TestRankWaitersHoldNoThreads(t *testing.T) {
+	const n = 300
+	j := start(t, job{args: []string{"-n", strconv.Itoa(n), "sleep", "60"}, timeout: 120 * time.Second})
+	deadline := time.Now().Add(60 * time.Second)
+	for len(marked(j.marker)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d ranks running after 60s", len(marked(j.marker)), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // every waiter has begun waiting
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(j.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := -1
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			threads, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	j.cmd.Process.Signal(sys.SIGTERM)
+	r := j.wait()
+	r.wantCode(t, 128+15)
+	if threads < 1 || threads > n/3 {
+		t.Errorf("pmirun has %d threads while waiting for %d ranks, want at most %d", threads, n, n/3)
+	}
 }
