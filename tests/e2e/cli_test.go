@@ -299,3 +299,28 @@ func TestRankWaitersHoldNoThreads(t *testing.T) {
 		t.Errorf("pmirun has %d threads while waiting for %d ranks, want at most %d", threads, n, n/3)
 	}
 }
+
+// Across real nodes (test hosts): HOST:SLOTS places the ranks, -wdir,
+// -genv and --tag-output reach every node, and --stdin RANK sends the
+// input to the node of that rank.
+func TestNetnsSlotsStdinRank(t *testing.T) {
+	cl := newClusterOf(t, 2)
+	dir := t.TempDir()
+	j := job{
+		args: []string{"--bootstrap", "netns", "-hosts", cl.names[0] + ":3," + cl.names[1],
+			"--root-addr", cl.c.Hosts[0].Addr, "-n", "5", "--stdin", "3", "-wdir", dir, "-genv", "GREETING", "hi",
+			"-l", "sh", "-c", `read x; echo "$MPI_LOCALNRANKS $(pwd) $GREETING in:$x"`},
+		wrap: []string{"ip", "netns", "exec", cl.names[0]}, markAgents: true, timeout: 40 * time.Second,
+		stdin: strings.NewReader("typed\n"),
+	}
+	r := run(t, j)
+	r.wantCode(t, 0)
+	// Node 0 takes 3 ranks, node 1 one, then node 0 again: 0,1,2,4 | 3.
+	r.wantRankLines(t, 5, func(rank int) string {
+		local, in := "4", ""
+		if rank == 3 {
+			local, in = "1", "typed"
+		}
+		return "[" + strconv.Itoa(rank) + "] " + local + " " + dir + " hi in:" + in
+	})
+}
