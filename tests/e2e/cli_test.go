@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -323,4 +324,17 @@ func TestNetnsSlotsStdinRank(t *testing.T) {
 		}
 		return "[" + strconv.Itoa(rank) + "] " + local + " " + dir + " hi in:" + in
 	})
+}
+
+// --pmi-port (Hydra's -pmi-port): ranks reach the agent over loopback TCP
+// (PMI_PORT, PMI_ID), no PMI_FD.
+func TestPMIPort(t *testing.T) {
+	r := run(t, job{args: []string{"-n", "3", "--pmi-port", prog("pmi2_test")},
+		env: []string{"EXPECT_USIZE=-1", "PMI2_TEST_ALARM=30"}})
+	r.wantCode(t, 0)
+	r.wantRankLines(t, 3, func(rank int) string {
+		return fmt.Sprintf("pmi2 ok rank %d size 3 node 0 local %d/3 ring %d usize -1", rank, rank, rank)
+	})
+	r = run(t, job{args: []string{"-n", "1", "--pmi-port", "sh", "-c", `echo "fd=${PMI_FD:-none} port=${PMI_PORT%:*} id=$PMI_ID"`}})
+	r.wantRankLines(t, 1, func(int) string { return "fd=none port=127.0.0.1 id=0" })
 }

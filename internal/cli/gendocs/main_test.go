@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -64,3 +65,29 @@ func TestGeneratedFilesWork(t *testing.T) {
 }
 
 func itoa(i int) string { return string(rune('0' + i)) }
+
+// Every test docs/cli.md names for a row exists where it says.
+func TestCLIDocTestsExist(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := map[string]string{"cli": "internal/cli", "launch": "launch", "node": "agent/node", "e2e": "tests/e2e", "version": "internal/version"}
+	re := regexp.MustCompile(`\b(cli|launch|node|e2e|version)/(Test\w+)`)
+	ms := re.FindAllStringSubmatch(string(doc), -1)
+	if len(ms) < 30 {
+		t.Fatalf("docs/cli.md names %d tests, want the table's", len(ms))
+	}
+	for _, m := range ms {
+		files, _ := filepath.Glob(filepath.Join(root, dirs[m[1]], "*_test.go"))
+		found := false
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			found = found || bytes.Contains(b, []byte("func "+m[2]+"("))
+		}
+		if !found {
+			t.Errorf("docs/cli.md names %s/%s, which %s does not have", m[1], m[2], dirs[m[1]])
+		}
+	}
+}
