@@ -338,3 +338,16 @@ func TestPMIPort(t *testing.T) {
 	r = run(t, job{args: []string{"-n", "1", "--pmi-port", "sh", "-c", `echo "fd=${PMI_FD:-none} port=${PMI_PORT%:*} id=$PMI_ID"`}})
 	r.wantRankLines(t, 1, func(int) string { return "fd=none port=127.0.0.1 id=0" })
 }
+
+// With agents of their own (loopback bootstrap), input typed on the
+// terminal still reaches rank 0 and the job ends when the ranks do: no
+// wait for a terminal read.
+func TestTerminalStdinMultiNode(t *testing.T) {
+	tm := startTerminal(t, "--bootstrap", "loopback", "--nodes", "2", "-n", "2", "-l", "sh", "-c", `echo ready; read x; echo "got:$x"`)
+	tm.waitFor("ready", 2)
+	tm.master.Write([]byte("hello\n"))
+	tm.waitFor("[0] got:hello", 1)
+	if code := tm.wait(); code != 0 {
+		t.Errorf("exit %d, want 0", code)
+	}
+}
