@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -144,4 +145,20 @@ func slicesContains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// A hostfile holds a host a line, HOST:SLOTS, comments and blank lines.
+func TestParseHostfile(t *testing.T) {
+	path := t.TempDir() + "/hosts"
+	os.WriteFile(path, []byte("# the cluster\nn1:4\n\n  n2   # no slots\nn3:2 extra\n"), 0o644)
+	for _, flag := range []string{"-f", "-hostfile", "-machinefile", "--hostfile"} {
+		cfg, err := Parse([]string{flag, path, "p"})
+		if err != nil || !reflect.DeepEqual(cfg.Hosts, []string{"n1", "n2", "n3"}) || !reflect.DeepEqual(cfg.Slots, []int{4, 0, 2}) {
+			t.Errorf("%s: hosts %v slots %v, %v", flag, cfg.Hosts, cfg.Slots, err)
+		}
+	}
+	os.WriteFile(path, []byte("n1:zero\n"), 0o644)
+	if _, err := Parse([]string{"-f", path, "p"}); err == nil || !strings.Contains(err.Error(), `host "n1:zero"`) {
+		t.Errorf("bad slots in a hostfile: %v", err)
+	}
 }
