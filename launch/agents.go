@@ -5,8 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"net"
+	"os"
 	"os/exec"
 	"time"
 

@@ -27,12 +27,12 @@ func TestParseSpellings(t *testing.T) {
 }
 
 func TestParseJob(t *testing.T) {
-	cfg, err := Parse([]string{"-n", "3", "-l", "-genv", "A", "1", "-genv", "B=2", "--env", "C=3",
+	_, err := Parse([]string{"-n", "3", "-l", "-genv", "A", "1", "-genv", "B=2", "--env", "C=3",
 		"-wdir", "/tmp", "--timeout", "1.5", "-i", "all", "-hosts", "a:2,b", "-f", "/dev/null.missing", "x"})
 	if err == nil || !strings.Contains(err.Error(), "hostfile") {
 		t.Fatalf("missing hostfile: got %v, want an error naming the hostfile", err)
 	}
-	cfg, err = Parse([]string{"-n", "3", "-l", "-genv", "A", "1", "-genv", "B=2", "--env", "C=3",
+	cfg, err := Parse([]string{"-n", "3", "-l", "-genv", "A", "1", "-genv", "B=2", "--env", "C=3",
 		"-wdir", "/tmp", "--timeout", "1.5", "-i", "all", "-hosts", "a:2,b", "-bind-to", "core", "prog", "-n", "9", "--env"})
 	if err != nil {
 		t.Fatal(err)
