@@ -199,21 +199,46 @@ func Usage(w io.Writer) {
 				continue
 			}
 			head := "  " + spellings(f)
-			if len(head) > 27 {
-				fmt.Fprintf(w, "%s\n%-28s%s\n", head, "", f.Help)
+			lines := wrap(f.Help, 80-helpIndent)
+			if len(head) >= helpIndent {
+				fmt.Fprintf(w, "%s\n%*s%s\n", head, helpIndent, "", lines[0])
 			} else {
-				fmt.Fprintf(w, "%-28s%s\n", head, f.Help)
+				fmt.Fprintf(w, "%-*s%s\n", helpIndent, head, lines[0])
+			}
+			for _, l := range lines[1:] {
+				fmt.Fprintf(w, "%*s%s\n", helpIndent, "", l)
 			}
 		}
 	}
 	fmt.Fprint(w, "\nexamples:\n")
 	for _, e := range Examples {
-		fmt.Fprintf(w, "  %-46s %s\n", e.Cmd, e.What)
+		fmt.Fprintf(w, "  %s\n%*s%s\n", e.Cmd, helpIndent, "", e.What)
 	}
 	fmt.Fprint(w, "\nexit codes:\n")
 	for _, e := range ExitCodes {
 		fmt.Fprintf(w, "  %-9s %s\n", e.Code, e.What)
 	}
+}
+
+// helpIndent is the column where --help's descriptions start.
+const helpIndent = 28
+
+// wrap breaks s into lines of at most width bytes at spaces (a longer
+// word gets a line of its own).
+func wrap(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		if line != "" && len(line)+1+len(w) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	return append(lines, line)
 }
 
 // spellings is a flag's names with its value, as help shows them.

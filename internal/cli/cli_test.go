@@ -131,6 +131,11 @@ func TestUsage(t *testing.T) {
 			t.Errorf("option %v: no help or unknown group %q", f.Names, f.Group)
 		}
 	}
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) > 80 && !strings.HasPrefix(l, "  "+"-") {
+			t.Errorf("help line of %d columns: %q", len(l), l)
+		}
+	}
 	for _, s := range []string{"examples:", "exit codes:", "126", "127", "124"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("help lacks %q", s)
