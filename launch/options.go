@@ -170,14 +170,12 @@ func (c *Config) validateLimits() error {
 	if c.Virtual != "" {
 		return nil // goroutine ranks
 	}
-	here := c.Size // ranks started on this machine
-	switch {
-	case c.Bootstrap == "loopback":
-	case c.multiNode() || len(c.Daemons) > 0:
+	local := !c.multiNode() && len(c.Daemons) == 0 // ranks forked by pmirun itself
+	if !local && c.Bootstrap != "loopback" {
 		return nil // other machines check their own
 	}
-	if !c.NoShm && !c.multiNode() {
-		need, err := node.SegmentBytes(here, c.Size)
+	if local && !c.NoShm {
+		need, err := node.SegmentBytes(c.Size, c.Size)
 		if err != nil {
 			return fmt.Errorf("-n %d: no shared segment for so many ranks (%v); use --no-shm", c.Size, err)
 		}
@@ -186,13 +184,18 @@ func (c *Config) validateLimits() error {
 				c.Size, need>>20, avail>>20)
 		}
 	}
-	if lim, err := sys.ProcessLimit(); err == nil && lim > 0 && uint64(here) > lim {
+	// Every rank runs on this machine: the user's process limit counts
+	// them all.
+	if lim, err := sys.ProcessLimit(); err == nil && lim > 0 && uint64(c.Size) > lim {
 		return fmt.Errorf("-n %d: more ranks than this user may run processes (RLIMIT_NPROC %d; see ulimit -u)", c.Size, lim)
 	}
-	// pmirun holds about three descriptors per rank here (its output
-	// pipes, its PMI socket).
-	if lim, err := sys.FileLimit(); err == nil && lim > 0 && uint64(3*here+64) > lim {
-		return fmt.Errorf("-n %d: more ranks than pmirun can hold descriptors for (%d needed, RLIMIT_NOFILE %d; see ulimit -n)", c.Size, 3*here+64, lim)
+	if !local {
+		return nil // each loopback agent holds its own segment and descriptors
+	}
+	// pmirun holds about three descriptors per rank (its ends of the
+	// output pipes and of the PMI socket).
+	if lim, err := sys.FileLimit(); err == nil && lim > 0 && uint64(3*c.Size+64) > lim {
+		return fmt.Errorf("-n %d: more ranks than pmirun can hold descriptors for (%d needed, RLIMIT_NOFILE %d; see ulimit -n)", c.Size, 3*c.Size+64, lim)
 	}
 	return nil
 }
