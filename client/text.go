@@ -24,7 +24,8 @@ import (
 // Against fastpmi's agent (which announces fastpmi=1 in fullinit)
 // allgather, put hints and waiting gets are native; elsewhere allgather is
 // a put of the hex-encoded value, a fence and a get of every rank's key,
-// and a waiting get polls.
+// a waiting get polls, and Ring (unless the launcher is Slurm, whose
+// PMI-2 serves it) is a put, a fence and the two neighbours' gets.
 type textTransport struct {
 	info *Info
 	nc   net.Conn
@@ -39,6 +40,10 @@ type textTransport struct {
 	ext  bool // agent answers fastpmi extensions
 	nAg  int  // allgathers started (fallback key names)
 	vmax int
+	// nativeRing: the launcher serves the ring command (fastpmi, Slurm);
+	// otherwise Ring is put/fence/get (ringByKVS), nRing its calls.
+	nativeRing bool
+	nRing      int
 }
 
 // textReq is one outstanding request.
@@ -132,12 +137,15 @@ func (t *textTransport) handshake() error {
 	if v, _ := r.resp.Get("fastpmi"); v == "1" {
 		t.ext = true
 	}
-	if _, err := t.call(ctx, "job-getid"); err == nil {
+	if g, err := t.call(ctx, "job-getid"); err == nil {
 		// job-getid is answered by every PMI-2 server; the id is advisory.
-		if j, ok := r.resp.Get("jobid"); ok {
+		if j, ok := g.resp.Get("jobid"); ok && j != "" {
 			t.info.JobID = j
 		}
 	}
+	// The ring command is fastpmi's and Slurm's (PMIX_Ring); Hydra aborts
+	// the whole job on it. Elsewhere Ring is a put, a fence and two gets.
+	t.nativeRing = t.ext || os.Getenv("SLURM_STEP_ID") != ""
 	return nil
 }
 
@@ -392,6 +400,9 @@ func (t *textTransport) get(ctx context.Context, key string, o getOpts) ([]byte,
 }
 
 func (t *textTransport) ring(ctx context.Context, val []byte) (RingResult, error) {
+	if !t.nativeRing {
+		return t.ringByKVS(ctx, val)
+	}
 	v := string(val)
 	r, err := t.call(ctx, "ring", pmiwire.Pair{Key: "ring-count", Val: "1"}, pmiwire.Pair{Key: "ring-left", Val: v}, pmiwire.Pair{Key: "ring-right", Val: v})
 	if err != nil {
@@ -405,6 +416,39 @@ func (t *textTransport) ring(ctx context.Context, val []byte) (RingResult, error
 	l, _ := r.resp.Get("ring-left")
 	rt, _ := r.resp.Get("ring-right")
 	return RingResult{Rank: p, Size: t.info.Size, Left: []byte(l), Right: []byte(rt)}, nil
+}
+
+// ringByKVS is Ring for launchers without the ring command: every rank
+// puts its value (hex, as the fallback allgather), fences, and gets its
+// neighbours' values. The ring position is the rank.
+func (t *textTransport) ringByKVS(ctx context.Context, val []byte) (RingResult, error) {
+	t.nRing++
+	key := func(r int) string { return fmt.Sprintf("fastpmi-ring-%d-%d", t.nRing, r) }
+	me, n := t.info.Rank, t.info.Size
+	if err := t.put(key(me), []byte(hex.EncodeToString(val)), HintNone); err != nil {
+		return RingResult{}, err
+	}
+	if _, err := t.call(ctx, "kvs-fence"); err != nil {
+		return RingResult{}, err
+	}
+	res := RingResult{Rank: me, Size: n}
+	for _, nb := range []struct {
+		r   int
+		dst *[]byte
+	}{{(me - 1 + n) % n, &res.Left}, {(me + 1) % n, &res.Right}} {
+		g, err := t.call(ctx, "kvs-get", pmiwire.Pair{Key: "jobid", Val: ""}, pmiwire.Pair{Key: "srcid", Val: strconv.Itoa(nb.r)}, pmiwire.Pair{Key: "key", Val: key(nb.r)})
+		if err != nil {
+			return RingResult{}, err
+		}
+		if f, _ := g.resp.Get("found"); f != "TRUE" {
+			return RingResult{}, fmt.Errorf("ring value of rank %d: %w", nb.r, ErrNotFound)
+		}
+		hv, _ := g.resp.Get("value")
+		if *nb.dst, err = hex.DecodeString(hv); err != nil {
+			return RingResult{}, fmt.Errorf("ring value of rank %d: %w", nb.r, err)
+		}
+	}
+	return res, nil
 }
 
 func (t *textTransport) jobAttr(ctx context.Context, key string) (string, bool, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"time"
 
@@ -65,11 +66,20 @@ type procAgent struct {
 // for node 0, pmirun's own stdin for rank 0).
 func (p *procAgent) start(r *rootNode, i int, out *node.Output) error {
 	cmd := p.cmd
-	var stdin io.Reader = bytes.NewReader(r.spec.Encode())
-	if i == 0 && r.cfg.Stdin != nil {
-		stdin = io.MultiReader(stdin, r.cfg.Stdin)
+	spec := r.spec.Encode()
+	var pumpTo *os.File // the stdin node's pipe, filled by pumpAgentStdin
+	if i == r.spec.StdinNode() && r.cfg.Stdin != nil {
+		// A pipe, not exec.Cmd's copier: waiting for the agent must not
+		// wait for a read of pmirun's input (a terminal) that never ends.
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		defer pr.Close() // the agent has its copy
+		cmd.Stdin, pumpTo = pr, pw
+	} else {
+		cmd.Stdin = bytes.NewReader(spec)
 	}
-	cmd.Stdin = stdin
 	cmd.WaitDelay = time.Second
 	so, err := out.Pipe(-1, false)
 	if err != nil {
@@ -85,7 +95,25 @@ func (p *procAgent) start(r *rootNode, i int, out *node.Output) error {
 	err = cmd.Start()
 	so.Close()
 	se.Close()
+	if pumpTo != nil {
+		if err != nil {
+			pumpTo.Close()
+		} else {
+			go pumpAgentStdin(pumpTo, spec, r.cfg.Stdin)
+		}
+	}
 	return err
+}
+
+// pumpAgentStdin writes the spec and then pmirun's input to the stdin
+// node's agent. Like pumpStdin, it is not waited for: it may be blocked
+// reading pmirun's input when the job ends, and ends at its next read.
+func pumpAgentStdin(w *os.File, spec []byte, in io.Reader) {
+	defer w.Close()
+	if _, err := w.Write(spec); err != nil {
+		return
+	}
+	_, _ = io.Copy(w, in)
 }
 
 func (p *procAgent) wait() error { return p.cmd.Wait() }
@@ -140,7 +168,7 @@ func (d *daemonAgent) start(r *rootNode, i int, out *node.Output) error {
 		return err
 	}
 	d.c = c
-	if i == 0 && r.cfg.Stdin != nil {
+	if i == r.spec.StdinNode() && r.cfg.Stdin != nil {
 		// Like exec.Cmd's copier of a non-file Stdin, this goroutine is
 		// not waited for: it may be blocked reading pmirun's input when
 		// the job ends, and it ends at its next read or send.

@@ -284,8 +284,8 @@ func ExpandHostlist(s string) ([]string, error) {
 	return out, nil
 }
 
-// ReadHostfile reads one host per line ("host" or "host:slots"; slots
-// ignored), skipping blank lines and # comments.
+// ReadHostfile reads one host per line ("host" or "host:slots", the
+// first field, returned as written), skipping blank lines and # comments.
 func ReadHostfile(path string) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -300,8 +300,7 @@ func ReadHostfile(path string) ([]string, error) {
 		if line == "" {
 			continue
 		}
-		h, _, _ := strings.Cut(strings.Fields(line)[0], ":")
-		hosts = append(hosts, h)
+		hosts = append(hosts, strings.Fields(line)[0])
 	}
 	if len(hosts) == 0 {
 		return nil, fmt.Errorf("read hostfile %s: no hosts", path)

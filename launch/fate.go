@@ -86,7 +86,11 @@ func (f *fate) jobEvent(jobno int, e node.Event) {
 	case node.EvProtocol:
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s sent malformed PMI: %s", rank, e.Msg)})
 	case node.EvStartErr:
-		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start %s: %s", rank, e.Msg)})
+		code := e.Code
+		if code == 0 {
+			code = 1
+		}
+		f.fail(&JobError{Code: code, Msg: fmt.Sprintf("start %s: %s", rank, e.Msg)})
 	}
 }
 

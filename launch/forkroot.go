@@ -39,6 +39,7 @@ type forkRoot struct {
 	// loop's goroutine (unmapping a segment, waiting for output);
 	// runFork waits for them.
 	closers sync.WaitGroup
+	intr    interrupts // Ctrl-Cs seen
 }
 
 // forkJob is one job of a fork run.
@@ -103,7 +104,7 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 		ranks[i] = i
 	}
 	spec := cfg.spec([][]int{ranks}, BlockMapping(cfg.Size, 1, cfg.Size))
-	if wd, err := os.Getwd(); err == nil {
+	if wd, err := os.Getwd(); err == nil && spec.Wdir == "" {
 		spec.Wdir = wd // spawned jobs start where this one did
 	}
 	if err := spec.Validate(); err != nil {
@@ -116,13 +117,14 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 		local: localNames(),
 	}
 	r.fate = &fate{stderr: r.stderr, end: func(*JobError) { r.killAll() }}
+	r.intr = interrupts{stderr: r.stderr}
 	n, err := r.newNode(spec, rec, cfg.Stdin)
 	if err != nil {
 		return early(cfg, 1, err.Error())
 	}
 	if err := n.Resolve(); err != nil {
 		n.Close()
-		return early(cfg, 127, err.Error())
+		return early(cfg, node.ExitCodeFor(err), err.Error())
 	}
 	r.jobs = append(r.jobs, &forkJob{spec: spec, n: n, procs: cfg.Size})
 	n.Start()
@@ -197,6 +199,13 @@ func (r *forkRoot) loop(ctx context.Context) {
 			r.spawn(v.Interface().(spawnCall))
 		case caseSignal:
 			sig := v.Interface().(os.Signal)
+			if r.intr.kill(sig) {
+				if r.fate.failure != nil {
+					r.killAllNow() // already ending: no more grace
+				}
+				r.fate.fail(interruptError())
+				continue
+			}
 			r.cfg.Logger.Info("forwarding signal to ranks", "signal", sig)
 			for _, j := range r.jobs {
 				if !j.closed {
@@ -242,6 +251,15 @@ func (r *forkRoot) killAll() {
 	for _, j := range r.jobs {
 		if !j.closed {
 			j.n.Kill()
+		}
+	}
+}
+
+// killAllNow sends every job's ranks SIGKILL.
+func (r *forkRoot) killAllNow() {
+	for _, j := range r.jobs {
+		if !j.closed {
+			j.n.KillNow()
 		}
 	}
 }

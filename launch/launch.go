@@ -57,11 +57,34 @@ const DefaultTreeWidth = 8
 
 // Config describes a job.
 type Config struct {
-	Size  int      // number of ranks (-n)
-	Prog  string   // executable
-	Args  []string // its arguments
-	Env   []string // extra K=V for every rank (--env)
-	Label bool     // prefix output lines with "[rank] "
+	Size int      // number of ranks (-n)
+	Prog string   // executable
+	Args []string // its arguments
+	Env  []string // extra K=V for every rank (--env)
+	// EnvNone passes none of pmirun's environment to the ranks but the
+	// variables named in EnvList (-genvnone, -genvlist); a non-empty
+	// EnvList implies it.
+	EnvNone bool
+	EnvList []string
+	// Wdir is the ranks' working directory; "" = pmirun's. A relative
+	// path is taken from pmirun's.
+	Wdir string
+	// StdinRank is the rank that reads pmirun's stdin (default 0), or
+	// StdinNone or StdinAll.
+	StdinRank int
+
+	// Output: Label prefixes lines with "[rank] ", TagOutput with
+	// "[rank@host] ", Timestamp with the time; PrefixPattern, exclusive
+	// with those, is the prefix itself (%r rank, %h host, %t time). Out-
+	// and ErrPattern send each rank's stdout/stderr to a file instead
+	// (%r, %h).
+	Label, TagOutput, Timestamp bool
+	PrefixPattern               string
+	OutPattern, ErrPattern      string
+
+	// Bind binds each rank to a CPU unit (BindUnits; "" or "none" = no
+	// binding); MapBy orders a node's ranks over the units (MapUnits).
+	Bind, MapBy string
 	// Timeout ends the job after this long; 0 = none.
 	Timeout time.Duration
 	// UniverseSize answered to get_universe_size; -1 (or 0) = unlimited.
@@ -89,6 +112,7 @@ type Config struct {
 	// Multi-node jobs (a bootstrap other than fork).
 	Bootstrap  string        // fork (default), loopback, netns, ssh, slurm
 	Hosts      []string      // ssh: host names; netns: namespace names
+	Slots      []int         // ranks each host takes (HOST:SLOTS); nil or 0 = unsaid
 	Nodes      int           // loopback: number of agents
 	PPN        int           // ranks per node; 0 = spread evenly
 	Cyclic     bool          // cyclic placement (rank r on node r mod K) instead of block
@@ -154,6 +178,18 @@ func (c *Config) validate() error {
 			return fmt.Errorf("invalid --env %q: want KEY=VALUE", kv)
 		}
 	}
+	if len(c.EnvList) > 0 {
+		c.EnvNone = true
+	}
+	if err := c.validatePlacement(); err != nil {
+		return err
+	}
+	if err := c.validateLinks(); err != nil {
+		return err
+	}
+	if err := c.validateOutput(); err != nil {
+		return err
+	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("invalid timeout %v", c.Timeout)
 	}
@@ -194,9 +230,6 @@ func (c *Config) validate() error {
 	if c.TreeWidth == 0 {
 		c.TreeWidth = DefaultTreeWidth
 	}
-	if c.TreeWidth < 1 {
-		return fmt.Errorf("invalid tree width %d", c.TreeWidth)
-	}
 	if c.PPN < 0 {
 		return fmt.Errorf("invalid ranks per node %d", c.PPN)
 	}
@@ -230,6 +263,9 @@ func (c *Config) validate() error {
 		if !c.multiNode() {
 			return errors.New("--virtual needs agents of their own (--bootstrap loopback or another multi-node bootstrap)")
 		}
+	}
+	if err := c.validateLimits(); err != nil {
+		return err
 	}
 	switch {
 	case c.VirtualRounds < 0:
@@ -274,6 +310,8 @@ func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
 		KillGrace: c.KillGrace, DisconnectGrace: c.DisconnectGrace, Verbose: c.Verbose,
 		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate,
 		Trace: c.TracePath != "",
+		Wdir:  c.Wdir, EnvNone: c.EnvNone, EnvKeep: c.EnvList, Prefix: c.prefix(),
+		OutPattern: c.OutPattern, ErrPattern: c.ErrPattern, Bind: c.Bind, MapBy: c.MapBy, StdinRank: c.StdinRank,
 	}
 }
 

@@ -41,6 +41,9 @@ type multiRun struct {
 	dtr netio.Transport
 
 	jobs sync.WaitGroup // the spawned jobs' goroutines
+	// intr counts Ctrl-Cs; only runMulti's goroutine (the first job's
+	// loop, then wait) reads the run's signals and touches it.
+	intr interrupts
 
 	mu    sync.Mutex
 	fate  *fate                          // guarded by mu
@@ -52,7 +55,8 @@ type multiRun struct {
 func newMultiRun(cfg Config, hosts []string, tr netio.Transport, codec netio.Codec) *multiRun {
 	run := &multiRun{
 		cfg: cfg, hosts: hosts, tr: tr, codec: codec, names: agent.NewLocal(),
-		out:   node.NewOutput(false, true, cfg.Stdout, cfg.Stderr),
+		out:   node.NewOutput(node.Prefix{}, true, cfg.Stdout, cfg.Stderr),
+		intr:  interrupts{stderr: cfg.Stderr},
 		start: time.Now(), end: make(chan struct{}),
 		live: make(map[*rootNode]int), sigs: make(map[*rootNode]chan<- os.Signal),
 	}
@@ -106,6 +110,16 @@ func (run *multiRun) signal(sig os.Signal) {
 		default: // that job has signals queued already
 		}
 	}
+}
+
+// forward passes a signal pmirun got to every job's ranks; a second
+// Ctrl-C within the window ends the run instead.
+func (run *multiRun) forward(sig os.Signal) {
+	if run.intr.kill(sig) {
+		run.fail(interruptError())
+		return
+	}
+	run.signal(sig)
 }
 
 // deadline is when the run times out (nil: no timeout).
@@ -168,7 +182,7 @@ func (run *multiRun) wait() {
 		case <-done:
 			return
 		case sig := <-run.cfg.Signals:
-			run.signal(sig)
+			run.forward(sig)
 		}
 	}
 }

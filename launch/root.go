@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -71,6 +72,9 @@ func placement(cfg Config, k int) (*ring.Map, error) {
 	if cfg.Size < k {
 		return nil, fmt.Errorf("%d ranks on %d nodes: every node needs at least one rank", cfg.Size, k)
 	}
+	if cfg.PPN == 0 && slices.ContainsFunc(cfg.Slots, func(s int) bool { return s > 0 }) {
+		return slotPlacement(cfg.Size, cfg.Slots)
+	}
 	ppn := cfg.PPN
 	if ppn == 0 {
 		ppn = (cfg.Size + k - 1) / k
@@ -91,6 +95,30 @@ func placement(cfg Config, k int) (*ring.Map, error) {
 		}
 	}
 	return m, nil
+}
+
+// slotPlacement fills each host with its slots (HOST:SLOTS; 1 when
+// unsaid) of consecutive ranks, host after host, starting over at the
+// first host while ranks remain (as Hydra does).
+func slotPlacement(size int, slots []int) (*ring.Map, error) {
+	nodes := make([][]int, len(slots))
+	r := 0
+	for r < size {
+		for i, s := range slots {
+			for range max(s, 1) {
+				if r < size {
+					nodes[i] = append(nodes[i], r)
+					r++
+				}
+			}
+		}
+	}
+	for i, rs := range nodes {
+		if len(rs) == 0 {
+			return nil, fmt.Errorf("%d ranks fill the slots before host %d: every node needs at least one rank; use fewer hosts", size, i)
+		}
+	}
+	return ring.FromNodes(nodes)
 }
 
 func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
@@ -141,6 +169,9 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	}
 	run := newMultiRun(cfg, hosts, tr, codec)
 	spec := cfg.spec(nodes, m.ProcessMapping())
+	if cfg.Wdir != "" {
+		wdir = cfg.Wdir
+	}
 	spec.Wdir, spec.Secret = wdir, secret
 	spec.AgentProcs = agentProcs(cfg.Bootstrap, K)
 	if cfg.Bootstrap == "ssh" || cfg.Bootstrap == "daemon" {
@@ -376,6 +407,10 @@ func (r *rootNode) kill(e *JobError) {
 func (r *rootNode) loop(ctx context.Context, started int) {
 	timeout := r.run.deadline()
 	end := r.run.end
+	signals := r.cfg.Signals
+	if r.spec.Jobno > 0 {
+		signals = nil // the run's first job forwards them to every job
+	}
 	tick := time.NewTicker(node.Heartbeat)
 	defer tick.Stop()
 	done := ctx.Done()
@@ -404,10 +439,8 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 			if !r.done[nt.i] && !r.killed {
 				r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", nt.i, r.hosts[nt.i], nt.err)})
 			}
-		case sig := <-r.cfg.Signals:
-			if r.spec.Jobno == 0 {
-				r.run.signal(sig) // every job's, this one's included
-			}
+		case sig := <-signals:
+			r.run.forward(sig)
 		case sig := <-r.sigs:
 			for i := range r.conns {
 				r.send(i, netio.Frame{Type: node.FrameSignal, Payload: node.Encode(node.Signal{Sig: sys.SignalNumber(sig)})})

@@ -409,3 +409,21 @@ func readHeader(b []byte, size uint64) (layout, error) {
 	}
 	return l, nil
 }
+
+// ResidentBytes is how much memory a segment made with p takes at once:
+// Create pre-faults everything before the KVS entries (control blocks,
+// rings, slots, both result buffers). A launcher compares it with the
+// memory available before it starts a job.
+func ResidentBytes(p Params) (uint64, error) {
+	l, err := layoutOf(p)
+	return l.kvsEntryOff, err
+}
+
+// layoutOf validates p and lays a segment out.
+func layoutOf(p Params) (layout, error) {
+	p, err := p.validate()
+	if err != nil {
+		return layout{}, err
+	}
+	return computeLayout(p)
+}

@@ -192,11 +192,7 @@ func Attach(buf []byte) (*Segment, error) {
 
 // Size returns the byte length of a segment with sizes p.
 func Size(p Params) (int, error) {
-	p, err := p.validate()
-	if err != nil {
-		return 0, err
-	}
-	l, err := computeLayout(p)
+	l, err := layoutOf(p)
 	if err != nil {
 		return 0, err
 	}

@@ -278,7 +278,7 @@ func (s *Server) run(ctx context.Context, j *job, log *slog.Logger) {
 		pw      *io.PipeWriter
 		input   chan []byte // rank 0's input, closed at its end (owned by the reader)
 	)
-	if j.idx == 0 {
+	if j.idx == j.spec.StdinNode() {
 		pr, pw = io.Pipe()
 		stdin = pr
 		input = make(chan []byte, 256) // at most 256 frames held: MaxFrame each

@@ -257,7 +257,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 		return err
 	}
 	if err := a.n.Resolve(); err != nil {
-		a.emit(Event{Kind: EvStartErr, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})
+		a.emit(Event{Kind: EvStartErr, Rank: spec.Nodes[a.idx][0], Code: ExitCodeFor(err), Msg: err.Error()})
 	} else {
 		a.n.Start()
 	}

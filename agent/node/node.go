@@ -62,18 +62,20 @@ type Host struct {
 // goroutine calls its methods; rank waiters and the agent feed it through
 // the channel Local returns.
 type Node struct {
-	spec  *Spec
-	opt   Options
-	ranks []int // global ranks here, local order
-	ag    *agent.Agent
-	rec   *perf.Recorder
-	out   *Output
-	env   []string     // every rank's environment but its own variables
-	apps  []int        // each local rank's App (index into spec.Apps)
-	paths []string     // each App's resolved program, for the Apps with local ranks
-	seg   *os.File     // shared-memory segment passed to ranks, or nil
-	shm   *shm.Segment // the segment itself (goroutine ranks map it in place)
-	evch  chan event
+	spec   *Spec
+	opt    Options
+	ranks  []int // global ranks here, local order
+	ag     *agent.Agent
+	rec    *perf.Recorder
+	out    *Output
+	env    []string     // every rank's environment but its own variables
+	apps   []int        // each local rank's App (index into spec.Apps)
+	paths  []string     // each App's resolved program, for the Apps with local ranks
+	binds  [][]int      // CPUs of each local rank (Spec.Bind), or nil
+	stdins []*os.File   // each local rank's input (Spec.StdinRank all), or nil; closed as it starts
+	seg    *os.File     // shared-memory segment passed to ranks, or nil
+	shm    *shm.Segment // the segment itself (goroutine ranks map it in place)
+	evch   chan event
 
 	procs    map[int]*rankProc // by global rank
 	judged   int               // procs whose end was judged and reported
@@ -158,14 +160,17 @@ func New(spec *Spec, o Options) (*Node, error) {
 		return nil, err
 	}
 	n.ag = ag
-	n.out = NewOutput(spec.Label, spec.Size > 1, o.Stdout, o.Stderr)
-	n.out.job = spec.Jobno
+	prefix := spec.Prefix
+	if prefix == "" && spec.Label {
+		prefix = "[%r] "
+		if spec.Jobno > 0 {
+			prefix = "[" + strconv.Itoa(spec.Jobno) + ",%r] " // a spawned job's ranks
+		}
+	}
+	n.out = NewOutput(NewPrefix(prefix), spec.Size > 1, o.Stdout, o.Stderr)
 	n.env = baseEnv(spec, len(ranks))
 	if !spec.NoShm {
-		// The node KVS holds a few keys per rank (its entries are not
-		// pre-faulted: unused capacity costs address space, not memory).
-		kvs := min(max(4*shm.DefaultKVSCapacity, 16*spec.Size), 1<<20)
-		seg, err := shm.Create(shm.Params{LocalRanks: len(ranks), WorldSize: spec.Size, KVSCapacity: kvs, FirstEpoch: 1})
+		seg, err := shm.Create(segmentParams(len(ranks), spec.Size))
 		if err != nil {
 			ag.Close()
 			return nil, fmt.Errorf("create shared memory: %w (run with --no-shm to use PMI_FD only)", err)
@@ -221,6 +226,21 @@ func (n *Node) RecordMemory() {
 	}
 }
 
+// segmentParams sizes a node's segment. The node KVS holds a few keys per
+// rank (its entries are not pre-faulted: unused capacity costs address
+// space, not memory).
+func segmentParams(local, size int) shm.Params {
+	kvs := min(max(4*shm.DefaultKVSCapacity, 16*size), 1<<20)
+	return shm.Params{LocalRanks: local, WorldSize: size, KVSCapacity: kvs, FirstEpoch: 1}
+}
+
+// SegmentBytes is the memory a node of local ranks in a job of size
+// ranks takes at once for its shared segment, or why the segment cannot
+// be made.
+func SegmentBytes(local, size int) (uint64, error) {
+	return shm.ResidentBytes(segmentParams(local, size))
+}
+
 // Ranks returns the node's global ranks, in local order.
 func (n *Node) Ranks() []int { return n.ranks }
 
@@ -239,11 +259,24 @@ func (n *Node) Resolve() error {
 		path, err := a.Resolve(n.spec.Wdir, n.env)
 		if err != nil {
 			if len(n.spec.Apps) > 1 {
-				return fmt.Errorf("cannot run %q (command %d): %v", a.Prog, ai, err)
+				return fmt.Errorf("cannot run %q (command %d): %w", a.Prog, ai, err)
 			}
-			return fmt.Errorf("cannot run %q: %v", a.Prog, err)
+			return fmt.Errorf("cannot run %q: %w", a.Prog, err)
 		}
 		n.paths[ai] = path
+	}
+	if n.spec.Bind != "" {
+		cpus, err := sys.AllowedCPUs()
+		if err != nil {
+			return fmt.Errorf("bind ranks: %w", err)
+		}
+		n.binds = bindSets(sys.CPUPlaces(cpus), n.spec.Bind, n.spec.MapBy, len(n.ranks))
+	}
+	if n.spec.StdinRank == -2 && n.opt.Stdin != nil {
+		var err error
+		if n.stdins, err = stdinFiles(n.opt.Stdin, len(n.ranks)); err != nil {
+			return fmt.Errorf("stdin for every rank: %w", err)
+		}
 	}
 	return nil
 }
@@ -280,7 +313,7 @@ func (n *Node) Start() {
 		}
 		p, err := n.startRank(g, i)
 		if err != nil {
-			n.failStart(i, err.Error())
+			n.failStartCode(i, ExitCodeFor(err), err.Error())
 			return
 		}
 		n.procs[g] = p
@@ -290,6 +323,7 @@ func (n *Node) Start() {
 		}
 		n.rec.Mark(perf.PhaseRankForked, g)
 		n.waiters.Go(func() {
+			sys.WaitExited(p.pid) // in the poller: no thread per rank
 			werr := p.cmd.Wait()
 			ev := event{kind: evExit, rank: p.rank}
 			if ps := p.cmd.ProcessState; ps != nil {
@@ -308,8 +342,11 @@ func (n *Node) Start() {
 
 // failStart reports that local rank i could not start, and releases the
 // agent's waits for it and every rank after it.
-func (n *Node) failStart(i int, why string) {
-	n.opt.Emit(Event{Kind: EvStartErr, Rank: n.ranks[i], Msg: why})
+func (n *Node) failStart(i int, why string) { n.failStartCode(i, 1, why) }
+
+// failStartCode is failStart with the job's exit code (ExitCodeFor).
+func (n *Node) failStartCode(i, code int, why string) {
+	n.opt.Emit(Event{Kind: EvStartErr, Rank: n.ranks[i], Code: code, Msg: why})
 	for _, r := range n.ranks[i:] {
 		n.ag.RankGone(r, "never started")
 	}
@@ -493,6 +530,9 @@ func (n *Node) drain() {
 // started. Call it once Live is 0.
 func (n *Node) Close() {
 	n.drain()
+	for _, f := range n.stdins {
+		f.Close() // those of ranks never started (the others' are closed)
+	}
 	n.ag.Close()
 	n.out.Wait(2 * time.Second)
 	// Every rank is judged (Live is 0): the goroutines still running are

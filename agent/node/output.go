@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -14,11 +13,10 @@ import (
 // line at a time: a line is written with one Write under the stream's
 // lock, so lines of different ranks never interleave inside a line.
 type Output struct {
-	label bool
-	job   int  // labels read "[job,rank] " for a spawned job (Spec.Jobno > 0)
-	multi bool // more than one rank: terminate a final partial line
-	out   lockedWriter
-	err   lockedWriter
+	prefix Prefix
+	multi  bool // more than one rank: terminate a final partial line
+	out    lockedWriter
+	err    lockedWriter
 
 	wg    sync.WaitGroup
 	mu    sync.Mutex
@@ -36,14 +34,15 @@ func (l *lockedWriter) write(b []byte) {
 	l.mu.Unlock()
 }
 
-// NewOutput forwards to stdout and stderr, prefixing lines with "[rank] "
-// when label is set and terminating a final partial line when multi.
-func NewOutput(label, multi bool, stdout, stderr io.Writer) *Output {
+// NewOutput forwards to stdout and stderr, prefixing lines with prefix
+// (the zero Prefix: none) and terminating a final partial line when
+// multi.
+func NewOutput(prefix Prefix, multi bool, stdout, stderr io.Writer) *Output {
 	return &Output{
-		label: label,
-		multi: multi,
-		out:   lockedWriter{w: stdout},
-		err:   lockedWriter{w: stderr},
+		prefix: prefix,
+		multi:  multi,
+		out:    lockedWriter{w: stdout},
+		err:    lockedWriter{w: stderr},
 	}
 }
 
@@ -61,13 +60,7 @@ func (o *Output) Pipe(r int, stderr bool) (*os.File, error) {
 	if stderr {
 		dst = &o.err
 	}
-	var prefix []byte
-	switch {
-	case o.label && o.job > 0:
-		prefix = []byte("[" + strconv.Itoa(o.job) + "," + strconv.Itoa(r) + "] ")
-	case o.label:
-		prefix = []byte("[" + strconv.Itoa(r) + "] ")
-	}
+	prefix := o.prefix.forRank(r)
 	o.mu.Lock()
 	o.pipes = append(o.pipes, pr)
 	o.mu.Unlock()
@@ -82,19 +75,24 @@ func (o *Output) Pipe(r int, stderr bool) (*os.File, error) {
 	return pw, nil
 }
 
-func (o *Output) forward(r *os.File, dst *lockedWriter, prefix []byte) {
+func (o *Output) forward(r *os.File, dst *lockedWriter, rp rankPrefix) {
 	// A small reader: every rank has two of these, and they are zeroed
 	// at once when the rank starts (64 KiB each made 8 MiB per 64 ranks).
 	// Longer lines come in pieces (ErrBufferFull) up to maxLine.
 	br := bufio.NewReaderSize(r, 4<<10)
 	line := make([]byte, 0, 4096)
+	var prefix []byte
+	start := func() {
+		prefix = rp.line(prefix[:0])
+		line = append(line[:0], prefix...)
+	}
 	flush := func() {
 		if len(line) > len(prefix) {
 			dst.write(line)
 		}
-		line = append(line[:0], prefix...)
+		start()
 	}
-	line = append(line, prefix...)
+	start()
 	for {
 		chunk, err := br.ReadSlice('\n')
 		line = append(line, chunk...)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -124,12 +125,12 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 			agentEnd.Close()
 		}
 	}
-	stdout, err := n.out.Pipe(r, false)
+	stdout, err := n.outFile(r, spec.OutPattern, false)
 	if err != nil {
 		closeAgentEnd()
 		return nil, err
 	}
-	stderr, err := n.out.Pipe(r, true)
+	stderr, err := n.outFile(r, spec.ErrPattern, true)
 	if err != nil {
 		closeAgentEnd()
 		stdout.Close()
@@ -165,11 +166,27 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	if n.seg != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, n.seg) // FASTPMI_SHM_FD
 	}
-	if r == 0 && n.opt.Stdin != nil {
-		cmd.Stdin = n.opt.Stdin
-		cmd.WaitDelay = 200 * time.Millisecond // a non-file stdin must not hold Wait
+	switch {
+	case n.stdins != nil:
+		cmd.Stdin = n.stdins[li]
+	case r == spec.StdinRank && n.opt.Stdin != nil:
+		in, err := stdinFiles(n.opt.Stdin, 1)
+		if err != nil {
+			closeAgentEnd()
+			stdout.Close()
+			stderr.Close()
+			return nil, err
+		}
+		cmd.Stdin = in[0]
 	}
-	err = cmd.Start()
+	if f, ok := cmd.Stdin.(*os.File); ok && f != n.opt.Stdin {
+		defer f.Close() // the child has its copy
+	}
+	var cpus []int
+	if n.binds != nil {
+		cpus = n.binds[li]
+	}
+	err = sys.StartBound(cpus, cmd.Start)
 	stdout.Close()
 	stderr.Close()
 	if err != nil {
@@ -202,4 +219,23 @@ func (n *Node) serve(p *rankProc) {
 		n.opt.Logger.Error("serve rank", "rank", p.rank, "err", err)
 		_ = p.cmd.Process.Kill()
 	}
+}
+
+// outFile returns the write end of rank r's stdout (or stderr): a file
+// named by pattern (relative to the job's working directory), or a pipe
+// to the job's output when pattern is "".
+func (n *Node) outFile(r int, pattern string, stderr bool) (*os.File, error) {
+	if pattern == "" {
+		return n.out.Pipe(r, stderr)
+	}
+	host, _ := os.Hostname()
+	name := Expand(pattern, r, host, time.Time{})
+	if !filepath.IsAbs(name) && n.spec.Wdir != "" {
+		name = filepath.Join(n.spec.Wdir, name)
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("output file of rank %d: %w", r, err)
+	}
+	return f, nil
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
@@ -51,8 +53,29 @@ type Spec struct {
 	// variables (HostLocalEnv), as ranks started any other way inherit
 	// pmirun's. Nil = the agent's own environment.
 	LauncherEnv []string `json:"launcher_env,omitempty"`
-	Label       bool     `json:"label"`
-	NoShm       bool     `json:"noshm"`
+	Label       bool     `json:"label"` // Prefix "[%r] " when Prefix is ""
+	// EnvNone passes none of the launch environment to the ranks but the
+	// variables named in EnvKeep (-genvnone, -genvlist).
+	EnvNone bool     `json:"env_none,omitempty"`
+	EnvKeep []string `json:"env_keep,omitempty"`
+	// Prefix is the pattern put before each output line (Prefix type:
+	// %r, %h, %t); "" puts none.
+	Prefix string `json:"prefix,omitempty"`
+	// OutPattern and ErrPattern, when set, name a file per rank (%r,
+	// %h; relative to Wdir) that takes its stdout or stderr instead of
+	// the job's output.
+	OutPattern string `json:"out_pattern,omitempty"`
+	ErrPattern string `json:"err_pattern,omitempty"`
+	// Bind binds each rank to a core, hwthread or socket of the CPUs the
+	// agent may use ("" = no binding); MapBy orders the node's ranks over
+	// those units: "core"/"hwthread"/"" in order, "socket" round robin
+	// over sockets.
+	Bind  string `json:"bind,omitempty"`
+	MapBy string `json:"map_by,omitempty"`
+	// StdinRank reads the job's input (default rank 0); -1 none, -2 all
+	// (one node only).
+	StdinRank int  `json:"stdin_rank,omitempty"`
+	NoShm     bool `json:"noshm"`
 	// PMIPort makes ranks connect to their agent over loopback TCP
 	// (PMI_PORT and PMI_ID) instead of inheriting a PMI_FD socketpair.
 	PMIPort bool `json:"pmiport,omitempty"`
@@ -140,6 +163,9 @@ const MaxRanks = 1 << 20
 // workload when Spec.VirtualRounds is 0.
 const DefaultVirtualRounds = 10
 
+// bindUnits are Spec.Bind's and Spec.MapBy's values.
+var bindUnits = []string{"core", "hwthread", "socket"}
+
 // VirtualWorkloads are the workloads Spec.Virtual may name (internal/virtual
 // plays them; its tests check that it plays exactly these).
 var VirtualWorkloads = []string{"allgather", "fence", "iallgather", "ring"}
@@ -206,6 +232,18 @@ func (s *Spec) Validate() error {
 			return fmt.Errorf("pre-put key %q: want 1..%d bytes and a value of at most %d", p.Key, pmiwire.KeyLenMax, pmiwire.ValLenMax)
 		}
 	}
+	if err := CheckPattern(s.Prefix, "rht"); err != nil {
+		return fmt.Errorf("output prefix: %w", err)
+	}
+	if err := CheckPattern(s.OutPattern+s.ErrPattern, "rh"); err != nil {
+		return fmt.Errorf("output file pattern: %w", err)
+	}
+	if s.Bind != "" && !slices.Contains(bindUnits, s.Bind) || s.MapBy != "" && !slices.Contains(bindUnits, s.MapBy) {
+		return fmt.Errorf("binding %q, mapping %q: want core, hwthread or socket", s.Bind, s.MapBy)
+	}
+	if s.StdinRank < -2 || s.StdinRank >= s.Size || s.StdinRank == -2 && len(s.Nodes) > 1 {
+		return fmt.Errorf("stdin rank %d: want 0..%d, -1 (none) or -2 (all, one node)", s.StdinRank, s.Size-1)
+	}
 	if s.Virtual != "" && !slices.Contains(VirtualWorkloads, s.Virtual) {
 		return fmt.Errorf("virtual workload %q: want one of %s", s.Virtual, strings.Join(VirtualWorkloads, ", "))
 	}
@@ -231,6 +269,23 @@ func checkEnv(env []string) error {
 		}
 	}
 	return nil
+}
+
+// StdinNode is the node whose ranks read the job's input: the node of
+// StdinRank, 0 for all (one node), or -1 for none.
+func (s *Spec) StdinNode() int {
+	switch {
+	case s.StdinRank == -1:
+		return -1
+	case s.StdinRank < 0:
+		return 0
+	}
+	for i, rs := range s.Nodes {
+		if slices.Contains(rs, s.StdinRank) {
+			return i
+		}
+	}
+	return -1
 }
 
 // Encode returns the spec as the one line an agent reads from its standard
@@ -272,6 +327,19 @@ func HostLocalEnv(k string) bool {
 // variables kept; PWD follows Wdir.
 func (s *Spec) launchEnv() []string {
 	own := os.Environ()
+	if s.EnvNone {
+		from := own
+		if len(s.LauncherEnv) > 0 {
+			from = s.LauncherEnv
+		}
+		var env []string
+		for _, kv := range from {
+			if k, _, _ := strings.Cut(kv, "="); slices.Contains(s.EnvKeep, k) {
+				env = append(env, kv)
+			}
+		}
+		return setEnv(env, "PWD", s.Wdir)
+	}
 	if len(s.LauncherEnv) == 0 {
 		return setEnv(own, "PWD", s.Wdir)
 	}
@@ -329,7 +397,11 @@ func lookProg(prog, wdir string, env []string) (string, error) {
 		}
 		return p, executable(p)
 	}
-	for _, dir := range filepath.SplitList(getEnv(env, "PATH")) {
+	path := getEnv(env, "PATH")
+	if path == "" {
+		path = os.Getenv("PATH") // -genvnone: the agent's own
+	}
+	for _, dir := range filepath.SplitList(path) {
 		if dir == "" {
 			dir = "."
 		}
@@ -341,7 +413,37 @@ func lookProg(prog, wdir string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%q: executable file not found in $PATH", prog)
+	return "", fmt.Errorf("%q: %w in $PATH", prog, ErrNotFound)
+}
+
+// ErrNotFound and ErrCannotExecute say why a program cannot run: shells
+// exit 127 for the first and 126 for the second (ExitCodeFor).
+var (
+	ErrNotFound      = errors.New("executable file not found")
+	ErrCannotExecute = errors.New("cannot execute")
+)
+
+// cannotExecute is why a found file cannot run; it is ErrCannotExecute.
+type cannotExecute string
+
+func (e cannotExecute) Error() string        { return string(e) }
+func (e cannotExecute) Is(target error) bool { return target == ErrCannotExecute }
+
+var (
+	_ error = cannotExecute("")
+)
+
+// ExitCodeFor is the shell's exit code for a program that could not be
+// started because of err: 127 not found, 126 found but not executable
+// (permissions, a directory, an exec format error), else 1.
+func ExitCodeFor(err error) int {
+	switch {
+	case errors.Is(err, ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return 127
+	case errors.Is(err, ErrCannotExecute), errors.Is(err, fs.ErrPermission), sys.IsExecFormat(err):
+		return 126
+	}
+	return 1
 }
 
 // executable reports why p cannot be run, or nil.
@@ -351,9 +453,9 @@ func executable(p string) error {
 	case err != nil:
 		return err
 	case st.IsDir():
-		return fmt.Errorf("%s: is a directory", p)
+		return cannotExecute(p + ": is a directory")
 	case st.Mode()&0o111 == 0:
-		return fmt.Errorf("%s: permission denied", p)
+		return cannotExecute(p + ": permission denied")
 	}
 	return nil
 }

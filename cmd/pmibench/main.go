@@ -78,6 +78,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/internal/agentmain"
 	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/internal/version"
 	"github.com/fastpmi/fastpmi/internal/virtual"
 	"github.com/fastpmi/fastpmi/jobreport"
 )
@@ -94,6 +95,10 @@ const (
 )
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.String("pmibench"))
+		return
+	}
 	if len(os.Args) > 1 && (os.Args[1] == "--node" || os.Args[1] == "-node") {
 		// pmirun started this binary as the agent of a job of virtual
 		// ranks (pmid plays none: it does not link the client library).

@@ -2,25 +2,31 @@
 //
 //	pmirun -n N [options] program [args...]
 //
-// It runs the node agent in-process, forks N ranks with PMI_FD, PMI_RANK,
+// It runs the node agent in-process (or agents on other nodes: -hosts,
+// -hostfile, --bootstrap), forks N ranks with PMI_FD, PMI_RANK,
 // PMI_SIZE, PMI_JOBID, MPI_LOCALNRANKS and MPI_LOCALRANKID set, forwards
-// their output line by line, stdin to rank 0 and SIGINT/SIGTERM/SIGHUP to
-// every rank, and exits with the first failing rank's code (128+signal for
-// a rank killed by a signal, 124 on --timeout), else 0. See the README for
-// every option. FASTPMI_CPUPROFILE=FILE writes a CPU profile of pmirun
-// itself (go tool pprof) to show where the launcher spends its time.
+// their output line by line, stdin to rank 0 (--stdin) and SIGINT,
+// SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to every rank (a second
+// Ctrl-C within 5 s kills them), and exits with the first failing rank's
+// code (128+signal for a rank killed by a signal, 124 on --timeout, 126
+// or 127 when the program cannot be executed or found), else 0.
+// "pmirun --help" lists every option (internal/cli holds them).
+// FASTPMI_CPUPROFILE=FILE writes a CPU profile of pmirun itself (go tool
+// pprof) to show where the launcher spends its time.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 
 	"github.com/fastpmi/fastpmi/internal/cli"
 	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/internal/version"
 	"github.com/fastpmi/fastpmi/launch"
 	"github.com/fastpmi/fastpmi/perf"
 )
@@ -28,12 +34,16 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
-	cfg, err := cli.Parse("pmirun", os.Args[1:], os.Stderr)
-	if errors.Is(err, cli.ErrHelp) {
+	cfg, err := cli.Parse(os.Args[1:])
+	switch {
+	case errors.Is(err, cli.ErrHelp):
+		cli.Usage(os.Stdout)
 		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "pmirun: %v\n", err)
+	case errors.Is(err, cli.ErrVersion):
+		fmt.Println(version.String("pmirun"))
+		return 0
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "pmirun: %v (see pmirun --help)\n", err)
 		return 2
 	}
 	if path := os.Getenv("FASTPMI_CPUPROFILE"); path != "" {
@@ -50,8 +60,15 @@ func run() int {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Stdin = os.Stdin
+	if sys.IsTerminal(os.Stdin) {
+		// Ranks run in process groups of their own, in the terminal's
+		// background: one reading the terminal itself would be stopped
+		// by SIGTTIN. pmirun, in the foreground, reads it and relays
+		// the bytes through a pipe (as Hydra does).
+		cfg.Stdin = struct{ io.Reader }{os.Stdin}
+	}
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, sys.SIGINT, sys.SIGTERM, sys.SIGHUP)
+	signal.Notify(sigs, sys.ForwardedSignals...)
 	cfg.Signals = sigs
 	err = launch.Run(context.Background(), cfg)
 	return launch.ExitCode(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/fastpmi/fastpmi/agent/daemon"
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/internal/version"
 	"github.com/fastpmi/fastpmi/perf"
 )
 
@@ -59,6 +60,9 @@ it exits 0.
   --status ADDR       print a running daemon's status (jobs, served,
                       goroutines, threads, descriptors, memfds) as JSON
 
+  --version           print the version and VCS revision
+  --help              print this help
+
 Environment: FASTPMI_DEBUG=1 logs at debug level; FASTPMI_CPUPROFILE=FILE
 writes a CPU profile to FILE.nodeI.
 `
@@ -75,10 +79,14 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 	statusAddr := fs.String("status", "", "")
 	secretFile := fs.String("secret-file", "", "")
 	maxJobs := fs.Int("max-jobs", 0, "")
+	showVersion := fs.Bool("version", false, "")
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprintf(stdout, Usage, name)
+		return 0
+	case err == nil && *showVersion:
+		fmt.Fprintln(stdout, version.String(name))
 		return 0
 	case err != nil:
 		fmt.Fprintf(stderr, "%s: %v (see --help)\n", name, err)
@@ -141,7 +149,7 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGTERM, sys.SIGINT, sys.SIGHUP)
 	defer stop()
 	o := node.AgentOptions{Index: idx, Listen: *listen, Stdout: stdout, Stderr: stderr, Logger: log, Starter: starter}
-	if idx == 0 {
+	if idx == spec.StdinNode() {
 		o.Stdin = br
 	}
 	if err := node.RunAgent(ctx, spec, o); err != nil {

@@ -1,128 +1,282 @@
-// Package cli parses the command lines of pmirun and pmid into a
-// launch.Config. Flags feel like mpiexec's and srun's: -n/-np, -l/--label,
-// --env K=V (repeatable), --verbose, --timeout, --trace, --report,
-// --usize. Parsing stops at the program name, so the program's own flags
-// pass through untouched.
+// Package cli parses pmirun's command line into a launch.Config and
+// writes its help, man page and bash completion, all from one table of
+// options (Flags), so they cannot drift apart.
+//
+// The spellings are those of Hydra's mpiexec (single dash: -n, -np,
+// -hosts, -genv K V, -wdir, -bind-to) and of srun where common (--ntasks,
+// --chdir, --label, --input); every option takes one or two leading
+// dashes, and a value either as the next argument or after "=". An option
+// given twice under any of its names is an error, except those that add
+// (--env, -genv). Parsing stops at the program name (or "--"), so the
+// program's own flags pass through untouched.
+//
+// The parser checks only what a value's spelling says (a number, a
+// duration, one of a set of words); the job's consistency is checked by
+// launch.Config's validation, the one place every caller goes through.
 package cli
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
-	"time"
 
-	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/launch"
 )
 
-type envList []string
+// ErrHelp is returned when the user asked for --help, ErrVersion for
+// --version: the caller prints them on stdout and exits 0.
+var (
+	ErrHelp    = errors.New("help requested")
+	ErrVersion = errors.New("version requested")
+)
 
-func (e *envList) String() string { return strings.Join(*e, ",") }
-func (e *envList) Set(v string) error {
-	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
-		return fmt.Errorf("want KEY=VALUE, got %q", v)
+// ErrMPMD is returned for an MPMD command line (segments separated by
+// ":"), which pmirun does not run yet.
+var ErrMPMD = errors.New(`MPMD command lines (segments separated by ":") are not supported yet`)
+
+// parser holds one parse's state.
+type parser struct {
+	cfg     launch.Config
+	seen    map[*Flag]string // flag → the spelling first used
+	envFrom string           // -genvall, -genvnone or -genvlist, once
+}
+
+// lookup maps every spelling without its dashes to its flag.
+var lookup = func() map[string]*Flag {
+	m := make(map[string]*Flag)
+	for _, f := range flagTable {
+		for _, n := range f.Names {
+			k := strings.TrimLeft(n, "-")
+			if m[k] != nil {
+				panic("cli: option " + n + " defined twice")
+			}
+			m[k] = f
+		}
 	}
-	*e = append(*e, v)
+	return m
+}()
+
+// Parse parses pmirun's arguments (without the program name). It returns
+// ErrHelp or ErrVersion when asked for them; any other error is one line
+// that names the option.
+func Parse(args []string) (launch.Config, error) {
+	p := &parser{seen: make(map[*Flag]string)}
+	p.cfg.UniverseSize = -1
+	p.cfg.Size = 1
+	i := 0
+	for i < len(args) {
+		a := args[i]
+		if a == "--" {
+			i++
+			break
+		}
+		if a == ":" {
+			return p.cfg, ErrMPMD
+		}
+		if len(a) < 2 || a[0] != '-' {
+			break // the program
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		name, inline, hasInline := strings.Cut(name, "=")
+		f := lookup[name]
+		if f == nil {
+			return p.cfg, fmt.Errorf("unknown option %s", a)
+		}
+		spelled := a
+		if hasInline {
+			spelled = a[:len(a)-len(inline)-1]
+		}
+		if first, dup := p.seen[f]; dup && !f.Repeat {
+			if first == spelled {
+				return p.cfg, fmt.Errorf("option %s given twice", spelled)
+			}
+			return p.cfg, fmt.Errorf("option %s given twice (as %s and %s)", f.Names[0], first, spelled)
+		}
+		p.seen[f] = spelled
+		i++
+		var vals []string
+		switch {
+		case f.Nargs == 0 && hasInline:
+			return p.cfg, fmt.Errorf("option %s takes no value", spelled)
+		case f.Nargs == 0:
+		case hasInline:
+			vals = append(vals, inline)
+		}
+		need := f.Nargs - len(vals)
+		if f.Nargs == 2 && len(vals) == 0 && i < len(args) && strings.Contains(args[i], "=") {
+			// -genv KEY=VALUE: one word, as --env takes it.
+			k, v, _ := strings.Cut(args[i], "=")
+			vals, need = []string{k, v}, 0
+			i++
+		}
+		if f.Nargs == 2 && len(vals) == 1 {
+			k, v, ok := strings.Cut(vals[0], "=")
+			if !ok {
+				return p.cfg, fmt.Errorf("option %s wants %s", spelled, f.Arg)
+			}
+			vals, need = []string{k, v}, 0
+		}
+		if i+need > len(args) {
+			return p.cfg, fmt.Errorf("option %s needs a value (%s)", spelled, f.Arg)
+		}
+		vals = append(vals, args[i:i+need]...)
+		i += need
+		if err := f.set(p, vals); err != nil {
+			if errors.Is(err, ErrHelp) || errors.Is(err, ErrVersion) {
+				return p.cfg, err
+			}
+			return p.cfg, fmt.Errorf("invalid %s %s: %w", spelled, strings.Join(vals, " "), err)
+		}
+	}
+	rest := args[i:]
+	if len(rest) == 0 {
+		return p.cfg, errors.New("no program given")
+	}
+	for _, a := range rest[1:] {
+		if a == ":" {
+			return p.cfg, ErrMPMD
+		}
+	}
+	p.cfg.Prog, p.cfg.Args = rest[0], rest[1:]
+	return p.cfg, nil
+}
+
+// addHosts appends hosts, each HOST or HOST:SLOTS.
+func (p *parser) addHosts(hs []string) error {
+	for _, h := range hs {
+		name, slots, hasSlots := strings.Cut(h, ":")
+		if name == "" {
+			return fmt.Errorf("empty host name in %q", strings.Join(hs, ","))
+		}
+		n := 0
+		if hasSlots {
+			var err error
+			if n, err = strconv.Atoi(slots); err != nil || n < 1 {
+				return fmt.Errorf("host %q: want HOST or HOST:SLOTS with SLOTS at least 1", h)
+			}
+		}
+		p.cfg.Hosts = append(p.cfg.Hosts, name)
+		p.cfg.Slots = append(p.cfg.Slots, n)
+	}
 	return nil
 }
 
-// ErrHelp is returned when the user asked for usage.
-var ErrHelp = flag.ErrHelp
-
-// Parse parses args (without the program name) for command name.
-func Parse(name string, args []string, stderr io.Writer) (launch.Config, error) {
-	var cfg launch.Config
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var env envList
-	fs.IntVar(&cfg.Size, "n", 1, "number of ranks")
-	fs.IntVar(&cfg.Size, "np", 1, "number of ranks (same as -n)")
-	fs.BoolVar(&cfg.Label, "l", false, "prefix each output line with [rank]")
-	fs.BoolVar(&cfg.Label, "label", false, "prefix each output line with [rank] (same as -l)")
-	fs.Var(&env, "env", "set `KEY=VALUE` in every rank's environment (repeatable)")
-	fs.BoolVar(&cfg.Verbose, "verbose", false, "log launcher decisions and print a start-up summary")
-	fs.DurationVar(&cfg.Timeout, "timeout", 0, "end the job after `DURATION` (e.g. 30s); exit code 124")
-	fs.StringVar(&cfg.TracePath, "trace", "", "write a Chrome trace (Perfetto) of start-up to `FILE`")
-	fs.StringVar(&cfg.ReportPath, "report", "", "write the job's report (JSON: phases, per-node counters, benchmark figures) to `FILE` when it ends")
-	fs.BoolVar(&cfg.NoShm, "no-shm", false, "no shared-memory segment: ranks use only the PMI text protocol")
-	fs.BoolVar(&cfg.PMIPort, "pmi-port", false, "ranks connect over loopback TCP (PMI_PORT, PMI_ID) instead of PMI_FD")
-	var hosts, hostfile string
-	fs.StringVar(&cfg.Bootstrap, "bootstrap", "fork", "how agents start: fork (this machine), loopback, netns, ssh, slurm")
-	fs.StringVar(&hosts, "hosts", "", "comma-separated hosts (ssh) or network namespaces (netns)")
-	fs.StringVar(&hostfile, "hostfile", "", "file with one host per line (ssh)")
-	fs.IntVar(&cfg.Nodes, "nodes", 0, "number of agents for --bootstrap loopback")
-	fs.IntVar(&cfg.PPN, "ppn", 0, "ranks per node (default: spread evenly)")
-	fs.BoolVar(&cfg.Cyclic, "cyclic", false, "cyclic placement: rank r on node r mod nodes (default block)")
-	fs.IntVar(&cfg.TreeWidth, "tree-width", 0, "width of the agent tree (default 8)")
-	fs.StringVar(&cfg.Codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
-	fs.StringVar(&cfg.NetBackend, "netio", "", "agent links: auto, uring, net (default: FASTPMI_NETIO or auto)")
-	fs.DurationVar(&cfg.NetTimeout, "net-timeout", 5*time.Second, "an agent link silent this long is dead")
-	fs.StringVar(&cfg.SSH, "ssh", "", "`COMMAND` (with options) that starts agents for --bootstrap ssh (default: FASTPMI_SSH or ssh)")
-	fs.StringVar(&cfg.PmidPath, "pmid", "", "path of pmid on the nodes (default: next to pmirun, else on PATH)")
-	fs.StringVar(&cfg.RootAddr, "root-addr", "", "address agents reach pmirun at (default: first non-loopback address)")
-	var daemons string
-	fs.StringVar(&daemons, "daemons", "", "run on running daemons (pmid --daemon), one node each: `ADDR[,ADDR...]` or @FILE (one HOST:PORT a line); excludes --bootstrap")
-	fs.StringVar(&cfg.SecretFile, "secret-file", "", "the daemons' secret `FILE` (mode 0600), for --daemons")
-	fs.IntVar(&cfg.UniverseSize, "usize", -1, "universe size answered to get_universe_size (-1 = unlimited)")
-	fs.StringVar(&cfg.SpawnPlacement, "spawn-placement", "roundrobin", "where spawned processes go: roundrobin over the nodes, or leastload (nodes running the fewest processes first)")
-	fs.StringVar(&cfg.Virtual, "virtual", "", "run the ranks as goroutines inside the agents, playing `WORKLOAD` ("+strings.Join(node.VirtualWorkloads, ", ")+"); the program is not run")
-	fs.IntVar(&cfg.VirtualRounds, "virtual-rounds", 0, fmt.Sprintf("timed rounds of the --virtual workload (default %d)", node.DefaultVirtualRounds))
-	fs.DurationVar(&cfg.VirtualLate, "virtual-late", 0, "make rank 0 of the --virtual workload arrive this long after the others in every round (0 = rounds back to back)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s -n N [options] program [args...]\n\noptions:\n", name)
-		fs.PrintDefaults()
+// addEnv adds one KEY=VALUE for every rank.
+func (p *parser) addEnv(kv string) error {
+	if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", kv)
 	}
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
-	}
-	cfg.Env = env
-	if hosts != "" {
-		cfg.Hosts = strings.Split(hosts, ",")
-	}
-	if hostfile != "" {
-		h, err := launch.ReadHostfile(hostfile)
-		if err != nil {
-			return cfg, err
-		}
-		cfg.Hosts = append(cfg.Hosts, h...)
-	}
-	if daemons != "" {
-		if path, ok := strings.CutPrefix(daemons, "@"); ok {
-			d, err := launch.ReadDaemonFile(path)
-			if err != nil {
-				return cfg, err
-			}
-			cfg.Daemons = d
-		} else {
-			cfg.Daemons = strings.Split(daemons, ",")
-		}
-		if explicitBootstrap(fs) {
-			return cfg, fmt.Errorf("--daemons runs the job on running daemons: it excludes --bootstrap %s", cfg.Bootstrap)
-		}
-	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		fs.Usage()
-		return cfg, errors.New("no program given")
-	}
-	cfg.Prog, cfg.Args = rest[0], rest[1:]
-	// launch.Config's validation is the one check of every value, but
-	// for what its zero values cannot tell apart.
-	if cfg.UniverseSize == 0 {
-		return cfg, errors.New("invalid --usize 0: want a positive number or -1 (unlimited)")
-	}
-	return cfg, nil
+	p.cfg.Env = append(p.cfg.Env, kv)
+	return nil
 }
 
-// explicitBootstrap reports whether --bootstrap was given other than fork.
-func explicitBootstrap(fs *flag.FlagSet) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "bootstrap" && f.Value.String() != "fork" {
-			given = true
+// envMode records which of -genvall, -genvnone, -genvlist was given:
+// -genvall excludes the other two.
+func (p *parser) envMode(mode string) error {
+	if p.envFrom != "" && p.envFrom != mode && (p.envFrom == "-genvall" || mode == "-genvall") {
+		return fmt.Errorf("excludes %s", p.envFrom)
+	}
+	if p.envFrom == "" || mode == "-genvall" {
+		p.envFrom = mode
+	}
+	if mode == "-genvnone" || mode == "-genvlist" {
+		p.cfg.EnvNone = true
+	}
+	return nil
+}
+
+// Usage writes pmirun's --help: synopsis, options by group, examples and
+// the exit codes.
+func Usage(w io.Writer) {
+	fmt.Fprint(w, "usage: pmirun [options] program [args...]\n\n")
+	fmt.Fprint(w, "Run program as an MPI job of -n ranks and serve their PMI. Options take one or\ntwo dashes and a value as the next argument or after \"=\"; they end at the\nprogram name (or \"--\").\n")
+	for _, g := range Groups {
+		fmt.Fprintf(w, "\n%s:\n", groupTitle(g))
+		for _, f := range flagTable {
+			if f.Group != g {
+				continue
+			}
+			head := "  " + spellings(f)
+			lines := wrap(f.Help, 80-helpIndent)
+			if len(head) >= helpIndent {
+				fmt.Fprintf(w, "%s\n%*s%s\n", head, helpIndent, "", lines[0])
+			} else {
+				fmt.Fprintf(w, "%-*s%s\n", helpIndent, head, lines[0])
+			}
+			for _, l := range lines[1:] {
+				fmt.Fprintf(w, "%*s%s\n", helpIndent, "", l)
+			}
 		}
-	})
-	return given
+	}
+	fmt.Fprint(w, "\nexamples:\n")
+	for _, e := range Examples {
+		fmt.Fprintf(w, "  %s\n%*s%s\n", e.Cmd, helpIndent, "", e.What)
+	}
+	fmt.Fprint(w, "\nexit codes:\n")
+	for _, e := range ExitCodes {
+		fmt.Fprintf(w, "  %-9s %s\n", e.Code, e.What)
+	}
+}
+
+// helpIndent is the column where --help's descriptions start.
+const helpIndent = 28
+
+// wrap breaks s into lines of at most width bytes at spaces (a longer
+// word gets a line of its own).
+func wrap(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		if line != "" && len(line)+1+len(w) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	return append(lines, line)
+}
+
+// spellings is a flag's names with its value, as help shows them.
+func spellings(f *Flag) string {
+	s := strings.Join(f.Names, ", ")
+	if f.Arg != "" {
+		s += " " + f.Arg
+	}
+	return s
+}
+
+func groupTitle(g string) string { return strings.ToUpper(g[:1]) + g[1:] }
+
+// Example is one line of the examples in --help and the man page.
+type Example struct{ Cmd, What string }
+
+// Examples are shown by --help and the man page.
+var Examples = []Example{
+	{"pmirun -n 4 ./app", "4 ranks on this machine"},
+	{"pmirun -n 8 -l --timeout 60 ./app arg", "labelled output, end after 60 s"},
+	{"pmirun -n 4 -bind-to core ./app", "one core per rank"},
+	{"pmirun -n 16 -hosts n1,n2 ./app", "two nodes over ssh, 8 ranks each"},
+	{"pmirun -n 16 -f hosts.txt -ppn 4 ./app", "nodes from a file, 4 ranks per node"},
+	{"pmirun -n 2 -genv OMP_NUM_THREADS 4 ./app", "set a variable in every rank"},
+	{"pmirun -n 4 -outfile-pattern out.%r ./app", "each rank's stdout to out.0..out.3"},
+}
+
+// ExitCode is one row of the exit-code table.
+type ExitCode struct{ Code, What string }
+
+// ExitCodes are pmirun's exit codes (--help, the man page).
+var ExitCodes = []ExitCode{
+	{"0", "every rank succeeded"},
+	{"N", "the first failing rank's exit code, or the MPI_Abort code"},
+	{"128+S", "the first failing rank was killed by signal S"},
+	{"1", "the job failed otherwise (a node lost, a PMI protocol error)"},
+	{"2", "bad command line or job description"},
+	{"124", "--timeout ended the job"},
+	{"126", "the program was found but cannot be executed"},
+	{"127", "the program was not found"},
 }

@@ -3,6 +3,7 @@
 package sys
 
 import (
+	"errors"
 	"os"
 	"syscall"
 
@@ -16,7 +17,13 @@ var (
 	SIGHUP  os.Signal = unix.SIGHUP
 	SIGKILL os.Signal = unix.SIGKILL
 	SIGQUIT os.Signal = unix.SIGQUIT
+	SIGUSR1 os.Signal = unix.SIGUSR1
+	SIGUSR2 os.Signal = unix.SIGUSR2
 )
+
+// ForwardedSignals are the signals pmirun catches and passes on to every
+// rank (SIGQUIT included: caught, it prints no Go stack dump).
+var ForwardedSignals = []os.Signal{SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}
 
 // RankProcAttr returns the process attributes for a rank the launcher
 // forks: its own process group (so the launcher can signal the rank and
@@ -82,3 +89,7 @@ func SignalNumber(s os.Signal) int {
 
 // Signal returns the signal with number n.
 func Signal(n int) os.Signal { return syscall.Signal(n) }
+
+// IsExecFormat reports whether err is exec's "exec format error"
+// (ENOEXEC): the file is there but is no program this kernel runs.
+func IsExecFormat(err error) bool { return errors.Is(err, syscall.ENOEXEC) }

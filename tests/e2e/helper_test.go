@@ -104,6 +104,7 @@ func build(dir string) error {
 		{"multiprog", "./tests/e2e/multiprog"},
 		{"spawnprog", "./tests/e2e/spawnprog"},
 		{"tracerank", "./tests/e2e/tracerank"},
+		{"jobinfo", "./tests/e2e/jobinfo"},
 		{"pmibench", "./cmd/pmibench"},
 	} {
 		cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, b.out), b.pkg)

@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/launch"
+)
+
+// Every spelling of an option sets the same field, with one or two dashes
+// and with the value after "=".
+func TestParseSpellings(t *testing.T) {
+	for _, args := range [][]string{
+		{"-n", "4", "prog"}, {"--n", "4", "prog"}, {"-np", "4", "prog"}, {"--np=4", "prog"},
+		{"--ntasks", "4", "prog"}, {"-ntasks=4", "prog"},
+	} {
+		cfg, err := Parse(args)
+		if err != nil || cfg.Size != 4 || cfg.Prog != "prog" {
+			t.Errorf("Parse(%q) = size %d prog %q, %v; want 4, prog", args, cfg.Size, cfg.Prog, err)
+		}
+	}
+}
+
+func TestParseJob(t *testing.T) {
+	_, err := Parse([]string{"-n", "3", "-l", "-genv", "A", "1", "-genv", "B=2", "--env", "C=3",
+		"-wdir", "/tmp", "--timeout", "1.5", "-i", "all", "-hosts", "a:2,b", "-f", "/dev/null.missing", "x"})
+	if err == nil || !strings.Contains(err.Error(), "hostfile") {
+		t.Fatalf("missing hostfile: got %v, want an error naming the hostfile", err)
+	}
+	cfg, err := Parse([]string{"-n", "3", "-l", "-genv", "A", "1", "-genv", "B=2", "--env", "C=3",
+		"-wdir", "/tmp", "--timeout", "1.5", "-i", "all", "-hosts", "a:2,b", "-bind-to", "core", "prog", "-n", "9", "--env"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := launch.Config{
+		Size: 3, Label: true, Env: []string{"A=1", "B=2", "C=3"}, Wdir: "/tmp", Timeout: 1500 * time.Millisecond,
+		StdinRank: launch.StdinAll, Hosts: []string{"a", "b"}, Slots: []int{2, 0}, Bind: "core",
+		UniverseSize: -1, Prog: "prog", Args: []string{"-n", "9", "--env"},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("got  %+v\nwant %+v", cfg, want)
+	}
+}
+
+// Bare numbers are seconds; Go durations work too.
+func TestParseDurations(t *testing.T) {
+	for in, want := range map[string]time.Duration{"1": time.Second, "0.25": 250 * time.Millisecond, "2m": 2 * time.Minute, "0": 0} {
+		cfg, err := Parse([]string{"--timeout", in, "p"})
+		if err != nil || cfg.Timeout != want {
+			t.Errorf("--timeout %s = %v, %v; want %v", in, cfg.Timeout, err, want)
+		}
+	}
+}
+
+// Bad command lines give one line naming the option, never a usage dump.
+func TestParseErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", "2", "--np", "3", "p"}, "option -n given twice (as -n and --np)"},
+		{[]string{"-l", "-l", "p"}, "option -l given twice"},
+		{[]string{"-n", "0", "p"}, "invalid -n 0"},
+		{[]string{"--tree-width", "0", "p"}, "invalid --tree-width 0"},
+		{[]string{"--net-timeout", "1ns", "p"}, "want at least 1s"},
+		{[]string{"--timeout", "soon", "p"}, "invalid --timeout soon"},
+		{[]string{"--timeout", "-1", "p"}, "invalid --timeout -1"},
+		{[]string{"--bogus", "p"}, "unknown option --bogus"},
+		{[]string{"-n"}, "option -n needs a value"},
+		{[]string{"-genv", "A"}, "option -genv needs a value"},
+		{[]string{"-l=1", "p"}, "option -l takes no value"},
+		{[]string{"--env", "NOVALUE", "p"}, "want KEY=VALUE"},
+		{[]string{"-hosts", "a:0", "p"}, "SLOTS at least 1"},
+		{[]string{"-hosts", "a,,b", "p"}, "empty host name"},
+		{[]string{"-i", "some", "p"}, "want a rank number, all or none"},
+		{[]string{"-genvall", "-genvnone", "p"}, "excludes -genvall"},
+		{[]string{"-n", "2"}, "no program given"},
+		{[]string{"--usize", "0", "p"}, "invalid --usize 0"},
+	} {
+		_, err := Parse(c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Parse(%q) = %v, want one line containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+// MPMD segments are refused until pmirun runs them, wherever the ":" is.
+func TestParseMPMDRefused(t *testing.T) {
+	for _, args := range [][]string{{"-n", "1", "./a", "A", ":", "-n", "2", "./b"}, {":", "./b"}} {
+		if _, err := Parse(args); !errors.Is(err, ErrMPMD) {
+			t.Errorf("Parse(%q) = %v, want ErrMPMD", args, err)
+		}
+	}
+}
+
+func TestParseHelpVersion(t *testing.T) {
+	for _, a := range []string{"-h", "--help", "-help"} {
+		if _, err := Parse([]string{a}); !errors.Is(err, ErrHelp) {
+			t.Errorf("%s: %v, want ErrHelp", a, err)
+		}
+	}
+	if _, err := Parse([]string{"--version"}); !errors.Is(err, ErrVersion) {
+		t.Errorf("--version: %v", err)
+	}
+}
+
+// --help shows every option once, in its group, the groups in order, with
+// examples and every exit code.
+func TestUsage(t *testing.T) {
+	var b bytes.Buffer
+	Usage(&b)
+	out := b.String()
+	last := -1
+	for _, g := range Groups {
+		i := strings.Index(out, "\n"+groupTitle(g)+":\n")
+		if i < 0 || i < last {
+			t.Errorf("group %q missing or out of order", g)
+		}
+		last = i
+	}
+	for _, f := range Flags() {
+		if strings.Count(out, spellings(f)) != 1 {
+			t.Errorf("option %q not shown exactly once", spellings(f))
+		}
+		if f.Help == "" || f.Group == "" || !slicesContains(Groups, f.Group) {
+			t.Errorf("option %v: no help or unknown group %q", f.Names, f.Group)
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) > 80 && !strings.HasPrefix(l, "  "+"-") {
+			t.Errorf("help line of %d columns: %q", len(l), l)
+		}
+	}
+	for _, s := range []string{"examples:", "exit codes:", "126", "127", "124"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("help lacks %q", s)
+		}
+	}
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// A hostfile holds a host a line, HOST:SLOTS, comments and blank lines.
+func TestParseHostfile(t *testing.T) {
+	path := t.TempDir() + "/hosts"
+	os.WriteFile(path, []byte("# the cluster\nn1:4\n\n  n2   # no slots\nn3:2 extra\n"), 0o644)
+	for _, flag := range []string{"-f", "-hostfile", "-machinefile", "--hostfile"} {
+		cfg, err := Parse([]string{flag, path, "p"})
+		if err != nil || !reflect.DeepEqual(cfg.Hosts, []string{"n1", "n2", "n3"}) || !reflect.DeepEqual(cfg.Slots, []int{4, 0, 2}) {
+			t.Errorf("%s: hosts %v slots %v, %v", flag, cfg.Hosts, cfg.Slots, err)
+		}
+	}
+	os.WriteFile(path, []byte("n1:zero\n"), 0o644)
+	if _, err := Parse([]string{"-f", path, "p"}); err == nil || !strings.Contains(err.Error(), `host "n1:zero"`) {
+		t.Errorf("bad slots in a hostfile: %v", err)
+	}
+}

@@ -1,0 +1,169 @@
+//go:build linux
+
+package sys
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProcessLimit returns the soft RLIMIT_NPROC, the processes (and threads)
+// this user may have; 0 means unlimited.
+func ProcessLimit() (uint64, error) {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &r); err != nil {
+		return 0, errnoErr("getrlimit", err)
+	}
+	if r.Cur == unix.RLIM_INFINITY {
+		return 0, nil
+	}
+	return r.Cur, nil
+}
+
+// MemAvailable returns the kernel's estimate of the memory available for
+// new allocations without swapping (MemAvailable in /proc/meminfo), in
+// bytes.
+func MemAvailable() (uint64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read MemAvailable: %w", err)
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("read MemAvailable: %w", ErrNotSupported)
+}
+
+// AllowedCPUs returns the CPUs this process may run on (its affinity
+// mask), in increasing order.
+func AllowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, errnoErr("sched_getaffinity", err)
+	}
+	var cpus []int
+	for c := 0; c < len(set)*64; c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
+
+// CPUPlace is where a CPU (hardware thread) sits: its core and socket
+// (package) numbers, from sysfs; -1 when the kernel does not say.
+type CPUPlace struct{ CPU, Core, Socket int }
+
+// CPUPlaces returns the place of each CPU in cpus.
+func CPUPlaces(cpus []int) []CPUPlace {
+	out := make([]CPUPlace, len(cpus))
+	for i, c := range cpus {
+		dir := "/sys/devices/system/cpu/cpu" + strconv.Itoa(c) + "/topology/"
+		out[i] = CPUPlace{CPU: c, Core: readInt(dir + "core_id"), Socket: readInt(dir + "physical_package_id")}
+	}
+	return out
+}
+
+func readInt(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// StartBound runs start — which forks a process — on a thread bound to
+// cpus, so that the child inherits that affinity from its first
+// instruction (a mask set after the fork would race with the child), and
+// restores the thread's own mask afterwards.
+func StartBound(cpus []int, start func() error) error {
+	if len(cpus) == 0 {
+		return start()
+	}
+	var want unix.CPUSet
+	for _, c := range cpus {
+		want.Set(c)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return errnoErr("sched_getaffinity", err)
+	}
+	if err := unix.SchedSetaffinity(0, &want); err != nil {
+		return fmt.Errorf("bind to cpus %v: %w", cpus, errnoErr("sched_setaffinity", err))
+	}
+	err := start()
+	if rerr := unix.SchedSetaffinity(0, &old); rerr != nil {
+		// The thread keeps the rank's mask: let it die with the
+		// goroutine rather than serve others (never unlocked).
+		runtime.LockOSThread()
+	}
+	return err
+}
+
+// IsTerminal reports whether f is a terminal.
+func IsTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// FileLimit returns the soft RLIMIT_NOFILE, the descriptors this process
+// may hold (Go raises it to the hard limit at start-up); 0 = unlimited.
+func FileLimit() (uint64, error) {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil {
+		return 0, errnoErr("getrlimit", err)
+	}
+	if r.Cur == unix.RLIM_INFINITY {
+		return 0, nil
+	}
+	return r.Cur, nil
+}
+
+// WaitExited returns when the child pid has exited, without reaping it
+// (the caller's exec.Cmd.Wait does, then at once). It waits in Go's
+// network poller on a pidfd, not in a blocked system call, so that a
+// launcher waiting for tens of thousands of ranks holds no thread per
+// rank (Go aborts past 10,000 threads, and each counts against
+// RLIMIT_NPROC). Where pidfds are missing it returns at once and the
+// caller's Wait blocks as before.
+func WaitExited(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd") // non-blocking: in the poller
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		// Done once it exited (waitid filled info: si_signo SIGCHLD)
+		// or waitid fails (never block on a pidfd that cannot tell).
+		return err != nil || info.Signo != 0
+	})
+}

@@ -1,0 +1,37 @@
+//go:build !linux
+
+package sys
+
+import "os"
+
+// ProcessLimit reports no limit off Linux.
+func ProcessLimit() (uint64, error) { return 0, ErrNotSupported }
+
+// MemAvailable is not known off Linux.
+func MemAvailable() (uint64, error) { return 0, ErrNotSupported }
+
+// AllowedCPUs is not known off Linux.
+func AllowedCPUs() ([]int, error) { return nil, ErrNotSupported }
+
+// CPUPlace is where a CPU sits (Linux only).
+type CPUPlace struct{ CPU, Core, Socket int }
+
+// CPUPlaces knows no topology off Linux.
+func CPUPlaces(cpus []int) []CPUPlace { return nil }
+
+// StartBound cannot bind off Linux.
+func StartBound(cpus []int, start func() error) error {
+	if len(cpus) > 0 {
+		return ErrNotSupported
+	}
+	return start()
+}
+
+// IsTerminal is false off Linux.
+func IsTerminal(f *os.File) bool { return false }
+
+// FileLimit is not known off Linux.
+func FileLimit() (uint64, error) { return 0, ErrNotSupported }
+
+// WaitExited returns at once off Linux: the caller's Wait blocks.
+func WaitExited(pid int) {}

@@ -1,0 +1,201 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/sys"
+)
+
+// Values the options may take (the command line's completion offers the
+// same lists).
+var (
+	BindUnits   = []string{"core", "hwthread", "socket", "none"}
+	MapUnits    = []string{"core", "hwthread", "socket"}
+	Codecs      = []string{"auto", "s2", "zstd", "none"}
+	NetBackends = []string{"auto", "uring", "net"}
+)
+
+// MinNetTimeout is the shortest --net-timeout: agents send heartbeats
+// every node.Heartbeat, so a shorter one would declare live links dead.
+const MinNetTimeout = 4 * node.Heartbeat
+
+// StdinNone and StdinAll are Config.StdinRank's two non-rank values.
+const (
+	StdinNone = -1
+	StdinAll  = -2
+)
+
+// validatePlacement makes the bootstrap follow from the hosts (ssh, as
+// Hydra does, when hosts are given and no bootstrap) and refuses every
+// placement option the job would otherwise ignore.
+func (c *Config) validatePlacement() error {
+	if len(c.Slots) != 0 && len(c.Slots) != len(c.Hosts) {
+		return fmt.Errorf("%d slot counts for %d hosts", len(c.Slots), len(c.Hosts))
+	}
+	if len(c.Hosts) > 0 {
+		switch c.Bootstrap {
+		case "":
+			if len(c.Daemons) == 0 {
+				c.Bootstrap = "ssh"
+			}
+		case "ssh", "netns":
+		default:
+			return fmt.Errorf("hosts (-hosts, -hostfile) are for --bootstrap ssh or netns, not %s", c.Bootstrap)
+		}
+		if len(c.Daemons) > 0 {
+			return errors.New("--daemons names the nodes itself: it excludes -hosts and -hostfile")
+		}
+	}
+	if c.Nodes != 0 && c.Bootstrap != "loopback" {
+		return errors.New("--nodes is the number of agents of --bootstrap loopback; for other nodes give -hosts")
+	}
+	if !c.multiNode() && len(c.Daemons) == 0 {
+		if c.Cyclic {
+			return errors.New("--cyclic places ranks over several nodes: give -hosts (or --bootstrap)")
+		}
+		if c.PPN != 0 && c.PPN < c.Size {
+			return fmt.Errorf("-ppn %d places %d ranks on more than one node: give -hosts (or --bootstrap)", c.PPN, c.Size)
+		}
+	}
+	if c.StdinRank >= c.Size {
+		return fmt.Errorf("invalid --stdin %d: the job has ranks 0..%d", c.StdinRank, c.Size-1)
+	}
+	if c.StdinRank < StdinAll {
+		return fmt.Errorf("invalid --stdin %d", c.StdinRank)
+	}
+	if c.StdinRank == StdinAll && (c.multiNode() || len(c.Daemons) > 0) {
+		return errors.New("--stdin all needs a job on one node; give a rank for a multi-node job")
+	}
+	switch {
+	case c.Bind == "" || c.Bind == "none":
+		c.Bind = ""
+		if c.MapBy != "" {
+			return fmt.Errorf("-map-by %s orders the ranks' CPU binding: it needs -bind-to", c.MapBy)
+		}
+	case !slices.Contains(BindUnits, c.Bind):
+		return fmt.Errorf("invalid -bind-to %q: want %s", c.Bind, strings.Join(BindUnits, ", "))
+	}
+	if c.MapBy != "" && !slices.Contains(MapUnits, c.MapBy) {
+		return fmt.Errorf("invalid -map-by %q: want %s", c.MapBy, strings.Join(MapUnits, ", "))
+	}
+	if c.Wdir != "" {
+		if !filepath.IsAbs(c.Wdir) {
+			wd, err := os.Getwd()
+			if err != nil {
+				return fmt.Errorf("working directory: %w", err)
+			}
+			c.Wdir = filepath.Join(wd, c.Wdir)
+		}
+		// On this machine the directory must be there; other nodes
+		// report their own.
+		if c.Bootstrap != "ssh" && c.Bootstrap != "slurm" && len(c.Daemons) == 0 {
+			if st, err := os.Stat(c.Wdir); err != nil || !st.IsDir() {
+				return fmt.Errorf("invalid -wdir %s: not a directory", c.Wdir)
+			}
+		}
+	}
+	return nil
+}
+
+// validateLinks checks the multi-node options whatever the bootstrap.
+func (c *Config) validateLinks() error {
+	if c.TreeWidth < 0 {
+		return fmt.Errorf("invalid tree width %d", c.TreeWidth)
+	}
+	if c.Codec != "" && !slices.Contains(Codecs, c.Codec) {
+		return fmt.Errorf("invalid --compress %q: want %s", c.Codec, strings.Join(Codecs, ", "))
+	}
+	if c.NetBackend != "" && !slices.Contains(NetBackends, c.NetBackend) {
+		return fmt.Errorf("invalid --netio %q: want %s", c.NetBackend, strings.Join(NetBackends, ", "))
+	}
+	if c.NetTimeout != 0 && c.NetTimeout < MinNetTimeout {
+		return fmt.Errorf("invalid --net-timeout %v: want at least %v (agents send a heartbeat every %v)", c.NetTimeout, MinNetTimeout, node.Heartbeat)
+	}
+	return nil
+}
+
+// validateOutput checks the output options and turns them into the
+// nodes' line prefix.
+func (c *Config) validateOutput() error {
+	if c.PrefixPattern != "" {
+		if c.Label || c.TagOutput || c.Timestamp {
+			return errors.New("-prepend-pattern excludes -l, --tag-output and --timestamp-output (put %r, %h, %t in the pattern)")
+		}
+		if err := node.CheckPattern(c.PrefixPattern, "rht"); err != nil {
+			return fmt.Errorf("invalid -prepend-pattern: %w", err)
+		}
+	}
+	for _, p := range []struct{ flag, pat string }{{"-outfile-pattern", c.OutPattern}, {"-errfile-pattern", c.ErrPattern}} {
+		if p.pat == "" {
+			continue
+		}
+		if err := node.CheckPattern(p.pat, "rh"); err != nil {
+			return fmt.Errorf("invalid %s: %w", p.flag, err)
+		}
+		if c.Size > 1 && !strings.Contains(p.pat, "%r") {
+			return fmt.Errorf("invalid %s %q: with more than one rank it needs %%r (every rank would write the same file)", p.flag, p.pat)
+		}
+	}
+	return nil
+}
+
+// prefix is the nodes' line prefix pattern.
+func (c *Config) prefix() string {
+	if c.PrefixPattern != "" {
+		return c.PrefixPattern
+	}
+	p := ""
+	if c.Timestamp {
+		p = "%t "
+	}
+	switch {
+	case c.TagOutput:
+		p += "[%r@%h] "
+	case c.Label:
+		p += "[%r] "
+	}
+	return p
+}
+
+// validateLimits refuses a job this machine's limits cannot start, at
+// once and saying which limit: more ranks here than the user may run
+// processes, or a shared segment larger than the memory available.
+func (c *Config) validateLimits() error {
+	if c.Virtual != "" {
+		return nil // goroutine ranks
+	}
+	local := !c.multiNode() && len(c.Daemons) == 0 // ranks forked by pmirun itself
+	if !local && c.Bootstrap != "loopback" {
+		return nil // other machines check their own
+	}
+	if local && !c.NoShm {
+		need, err := node.SegmentBytes(c.Size, c.Size)
+		if err != nil {
+			return fmt.Errorf("-n %d: no shared segment for so many ranks (%v); use --no-shm", c.Size, err)
+		}
+		if avail, err := sys.MemAvailable(); err == nil && need > avail {
+			return fmt.Errorf("-n %d: the shared segment needs %d MiB, more than the %d MiB of memory available (MemAvailable); use fewer ranks or --no-shm",
+				c.Size, need>>20, avail>>20)
+		}
+	}
+	// Every rank runs on this machine: the user's process limit counts
+	// them all.
+	if lim, err := sys.ProcessLimit(); err == nil && lim > 0 && uint64(c.Size) > lim {
+		return fmt.Errorf("-n %d: more ranks than this user may run processes (RLIMIT_NPROC %d; see ulimit -u)", c.Size, lim)
+	}
+	if !local {
+		return nil // each loopback agent holds its own segment and descriptors
+	}
+	// pmirun holds about three descriptors per rank (its ends of the
+	// output pipes and of the PMI socket).
+	if lim, err := sys.FileLimit(); err == nil && lim > 0 && uint64(3*c.Size+64) > lim {
+		return fmt.Errorf("-n %d: more ranks than pmirun can hold descriptors for (%d needed, RLIMIT_NOFILE %d; see ulimit -n)", c.Size, 3*c.Size+64, lim)
+	}
+	return nil
+}

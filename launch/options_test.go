@@ -1,0 +1,320 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
+)
+
+// Options the job would otherwise ignore, and bad multi-node values
+// whatever the bootstrap, are refused by validate with a message naming
+// the option.
+func TestValidateRefuses(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Size: 2, Prog: "p", Hosts: []string{"a"}, Bootstrap: "fork"}, "hosts (-hosts, -hostfile) are for --bootstrap ssh or netns, not fork"},
+		{Config{Size: 2, Prog: "p", Hosts: []string{"a"}, Bootstrap: "loopback", Nodes: 2}, "not loopback"},
+		{Config{Size: 2, Prog: "p", Hosts: []string{"a"}, Daemons: []string{"a:1"}, SecretFile: "s"}, "excludes -hosts"},
+		{Config{Size: 2, Prog: "p", Nodes: 2}, "--nodes is the number of agents of --bootstrap loopback"},
+		{Config{Size: 2, Prog: "p", Cyclic: true}, "--cyclic places ranks over several nodes"},
+		{Config{Size: 4, Prog: "p", PPN: 2}, "-ppn 2 places 4 ranks on more than one node"},
+		{Config{Size: 2, Prog: "p", Codec: "lz4"}, `invalid --compress "lz4"`},
+		{Config{Size: 2, Prog: "p", NetBackend: "rdma"}, `invalid --netio "rdma"`},
+		{Config{Size: 2, Prog: "p", NetTimeout: time.Nanosecond}, "invalid --net-timeout 1ns"},
+		{Config{Size: 2, Prog: "p", TreeWidth: -1}, "invalid tree width"},
+		{Config{Size: 2, Prog: "p", Bind: "numa"}, `invalid -bind-to "numa"`},
+		{Config{Size: 2, Prog: "p", MapBy: "socket"}, "-map-by socket orders the ranks' CPU binding: it needs -bind-to"},
+		{Config{Size: 2, Prog: "p", StdinRank: 2}, "invalid --stdin 2: the job has ranks 0..1"},
+		{Config{Size: 2, Prog: "p", StdinRank: StdinAll, Bootstrap: "loopback", Nodes: 2}, "--stdin all needs a job on one node"},
+		{Config{Size: 2, Prog: "p", Label: true, PrefixPattern: "%r"}, "-prepend-pattern excludes -l"},
+		{Config{Size: 2, Prog: "p", PrefixPattern: "%q"}, "unknown %q"},
+		{Config{Size: 2, Prog: "p", OutPattern: "out.txt"}, "needs %r"},
+		{Config{Size: 2, Prog: "p", ErrPattern: "err.%t"}, "unknown %t"},
+		{Config{Size: 2, Prog: "p", Wdir: "/nonexistent/dir"}, "invalid -wdir /nonexistent/dir: not a directory"},
+		{Config{Size: 2, Prog: "p", Hosts: []string{"a", "b"}, Slots: []int{1}}, "1 slot counts for 2 hosts"},
+		{Config{Size: 1000000, Prog: "p"}, "-n 1000000: no shared segment for so many ranks"},
+	} {
+		err := c.cfg.validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("validate(%+v) = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+// Hosts without a bootstrap start agents over ssh, as Hydra does; one
+// node's -ppn that holds every rank is fine.
+func TestValidateHostsMeanSSH(t *testing.T) {
+	c := Config{Size: 2, Prog: "p", Hosts: []string{"a", "b"}}
+	if err := c.validate(); err != nil || c.Bootstrap != "ssh" {
+		t.Errorf("hosts without --bootstrap: bootstrap %q, %v; want ssh", c.Bootstrap, err)
+	}
+	c = Config{Size: 4, Prog: "p", PPN: 4}
+	if err := c.validate(); err != nil {
+		t.Errorf("-ppn 4 -n 4 on one node: %v", err)
+	}
+}
+
+// HOST:SLOTS fills each host with its slots, host after host, starting
+// over while ranks remain; unsaid slots count 1.
+func TestSlotPlacement(t *testing.T) {
+	m, err := slotPlacement(7, []int{2, 0, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int{{0, 1, 6}, {2}, {3, 4, 5}}
+	for n := range want {
+		if !slices.Equal(m.Ranks(n), want[n]) {
+			t.Errorf("node %d: ranks %v, want %v", n, m.Ranks(n), want[n])
+		}
+	}
+	if _, err := slotPlacement(2, []int{2, 1}); err == nil {
+		t.Error("2 ranks on hosts of 2 and 1 slots: want an error (the second host gets none)")
+	}
+	cfg := Config{Size: 7, Slots: []int{2, 0, 3}}
+	if m, err := placement(cfg, 3); err != nil || !slices.Equal(m.Ranks(0), []int{0, 1, 6}) {
+		t.Errorf("placement with slots: %v, %v", m, err)
+	}
+}
+
+// run runs a job on this machine and returns its stdout and stderr.
+func run(t *testing.T, cfg Config) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cfg.Stdout, cfg.Stderr = &stdout, &stderr
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	err := Run(context.Background(), cfg)
+	return stdout.String(), stderr.String(), err
+}
+
+// -bind-to hwthread gives each rank one CPU of those pmirun may use, in
+// order, as the rank itself reads from /proc/self/status; without
+// -bind-to every rank may use all of them.
+func TestBindToHwthread(t *testing.T) {
+	cpus, err := sys.AllowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(cpus) + 1 // wraps around
+	out, stderr, err := run(t, Config{Size: n, Prog: "sh", Bind: "hwthread", Label: true,
+		Args: []string{"-c", "grep Cpus_allowed_list /proc/self/status"}})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for r := range n {
+		want := "[" + strconv.Itoa(r) + "] Cpus_allowed_list:\t" + strconv.Itoa(cpus[r%len(cpus)]) + "\n"
+		if !strings.Contains(out, want) {
+			t.Errorf("rank %d not bound to cpu %d: want %q in\n%s", r, cpus[r%len(cpus)], want, out)
+		}
+	}
+	out, _, err = run(t, Config{Size: 1, Prog: "sh", Args: []string{"-c", "grep Cpus_allowed_list /proc/self/status"}})
+	own, _ := os.ReadFile("/proc/self/status")
+	wantAll := regexp.MustCompile(`Cpus_allowed_list:\t.*\n`).FindString(string(own))
+	if err != nil || out != wantAll {
+		t.Errorf("unbound rank: %q, %v; want pmirun's own %q", out, err, wantAll)
+	}
+}
+
+// -wdir sets the ranks' working directory and finds a relative program
+// there.
+func TestWdir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "prog.sh"), []byte("#!/bin/sh\npwd\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := run(t, Config{Size: 2, Prog: "./prog.sh", Wdir: dir})
+	if err != nil || out != dir+"\n"+dir+"\n" {
+		t.Errorf("-wdir %s: %q, %v\n%s", dir, out, err, stderr)
+	}
+}
+
+// -genvnone passes none of pmirun's environment, -genvlist only the
+// named variables; -genv values and the PMI variables always.
+func TestEnvNoneAndList(t *testing.T) {
+	t.Setenv("FASTPMI_TEST_KEEP", "kept")
+	t.Setenv("FASTPMI_TEST_DROP", "dropped")
+	prog := "/usr/bin/env"
+	out, stderr, err := run(t, Config{Size: 1, Prog: prog, EnvNone: true, Env: []string{"X=1"}})
+	if err != nil || strings.Contains(out, "FASTPMI_TEST_") || strings.Contains(out, "PATH=") ||
+		!strings.Contains(out, "X=1\n") || !strings.Contains(out, "PMI_RANK=0\n") {
+		t.Errorf("-genvnone: %v\n%s%s", err, out, stderr)
+	}
+	out, stderr, err = run(t, Config{Size: 1, Prog: prog, EnvList: []string{"FASTPMI_TEST_KEEP"}})
+	if err != nil || !strings.Contains(out, "FASTPMI_TEST_KEEP=kept\n") || strings.Contains(out, "FASTPMI_TEST_DROP") {
+		t.Errorf("-genvlist: %v\n%s%s", err, out, stderr)
+	}
+	out, _, err = run(t, Config{Size: 1, Prog: prog})
+	if err != nil || !strings.Contains(out, "FASTPMI_TEST_DROP=dropped\n") {
+		t.Errorf("default (-genvall): %v\n%s", err, out)
+	}
+}
+
+// Output prefixes: --tag-output names rank and host, --timestamp-output
+// the time, -prepend-pattern anything of %r %h %t.
+func TestOutputPrefixes(t *testing.T) {
+	host, _ := os.Hostname()
+	out, _, err := run(t, Config{Size: 2, Prog: "echo", Args: []string{"hi"}, TagOutput: true})
+	if err != nil || !strings.Contains(out, "[0@"+host+"] hi\n") || !strings.Contains(out, "[1@"+host+"] hi\n") {
+		t.Errorf("--tag-output: %q, %v", out, err)
+	}
+	out, _, err = run(t, Config{Size: 2, Prog: "echo", Args: []string{"hi"}, Label: true, Timestamp: true})
+	stamp := regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6} \[[01]\] hi$`)
+	if err != nil || len(stamp.FindAllString(out, -1)) != 2 {
+		t.Errorf("-l --timestamp-output: %q, %v", out, err)
+	}
+	out, _, err = run(t, Config{Size: 1, Prog: "echo", Args: []string{"hi"}, PrefixPattern: "<%r|%h|%%> "})
+	if err != nil || out != "<0|"+host+"|%> hi\n" {
+		t.Errorf("-prepend-pattern: %q, %v", out, err)
+	}
+}
+
+// -outfile-pattern and -errfile-pattern write each rank's streams to its
+// own file, relative to the working directory.
+func TestOutputFiles(t *testing.T) {
+	dir := t.TempDir()
+	out, _, err := run(t, Config{Size: 2, Prog: "sh", Wdir: dir, OutPattern: "out.%r", ErrPattern: "err.%r",
+		Args: []string{"-c", "echo o$PMI_RANK; echo e$PMI_RANK >&2"}})
+	if err != nil || out != "" {
+		t.Fatalf("%q, %v", out, err)
+	}
+	for r := range 2 {
+		for _, s := range []string{"out", "err"} {
+			b, err := os.ReadFile(filepath.Join(dir, s+"."+strconv.Itoa(r)))
+			if want := s[:1] + strconv.Itoa(r) + "\n"; err != nil || string(b) != want {
+				t.Errorf("%s.%d = %q, %v; want %q", s, r, b, err, want)
+			}
+		}
+	}
+}
+
+// --stdin RANK, all and none choose who reads pmirun's input.
+func TestStdinChoice(t *testing.T) {
+	for _, c := range []struct {
+		rank int
+		want []string
+	}{
+		{2, []string{"0:", "1:", "2:hello"}},
+		{StdinAll, []string{"0:hello", "1:hello", "2:hello"}},
+		{StdinNone, []string{"0:", "1:", "2:"}},
+	} {
+		out, _, err := run(t, Config{Size: 3, Prog: "sh", StdinRank: c.rank, Stdin: strings.NewReader("hello\n"),
+			Args: []string{"-c", `read x; echo "$PMI_RANK:$x"`}})
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		slices.Sort(lines)
+		if err != nil || !slices.Equal(lines, c.want) {
+			t.Errorf("--stdin %d: %q, %v; want %q", c.rank, lines, err, c.want)
+		}
+	}
+}
+
+// A file that is there but is no program exits 126 (as shells do), one
+// that is not there 127.
+func TestExitCodesCannotExecute(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage")
+	plain := filepath.Join(dir, "plain")
+	os.WriteFile(garbage, []byte("\x01\x02 not a program"), 0o755)
+	os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644)
+	for prog, want := range map[string]int{garbage: 126, plain: 126, dir: 126, filepath.Join(dir, "missing"): 127, "no-such-program-anywhere": 127} {
+		_, stderr, err := run(t, Config{Size: 2, Prog: prog})
+		if ExitCode(err) != want || !strings.Contains(stderr, filepath.Base(prog)) {
+			t.Errorf("%s: exit %d (%v), want %d; stderr %q", prog, ExitCode(err), err, want, stderr)
+		}
+	}
+}
+
+// startRecording starts a job of n ranks that record, on their stdout,
+// every signal they receive (or, with ignoreIntTerm, ignore SIGINT and
+// SIGTERM), and waits until each has set its traps. The job's signals go
+// through sigs; done delivers Run's result.
+func startRecording(t *testing.T, n int, ignoreIntTerm bool) (sigs chan os.Signal, out, errb *syncBuffer, done chan error) {
+	script := `for s in INT TERM HUP QUIT USR1 USR2; do trap "echo got $s" $s; done; `
+	if ignoreIntTerm {
+		script = `trap '' INT TERM; `
+	}
+	script += `echo ready; while :; do sleep 0.05; done`
+	sigs, out, errb, done = make(chan os.Signal, 8), &syncBuffer{}, &syncBuffer{}, make(chan error, 1)
+	cfg := Config{Size: n, Prog: "sh", Label: true, Args: []string{"-c", script},
+		Stdout: out, Stderr: errb, Signals: sigs, Timeout: 60 * time.Second}
+	go func() { done <- Run(context.Background(), cfg) }()
+	waitFor(t, out, "ready", n)
+	return sigs, out, errb, done
+}
+
+// syncBuffer is a bytes.Buffer safe for the job's writers and the
+// test's reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls buf until it holds want n times.
+func waitFor(t *testing.T, buf *syncBuffer, want string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(buf.String(), want) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d × %q in 30s:\n%s", n, want, buf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Every forwarded signal reaches every rank; SIGTERM then ends the job.
+func TestSignalsForwarded(t *testing.T) {
+	sigs, out, errb, done := startRecording(t, 3, false)
+	for _, s := range []os.Signal{sys.SIGHUP, sys.SIGQUIT, sys.SIGUSR1, sys.SIGUSR2, sys.SIGINT, sys.SIGTERM} {
+		sigs <- s
+		name := strings.TrimPrefix(sys.SignalName(sys.SignalNumber(s)), "SIG")
+		waitFor(t, out, "got "+name, 3)
+	}
+	sigs <- sys.SIGKILL // the recording ranks ignore nothing else
+	err := <-done
+	if ExitCode(err) != 128+9 {
+		t.Errorf("exit %d (%v), want 137", ExitCode(err), err)
+	}
+	if !strings.Contains(errb.String(), "press Ctrl-C again within 5s to kill them") {
+		t.Errorf("the first SIGINT did not say how to kill the ranks:\n%s", errb.String())
+	}
+}
+
+// A second SIGINT within the window kills ranks that ignore SIGINT and
+// SIGTERM; pmirun exits 130.
+func TestSecondInterruptKills(t *testing.T) {
+	sigs, _, errb, done := startRecording(t, 2, true)
+	sigs <- sys.SIGINT
+	sigs <- sys.SIGINT
+	select {
+	case err := <-done:
+		if ExitCode(err) != 130 || !strings.Contains(errb.String(), "interrupted twice: killing every rank") {
+			t.Errorf("exit %d (%v), want 130 and a message; stderr:\n%s", ExitCode(err), err, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ranks ignoring SIGINT and SIGTERM outlived a second Ctrl-C")
+	}
+}

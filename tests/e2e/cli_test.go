@@ -1,0 +1,353 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
+)
+
+// runBinary runs one of the built commands with args and returns its
+// stdout, stderr and exit code.
+func runBinary(t *testing.T, name string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog(name), args...)
+	cmd.Env = callerEnv(nil)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s %q: %v", name, args, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// --help goes to stdout, grouped, with examples and exit codes; pmid has
+// its own.
+func TestHelpOnStdout(t *testing.T) {
+	out, errOut, code := runBinary(t, "pmirun", "--help")
+	if code != 0 || errOut != "" {
+		t.Fatalf("pmirun --help: exit %d, stderr %q", code, errOut)
+	}
+	for _, s := range []string{"\nJob:\n", "\nPlacement:\n", "\nEnvironment:\n", "\nOutput:\n", "\nMulti-node:\n",
+		"\nDebugging:\n", "\nBenchmarking:\n", "-genv KEY VALUE", "-bind-to", "\nexamples:\n", "\nexit codes:\n", "126"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("pmirun --help lacks %q", s)
+		}
+	}
+	out, errOut, code = runBinary(t, "pmid", "--help")
+	if code != 0 || errOut != "" || !strings.Contains(out, "--node I|slurm") || strings.Contains(out, "-genv") {
+		t.Errorf("pmid --help: exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+}
+
+// A bad command line is one line on stderr pointing at --help, exit 2.
+func TestBadFlagOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"--bogus", "true"}, {"-n", "2", "--np", "3", "true"}, {"--timeout", "soon", "true"},
+		{"-n", "1", "./a", "A", ":", "-n", "2", "./b", "B"},
+	} {
+		out, errOut, code := runBinary(t, "pmirun", args...)
+		if code != 2 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasSuffix(errOut, "(see pmirun --help)\n") {
+			t.Errorf("pmirun %q: exit %d, stdout %q, stderr %q; want exit 2 and one line", args, code, out, errOut)
+		}
+	}
+}
+
+// --version names the command, the module version and the revision.
+func TestVersion(t *testing.T) {
+	for _, name := range []string{"pmirun", "pmid", "pmibench"} {
+		out, errOut, code := runBinary(t, name, "--version")
+		if code != 0 || !strings.HasPrefix(out, name+" fastpmi ") || !strings.Contains(out, "(rev ") || errOut != "" {
+			t.Errorf("%s --version: exit %d, %q, stderr %q", name, code, out, errOut)
+		}
+	}
+}
+
+// The cases that used to pass silently now fail with a message (or, for
+// hosts, start over ssh as Hydra does).
+func TestPreviouslySilentCases(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"-n", "2", "-hosts", "nosuchhost1,nosuchhost2", "true"}, 1, `agent on nosuchhost\d exited before connecting`},
+		{[]string{"-n", "2", "--cyclic", "true"}, 2, "--cyclic places ranks over several nodes"},
+		{[]string{"-n", "2", "--nodes", "2", "true"}, 2, "--nodes is the number of agents of --bootstrap loopback"},
+		{[]string{"--compress", "lz4", "true"}, 2, `invalid --compress "lz4"`},
+		{[]string{"--tree-width", "0", "true"}, 2, "invalid --tree-width 0"},
+		{[]string{"--net-timeout", "1ns", "true"}, 2, "invalid --net-timeout 1ns"},
+		{[]string{"-n", "2", "--np", "3", "true"}, 2, `option -n given twice \(as -n and --np\)`},
+		{[]string{"-n", "1", "./a", "A", ":", "-n", "2", "./b"}, 2, "MPMD .* not supported yet"},
+		{[]string{"--timeout", "1", "sleep", "30"}, 124, "job timed out after 1s"},
+	} {
+		r := run(t, job{args: c.args})
+		r.wantCode(t, c.code)
+		r.wantMessage(t, c.msg)
+	}
+}
+
+// A program that is there but cannot be executed exits 126, one that is
+// not there 127, as in a shell.
+func TestExitCodes126And127(t *testing.T) {
+	garbage := t.TempDir() + "/garbage"
+	if err := os.WriteFile(garbage, []byte("\x7fELF but not really"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, job{args: []string{"-n", "2", garbage}})
+	r.wantCode(t, 126)
+	r.wantMessage(t, "exec format error")
+	r = run(t, job{args: []string{"-n", "2", "/no/such/program"}})
+	r.wantCode(t, 127)
+}
+
+// -n beyond the user's process limit fails at once, naming the limit.
+func TestProcessLimitGuard(t *testing.T) {
+	r := run(t, job{wrap: []string{"bash", "-c", `ulimit -u 64 && exec "$@"`, "bash"}, args: []string{"-n", "100", "true"}})
+	r.wantCode(t, 2)
+	r.wantMessage(t, `-n 100: more ranks than this user may run processes \(RLIMIT_NPROC 64; see ulimit -u\)`)
+	r.wantFaster(t, 5*time.Second)
+}
+
+// SIGQUIT (Ctrl-\) is forwarded to the ranks and prints no Go stack
+// dump.
+func TestSIGQUITForwardedNoStackDump(t *testing.T) {
+	j := start(t, job{args: []string{"-n", "2", "-l", "sh", "-c", `trap "echo got QUIT" QUIT; echo ready; while :; do sleep 0.05; done`}})
+	j.waitStdout(30*time.Second, func(ls []string) bool { return countContaining(ls, "ready") == 2 })
+	j.cmd.Process.Signal(sys.SIGQUIT)
+	j.waitStdout(30*time.Second, func(ls []string) bool { return countContaining(ls, "got QUIT") == 2 })
+	j.cmd.Process.Signal(sys.SIGTERM) // the ranks die of it
+	r := j.wait()
+	r.wantCode(t, 128+15)
+	if strings.Contains(r.stderr, "goroutine ") {
+		t.Errorf("pmirun printed a Go stack dump:\n%s", r)
+	}
+}
+
+func countContaining(ls []string, s string) int {
+	n := 0
+	for _, l := range ls {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// terminal is pmirun run as a shell runs a foreground job: in a session
+// whose controlling terminal is a pty, its stdin, stdout and stderr.
+type terminal struct {
+	t      *testing.T
+	master *os.File
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	seen   strings.Builder
+	read   chan struct{} // closed when the reader ends
+}
+
+func startTerminal(t *testing.T, args ...string) *terminal {
+	t.Helper()
+	master, tty, err := sys.OpenPTY()
+	if err != nil {
+		t.Fatalf("open pty: %v", err)
+	}
+	tm := &terminal{t: t, master: master, read: make(chan struct{})}
+	tm.cmd = exec.Command(pmirun(), args...)
+	tm.cmd.Env = callerEnv(nil)
+	tm.cmd.Stdin, tm.cmd.Stdout, tm.cmd.Stderr = tty, tty, tty
+	tm.cmd.SysProcAttr = sys.TerminalProcAttr(0)
+	if err := tm.cmd.Start(); err != nil {
+		t.Fatalf("start pmirun on a pty: %v", err)
+	}
+	tty.Close()
+	go func() {
+		defer close(tm.read)
+		br := bufio.NewReader(master)
+		buf := make([]byte, 4096)
+		for {
+			n, err := br.Read(buf)
+			tm.mu.Lock()
+			tm.seen.Write(buf[:n])
+			tm.mu.Unlock()
+			if err != nil {
+				return // EIO once every holder of the tty is gone
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		tm.cmd.Process.Kill()
+		tm.cmd.Wait()
+		master.Close()
+		<-tm.read
+	})
+	return tm
+}
+
+// waitFor waits until the terminal showed s n times.
+func (tm *terminal) waitFor(s string, n int) {
+	tm.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tm.mu.Lock()
+		got := tm.seen.String()
+		tm.mu.Unlock()
+		if strings.Count(got, s) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tm.t.Fatalf("terminal did not show %d × %q in 30s:\n%s", n, s, got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// wait waits (30 s at most) for pmirun's exit code.
+func (tm *terminal) wait() int {
+	tm.t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- tm.cmd.Wait() }()
+	select {
+	case <-done:
+		return tm.cmd.ProcessState.ExitCode()
+	case <-time.After(30 * time.Second):
+		tm.cmd.Process.Kill()
+		<-done
+		tm.mu.Lock()
+		defer tm.mu.Unlock()
+		tm.t.Fatalf("pmirun on a terminal did not end in 30s:\n%s", tm.seen.String())
+	}
+	return -1
+}
+
+// Input typed on the terminal reaches rank 0, which is never stopped by
+// SIGTTIN (it runs in a process group of its own, in the background).
+func TestTerminalStdinReachesRankZero(t *testing.T) {
+	tm := startTerminal(t, "-n", "2", "-l", "sh", "-c", `echo ready; read x; echo "got:$x"`)
+	tm.waitFor("ready", 2)
+	tm.master.Write([]byte("hello\n"))
+	tm.waitFor("[0] got:hello", 1)
+	tm.waitFor("[1] got:", 1)
+	if code := tm.wait(); code != 0 {
+		t.Errorf("exit %d, want 0", code)
+	}
+}
+
+// Ctrl-C on the terminal is forwarded with a note; a second one kills
+// ranks that ignore SIGINT and SIGTERM, exit 130.
+func TestTerminalCtrlCTwice(t *testing.T) {
+	tm := startTerminal(t, "-n", "2", "-l", "sh", "-c", `trap '' INT TERM; echo ready; while :; do sleep 0.05; done`)
+	tm.waitFor("ready", 2)
+	tm.master.Write([]byte{3}) // ^C
+	tm.waitFor("press Ctrl-C again within 5s to kill them", 1)
+	tm.master.Write([]byte{3})
+	if code := tm.wait(); code != 130 {
+		t.Errorf("exit %d, want 130", code)
+	}
+	tm.waitFor("interrupted twice: killing every rank", 1)
+}
+
+// -n beyond the descriptors pmirun may hold fails at once, naming the
+// limit, instead of failing rank by rank.
+func TestFileLimitGuard(t *testing.T) {
+	r := run(t, job{wrap: []string{"bash", "-c", `ulimit -n 1024 && exec "$@"`, "bash"}, args: []string{"-n", "1000", "true"}})
+	r.wantCode(t, 2)
+	r.wantMessage(t, `-n 1000: more ranks than pmirun can hold descriptors for \(3064 needed, RLIMIT_NOFILE 1024; see ulimit -n\)`)
+}
+
+// pmirun waits for its ranks without a thread each (Go aborts past
+// 10,000 threads and each counts against RLIMIT_NPROC): with 300 ranks
+// running it has far fewer than 300 threads.
+func TestRankWaitersHoldNoThreads(t *testing.T) {
+	const n = 300
+	j := start(t, job{args: []string{"-n", strconv.Itoa(n), "sleep", "60"}, timeout: 120 * time.Second})
+	deadline := time.Now().Add(60 * time.Second)
+	for len(marked(j.marker)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d ranks running after 60s", len(marked(j.marker)), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // every waiter has begun waiting
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(j.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := -1
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			threads, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	j.cmd.Process.Signal(sys.SIGTERM)
+	r := j.wait()
+	r.wantCode(t, 128+15)
+	if threads < 1 || threads > n/3 {
+		t.Errorf("pmirun has %d threads while waiting for %d ranks, want at most %d", threads, n, n/3)
+	}
+}
+
+// Across real nodes (test hosts): HOST:SLOTS places the ranks, -wdir,
+// -genv and --tag-output reach every node, and --stdin RANK sends the
+// input to the node of that rank.
+func TestNetnsSlotsStdinRank(t *testing.T) {
+	cl := newClusterOf(t, 2)
+	dir := t.TempDir()
+	j := job{
+		args: []string{"--bootstrap", "netns", "-hosts", cl.names[0] + ":3," + cl.names[1],
+			"--root-addr", cl.c.Hosts[0].Addr, "-n", "5", "--stdin", "3", "-wdir", dir, "-genv", "GREETING", "hi",
+			"-l", "sh", "-c", `read x; echo "$MPI_LOCALNRANKS $(pwd) $GREETING in:$x"`},
+		wrap: []string{"ip", "netns", "exec", cl.names[0]}, markAgents: true, timeout: 40 * time.Second,
+		stdin: strings.NewReader("typed\n"),
+	}
+	r := run(t, j)
+	r.wantCode(t, 0)
+	// Node 0 takes 3 ranks, node 1 one, then node 0 again: 0,1,2,4 | 3.
+	r.wantRankLines(t, 5, func(rank int) string {
+		local, in := "4", ""
+		if rank == 3 {
+			local, in = "1", "typed"
+		}
+		return "[" + strconv.Itoa(rank) + "] " + local + " " + dir + " hi in:" + in
+	})
+}
+
+// --pmi-port (Hydra's -pmi-port): ranks reach the agent over loopback TCP
+// (PMI_PORT, PMI_ID), no PMI_FD.
+func TestPMIPort(t *testing.T) {
+	r := run(t, job{args: []string{"-n", "3", "--pmi-port", prog("pmi2_test")},
+		env: []string{"EXPECT_USIZE=-1", "PMI2_TEST_ALARM=30"}})
+	r.wantCode(t, 0)
+	r.wantRankLines(t, 3, func(rank int) string {
+		return fmt.Sprintf("pmi2 ok rank %d size 3 node 0 local %d/3 ring %d usize -1", rank, rank, rank)
+	})
+	r = run(t, job{args: []string{"-n", "1", "--pmi-port", "sh", "-c", `echo "fd=${PMI_FD:-none} port=${PMI_PORT%:*} id=$PMI_ID"`}})
+	r.wantRankLines(t, 1, func(int) string { return "fd=none port=127.0.0.1 id=0" })
+}
+
+// With agents of their own (loopback bootstrap), input typed on the
+// terminal still reaches rank 0 and the job ends when the ranks do: no
+// wait for a terminal read.
+func TestTerminalStdinMultiNode(t *testing.T) {
+	tm := startTerminal(t, "--bootstrap", "loopback", "--nodes", "2", "-n", "2", "-l", "sh", "-c", `echo ready; read x; echo "got:$x"`)
+	tm.waitFor("ready", 2)
+	tm.master.Write([]byte("hello\n"))
+	tm.waitFor("[0] got:hello", 1)
+	if code := tm.wait(); code != 0 {
+		t.Errorf("exit %d, want 0", code)
+	}
+}

@@ -1,0 +1,65 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// hydra runs a program as n ranks under Hydra's mpiexec (Debian's MPICH
+// ships it) and returns its stdout.
+func hydra(t *testing.T, n int, argv ...string) string {
+	t.Helper()
+	mpiexec, err := exec.LookPath("mpiexec.hydra")
+	if err != nil {
+		t.Fatalf("mpiexec.hydra not found (%v): %s", err, installHint)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpiexec, append([]string{"-n", fmt.Sprint(n)}, argv...)...)
+	cmd.Env = callerEnv(nil)
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("mpiexec -n %d %v: %v\n%s%s", n, argv, err, out, stderr)
+	}
+	return string(out)
+}
+
+// Under Hydra the Go client learns the job's id (not "singleton") and
+// Ring works (Hydra has no ring command: the client falls back to
+// put/fence/get instead of making Hydra abort the job).
+func TestGoClientUnderHydra(t *testing.T) {
+	out := hydra(t, 4, prog("jobinfo"))
+	re := regexp.MustCompile(`(?m)^jobinfo rank=(\d) size=4 jobid=(\S+) transport=pmi2 ring=(\d) left=v(\d) right=v(\d)$`)
+	ms := re.FindAllStringSubmatch(out, -1)
+	if len(ms) != 4 {
+		t.Fatalf("want 4 jobinfo lines, got:\n%s", out)
+	}
+	for _, m := range ms {
+		r, jobid := atoi(m[1]), m[2]
+		if jobid == "singleton" || jobid != ms[0][2] {
+			t.Errorf("rank %d: job id %q (rank 0's %q), want Hydra's job id on every rank", r, jobid, ms[0][2])
+		}
+		if atoi(m[3]) != r || atoi(m[4]) != (r+3)%4 || atoi(m[5]) != (r+1)%4 {
+			t.Errorf("rank %d: ring position %s, left v%s, right v%s", r, m[3], m[4], m[5])
+		}
+	}
+	// The example the README points at, unchanged, under Hydra.
+	if out := hydra(t, 4, prog("hello")); !strings.Contains(out, "hello: 4 ranks over pmi2 verified allgather, ring") {
+		t.Errorf("examples/hello under Hydra:\n%s", out)
+	}
+}
+
+func atoi(s string) int {
+	var n int
+	fmt.Sscan(s, &n)
+	return n
+}
