@@ -63,8 +63,8 @@ $(LIB)/include/fastpmi/pmi2ext.h: clib/include/fastpmi/pmi2ext.h
 	@mkdir -p $(dir $@)
 	cp $< $@
 
-CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args
-CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench pmi2_cost
+CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args mpi_appnum
+CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench pmi2_cost pmi2_appnum
 CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early forkfloor true_static)
 CFLAGS     ?= -O2 -Wall
 

@@ -57,8 +57,13 @@ const DefaultTreeWidth = 8
 
 // Config describes a job.
 type Config struct {
-	Size int      // number of ranks (-n)
-	Prog string   // executable
+	Size int    // number of ranks (-n)
+	Prog string // executable
+	// Apps, for an MPMD command line (pmirun's ":" segments), are its
+	// commands in rank order, each with its ranks, arguments, extra
+	// environment and working directory; Prog and Args are then empty
+	// and Size is the sum of their ranks.
+	Apps []node.App
 	Args []string // its arguments
 	Env  []string // extra K=V for every rank (--env)
 	// EnvNone passes none of pmirun's environment to the ranks but the
@@ -170,7 +175,12 @@ func (c *Config) validate() error {
 	if c.Size > node.MaxRanks {
 		return fmt.Errorf("invalid number of ranks %d: at most %d", c.Size, node.MaxRanks)
 	}
-	if c.Prog == "" {
+	switch {
+	case len(c.Apps) > 0:
+		if err := c.validateApps(); err != nil {
+			return err
+		}
+	case c.Prog == "":
 		return errors.New("no program to run")
 	}
 	for _, kv := range c.Env {
@@ -299,7 +309,7 @@ func BlockMapping(size, nnodes, ppn int) string {
 // spec is the job as every node runs it, for the ranks placed on nodes
 // (the multi-node fields are filled by runMulti).
 func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
-	var apps []node.App
+	apps := c.Apps
 	if c.Prog != "" {
 		apps = []node.App{{Prog: c.Prog, Args: c.Args, Size: c.Size}}
 	}
@@ -313,6 +323,32 @@ func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
 		Wdir:  c.Wdir, EnvNone: c.EnvNone, EnvKeep: c.EnvList, Prefix: c.prefix(),
 		OutPattern: c.OutPattern, ErrPattern: c.ErrPattern, Bind: c.Bind, MapBy: c.MapBy, StdinRank: c.StdinRank,
 	}
+}
+
+// validateApps checks an MPMD command line's commands.
+func (c *Config) validateApps() error {
+	if c.Prog != "" {
+		return errors.New("both a program and MPMD commands")
+	}
+	sum := 0
+	for i, a := range c.Apps {
+		switch {
+		case a.Prog == "":
+			return fmt.Errorf("MPMD command %d: no program", i)
+		case a.Size < 1:
+			return fmt.Errorf("MPMD command %d (%s): %d ranks, want at least 1", i, a.Prog, a.Size)
+		}
+		for _, kv := range a.Env {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return fmt.Errorf("MPMD command %d (%s): invalid -env %q: want KEY=VALUE", i, a.Prog, kv)
+			}
+		}
+		sum += a.Size
+	}
+	if sum != c.Size {
+		return fmt.Errorf("MPMD commands run %d ranks, the job has %d", sum, c.Size)
+	}
+	return nil
 }
 
 // multiNode reports whether the job needs agents on other nodes (a

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,9 +164,10 @@ func New(spec *Spec, o Options) (*Node, error) {
 	prefix := spec.Prefix
 	if prefix == "" && spec.Label {
 		prefix = "[%r] "
-		if spec.Jobno > 0 {
-			prefix = "[" + strconv.Itoa(spec.Jobno) + ",%r] " // a spawned job's ranks
-		}
+	}
+	if spec.Jobno > 0 {
+		// A spawned job's ranks are "job,rank": [1,0] is job 1's rank 0.
+		prefix = strings.ReplaceAll(prefix, "%r", strconv.Itoa(spec.Jobno)+",%r")
 	}
 	n.out = NewOutput(NewPrefix(prefix), spec.Size > 1, o.Stdout, o.Stderr)
 	n.env = baseEnv(spec, len(ranks))

@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/launch"
 )
 
@@ -31,10 +33,6 @@ var (
 	ErrHelp    = errors.New("help requested")
 	ErrVersion = errors.New("version requested")
 )
-
-// ErrMPMD is returned for an MPMD command line (segments separated by
-// ":"), which pmirun does not run yet.
-var ErrMPMD = errors.New(`MPMD command lines (segments separated by ":") are not supported yet`)
 
 // parser holds one parse's state.
 type parser struct {
@@ -73,7 +71,7 @@ func Parse(args []string) (launch.Config, error) {
 			break
 		}
 		if a == ":" {
-			return p.cfg, ErrMPMD
+			return p.cfg, errors.New(`":" before any program: an MPMD segment is "[-n N] [-env K V] [-wdir DIR] program [args]"`)
 		}
 		if len(a) < 2 || a[0] != '-' {
 			break // the program
@@ -134,13 +132,111 @@ func Parse(args []string) (launch.Config, error) {
 	if len(rest) == 0 {
 		return p.cfg, errors.New("no program given")
 	}
-	for _, a := range rest[1:] {
-		if a == ":" {
-			return p.cfg, ErrMPMD
+	end := slices.Index(rest, ":")
+	if end < 0 {
+		p.cfg.Prog, p.cfg.Args = rest[0], rest[1:]
+		return p.cfg, nil
+	}
+	// MPMD: "prog args : [-n N] [-env K V] [-wdir DIR] prog args : ...";
+	// the options before the first program are the run's, its -n the
+	// first command's.
+	apps := []node.App{{Prog: rest[0], Args: rest[1:end], Size: p.cfg.Size}}
+	for rest = rest[end+1:]; ; {
+		app, next, err := parseSegment(rest)
+		if err != nil {
+			return p.cfg, fmt.Errorf("MPMD command %d: %w", len(apps), err)
+		}
+		apps = append(apps, app)
+		if next == nil {
+			break
+		}
+		rest = next
+	}
+	p.cfg.Size = 0
+	for _, a := range apps {
+		p.cfg.Size += a.Size
+	}
+	p.cfg.Apps = apps
+	return p.cfg, nil
+}
+
+// parseSegment parses one MPMD segment after a ":" — its own options,
+// program and arguments — and returns what follows its closing ":" (nil
+// if it is the last).
+func parseSegment(args []string) (node.App, []string, error) {
+	app := node.App{Size: 1}
+	seen := map[string]bool{}
+	i := 0
+	for ; i < len(args) && len(args[i]) > 1 && args[i][0] == '-'; i++ {
+		name, inline, hasInline := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if name == "np" {
+			name = "n"
+		}
+		if seen[name] && name != "env" {
+			return app, nil, fmt.Errorf("option %s given twice", args[i])
+		}
+		seen[name] = true
+		val := func() (string, error) {
+			if hasInline {
+				return inline, nil
+			}
+			if i+1 >= len(args) || args[i+1] == ":" {
+				return "", fmt.Errorf("option %s needs a value", args[i])
+			}
+			i++
+			return args[i], nil
+		}
+		switch name {
+		case "n":
+			v, err := val()
+			if err != nil {
+				return app, nil, err
+			}
+			if app.Size, err = strconv.Atoi(v); err != nil || app.Size < 1 {
+				return app, nil, fmt.Errorf("invalid -n %q: want a number of ranks of at least 1", v)
+			}
+		case "env":
+			v, err := val()
+			if err != nil {
+				return app, nil, err
+			}
+			if !strings.Contains(v, "=") {
+				// -env KEY VALUE, as Hydra spells it.
+				if i+1 >= len(args) || args[i+1] == ":" {
+					return app, nil, fmt.Errorf("option -env %s needs a value", v)
+				}
+				i++
+				v += "=" + args[i]
+			}
+			if k, _, _ := strings.Cut(v, "="); k == "" {
+				return app, nil, fmt.Errorf("invalid -env %q: want KEY VALUE or KEY=VALUE", v)
+			}
+			app.Env = append(app.Env, v)
+		case "wdir", "chdir":
+			v, err := val()
+			if err != nil {
+				return app, nil, err
+			}
+			app.Wdir = v
+		default:
+			return app, nil, fmt.Errorf("unknown option %s (a segment after \":\" takes -n, -env and -wdir; the others are the run's, before the first program)", args[i])
 		}
 	}
-	p.cfg.Prog, p.cfg.Args = rest[0], rest[1:]
-	return p.cfg, nil
+	if i == len(args) || args[i] == ":" {
+		return app, nil, errors.New("no program")
+	}
+	app.Prog = args[i]
+	rest := args[i+1:]
+	end := slices.Index(rest, ":")
+	if end < 0 {
+		app.Args = rest
+		return app, nil, nil
+	}
+	app.Args = rest[:end]
+	if end+1 == len(rest) {
+		return app, nil, errors.New(`a ":" ends the command line: another command must follow it`)
+	}
+	return app, rest[end+1:], nil
 }
 
 // addHosts appends hosts, each HOST or HOST:SLOTS.

@@ -3,12 +3,14 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/launch"
 )
 
@@ -89,11 +91,33 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
-// MPMD segments are refused until pmirun runs them, wherever the ":" is.
-func TestParseMPMDRefused(t *testing.T) {
-	for _, args := range [][]string{{"-n", "1", "./a", "A", ":", "-n", "2", "./b"}, {":", "./b"}} {
-		if _, err := Parse(args); !errors.Is(err, ErrMPMD) {
-			t.Errorf("Parse(%q) = %v, want ErrMPMD", args, err)
+// MPMD command lines: the options before the first program are the
+// run's (-n the first command's), each later segment takes -n, -env and
+// -wdir; mistakes name the segment.
+func TestParseMPMD(t *testing.T) {
+	cfg, err := Parse([]string{"-n", "2", "--label", "./a", "A", ":", "-np", "3", "-env", "K", "V", "-wdir", "/tmp", "./b", "B1", "B2", ":", "--env=X=1", "./c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []node.App{
+		{Prog: "./a", Args: []string{"A"}, Size: 2},
+		{Prog: "./b", Args: []string{"B1", "B2"}, Size: 3, Env: []string{"K=V"}, Wdir: "/tmp"},
+		{Prog: "./c", Args: []string{}, Size: 1, Env: []string{"X=1"}},
+	}
+	if cfg.Size != 6 || cfg.Prog != "" || !cfg.Label || fmt.Sprint(cfg.Apps) != fmt.Sprint(want) {
+		t.Errorf("Parse: size %d prog %q label %v apps %+v; want 6, no prog, label, %+v", cfg.Size, cfg.Prog, cfg.Label, cfg.Apps, want)
+	}
+	for _, args := range [][]string{
+		{":", "./b"},
+		{"-n", "1", "./a", ":"},
+		{"-n", "1", "./a", ":", "-n", "0", "./b"},
+		{"-n", "1", "./a", ":", "-n", "1", "-n", "2", "./b"},
+		{"-n", "1", "./a", ":", "--timeout", "3", "./b"},
+		{"-n", "1", "./a", ":", "-n", "2"},
+		{"-n", "1", "./a", ":", "./b", ":"},
+	} {
+		if _, err := Parse(args); err == nil {
+			t.Errorf("Parse(%q) accepted a bad MPMD command line", args)
 		}
 	}
 }

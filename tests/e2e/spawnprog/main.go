@@ -29,6 +29,12 @@
 // until it appears) and publishes NAME-ack = what it found. They print
 // "serve ok" and "connect ok <port>".
 //
+//	spawnprog -appnum ARG
+//
+// is a rank of an MPMD job: it puts its appnum under app-<rank>, fences,
+// reads every rank's and prints "appnum rank R size S appnum A arg ARG
+// apps a0,a1,..." (as tests/cprog/pmi2_appnum.c does, so they mix).
+//
 //	spawnprog -where
 //
 // has the parent's rank 0 spawn one child that prints "child under pid
@@ -41,6 +47,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fastpmi/fastpmi/client"
@@ -54,9 +61,12 @@ func main() {
 	serve := flag.String("serve", "", "publish this name and wait for its -ack")
 	connect := flag.String("connect", "", "look this name up and publish its -ack")
 	where := flag.Bool("where", false, "spawn one child that says which agent started it")
+	appnum := flag.String("appnum", "", "an MPMD rank: print every rank's appnum")
 	flag.Parse()
 	var err error
 	switch {
+	case *appnum != "":
+		err = appnums(*appnum)
 	case *where:
 		err = whereTest()
 	case *serve != "" || *connect != "":
@@ -101,6 +111,33 @@ func meet(serve, connect string) error {
 			fmt.Println("connect ok", port)
 		}
 	}
+	return c.Finalize()
+}
+
+// appnums is -appnum.
+func appnums(arg string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Init()
+	if err != nil {
+		return err
+	}
+	info := c.Info()
+	if err := c.Put("app-"+strconv.Itoa(info.Rank), []byte(strconv.Itoa(info.Appnum)), client.HintNone); err != nil {
+		return err
+	}
+	if err := c.Fence(ctx); err != nil {
+		return err
+	}
+	apps := make([]string, info.Size)
+	for r := range apps {
+		v, err := c.Get(ctx, "app-"+strconv.Itoa(r), client.FromRank(r))
+		if err != nil {
+			return err
+		}
+		apps[r] = string(v)
+	}
+	fmt.Printf("appnum rank %d size %d appnum %d arg %s apps %s\n", info.Rank, info.Size, info.Appnum, arg, strings.Join(apps, ","))
 	return c.Finalize()
 }
 
