@@ -55,7 +55,7 @@ func (f *fate) event(e node.Event) {
 		if e.Msg != "" {
 			msg += ": " + e.Msg
 		}
-		f.fail(&JobError{Code: e.Code, Msg: msg})
+		f.fail(&JobError{Code: abortExitCode(e.Code), Msg: msg})
 	case node.EvProtocol:
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d sent malformed PMI: %s", e.Rank, e.Msg)})
 	case node.EvStartErr:
@@ -70,4 +70,19 @@ func (f *fate) checkSilent() {
 		return
 	}
 	f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d exited with code 0 before PMI init while other ranks use PMI", f.silent[0])})
+}
+
+// ExitAbortOutOfRange is pmirun's exit code for an abort whose code an exit
+// status cannot carry as a failure: 0, negative, or 256 and beyond (the
+// kernel keeps only the low 8 bits, so 256 would read as success). The
+// message still names the code the rank gave.
+const ExitAbortOutOfRange = 1
+
+// abortExitCode is the exit code of a job aborted with code: code itself
+// if it is 1..255, else ExitAbortOutOfRange.
+func abortExitCode(code int) int {
+	if code < 1 || code > 255 {
+		return ExitAbortOutOfRange
+	}
+	return code
 }
