@@ -19,8 +19,9 @@
 // carries it out after releasing mu: the shared-memory part (pushing
 // responses, publishing epochs) under pubMu, handed over from mu so
 // batches publish in the order they were made; text replies written to
-// the sockets without any agent lock, so a slow or stuck rank never
-// stalls the agent; then events and Upstream calls, so the Upstream is
+// the sockets without any agent lock, and another rank's replies only
+// through that rank's bounded queue (textout.go), so a slow or stuck rank
+// never stalls the agent or another rank; then events and Upstream calls, so the Upstream is
 // never called under an agent lock.
 //
 // Everything that reaches beyond this node goes through the Upstream
@@ -66,6 +67,10 @@ type Config struct {
 	UniverseSize int
 	// SpawnerJobID is set for a job created by spawn.
 	SpawnerJobID string
+	// ReplyQueueBytes bounds the replies queued for one text connection
+	// whose rank does not read them (textout.go); past it the rank is
+	// failed. 0 means defaultReplyQueueBytes(Size).
+	ReplyQueueBytes int
 
 	Upstream Upstream       // job-wide collectives and services; nil = Local
 	Events   Events         // launcher callbacks; nil = ignore
@@ -101,6 +106,12 @@ func (c *Config) validate() error {
 	}
 	if c.UniverseSize == 0 || c.UniverseSize < -1 {
 		c.UniverseSize = -1
+	}
+	if c.ReplyQueueBytes < 0 {
+		return fmt.Errorf("agent config: reply queue of %d bytes", c.ReplyQueueBytes)
+	}
+	if c.ReplyQueueBytes == 0 {
+		c.ReplyQueueBytes = defaultReplyQueueBytes(c.Size)
 	}
 	if c.Upstream == nil {
 		c.Upstream = NewLocal()
@@ -154,6 +165,8 @@ type Agent struct {
 	log *slog.Logger
 	rec *perf.Recorder
 
+	replyQueueBytes int // cfg.ReplyQueueBytes
+
 	wg sync.WaitGroup // connection goroutines, the listeners' and serveShm
 
 	mu sync.Mutex
@@ -180,11 +193,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	off, size := cfg.Upstream.RingLayout(len(cfg.Local))
 	a := &Agent{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		rec:   cfg.Perf,
-		core:  NewCore(&cfg, off, size),
-		conns: make(map[*textConn]struct{}),
+		replyQueueBytes: cfg.ReplyQueueBytes,
+		cfg:             cfg,
+		log:             cfg.Logger,
+		rec:             cfg.Perf,
+		core:            NewCore(&cfg, off, size),
+		conns:           make(map[*textConn]struct{}),
 	}
 	for i, g := range cfg.Local {
 		app := 0
@@ -244,7 +258,7 @@ func (a *Agent) ServeListener(ln net.Listener) {
 }
 
 func (a *Agent) serve(conn net.Conn, rc *rankConn) error {
-	c := &textConn{a: a, nc: conn}
+	c := &textConn{a: a, nc: conn, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -261,11 +275,15 @@ func (a *Agent) serve(conn net.Conn, rc *rankConn) error {
 		c.rank = rc
 	}
 	a.conns[c] = struct{}{}
-	a.wg.Add(1)
+	a.wg.Add(2)
 	a.mu.Unlock()
 	go func() {
 		defer a.wg.Done()
 		c.run()
+	}()
+	go func() {
+		defer a.wg.Done()
+		c.writeLoop()
 	}()
 	return nil
 }
@@ -375,6 +393,7 @@ type turn struct {
 	shm    []Reply      // replies to shared-memory requests
 	seg    *shm.Segment // the segment to publish in, nil without one
 	events []func()     // the front ends' own reports (protocol errors)
+	self   *textConn    // the connection whose reader makes this turn, or nil
 }
 
 // textOut is one text reply: b, or the encoding of r for rq.
@@ -398,7 +417,7 @@ func (t *turn) free() {
 	clear(t.text)
 	clear(t.shm)
 	clear(t.events)
-	t.text, t.shm, t.events, t.seg = t.text[:0], t.shm[:0], t.events[:0], nil
+	t.text, t.shm, t.events, t.seg, t.self = t.text[:0], t.shm[:0], t.events[:0], nil, nil
 	turns.Put(t)
 }
 
@@ -462,7 +481,11 @@ func (a *Agent) release(t *turn) {
 	}
 	a.pubMu.Unlock()
 	for _, o := range t.text {
-		o.c.write(o.b)
+		if o.c == t.self {
+			o.c.write(o.b) // the reader's own reply: back-pressure on its rank only
+		} else {
+			o.c.queue(o.b) // another rank's: never block on its socket
+		}
 	}
 	for _, f := range t.events {
 		f()

@@ -23,7 +23,12 @@ type textConn struct {
 	a  *Agent
 	nc net.Conn
 
-	wmu sync.Mutex // serialises writes to nc
+	// Output (textout.go): wake (capacity 1) kicks the writer goroutine,
+	// done is closed when the connection has ended and stops it.
+	wake chan struct{}
+	done chan struct{}
+	omu  sync.Mutex
+	out  textOutput // guarded by omu
 
 	// rank is bound at Serve (PMI_FD) or by initack/fullinit (PMI_PORT).
 	// Written under Agent.mu by the connection's own goroutine, which is
@@ -53,15 +58,6 @@ type textCmd struct {
 	unbound bool
 	serve   func(c *textConn, t *turn, rq *textReq) Op
 	encode  func(rq *textReq, r *Reply) *pmiwire.Resp
-}
-
-func (c *textConn) write(b []byte) {
-	c.wmu.Lock()
-	_, err := c.nc.Write(b)
-	c.wmu.Unlock()
-	if err != nil {
-		c.a.log.Debug("write PMI reply", "rank", c.rankNum(), "err", err)
-	}
 }
 
 func (c *textConn) rankNum() int {
@@ -116,7 +112,7 @@ func (c *textConn) protocolError(err error) {
 	a.log.Warn("PMI protocol error; closing connection", "rank", c.rankNum(), "err", err)
 	// Framing is lost: answer once in PMI-1 form so a waiting client sees
 	// an error rather than silence, then close.
-	c.write(pmiwire.AppendV1(nil, "error", pmiwire.Pair{Key: "rc", Val: strconv.Itoa(pmiwire.RCFail)},
+	c.writeLast(pmiwire.AppendV1(nil, "error", pmiwire.Pair{Key: "rc", Val: strconv.Itoa(pmiwire.RCFail)},
 		pmiwire.Pair{Key: "msg", Val: err.Error()}))
 	a.cfg.Events.ProtocolError(c.rankNum(), err)
 	c.nc.Close()
@@ -142,6 +138,7 @@ func (c *textConn) closed() {
 	}
 	a.mu.Unlock()
 	c.nc.Close()
+	close(c.done)
 	if report {
 		a.cfg.Events.RankDisconnected(rc.global, spoke)
 	}
@@ -152,6 +149,7 @@ func (c *textConn) handle(m *pmiwire.Msg) {
 	a := c.a
 	a.mu.Lock()
 	t := newTurn()
+	t.self = c
 	if rc := c.rank; rc != nil {
 		_ = a.core.Step(Spoke{rc.local})
 	}
