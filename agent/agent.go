@@ -184,6 +184,9 @@ type Agent struct {
 	// releasing mu, so epochs are published in order. Lock order: mu, then
 	// pubMu; nothing under pubMu blocks or calls out.
 	pubMu sync.Mutex
+	// shmFailed[i]: local rank i's response could not be pushed (it was
+	// reported once); guarded by pubMu, made on the first failure.
+	shmFailed []bool
 }
 
 // New starts an agent for cfg.
@@ -473,7 +476,7 @@ func (a *Agent) release(t *turn) {
 	}
 	if t.seg != nil {
 		for i := range t.shm {
-			a.shmReply(t.seg, &t.shm[i])
+			a.shmReply(t, &t.shm[i])
 		}
 		for i := range t.rd.Results {
 			a.publish(t.seg, &t.rd.Results[i])

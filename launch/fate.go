@@ -57,6 +57,10 @@ func (f *fate) event(e node.Event) {
 		}
 		f.fail(&JobError{Code: abortExitCode(e.Code), Msg: msg})
 	case node.EvProtocol:
+		if e.Rank < 0 { // no rank can be blamed (a connection not yet bound, the shared segment's header)
+			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("PMI protocol error: %s", e.Msg)})
+			break
+		}
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("rank %d sent malformed PMI: %s", e.Rank, e.Msg)})
 	case node.EvStartErr:
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("start rank %d: %s", e.Rank, e.Msg)})
