@@ -40,3 +40,45 @@ func TestAbortExitCode(t *testing.T) {
 		})
 	}
 }
+
+// scribbleBound is how soon a job whose shared segment a rank damaged must
+// end. On a quiet machine such a job ends in well under 2 s (the
+// scribbler's own exit, or the agent's verdict on the damage); the bound
+// is generous because the tests share a loaded 2-core machine, and
+// --timeout (30 s) would end a job the agent failed to end.
+const scribbleBound = 15 * time.Second
+
+// A rank that stores random bytes into every rank-writable region of the
+// node's segment (the header, the doorbell and epoch lines, the control
+// blocks, the rings, the slots, results and KVS) never hangs pmirun or
+// crashes its agent: every job ends within scribbleBound with a failure
+// and a message, never by --timeout. Two probes are deterministic: a 0
+// stored into the agent-sleepers word once left pmirun waiting forever,
+// even past --timeout; a rewritten header went unnoticed.
+func TestShmScribbler(t *testing.T) {
+	var worst time.Duration
+	for i, tc := range []struct {
+		region string
+		msg    string
+	}{
+		{"sleepers", `\brank 1 exited with code 0 without calling PMI finalize\b`},
+		{"header", `PMI protocol error: shared memory corrupt: the segment header .* was overwritten`},
+		{"lines", ""}, {"ctrl", ""}, {"rings", ""}, {"data", ""}, {"any", ""},
+	} {
+		args := []string{"--timeout", "30s", "-n", "4", prog("scribbler"), "-target", "1", "-seed", n(i + 1), "-region", tc.region, "-stores", "64"}
+		r := run(t, job{args: args, timeout: 60 * time.Second})
+		if r.code == 0 || r.code == ExitTimeoutCode {
+			t.Errorf("region %s: exit code %d, want a failure other than the timeout\n%s", tc.region, r.code, r)
+		}
+		if tc.msg == "" {
+			tc.msg = `\brank \d+ (exited|sent malformed|killed)|PMI protocol error`
+		}
+		r.wantMessage(t, tc.msg)
+		r.wantFaster(t, scribbleBound)
+		worst = max(worst, r.elapsed)
+	}
+	t.Logf("slowest job: %v", worst)
+}
+
+// ExitTimeoutCode is pmirun's exit code on --timeout (launch.ExitTimeout).
+const ExitTimeoutCode = 124

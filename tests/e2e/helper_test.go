@@ -99,6 +99,7 @@ func build(dir string) error {
 		{"pmid", "./cmd/pmid"},
 		{"hello", "./examples/hello"},
 		{"multiprog", "./tests/e2e/multiprog"},
+		{"scribbler", "./tests/e2e/scribbler"},
 		{"pmibench", "./cmd/pmibench"},
 	} {
 		cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, b.out), b.pkg)
