@@ -42,6 +42,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/pmiwire"
@@ -67,6 +68,14 @@ type Config struct {
 	UniverseSize int
 	// SpawnerJobID is set for a job created by spawn.
 	SpawnerJobID string
+	// IDs, if set, are the PMI_ID tokens of the local ranks, by local
+	// index: decimal integers (MPICH reads PMI_ID with atoi), unique and
+	// unguessable. A PMI-1 client on PMI_PORT must present its rank's
+	// token at initack (port.go).
+	IDs []string
+	// PeerCheck, if set, vets each PMI_PORT connection before anything is
+	// read from it; an error refuses it (port.go).
+	PeerCheck func(net.Conn) error
 	// ReplyQueueBytes bounds the replies queued for one text connection
 	// whose rank does not read them (textout.go); past it the rank is
 	// failed. 0 means defaultReplyQueueBytes(Size).
@@ -106,6 +115,9 @@ func (c *Config) validate() error {
 	}
 	if c.UniverseSize == 0 || c.UniverseSize < -1 {
 		c.UniverseSize = -1
+	}
+	if c.IDs != nil && len(c.IDs) != len(c.Local) {
+		return fmt.Errorf("agent config: %d PMI_IDs for %d local ranks", len(c.IDs), len(c.Local))
 	}
 	if c.ReplyQueueBytes < 0 {
 		return fmt.Errorf("agent config: reply queue of %d bytes", c.ReplyQueueBytes)
@@ -165,7 +177,10 @@ type Agent struct {
 	log *slog.Logger
 	rec *perf.Recorder
 
-	replyQueueBytes int // cfg.ReplyQueueBytes
+	replyQueueBytes int            // cfg.ReplyQueueBytes
+	ids             map[string]int // cfg.IDs: token → global rank; nil without
+	port            portStats
+	closing         chan struct{} // closed by Close: stops the accept loops' back-off
 
 	wg sync.WaitGroup // connection goroutines, the listeners' and serveShm
 
@@ -174,6 +189,7 @@ type Agent struct {
 	core      *Core
 	closed    bool
 	ranks     []*rankConn // by local index
+	unbound   int         // PMI_PORT connections not yet bound to a rank (port.go)
 	conns     map[*textConn]struct{}
 	listeners []net.Listener
 	seg       *shm.Segment // shared-memory segment served, or nil (also nil once closed)
@@ -197,6 +213,7 @@ func New(cfg Config) (*Agent, error) {
 	off, size := cfg.Upstream.RingLayout(len(cfg.Local))
 	a := &Agent{
 		replyQueueBytes: cfg.ReplyQueueBytes,
+		closing:         make(chan struct{}),
 		cfg:             cfg,
 		log:             cfg.Logger,
 		rec:             cfg.Perf,
@@ -209,6 +226,15 @@ func New(cfg Config) (*Agent, error) {
 			app = cfg.Appnum[i]
 		}
 		a.ranks = append(a.ranks, &rankConn{local: i, global: g, appnum: app, drained: make(chan struct{})})
+	}
+	if cfg.IDs != nil {
+		a.ids = make(map[string]int, len(cfg.IDs))
+		for i, id := range cfg.IDs {
+			if _, dup := a.ids[id]; dup || id == "" {
+				return nil, fmt.Errorf("agent config: PMI_ID %q empty or listed twice", id)
+			}
+			a.ids[id] = cfg.Local[i]
+		}
 	}
 	if a.rec != nil {
 		a.rec.Mark(perf.PhaseAgentReady, -1)
@@ -231,8 +257,8 @@ func (a *Agent) Serve(local int, conn net.Conn) error {
 func (a *Agent) ServeUnbound(conn net.Conn) error { return a.serve(conn, nil) }
 
 // ServeListener accepts connections on ln (PMI_PORT mode) and serves each
-// as an unbound connection until ln is closed or the agent is closed. The
-// agent closes ln on Close.
+// as an unbound connection until ln is closed or the agent is closed,
+// vetted as port.go says. The agent closes ln on Close.
 func (a *Agent) ServeListener(ln net.Listener) {
 	a.mu.Lock()
 	if a.closed {
@@ -245,18 +271,7 @@ func (a *Agent) ServeListener(ln net.Listener) {
 	a.mu.Unlock()
 	go func() {
 		defer a.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetNoDelay(true)
-			}
-			if err := a.ServeUnbound(c); err != nil {
-				return
-			}
-		}
+		a.acceptLoop(ln)
 	}()
 }
 
@@ -276,6 +291,8 @@ func (a *Agent) serve(conn net.Conn, rc *rankConn) error {
 		}
 		rc.conn = c
 		c.rank = rc
+	} else {
+		c.admitLocked()
 	}
 	a.conns[c] = struct{}{}
 	a.wg.Add(2)
@@ -301,6 +318,7 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	a.closed = true
+	close(a.closing)
 	_ = a.core.Step(Shutdown{})
 	t := newTurn()
 	t.take(a) // with the segment: waiting shm ranks get their error
@@ -313,14 +331,25 @@ func (a *Agent) Close() error {
 	for c := range a.conns {
 		conns = append(conns, c)
 	}
+	// The shutdown errors are delivered before the connections close,
+	// each within closeFlush: a rank that does not read cannot hold Close.
+	deadline := time.Now().Add(closeFlush)
+	for _, c := range conns {
+		_ = c.nc.SetWriteDeadline(deadline)
+	}
+	t.final = true
 	a.release(t)
 	for _, c := range conns {
+		c.waitFlushed(deadline)
 		c.nc.Close()
 	}
 	if seg != nil {
 		seg.Agent().Kick() // wakes serveShm, which sees closed
 	}
 	a.wg.Wait()
+	if n := a.port.refused.Load(); n > 1 {
+		a.log.Warn("PMI_PORT connections refused", "count", n)
+	}
 	if seg != nil {
 		a.pubMu.Lock() // a turn that took the segment before Close is done with it
 		seg.Close()
@@ -397,6 +426,7 @@ type turn struct {
 	seg    *shm.Segment // the segment to publish in, nil without one
 	events []func()     // the front ends' own reports (protocol errors)
 	self   *textConn    // the connection whose reader makes this turn, or nil
+	final  bool         // Close's turn: every text reply is written at once
 }
 
 // textOut is one text reply: b, or the encoding of r for rq.
@@ -420,7 +450,7 @@ func (t *turn) free() {
 	clear(t.text)
 	clear(t.shm)
 	clear(t.events)
-	t.text, t.shm, t.events, t.seg, t.self = t.text[:0], t.shm[:0], t.events[:0], nil, nil
+	t.text, t.shm, t.events, t.seg, t.self, t.final = t.text[:0], t.shm[:0], t.events[:0], nil, nil, false
 	turns.Put(t)
 }
 
@@ -484,8 +514,8 @@ func (a *Agent) release(t *turn) {
 	}
 	a.pubMu.Unlock()
 	for _, o := range t.text {
-		if o.c == t.self {
-			o.c.write(o.b) // the reader's own reply: back-pressure on its rank only
+		if o.c == t.self || t.final {
+			o.c.write(o.b) // the reader's own reply: back-pressure on its rank only; or Close's, under a deadline
 		} else {
 			o.c.queue(o.b) // another rank's: never block on its socket
 		}

@@ -36,6 +36,7 @@ type textConn struct {
 	rank *rankConn
 
 	// Guarded by Agent.mu.
+	unbound bool                // counted in Agent.unbound (port.go)
 	pending map[uint64]*textReq // requests waiting for the core's reply, by Req.ID
 	nextID  uint64
 }
@@ -69,6 +70,10 @@ func (c *textConn) rankNum() int {
 
 // run reads and serves requests until the connection closes.
 func (c *textConn) run() {
+	if c.rank == nil && !c.checkPeer() {
+		c.closed()
+		return
+	}
 	var dec pmiwire.Decoder
 	buf := make([]byte, 16<<10)
 	for {
@@ -124,6 +129,7 @@ func (c *textConn) closed() {
 	a := c.a
 	a.mu.Lock()
 	delete(a.conns, c)
+	c.boundLocked()
 	rc := c.rank
 	report := false
 	spoke := false
@@ -350,6 +356,7 @@ func (c *textConn) bindLocked(rank int) error {
 	}
 	rc.conn = c
 	c.rank = rc
+	c.boundLocked()
 	return nil
 }
 
@@ -389,11 +396,9 @@ func serveInit(c *textConn, t *turn, rq *textReq) Op {
 func serveInitack(c *textConn, t *turn, rq *textReq) Op {
 	m := rq.m
 	id, _ := m.Get("pmiid")
-	r, err := strconv.Atoi(id)
+	r, err := c.a.rankOfID(id)
 	if err == nil {
 		err = c.bindLocked(r)
-	} else {
-		err = fmt.Errorf("bad pmiid %q", id)
 	}
 	if err != nil {
 		t.answer(c, errResp(m, "initack", pmiwire.RCInvalidArg, err).Append(nil))
@@ -412,7 +417,7 @@ func serveFullinit(c *textConn, t *turn, rq *textReq) Op {
 	want := -1
 	for _, k := range []string{"pmirank", "srcid"} {
 		if s, ok := m.Get(k); ok {
-			r, err := strconv.Atoi(s)
+			r, err := a.rankOfPMI2(s)
 			if err != nil {
 				t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("bad %s %q", k, s))
 				return nil

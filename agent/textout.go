@@ -27,6 +27,23 @@ func defaultReplyQueueBytes(size int) int {
 	return max(4<<20, 2*size*(pmiwire.ValLenMax+32))
 }
 
+// closeFlush bounds how long Close spends delivering the shutdown errors
+// and queued replies to ranks before it closes their connections.
+const closeFlush = 100 * time.Millisecond
+
+// waitFlushed waits until c's queue is written, or deadline.
+func (c *textConn) waitFlushed(deadline time.Time) {
+	for {
+		c.omu.Lock()
+		idle := c.out.failed || (!c.out.writing && len(c.out.queue) == 0)
+		c.omu.Unlock()
+		if idle || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // protocolErrorWriteTimeout bounds the last reply to a connection whose
 // framing is lost: its rank may not be reading.
 const protocolErrorWriteTimeout = 100 * time.Millisecond

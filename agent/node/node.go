@@ -68,11 +68,13 @@ type Node struct {
 	ag    *agent.Agent
 	rec   *perf.Recorder
 	out   *Output
-	env   []string     // every rank's environment but its own variables
-	path  string       // the resolved program
-	seg   *os.File     // shared-memory segment passed to ranks, or nil
-	shm   *shm.Segment // the segment itself (goroutine ranks map it in place)
-	evch  chan event
+	env   []string // every rank's environment but its own variables
+	// pmiIDs are the local ranks' PMI_ID tokens with PMIPort (pmiport.go).
+	pmiIDs []string
+	path   string       // the resolved program
+	seg    *os.File     // shared-memory segment passed to ranks, or nil
+	shm    *shm.Segment // the segment itself (goroutine ranks map it in place)
+	evch   chan event
 
 	procs    map[int]*rankProc // by global rank
 	judged   int               // procs whose end was judged and reported
@@ -107,8 +109,18 @@ func New(spec *Spec, o Options) (*Node, error) {
 		o.Emit = func(Event) {}
 	}
 	ranks := spec.Nodes[o.Index]
+	var ids []string
+	var peerCheck func(net.Conn) error
+	if spec.PMIPort {
+		var err error
+		if ids, err = newPMIIDs(len(ranks)); err != nil {
+			return nil, err
+		}
+		peerCheck = samePeerUser
+	}
 	n := &Node{
-		spec: spec, opt: o, ranks: ranks, rec: o.Perf,
+		pmiIDs: ids,
+		spec:   spec, opt: o, ranks: ranks, rec: o.Perf,
 		evch:  make(chan event, 8*len(ranks)+64),
 		quit:  make(chan struct{}),
 		procs: make(map[int]*rankProc, len(ranks)),
@@ -123,6 +135,8 @@ func New(spec *Spec, o Options) (*Node, error) {
 		Events:       events{n.evch},
 		Logger:       o.Logger,
 		Perf:         o.Perf,
+		IDs:          ids,
+		PeerCheck:    peerCheck,
 	})
 	if err != nil {
 		return nil, err

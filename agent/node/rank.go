@@ -133,7 +133,7 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	copy(renv, n.env)
 	renv = append(renv, "PMI_RANK="+strconv.Itoa(r), "MPI_LOCALRANKID="+strconv.Itoa(li))
 	if spec.PMIPort {
-		renv = append(renv, "PMI_ID="+strconv.Itoa(r))
+		renv = append(renv, "PMI_ID="+n.pmiIDs[li])
 	}
 	cmd := &exec.Cmd{
 		Path:        n.path,
