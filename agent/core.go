@@ -340,6 +340,7 @@ type rankState struct {
 	collSeq               uint64 // fence/allgather epochs entered
 	ringSeq               uint64 // ring exchanges entered
 	inRing                bool   // waiting for the answer of ring exchange ringSeq
+	puts, putBytes        int    // put volume so far, against the quotas (limits.go)
 }
 
 // to is where a deferred reply goes.
@@ -356,6 +357,8 @@ type Core struct {
 	ranks       []*rankState
 	byGlobal    map[int]*rankState
 	ended       int  // ranks finalized or gone
+	// puts and putBytes are the node's put volume so far (limits.go).
+	puts, putBytes int
 	closed      bool // Shutdown seen
 	rd          Ready
 	kvs         map[string]string // committed job KVS (visible to get)
@@ -465,6 +468,9 @@ func (c *Core) Step(op Op) error {
 	case Put:
 		rs, err := c.rank(o.Local)
 		if err != nil {
+			return err
+		}
+		if err := c.chargePut(rs, o.Key, o.Val); err != nil {
 			return err
 		}
 		c.put(rs, o.Key, o.Val, o.Hint)

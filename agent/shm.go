@@ -200,11 +200,19 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		if err != nil {
 			return nil, fmt.Errorf("publish: %w", err)
 		}
+		if err := checkName(string(name), string(port)); err != nil {
+			return nil, &shmRefusal{ReplyName, err}
+		}
 		return Name{Local: i, Req: req, Op: NamePublish, Name: string(name), Port: string(port)}, nil
-	case shm.OpUnpublish:
-		return Name{Local: i, Req: req, Op: NameUnpublish, Name: string(m.Payload)}, nil
-	case shm.OpLookup:
-		return Name{Local: i, Req: req, Op: NameLookup, Name: string(m.Payload)}, nil
+	case shm.OpUnpublish, shm.OpLookup:
+		if err := checkName(string(m.Payload), ""); err != nil {
+			return nil, &shmRefusal{ReplyName, err}
+		}
+		op := NameUnpublish
+		if m.Op == shm.OpLookup {
+			op = NameLookup
+		}
+		return Name{Local: i, Req: req, Op: op, Name: string(m.Payload)}, nil
 	case shm.OpAbort:
 		code, msg, err := shm.Int32(m.Payload)
 		if err != nil {

@@ -195,6 +195,10 @@ func (c *textConn) dispatchLocked(t *turn, m *pmiwire.Msg) {
 			return
 		}
 	}
+	if len(c.pending) >= MaxPendingPerConn {
+		t.fail(c, rq, pmiwire.RCFail, fmt.Errorf("%w: more than %d requests waiting for an answer", ErrQuota, MaxPendingPerConn))
+		return
+	}
 	c.nextID++
 	rq.req = Req{Via: ViaText, ID: c.nextID}
 	op := rq.cmd.serve(c, t, rq)
@@ -334,6 +338,12 @@ func checkPut(key, val string) (int, error) {
 		return pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax)
 	case strings.HasPrefix(key, "PMI_"):
 		return pmiwire.RCInvalidKey, fmt.Errorf("key %s is reserved for the launcher", key)
+	}
+	if err := checkBytes("key", key); err != nil {
+		return pmiwire.RCInvalidKey, err
+	}
+	if err := checkBytes("value", val); err != nil {
+		return pmiwire.RCInvalidArg, err
 	}
 	return 0, nil
 }
@@ -678,6 +688,10 @@ func serveName(c *textConn, t *turn, rq *textReq) Op {
 		o.Op = NameUnpublish
 	default:
 		o.Op = NameLookup
+	}
+	if err := checkName(o.Name, o.Port); err != nil {
+		t.fail(c, rq, pmiwire.RCInvalidArg, err)
+		return nil
 	}
 	return o
 }
