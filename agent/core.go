@@ -353,28 +353,29 @@ type to struct {
 // Core is the agent's PMI semantics. See the comment at the top of
 // core.go.
 type Core struct {
-	cfg      coreConfig
-	ranks    []*rankState
-	byGlobal map[int]*rankState
-	ended    int // ranks finalized or gone
+	cfg         coreConfig
+	ranks       []*rankState
+	byGlobal    map[int]*rankState
+	ended       int  // ranks finalized or gone
+	closed      bool // Shutdown seen
+	rd          Ready
+	kvs         map[string]string // committed job KVS (visible to get)
+	sparse      map[string]string // sparse puts, visible at once
+	nodeAttr    map[string]string
+	waits       map[string][]waiter // parked requests by "kvs:<key>" or "attr:<key>"
+	fenceSeq    uint64              // completed world fences
+	agSeq       uint64              // completed allgathers
+	colls       map[uint64]*epochColl
+	delivered   uint64 // epochs delivered, in order
+	groups      map[string]*group
+	rings       map[uint64]*ringEpoch // ring exchanges in progress, by epoch
+	ringSeq     uint64                // completed ring exchanges
+	ringWaiting int                   // ranks waiting in a ring exchange
+	names       map[uint64]to         // name calls waiting for the Upstream
+	nameSeq     uint64
+
 	// puts and putBytes are the node's put volume so far (limits.go).
 	puts, putBytes int
-	closed         bool // Shutdown seen
-	rd             Ready
-	kvs            map[string]string // committed job KVS (visible to get)
-	sparse         map[string]string // sparse puts, visible at once
-	nodeAttr       map[string]string
-	waits          map[string][]waiter // parked requests by "kvs:<key>" or "attr:<key>"
-	fenceSeq       uint64              // completed world fences
-	agSeq          uint64              // completed allgathers
-	colls          map[uint64]*epochColl
-	delivered      uint64 // epochs delivered, in order
-	groups         map[string]*group
-	rings          map[uint64]*ringEpoch // ring exchanges in progress, by epoch
-	ringSeq        uint64                // completed ring exchanges
-	ringWaiting    int                   // ranks waiting in a ring exchange
-	names          map[uint64]to         // name calls waiting for the Upstream
-	nameSeq        uint64
 }
 
 // coreConfig is the part of Config the core needs.
