@@ -82,3 +82,17 @@ func TestShmScribbler(t *testing.T) {
 
 // ExitTimeoutCode is pmirun's exit code on --timeout (launch.ExitTimeout).
 const ExitTimeoutCode = 124
+
+// The verdicts above hold on running daemons too (pmid --daemon, pmirun
+// --daemons): a last rank that ends without finalize, and an abort with
+// an out-of-range code, fail the job.
+func TestVerdictsOnDaemons(t *testing.T) {
+	p := newDaemonPair(t)
+	r := run(t, p.job("-n", "4", prog("exit_early"), "no-finalize", "3", "300"))
+	r.wantCode(t, 1)
+	r.wantMessage(t, `\brank 3 exited with code 0 without calling PMI finalize\b`)
+	r = run(t, p.job("-n", "2", "bash", "-c", abortScript("256")))
+	r.wantCode(t, 1)
+	r.wantMessage(t, `\brank 0 called abort with exit code 256\b`)
+	p.idle(t)
+}
