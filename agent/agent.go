@@ -19,8 +19,9 @@
 // carries it out after releasing mu: the shared-memory part (pushing
 // responses, publishing epochs) under pubMu, handed over from mu so
 // batches publish in the order they were made; text replies written to
-// the sockets without any agent lock, so a slow or stuck rank never
-// stalls the agent; then events and Upstream calls, so the Upstream is
+// the sockets without any agent lock, and another rank's replies only
+// through that rank's bounded queue (textout.go), so a slow or stuck rank
+// never stalls the agent or another rank; then events and Upstream calls, so the Upstream is
 // never called under an agent lock.
 //
 // Everything that reaches beyond this node goes through the Upstream
@@ -75,6 +76,18 @@ type Config struct {
 	// read of key calls LateAttrs[key] (without agent locks; it must not
 	// block), and reads wait for the value.
 	LateAttrs map[string]func()
+	// IDs, if set, are the PMI_ID tokens of the local ranks, by local
+	// index: decimal integers (MPICH reads PMI_ID with atoi), unique and
+	// unguessable. A PMI-1 client on PMI_PORT must present its rank's
+	// token at initack (port.go).
+	IDs []string
+	// PeerCheck, if set, vets each PMI_PORT connection before anything is
+	// read from it; an error refuses it (port.go).
+	PeerCheck func(net.Conn) error
+	// ReplyQueueBytes bounds the replies queued for one text connection
+	// whose rank does not read them (textout.go); past it the rank is
+	// failed. 0 means defaultReplyQueueBytes(Size).
+	ReplyQueueBytes int
 
 	Upstream Upstream       // job-wide collectives and services; nil = Local
 	Events   Events         // launcher callbacks; nil = ignore
@@ -110,6 +123,15 @@ func (c *Config) validate() error {
 	}
 	if c.UniverseSize == 0 || c.UniverseSize < -1 {
 		c.UniverseSize = -1
+	}
+	if c.IDs != nil && len(c.IDs) != len(c.Local) {
+		return fmt.Errorf("agent config: %d PMI_IDs for %d local ranks", len(c.IDs), len(c.Local))
+	}
+	if c.ReplyQueueBytes < 0 {
+		return fmt.Errorf("agent config: reply queue of %d bytes", c.ReplyQueueBytes)
+	}
+	if c.ReplyQueueBytes == 0 {
+		c.ReplyQueueBytes = defaultReplyQueueBytes(c.Size)
 	}
 	if c.Upstream == nil {
 		c.Upstream = NewLocal()
@@ -163,6 +185,11 @@ type Agent struct {
 	log *slog.Logger
 	rec *perf.Recorder
 
+	replyQueueBytes int            // cfg.ReplyQueueBytes
+	ids             map[string]int // cfg.IDs: token → global rank; nil without
+	port            portStats
+	closing         chan struct{} // closed by Close: stops the accept loops' back-off
+
 	wg sync.WaitGroup // connection goroutines, the listeners' and serveShm
 
 	mu sync.Mutex
@@ -170,6 +197,7 @@ type Agent struct {
 	core      *Core
 	closed    bool
 	ranks     []*rankConn // by local index
+	unbound   int         // PMI_PORT connections not yet bound to a rank (port.go)
 	conns     map[*textConn]struct{}
 	listeners []net.Listener
 	seg       *shm.Segment // shared-memory segment served, or nil (also nil once closed)
@@ -180,6 +208,9 @@ type Agent struct {
 	// releasing mu, so epochs are published in order. Lock order: mu, then
 	// pubMu; nothing under pubMu blocks or calls out.
 	pubMu sync.Mutex
+	// shmFailed[i]: local rank i's response could not be pushed (it was
+	// reported once); guarded by pubMu, made on the first failure.
+	shmFailed []bool
 }
 
 // New starts an agent for cfg.
@@ -189,11 +220,13 @@ func New(cfg Config) (*Agent, error) {
 	}
 	off, size := cfg.Upstream.RingLayout(len(cfg.Local))
 	a := &Agent{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		rec:   cfg.Perf,
-		core:  NewCore(&cfg, off, size),
-		conns: make(map[*textConn]struct{}),
+		replyQueueBytes: cfg.ReplyQueueBytes,
+		closing:         make(chan struct{}),
+		cfg:             cfg,
+		log:             cfg.Logger,
+		rec:             cfg.Perf,
+		core:            NewCore(&cfg, off, size),
+		conns:           make(map[*textConn]struct{}),
 	}
 	for i, g := range cfg.Local {
 		app := 0
@@ -201,6 +234,15 @@ func New(cfg Config) (*Agent, error) {
 			app = cfg.Appnum[i]
 		}
 		a.ranks = append(a.ranks, &rankConn{local: i, global: g, appnum: app, drained: make(chan struct{})})
+	}
+	if cfg.IDs != nil {
+		a.ids = make(map[string]int, len(cfg.IDs))
+		for i, id := range cfg.IDs {
+			if _, dup := a.ids[id]; dup || id == "" {
+				return nil, fmt.Errorf("agent config: PMI_ID %q empty or listed twice", id)
+			}
+			a.ids[id] = cfg.Local[i]
+		}
 	}
 	if a.rec != nil {
 		a.rec.Mark(perf.PhaseAgentReady, -1)
@@ -223,8 +265,8 @@ func (a *Agent) Serve(local int, conn net.Conn) error {
 func (a *Agent) ServeUnbound(conn net.Conn) error { return a.serve(conn, nil) }
 
 // ServeListener accepts connections on ln (PMI_PORT mode) and serves each
-// as an unbound connection until ln is closed or the agent is closed. The
-// agent closes ln on Close.
+// as an unbound connection until ln is closed or the agent is closed,
+// vetted as port.go says. The agent closes ln on Close.
 func (a *Agent) ServeListener(ln net.Listener) {
 	a.mu.Lock()
 	if a.closed {
@@ -237,23 +279,12 @@ func (a *Agent) ServeListener(ln net.Listener) {
 	a.mu.Unlock()
 	go func() {
 		defer a.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetNoDelay(true)
-			}
-			if err := a.ServeUnbound(c); err != nil {
-				return
-			}
-		}
+		a.acceptLoop(ln)
 	}()
 }
 
 func (a *Agent) serve(conn net.Conn, rc *rankConn) error {
-	c := &textConn{a: a, nc: conn}
+	c := &textConn{a: a, nc: conn, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -268,13 +299,19 @@ func (a *Agent) serve(conn net.Conn, rc *rankConn) error {
 		}
 		rc.conn = c
 		c.rank = rc
+	} else {
+		c.admitLocked()
 	}
 	a.conns[c] = struct{}{}
-	a.wg.Add(1)
+	a.wg.Add(2)
 	a.mu.Unlock()
 	go func() {
 		defer a.wg.Done()
 		c.run()
+	}()
+	go func() {
+		defer a.wg.Done()
+		c.writeLoop()
 	}()
 	return nil
 }
@@ -289,6 +326,7 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	a.closed = true
+	close(a.closing)
 	_ = a.core.Step(Shutdown{})
 	t := newTurn()
 	t.take(a) // with the segment: waiting shm ranks get their error
@@ -301,14 +339,25 @@ func (a *Agent) Close() error {
 	for c := range a.conns {
 		conns = append(conns, c)
 	}
+	// The shutdown errors are delivered before the connections close,
+	// each within closeFlush: a rank that does not read cannot hold Close.
+	deadline := time.Now().Add(closeFlush)
+	for _, c := range conns {
+		_ = c.nc.SetWriteDeadline(deadline)
+	}
+	t.final = true
 	a.release(t)
 	for _, c := range conns {
+		c.waitFlushed(deadline)
 		c.nc.Close()
 	}
 	if seg != nil {
 		seg.Agent().Kick() // wakes serveShm, which sees closed
 	}
 	a.wg.Wait()
+	if n := a.port.refused.Load(); n > 1 {
+		a.log.Warn("PMI_PORT connections refused", "count", n)
+	}
 	if seg != nil {
 		a.pubMu.Lock() // a turn that took the segment before Close is done with it
 		seg.Close()
@@ -388,8 +437,10 @@ type turn struct {
 	// For a tracer (perf.Recorder.Tracing), a text turn's request: when it
 	// was read (zero otherwise) and its command, which names the trace
 	// slices of the turn's direct answers.
-	read time.Time
-	cmd  string
+	read  time.Time
+	cmd   string
+	self  *textConn // the connection whose reader makes this turn, or nil
+	final bool      // Close's turn: every text reply is written at once
 }
 
 // textOut is one text reply: b, or the encoding of r for rq.
@@ -414,7 +465,7 @@ func (t *turn) free() {
 	clear(t.text)
 	clear(t.shm)
 	clear(t.events)
-	t.text, t.shm, t.events, t.seg = t.text[:0], t.shm[:0], t.events[:0], nil
+	t.text, t.shm, t.events, t.seg, t.self, t.final = t.text[:0], t.shm[:0], t.events[:0], nil, nil, false
 	t.read, t.cmd = time.Time{}, ""
 	turns.Put(t)
 }
@@ -471,7 +522,7 @@ func (a *Agent) release(t *turn) {
 	}
 	if t.seg != nil {
 		for i := range t.shm {
-			a.shmReply(t.seg, &t.shm[i])
+			a.shmReply(t, &t.shm[i])
 		}
 		for i := range t.rd.Results {
 			a.publish(t.seg, &t.rd.Results[i])
@@ -482,7 +533,7 @@ func (a *Agent) release(t *turn) {
 		a.writeTraced(t)
 	} else {
 		for _, o := range t.text {
-			o.c.write(o.b)
+			t.send(o)
 		}
 	}
 	for _, f := range t.events {
@@ -518,7 +569,7 @@ func (a *Agent) release(t *turn) {
 func (a *Agent) writeTraced(t *turn) {
 	answered := time.Now()
 	for _, o := range t.text {
-		o.c.write(o.b)
+		t.send(o)
 		end := time.Now()
 		switch {
 		case o.rq != nil && !o.rq.read.IsZero():
@@ -530,6 +581,17 @@ func (a *Agent) writeTraced(t *turn) {
 		case o.rq == nil && !t.read.IsZero():
 			a.rec.Request(t.cmd, o.c.rankNum(), t.read, time.Time{}, end)
 		}
+	}
+}
+
+// send delivers a text reply: the reader's own at once (back-pressure on
+// its rank only), and Close's (under a deadline); another rank's through
+// that rank's queue, never blocking on its socket (textout.go).
+func (t *turn) send(o textOut) {
+	if o.c == t.self || t.final {
+		o.c.write(o.b)
+	} else {
+		o.c.queue(o.b)
 	}
 }
 

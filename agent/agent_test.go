@@ -130,6 +130,7 @@ type recEvents struct {
 	fins   []int
 	aborts []string
 	discs  []int
+	protos []string // "rank: error" of each protocol error
 }
 
 // waitDisconnects waits until exactly n disconnect events arrived, failing the
@@ -167,7 +168,11 @@ func (e *recEvents) Abort(r, code int, msg string) {
 	e.aborts = append(e.aborts, fmt.Sprintf("%d:%d:%s", r, code, msg))
 	e.mu.Unlock()
 }
-func (e *recEvents) ProtocolError(int, error) {}
+func (e *recEvents) ProtocolError(r int, err error) {
+	e.mu.Lock()
+	e.protos = append(e.protos, fmt.Sprintf("%d: %v", r, err))
+	e.mu.Unlock()
+}
 
 func TestPMI1Conversation(t *testing.T) {
 	_, cs, ev := newJob(t, 2, nil)

@@ -364,6 +364,7 @@ type rankState struct {
 	collSeq               uint64 // fence/allgather epochs entered
 	ringSeq               uint64 // ring exchanges entered
 	inRing                bool   // waiting for the answer of ring exchange ringSeq
+	puts, putBytes        int    // put volume so far, against the quotas (limits.go)
 }
 
 // to is where a deferred reply goes.
@@ -398,6 +399,9 @@ type Core struct {
 	callSeq     uint64
 	late        map[string]*lateAttr // late job attributes (jobattr.go)
 	lateKeys    []string             // their keys, sorted
+
+	// puts and putBytes are the node's put volume so far (limits.go).
+	puts, putBytes int
 }
 
 // coreConfig is the part of Config the core needs.
@@ -501,6 +505,9 @@ func (c *Core) Step(op Op) error {
 	case Put:
 		rs, err := c.rank(o.Local)
 		if err != nil {
+			return err
+		}
+		if err := c.chargePut(rs, o.Key, o.Val); err != nil {
 			return err
 		}
 		c.put(rs, o.Key, o.Val, o.Hint)

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/shm"
@@ -46,11 +47,24 @@ func (a *Agent) AttachSegment(seg *shm.Segment) error {
 	return nil
 }
 
+// shmIdleWake bounds the agent's sleep on the doorbell. Ranks ring it only
+// while the agent-sleepers word says the agent sleeps, and any rank can
+// write that word: a stray store there delays the other ranks' requests by
+// at most this much instead of forever. Each wake also checks the segment
+// header.
+const shmIdleWake = 100 * time.Millisecond
+
 func (a *Agent) serveShm(seg *shm.Segment) {
 	sa := seg.Agent()
 	dead := make([]bool, len(a.ranks)) // rings that sent garbage
 	var ready []int                    // local ranks with requests, per pass
 	for {
+		if err := sa.CheckHeader(); err != nil {
+			// No rank can be blamed: every rank maps the header writable.
+			a.log.Error("shared memory corrupt; no longer serving it", "err", err)
+			a.cfg.Events.ProtocolError(-1, err)
+			return
+		}
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
@@ -73,8 +87,14 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 				if err == nil {
 					did = true
 					var op Op
+					var ref *shmRefusal
 					if op, err = a.shmOp(sa, i, m); err == nil && op != nil {
 						err = a.core.Step(op)
+					} else if errors.As(err, &ref) {
+						// A request the rank may make, with an argument
+						// out of bounds: answered with an error.
+						t.shm = append(t.shm, Reply{Local: i, Req: shmReq(&m), Kind: ref.kind, Err: ref.err})
+						err = nil
 					}
 					// Respond before releasing the request: Release may
 					// wake the rank, which should find its answer.
@@ -92,7 +112,7 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 		}
 		a.finishLocked(t)
 		if !did {
-			_ = sa.Wait(-1)
+			_ = sa.Wait(shmIdleWake)
 		}
 	}
 }
@@ -109,11 +129,21 @@ func (a *Agent) pushShmLocked(t *turn) {
 	}
 	a.pubMu.Lock()
 	for i := range t.shm {
-		a.shmReply(t.seg, &t.shm[i])
+		a.shmReply(t, &t.shm[i])
 	}
 	a.pubMu.Unlock()
 	t.shm = t.shm[:0]
 }
+
+// shmRefusal is shmOp's answer to a well-formed request whose argument
+// breaks a limit (as the text path answers rc≠0): the rank gets an error
+// response, and its ring stays in service.
+type shmRefusal struct {
+	kind ReplyKind
+	err  error
+}
+
+func (r *shmRefusal) Error() string { return r.err.Error() }
 
 // shmReq packs a request's op and sequence number into a Req.
 func shmReq(m *shm.Msg) Req { return Req{Via: ViaShm, ID: uint64(m.Op)<<32 | uint64(m.Seq)} }
@@ -158,6 +188,9 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		}
 		return Get{Local: i, Req: req, Key: string(key), Wait: m.Flags&shm.GetWait != 0}, nil
 	case shm.OpRing:
+		if len(m.Payload) > pmiwire.ValLenMax {
+			return nil, &shmRefusal{ReplyRing, fmt.Errorf("ring value longer than %d bytes", pmiwire.ValLenMax)}
+		}
 		v := string(m.Payload)
 		return Ring{Local: i, Req: req, In: RingIn{Count: 1, Left: v, Right: v}}, nil
 	case shm.OpJobAttr:
@@ -167,11 +200,19 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		if err != nil {
 			return nil, fmt.Errorf("publish: %w", err)
 		}
+		if err := checkName(string(name), string(port)); err != nil {
+			return nil, &shmRefusal{ReplyName, err}
+		}
 		return Name{Local: i, Req: req, Op: NamePublish, Name: string(name), Port: string(port)}, nil
-	case shm.OpUnpublish:
-		return Name{Local: i, Req: req, Op: NameUnpublish, Name: string(m.Payload)}, nil
-	case shm.OpLookup:
-		return Name{Local: i, Req: req, Op: NameLookup, Name: string(m.Payload)}, nil
+	case shm.OpUnpublish, shm.OpLookup:
+		if err := checkName(string(m.Payload), ""); err != nil {
+			return nil, &shmRefusal{ReplyName, err}
+		}
+		op := NameUnpublish
+		if m.Op == shm.OpLookup {
+			op = NameLookup
+		}
+		return Name{Local: i, Req: req, Op: op, Name: string(m.Payload)}, nil
 	case shm.OpAbort:
 		code, msg, err := shm.Int32(m.Payload)
 		if err != nil {
@@ -203,9 +244,12 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 // Puts have none; a collective is answered by publishing its epoch, so
 // only its failure is pushed (as OpError naming the epoch). The ring holds
 // far more than a rank's outstanding requests; a full ring means the rank
-// stopped reading, which is logged (the launcher's failure handling ends
-// such a job).
-func (a *Agent) shmReply(seg *shm.Segment, r *Reply) {
+// stopped reading (or broke the ring's counters): the rank is reported
+// once as a protocol error naming it, from t's events (so the launcher
+// ends the job), and its later responses are dropped. The push never
+// waits, so no rank stalls the turn.
+func (a *Agent) shmReply(t *turn, r *Reply) {
+	seg := t.seg
 	op, seq := uint16(r.Req.ID>>32), uint32(r.Req.ID)
 	h := shm.Header{Op: op, Seq: seq, Flags: shm.StatusOK}
 	var payload []byte
@@ -234,7 +278,21 @@ func (a *Agent) shmReply(seg *shm.Segment, r *Reply) {
 		payload = []byte(r.Val)
 	}
 	if err := seg.Agent().Responses(r.Local).Push(h, payload); err != nil {
-		a.log.Error("push response", "rank", a.ranks[r.Local].global, "op", op, "err", err)
+		if a.shmFailed == nil {
+			a.shmFailed = make([]bool, len(a.ranks))
+		}
+		if a.shmFailed[r.Local] {
+			return
+		}
+		a.shmFailed[r.Local] = true
+		g := a.ranks[r.Local].global
+		if errors.Is(err, shm.ErrFull) {
+			err = errors.New("stopped reading its shared-memory responses (response ring full)")
+		} else {
+			err = fmt.Errorf("push shared-memory response: %w", err)
+		}
+		a.log.Warn("shared-memory response not delivered", "rank", g, "op", op, "err", err)
+		t.events = append(t.events, func() { a.cfg.Events.ProtocolError(g, err) })
 	}
 }
 

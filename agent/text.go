@@ -24,7 +24,12 @@ type textConn struct {
 	a  *Agent
 	nc net.Conn
 
-	wmu sync.Mutex // serialises writes to nc
+	// Output (textout.go): wake (capacity 1) kicks the writer goroutine,
+	// done is closed when the connection has ended and stops it.
+	wake chan struct{}
+	done chan struct{}
+	omu  sync.Mutex
+	out  textOutput // guarded by omu
 
 	// rank is bound at Serve (PMI_FD) or by initack/fullinit (PMI_PORT).
 	// Written under Agent.mu by the connection's own goroutine, which is
@@ -32,6 +37,7 @@ type textConn struct {
 	rank *rankConn
 
 	// Guarded by Agent.mu.
+	unbound bool                // counted in Agent.unbound (port.go)
 	pending map[uint64]*textReq // requests waiting for the core's reply, by Req.ID
 	nextID  uint64
 }
@@ -57,15 +63,6 @@ type textCmd struct {
 	encode  func(rq *textReq, r *Reply) *pmiwire.Resp
 }
 
-func (c *textConn) write(b []byte) {
-	c.wmu.Lock()
-	_, err := c.nc.Write(b)
-	c.wmu.Unlock()
-	if err != nil {
-		c.a.log.Debug("write PMI reply", "rank", c.rankNum(), "err", err)
-	}
-}
-
 func (c *textConn) rankNum() int {
 	if c.rank == nil {
 		return -1
@@ -75,6 +72,10 @@ func (c *textConn) rankNum() int {
 
 // run reads and serves requests until the connection closes.
 func (c *textConn) run() {
+	if c.rank == nil && !c.checkPeer() {
+		c.closed()
+		return
+	}
 	var dec pmiwire.Decoder
 	buf := make([]byte, 16<<10)
 	for {
@@ -118,7 +119,7 @@ func (c *textConn) protocolError(err error) {
 	a.log.Warn("PMI protocol error; closing connection", "rank", c.rankNum(), "err", err)
 	// Framing is lost: answer once in PMI-1 form so a waiting client sees
 	// an error rather than silence, then close.
-	c.write(pmiwire.AppendV1(nil, "error", pmiwire.Pair{Key: "rc", Val: strconv.Itoa(pmiwire.RCFail)},
+	c.writeLast(pmiwire.AppendV1(nil, "error", pmiwire.Pair{Key: "rc", Val: strconv.Itoa(pmiwire.RCFail)},
 		pmiwire.Pair{Key: "msg", Val: err.Error()}))
 	a.cfg.Events.ProtocolError(c.rankNum(), err)
 	c.nc.Close()
@@ -130,6 +131,7 @@ func (c *textConn) closed() {
 	a := c.a
 	a.mu.Lock()
 	delete(a.conns, c)
+	c.boundLocked()
 	rc := c.rank
 	report := false
 	spoke := false
@@ -144,6 +146,7 @@ func (c *textConn) closed() {
 	}
 	a.mu.Unlock()
 	c.nc.Close()
+	close(c.done)
 	if report {
 		a.cfg.Events.RankDisconnected(rc.global, spoke)
 	}
@@ -159,6 +162,7 @@ func (c *textConn) handle(m *pmiwire.Msg) {
 	a.mu.Lock()
 	t := newTurn()
 	t.read, t.cmd = read, m.Cmd
+	t.self = c
 	if rc := c.rank; rc != nil {
 		_ = a.core.Step(Spoke{rc.local})
 	}
@@ -197,6 +201,10 @@ func (c *textConn) dispatchLocked(t *turn, m *pmiwire.Msg) {
 			t.fail(c, rq, pmiwire.RCFail, fmt.Errorf("unknown command %q", m.Cmd))
 			return
 		}
+	}
+	if len(c.pending) >= MaxPendingPerConn {
+		t.fail(c, rq, pmiwire.RCFail, fmt.Errorf("%w: more than %d requests waiting for an answer", ErrQuota, MaxPendingPerConn))
+		return
 	}
 	c.nextID++
 	rq.req = Req{Via: ViaText, ID: c.nextID}
@@ -342,6 +350,12 @@ func checkPut(key, val string) (int, error) {
 	case strings.HasPrefix(key, "PMI_"):
 		return pmiwire.RCInvalidKey, fmt.Errorf("key %s is reserved for the launcher", key)
 	}
+	if err := checkBytes("key", key); err != nil {
+		return pmiwire.RCInvalidKey, err
+	}
+	if err := checkBytes("value", val); err != nil {
+		return pmiwire.RCInvalidArg, err
+	}
 	return 0, nil
 }
 
@@ -363,6 +377,7 @@ func (c *textConn) bindLocked(rank int) error {
 	}
 	rc.conn = c
 	c.rank = rc
+	c.boundLocked()
 	return nil
 }
 
@@ -402,11 +417,9 @@ func serveInit(c *textConn, t *turn, rq *textReq) Op {
 func serveInitack(c *textConn, t *turn, rq *textReq) Op {
 	m := rq.m
 	id, _ := m.Get("pmiid")
-	r, err := strconv.Atoi(id)
+	r, err := c.a.rankOfID(id)
 	if err == nil {
 		err = c.bindLocked(r)
-	} else {
-		err = fmt.Errorf("bad pmiid %q", id)
 	}
 	if err != nil {
 		t.answer(c, errResp(m, "initack", pmiwire.RCInvalidArg, err).Append(nil))
@@ -425,7 +438,7 @@ func serveFullinit(c *textConn, t *turn, rq *textReq) Op {
 	want := -1
 	for _, k := range []string{"pmirank", "srcid"} {
 		if s, ok := m.Get(k); ok {
-			r, err := strconv.Atoi(s)
+			r, err := a.rankOfPMI2(s)
 			if err != nil {
 				t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("bad %s %q", k, s))
 				return nil
@@ -688,6 +701,10 @@ func serveName(c *textConn, t *turn, rq *textReq) Op {
 		o.Op = NameUnpublish
 	default:
 		o.Op = NameLookup
+	}
+	if err := checkName(o.Name, o.Port); err != nil {
+		t.fail(c, rq, pmiwire.RCInvalidArg, err)
+		return nil
 	}
 	return o
 }

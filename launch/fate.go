@@ -82,8 +82,12 @@ func (f *fate) jobEvent(jobno int, e node.Event) {
 		if e.Msg != "" {
 			msg += ": " + e.Msg
 		}
-		f.fail(&JobError{Code: e.Code, Msg: msg})
+		f.fail(&JobError{Code: abortExitCode(e.Code), Msg: msg})
 	case node.EvProtocol:
+		if e.Rank < 0 { // no rank can be blamed (a connection not yet bound, the shared segment's header)
+			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("PMI protocol error: %s", e.Msg)})
+			break
+		}
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s sent malformed PMI: %s", rank, e.Msg)})
 	case node.EvStartErr:
 		code := e.Code
@@ -101,4 +105,19 @@ func (f *fate) checkSilent(jobno int, j *jobFate) {
 		return
 	}
 	f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s exited with code 0 before PMI init while other ranks use PMI", rankName(jobno, j.silent[0]))})
+}
+
+// ExitAbortOutOfRange is pmirun's exit code for an abort whose code an exit
+// status cannot carry as a failure: 0, negative, or 256 and beyond (the
+// kernel keeps only the low 8 bits, so 256 would read as success). The
+// message still names the code the rank gave.
+const ExitAbortOutOfRange = 1
+
+// abortExitCode is the exit code of a job aborted with code: code itself
+// if it is 1..255, else ExitAbortOutOfRange.
+func abortExitCode(code int) int {
+	if code < 1 || code > 255 {
+		return ExitAbortOutOfRange
+	}
+	return code
 }

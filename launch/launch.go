@@ -22,7 +22,8 @@
 //   - a rank that ends with code 0 without PMI finalize fails the job if it
 //     had spoken PMI, or once any other rank speaks PMI (those ranks would
 //     wait for it forever); plain programs that never use PMI run as usual;
-//   - MPI_Abort (PMI abort) fails the job with the abort code;
+//   - MPI_Abort (PMI abort) fails the job with the abort code (1 in place
+//     of a code outside 1..255, which an exit status cannot carry);
 //   - a PMI connection lost before finalize whose process does not exit
 //     within a grace period fails the job;
 //   - the timeout fails the job with code 124.

@@ -20,13 +20,14 @@ type JobError struct {
 func (e *JobError) Error() string { return e.Msg }
 
 // ExitCode maps Run's error to a process exit code: 0 for nil, the job's
-// code for a *JobError, 1 otherwise.
+// code for a *JobError, 1 otherwise. A failure never maps to 0: a code
+// outside 1..255 becomes 1.
 func ExitCode(err error) int {
 	if err == nil {
 		return 0
 	}
 	var je *JobError
-	if errors.As(err, &je) {
+	if errors.As(err, &je) && je.Code >= 1 && je.Code <= 255 {
 		return je.Code
 	}
 	return 1

@@ -1,8 +1,10 @@
 package shm
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -25,6 +27,8 @@ type Agent struct {
 
 	kvsN    int    // KVS entries inserted; only the agent goroutine touches it
 	kvsUsed uint64 // KVS arena bytes in use; likewise
+
+	header []byte // the header fields as this view found them; see CheckHeader
 
 	// kicked is process-local: Kick stores true, then signals the doorbell;
 	// Wait's condition consumes it with CompareAndSwap. It publishes
@@ -56,8 +60,10 @@ func newAgent(s *Segment) *Agent {
 	return a
 }
 
-// load takes the local ring positions and KVS count from shared memory.
+// load takes the header, the local ring positions and the KVS count from
+// shared memory (once the header is written or validated).
 func (a *Agent) load() {
+	a.header = bytes.Clone(a.s.mem[:hdrFieldsEnd])
 	for i := range a.req {
 		a.req[i].pos = a.req[i].head.Load()
 		a.req[i].tailCache = a.req[i].pos
@@ -143,10 +149,25 @@ func (a *Agent) TakeReady(dst []int) []int {
 }
 
 // Kick makes the agent's current or next Wait return. Any goroutine of the
-// agent process may call it (a network completion, a child exit).
+// agent process may call it (a network completion, a child exit). It
+// wakes the doorbell unconditionally: the sleepers word that lets ranks
+// skip the wake lives in memory every rank can write, and a stray store
+// there must not keep the agent asleep.
 func (a *Agent) Kick() {
 	a.kicked.Store(true)
-	a.doorbell.signal()
+	a.doorbell.wake()
+}
+
+// CheckHeader reports whether the segment's header still holds the
+// fields the agent's view was made from (ErrCorrupt if not). The header
+// is read-only once the segment is shared, but every rank maps it
+// writable; the agent's own geometry never depends on it, so this is a
+// diagnosis, not a defence.
+func (a *Agent) CheckHeader() error {
+	if !bytes.Equal(a.s.mem[:hdrFieldsEnd], a.header) {
+		return fmt.Errorf("%w: the segment header (magic, version, sizes, offsets) was overwritten", ErrCorrupt)
+	}
+	return nil
 }
 
 // Slot returns local rank i's input value for epoch, a view into shared

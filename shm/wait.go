@@ -125,6 +125,17 @@ func (e event) signal() {
 	wakeParked(e.word)
 }
 
+// wake wakes every waiter of e whatever sleepers says: for a signaller
+// that must not trust sleepers, a word any rank can write (the agent's
+// own Kick, which Close relies on).
+func (e event) wake() {
+	e.word.Add(1)
+	if e.w == nil || !e.w.inProc {
+		_, _ = sys.FutexWake(futexAddr(e.word), math.MaxInt32)
+	}
+	wakeParked(e.word)
+}
+
 // A parker is one waiting handle's wake-up channel (capacity 1): a ring
 // end, a rank's epoch wait or the agent's doorbell wait, each used by one
 // goroutine at a time. It is made on the handle's first in-process sleep

@@ -69,11 +69,13 @@ type Node struct {
 	ag     *agent.Agent
 	rec    *perf.Recorder
 	out    *Output
-	env    []string     // every rank's environment but its own variables
-	apps   []int        // each local rank's App (index into spec.Apps)
-	paths  []string     // each App's resolved program, for the Apps with local ranks
-	binds  [][]int      // CPUs of each local rank (Spec.Bind), or nil
-	stdins []*os.File   // each local rank's input (Spec.StdinRank all), or nil; closed as it starts
+	env    []string   // every rank's environment but its own variables
+	apps   []int      // each local rank's App (index into spec.Apps)
+	paths  []string   // each App's resolved program, for the Apps with local ranks
+	binds  [][]int    // CPUs of each local rank (Spec.Bind), or nil
+	stdins []*os.File // each local rank's input (Spec.StdinRank all), or nil; closed as it starts
+	// pmiIDs are the local ranks' PMI_ID tokens with PMIPort (pmiport.go).
+	pmiIDs []string
 	seg    *os.File     // shared-memory segment passed to ranks, or nil
 	shm    *shm.Segment // the segment itself (goroutine ranks map it in place)
 	evch   chan event
@@ -114,6 +116,15 @@ func New(spec *Spec, o Options) (*Node, error) {
 		o.Emit = func(Event) {}
 	}
 	ranks := spec.Nodes[o.Index]
+	var ids []string
+	var peerCheck func(net.Conn) error
+	if spec.PMIPort {
+		var err error
+		if ids, err = newPMIIDs(len(ranks)); err != nil {
+			return nil, err
+		}
+		peerCheck = samePeerUser
+	}
 	var late map[string]func()
 	var topo *topology
 	evch := make(chan event, 8*len(ranks)+64)
@@ -126,7 +137,7 @@ func New(spec *Spec, o Options) (*Node, error) {
 		}
 	}
 	n := &Node{
-		topo: topo,
+		topo: topo, pmiIDs: ids,
 		spec: spec, opt: o, ranks: ranks, rec: o.Perf,
 		evch:  evch,
 		quit:  make(chan struct{}),
@@ -156,6 +167,8 @@ func New(spec *Spec, o Options) (*Node, error) {
 		Logger:       o.Logger,
 		Perf:         o.Perf,
 		LateAttrs:    late,
+		IDs:          ids,
+		PeerCheck:    peerCheck,
 	})
 	if err != nil {
 		return nil, err

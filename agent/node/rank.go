@@ -149,7 +149,7 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	}
 	renv = append(renv, "PMI_RANK="+strconv.Itoa(r), "MPI_LOCALRANKID="+strconv.Itoa(li), "FASTPMI_APPNUM="+strconv.Itoa(ai))
 	if spec.PMIPort {
-		renv = append(renv, "PMI_ID="+strconv.Itoa(r))
+		renv = append(renv, "PMI_ID="+n.pmiIDs[li])
 	}
 	cmd := &exec.Cmd{
 		Path:        n.paths[ai],

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,8 @@ type parser struct {
 	cfg     launch.Config
 	seen    map[*Flag]string // flag → the spelling first used
 	envFrom string           // -genvall, -genvnone or -genvlist, once
+	// configFile is -configfile's file: the commands, one a line.
+	configFile string
 }
 
 // lookup maps every spelling without its dashes to its flag.
@@ -129,6 +132,15 @@ func Parse(args []string) (launch.Config, error) {
 		}
 	}
 	rest := args[i:]
+	if p.configFile != "" {
+		if len(rest) > 0 {
+			return p.cfg, fmt.Errorf("-configfile %s names the commands: no program may follow (%s)", p.configFile, rest[0])
+		}
+		if _, set := p.seen[lookup["n"]]; set {
+			return p.cfg, errors.New("-configfile gives each command its -n: the run's -n is not used")
+		}
+		return p.cfg, p.readConfigFile()
+	}
 	if len(rest) == 0 {
 		return p.cfg, errors.New("no program given")
 	}
@@ -158,6 +170,40 @@ func Parse(args []string) (launch.Config, error) {
 	}
 	p.cfg.Apps = apps
 	return p.cfg, nil
+}
+
+// readConfigFile sets the run's commands from -configfile: one MPMD
+// segment a line, its words split at white space.
+func (p *parser) readConfigFile() error {
+	b, err := os.ReadFile(p.configFile)
+	if err != nil {
+		return fmt.Errorf("-configfile: %w", err)
+	}
+	var apps []node.App
+	for n, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		words := strings.Fields(line)
+		if len(words) == 0 {
+			continue
+		}
+		app, next, err := parseSegment(words)
+		if err == nil && next != nil {
+			err = errors.New(`one command a line: ":" is not needed`)
+		}
+		if err != nil {
+			return fmt.Errorf("-configfile %s line %d: %w", p.configFile, n+1, err)
+		}
+		apps = append(apps, app)
+	}
+	if len(apps) == 0 {
+		return fmt.Errorf("-configfile %s names no command", p.configFile)
+	}
+	p.cfg.Size = 0
+	for _, a := range apps {
+		p.cfg.Size += a.Size
+	}
+	p.cfg.Apps = apps
+	return nil
 }
 
 // parseSegment parses one MPMD segment after a ":" — its own options,

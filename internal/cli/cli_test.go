@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -107,7 +108,21 @@ func TestParseMPMD(t *testing.T) {
 	if cfg.Size != 6 || cfg.Prog != "" || !cfg.Label || fmt.Sprint(cfg.Apps) != fmt.Sprint(want) {
 		t.Errorf("Parse: size %d prog %q label %v apps %+v; want 6, no prog, label, %+v", cfg.Size, cfg.Prog, cfg.Label, cfg.Apps, want)
 	}
+	cf := filepath.Join(t.TempDir(), "cmds")
+	if err := os.WriteFile(cf, []byte("# the two commands\n-n 2 ./a A\n\n-np 3 -env K V -wdir /tmp ./b B1 B2\n-env X=1 ./c\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = Parse([]string{"--label", "-configfile", cf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Size != 6 || !cfg.Label || fmt.Sprint(cfg.Apps) != fmt.Sprint(want) {
+		t.Errorf("Parse -configfile: size %d apps %+v; want 6, %+v", cfg.Size, cfg.Apps, want)
+	}
 	for _, args := range [][]string{
+		{"-configfile", cf, "./x"},
+		{"-n", "2", "-configfile", cf},
+		{"-configfile", "/nonexistent/cmds"},
 		{":", "./b"},
 		{"-n", "1", "./a", ":"},
 		{"-n", "1", "./a", ":", "-n", "0", "./b"},

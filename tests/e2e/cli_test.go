@@ -59,7 +59,7 @@ func TestHelpOnStdout(t *testing.T) {
 func TestBadFlagOneLine(t *testing.T) {
 	for _, args := range [][]string{
 		{"--bogus", "true"}, {"-n", "2", "--np", "3", "true"}, {"--timeout", "soon", "true"},
-		{"-n", "1", "./a", "A", ":", "-n", "2", "./b", "B"},
+		{"-n", "1", "./a", "A", ":", "--timeout", "3", "./b", "B"},
 	} {
 		out, errOut, code := runBinary(t, "pmirun", args...)
 		if code != 2 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasSuffix(errOut, "(see pmirun --help)\n") {
@@ -93,7 +93,7 @@ func TestPreviouslySilentCases(t *testing.T) {
 		{[]string{"--tree-width", "0", "true"}, 2, "invalid --tree-width 0"},
 		{[]string{"--net-timeout", "1ns", "true"}, 2, "invalid --net-timeout 1ns"},
 		{[]string{"-n", "2", "--np", "3", "true"}, 2, `option -n given twice \(as -n and --np\)`},
-		{[]string{"-n", "1", "./a", "A", ":", "-n", "2", "./b"}, 2, "MPMD .* not supported yet"},
+		{[]string{"-n", "1", "./a", "A", ":", "-n", "2", "./b"}, 127, `cannot run "\./a"`}, // MPMD: both commands are looked for
 		{[]string{"--timeout", "1", "sleep", "30"}, 124, "job timed out after 1s"},
 	} {
 		r := run(t, job{args: c.args})

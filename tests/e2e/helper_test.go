@@ -107,6 +107,7 @@ func build(dir string) error {
 		{"spawnprog", "./tests/e2e/spawnprog"},
 		{"tracerank", "./tests/e2e/tracerank"},
 		{"jobinfo", "./tests/e2e/jobinfo"},
+		{"scribbler", "./tests/e2e/scribbler"},
 		{"pmibench", "./cmd/pmibench"},
 	} {
 		cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, b.out), b.pkg)

@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"bufio"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/shm"
+)
+
+// NUL bytes in keys and values are refused the same way on PMI-1, PMI-2
+// and shared memory (where a put has no reply: the rank is failed).
+func TestNULRejectedOnEveryPath(t *testing.T) {
+	_, cs, _ := newJob(t, 2, nil)
+	cs[0].v1("cmd=init pmi_version=1 pmi_subversion=1")
+	cs[0].read()
+	cs[0].v1("cmd=put kvsname=job-1 key=k value=a\x00b")
+	if got := cs[0].read(); !strings.HasPrefix(got, "cmd=put_result rc=") || strings.HasPrefix(got, "cmd=put_result rc=0") {
+		t.Errorf("PMI-1 put of a NUL value answered %q", got)
+	}
+	initV2(t, cs[1:2])
+	cs[1].v2("cmd=kvs-put;key=k\x00;value=v;")
+	if got := cs[1].read(); strings.Contains(got, "rc=0;") || !strings.Contains(got, "NUL") {
+		t.Errorf("PMI-2 put of a NUL key answered %q", got)
+	}
+	cs[1].v2("cmd=kvs-put;key=k;value=v\x00;")
+	if got := cs[1].read(); strings.Contains(got, "rc=0;") || !strings.Contains(got, "NUL") {
+		t.Errorf("PMI-2 put of a NUL value answered %q", got)
+	}
+
+	_, seg, ev := shmJob(t, 1)
+	r := &shmRank{t: t, r: seg.Rank(0)}
+	r.push(shm.OpHello, nil)
+	r.push(shm.OpPut, shm.AppendPair(nil, "k", "v\x00"))
+	got := ev.waitProtocolErrors(t, 5*time.Second)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "0: ") || !strings.Contains(got[0], "NUL") {
+		t.Errorf("shm put of a NUL value: protocol errors %q", got)
+	}
+}
+
+// One rank's put volume is bounded: the put past MaxPutsPerRank is refused
+// with rc≠0, and the rank is still served.
+func TestPutQuota(t *testing.T) {
+	_, cs, _ := newJob(t, 1, nil)
+	initV2(t, cs)
+	c := cs[0]
+	go func() {
+		w := bufio.NewWriterSize(c.nc, 1<<16)
+		for i := range MaxPutsPerRank + 1 {
+			s := fmt.Sprintf("cmd=kvs-put;key=k%d;value=v;", i)
+			fmt.Fprintf(w, "%6d%s", len(s), s)
+		}
+		w.Flush()
+	}()
+	for i := range MaxPutsPerRank + 1 {
+		c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		got := c.read()
+		if i < MaxPutsPerRank && got != "cmd=kvs-put-response;rc=0;" {
+			t.Fatalf("put %d answered %q", i, got)
+		}
+		if i == MaxPutsPerRank && (strings.Contains(got, "rc=0;") || !strings.Contains(got, "quota exceeded")) {
+			t.Fatalf("put %d past the quota answered %q", i, got)
+		}
+	}
+	c.v2("cmd=kvs-get;key=k1;")
+	c.read()
+}
+
+// A connection may have at most MaxPendingPerConn requests waiting; the
+// next is refused with rc≠0.
+func TestPendingQuota(t *testing.T) {
+	_, cs, _ := newJob(t, 2, nil)
+	initV2(t, cs)
+	var b strings.Builder
+	for range MaxPendingPerConn + 1 {
+		s := "cmd=kvs-get;key=never;fastpmi-wait=TRUE;"
+		fmt.Fprintf(&b, "%6d%s", len(s), s)
+	}
+	cs[0].send(b.String())
+	got := cs[0].read()
+	if strings.Contains(got, "rc=0;") || !strings.Contains(got, "quota exceeded") {
+		t.Fatalf("request past the pending quota answered %q", got)
+	}
+}
+
+// Published names and ports are bounded and NUL-free on both paths.
+func TestNameLimits(t *testing.T) {
+	_, cs, _ := newJob(t, 1, nil)
+	initV2(t, cs)
+	cs[0].v2("cmd=name-publish;name=" + strings.Repeat("n", MaxNameLen+1) + ";port=p;")
+	if got := cs[0].read(); strings.Contains(got, "rc=0;") {
+		t.Errorf("long name published: %q", got)
+	}
+	cs[0].v2("cmd=name-publish;name=n;port=" + strings.Repeat("p", MaxPortLen+1) + ";")
+	if got := cs[0].read(); strings.Contains(got, "rc=0;") {
+		t.Errorf("long port published: %q", got)
+	}
+	_, seg, _ := shmJob(t, 1)
+	r := &shmRank{t: t, r: seg.Rank(0)}
+	r.push(shm.OpHello, nil)
+	seq := r.push(shm.OpPublish, shm.AppendPair(nil, "n\x00", "p"))
+	r.expect(shm.OpPublish, seq, shm.StatusError, "service name holds a NUL byte")
+}

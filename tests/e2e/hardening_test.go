@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A raw PMI-1 client in bash on PMI_FD: every rank inits; rank 0 aborts
+// with the code given, the others sleep (pmirun must end them).
+func abortScript(code string) string {
+	return fmt.Sprintf(`printf 'cmd=init pmi_version=1 pmi_subversion=1\n' >&$PMI_FD
+read -r line <&$PMI_FD
+if [ "$PMI_RANK" = 0 ]; then printf 'cmd=abort exitcode=%s\n' >&$PMI_FD; fi
+sleep 20`, code)
+}
+
+// An abort's exit code is never 0: codes a process exit status cannot hold
+// as a failure (0, negative, 256 and beyond, which the kernel would
+// truncate to 0..255) become launch.ExitAbortOutOfRange (1), on one node
+// and with agents; codes 1..255
+// are kept.
+func TestAbortExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		code string
+		want int
+		boot []string
+	}{
+		{"0", 1, nil}, {"256", 1, nil}, {"512", 1, nil}, {"-1", 1, nil}, {"255", 255, nil}, {"3", 3, nil},
+		{"0", 1, []string{"--bootstrap", "loopback", "--nodes", "2"}},
+		{"256", 1, []string{"--bootstrap", "loopback", "--nodes", "2"}},
+	} {
+		t.Run(tc.code+strings.Join(tc.boot, ""), func(t *testing.T) {
+			args := append(append([]string{}, tc.boot...), "-n", "2", "bash", "-c", abortScript(tc.code))
+			r := run(t, job{args: args, timeout: 30 * time.Second})
+			r.wantCode(t, tc.want)
+			r.wantMessage(t, fmt.Sprintf(`\brank 0 called abort with exit code %s\b`, tc.code))
+			r.wantFaster(t, 10*time.Second)
+		})
+	}
+}
+
+// scribbleBound is how soon a job whose shared segment a rank damaged must
+// end. On a quiet machine such a job ends in well under 2 s (the
+// scribbler's own exit, or the agent's verdict on the damage); the bound
+// is generous because the tests share a loaded 2-core machine, and
+// --timeout (30 s) would end a job the agent failed to end.
+const scribbleBound = 15 * time.Second
+
+// A rank that stores random bytes into every rank-writable region of the
+// node's segment (the header, the doorbell and epoch lines, the control
+// blocks, the rings, the slots, results and KVS) never hangs pmirun or
+// crashes its agent: every job ends within scribbleBound with a failure
+// and a message, never by --timeout. Two probes are deterministic: a 0
+// stored into the agent-sleepers word once left pmirun waiting forever,
+// even past --timeout; a rewritten header went unnoticed.
+func TestShmScribbler(t *testing.T) {
+	var worst time.Duration
+	for i, tc := range []struct {
+		region string
+		msg    string
+	}{
+		{"sleepers", `\brank 1 exited with code 0 without calling PMI finalize\b`},
+		{"header", `PMI protocol error: shared memory corrupt: the segment header .* was overwritten`},
+		{"lines", ""}, {"ctrl", ""}, {"rings", ""}, {"data", ""}, {"any", ""},
+	} {
+		args := []string{"--timeout", "30s", "-n", "4", prog("scribbler"), "-target", "1", "-seed", n(i + 1), "-region", tc.region, "-stores", "64"}
+		r := run(t, job{args: args, timeout: 60 * time.Second})
+		if r.code == 0 || r.code == ExitTimeoutCode {
+			t.Errorf("region %s: exit code %d, want a failure other than the timeout\n%s", tc.region, r.code, r)
+		}
+		if tc.msg == "" {
+			tc.msg = `\brank \d+ (exited|sent malformed|killed)|PMI protocol error`
+		}
+		r.wantMessage(t, tc.msg)
+		r.wantFaster(t, scribbleBound)
+		worst = max(worst, r.elapsed)
+	}
+	t.Logf("slowest job: %v", worst)
+}
+
+// ExitTimeoutCode is pmirun's exit code on --timeout (launch.ExitTimeout).
+const ExitTimeoutCode = 124
+
+// The verdicts above hold on running daemons too (pmid --daemon, pmirun
+// --daemons): a last rank that ends without finalize, and an abort with
+// an out-of-range code, fail the job.
+func TestVerdictsOnDaemons(t *testing.T) {
+	p := newDaemonPair(t)
+	r := run(t, p.job("-n", "4", prog("exit_early"), "no-finalize", "3", "300"))
+	r.wantCode(t, 1)
+	r.wantMessage(t, `\brank 3 exited with code 0 without calling PMI finalize\b`)
+	r = run(t, p.job("-n", "2", "bash", "-c", abortScript("256")))
+	r.wantCode(t, 1)
+	r.wantMessage(t, `\brank 0 called abort with exit code 256\b`)
+	p.idle(t)
+}
