@@ -201,6 +201,7 @@ type Agent struct {
 	conns     map[*textConn]struct{}
 	listeners []net.Listener
 	seg       *shm.Segment // shared-memory segment served, or nil (also nil once closed)
+	shmDead   []bool       // local ranks whose request ring broke the protocol: not read again (shm.go)
 
 	// pubMu is held while a turn carries out the shared-memory part of its
 	// Ready: the producing ends of the response rings, the node KVS and the

@@ -56,8 +56,7 @@ const shmIdleWake = 100 * time.Millisecond
 
 func (a *Agent) serveShm(seg *shm.Segment) {
 	sa := seg.Agent()
-	dead := make([]bool, len(a.ranks)) // rings that sent garbage
-	var ready []int                    // local ranks with requests, per pass
+	var ready []int // local ranks with requests, per pass
 	for {
 		if err := sa.CheckHeader(); err != nil {
 			// No rank can be blamed: every rank maps the header writable.
@@ -74,40 +73,8 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 		did := false
 		ready = sa.TakeReady(ready[:0])
 		for _, i := range ready {
-			if dead[i] {
-				continue
-			}
-			g := a.ranks[i].global
-			c := sa.Requests(i)
-			for {
-				m, err := c.Peek()
-				if errors.Is(err, shm.ErrEmpty) {
-					break
-				}
-				if err == nil {
-					did = true
-					var op Op
-					var ref *shmRefusal
-					if op, err = a.shmOp(sa, i, m); err == nil && op != nil {
-						err = a.core.Step(op)
-					} else if errors.As(err, &ref) {
-						// A request the rank may make, with an argument
-						// out of bounds: answered with an error.
-						t.shm = append(t.shm, Reply{Local: i, Req: shmReq(&m), Kind: ref.kind, Err: ref.err})
-						err = nil
-					}
-					// Respond before releasing the request: Release may
-					// wake the rank, which should find its answer.
-					a.pushShmLocked(t)
-					c.Release()
-				} else {
-					err = fmt.Errorf("request ring: %w", err)
-				}
-				if err != nil {
-					dead[i] = true
-					t.events = append(t.events, func() { a.cfg.Events.ProtocolError(g, err) })
-					break
-				}
+			if a.serveRingLocked(sa, i, t) {
+				did = true
 			}
 		}
 		a.finishLocked(t)
@@ -115,6 +82,68 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 			_ = sa.Wait(shmIdleWake)
 		}
 	}
+}
+
+// serveRingLocked serves every request waiting in local rank i's request
+// ring into turn t, under Agent.mu, and reports whether there was one. A
+// ring that breaks the protocol is not read again (shmDead).
+func (a *Agent) serveRingLocked(sa *shm.Agent, i int, t *turn) bool {
+	if a.shmDead == nil {
+		a.shmDead = make([]bool, len(a.ranks))
+	}
+	if a.shmDead[i] {
+		return false
+	}
+	did := false
+	g := a.ranks[i].global
+	c := sa.Requests(i)
+	for {
+		m, err := c.Peek()
+		if errors.Is(err, shm.ErrEmpty) {
+			return did
+		}
+		if err == nil {
+			did = true
+			var op Op
+			var ref *shmRefusal
+			if op, err = a.shmOp(sa, i, m); err == nil && op != nil {
+				err = a.core.Step(op)
+			} else if errors.As(err, &ref) {
+				// A request the rank may make, with an argument out of
+				// bounds: answered with an error.
+				t.shm = append(t.shm, Reply{Local: i, Req: shmReq(&m), Kind: ref.kind, Err: ref.err})
+				err = nil
+			}
+			// Respond before releasing the request: Release may wake the
+			// rank, which should find its answer.
+			a.pushShmLocked(t)
+			c.Release()
+		} else {
+			err = fmt.Errorf("request ring: %w", err)
+		}
+		if err != nil {
+			a.shmDead[i] = true
+			t.events = append(t.events, func() { a.cfg.Events.ProtocolError(g, err) })
+			return did
+		}
+	}
+}
+
+// Settle serves what rank global left in its shared-memory request ring
+// and reports the events that made (its abort, its finalize) before it
+// returns. The launcher calls it once the rank's process has ended, before
+// judging that end: a rank that aborts and exits at once is reported as
+// aborting, not as a plain exit that overtook its last request.
+func (a *Agent) Settle(global int) {
+	a.mu.Lock()
+	l := a.core.LocalOf(global)
+	if a.closed || a.seg == nil || l < 0 {
+		a.mu.Unlock()
+		return
+	}
+	t := newTurn()
+	a.serveRingLocked(a.seg.Agent(), l, t)
+	a.finishLocked(t)
 }
 
 // pushShmLocked pushes the shared-memory replies the sweep's turn t has

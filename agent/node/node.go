@@ -444,10 +444,38 @@ func (n *Node) Handle(ev RankEvent) {
 		}
 		p.exited = true
 		n.rec.Mark(perf.PhaseRankExit, ev.rank)
+		// Judge once the agent has served everything the rank sent: its
+		// finalize or abort may still be in the socket or the request
+		// ring, and must be reported before the exit it preceded.
+		drained := n.ag.Drained(ev.rank)
+		wait := 500 * time.Millisecond // a code 0 exit: did it finalize?
 		if ev.sig != 0 || ev.code != 0 {
-			p.judged = true
-			n.judged++
-			msg := n.stage(ev.rank)
+			wait = 100 * time.Millisecond // a failure: report it soon
+		}
+		n.waiters.Go(func() {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			select {
+			case <-drained:
+			case <-t.C:
+			case <-n.quit:
+				return
+			}
+			n.ag.Settle(ev.rank)
+			j := ev
+			j.kind = evJudged
+			j.spoke, j.finalized = n.ag.RankStatus(ev.rank)
+			n.evch <- j
+		})
+	case evJudged:
+		p := n.procs[ev.rank]
+		if p == nil || p.judged {
+			return
+		}
+		p.judged = true
+		n.judged++
+		if ev.sig != 0 || ev.code != 0 {
+			msg := stage(ev.spoke, ev.finalized)
 			if ev.msg != "" {
 				msg = ": " + ev.msg
 			}
@@ -457,29 +485,6 @@ func (n *Node) Handle(ev RankEvent) {
 			n.ag.RankGone(ev.rank, describeExit(ev))
 			return
 		}
-		// Code 0: judge once the agent has read everything the rank sent
-		// (its finalize may still be in the socket).
-		drained := n.ag.Drained(ev.rank)
-		r := ev.rank
-		n.waiters.Go(func() {
-			t := time.NewTimer(500 * time.Millisecond)
-			defer t.Stop()
-			select {
-			case <-drained:
-			case <-t.C:
-			case <-n.quit:
-				return
-			}
-			spoke, fin := n.ag.RankStatus(r)
-			n.evch <- event{kind: evJudged, rank: r, spoke: spoke, finalized: fin}
-		})
-	case evJudged:
-		p := n.procs[ev.rank]
-		if p == nil || p.judged {
-			return
-		}
-		p.judged = true
-		n.judged++
 		n.opt.Emit(Event{Kind: EvExit, Rank: ev.rank, Spoke: ev.spoke, Fin: ev.finalized})
 		if !ev.finalized {
 			n.ag.RankGone(ev.rank, "exited with code 0 without PMI finalize")
@@ -517,8 +522,7 @@ func (n *Node) Handle(ev RankEvent) {
 }
 
 // stage says where in PMI a failed rank was, from the agent's view.
-func (n *Node) stage(r int) string {
-	spoke, fin := n.ag.RankStatus(r)
+func stage(spoke, fin bool) string {
 	switch {
 	case fin:
 		return " after PMI finalize"
