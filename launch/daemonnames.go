@@ -45,6 +45,14 @@ func dialDaemonNames(ctx context.Context, tr netio.Transport, addr string, timeo
 	}
 	d := &daemonNames{c: c, timeout: timeout, waiting: map[uint64]func(node.Name){}}
 	d.reader.Go(d.read)
+	// Open the session at once: a connection that says nothing is
+	// dropped by the daemon.
+	opened := make(chan error, 1)
+	d.call(node.Name{Op: "open"}, func(r node.Name) { opened <- daemonNameErr("open", "", r) })
+	if err := <-opened; err != nil {
+		d.Close()
+		return nil, fmt.Errorf("open the name service of daemon %s: %w", addr, err)
+	}
 	return d, nil
 }
 

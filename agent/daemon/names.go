@@ -16,7 +16,8 @@ import (
 // daemons find each other by name (MPI_Publish_name and MPI_Lookup_name
 // between an MPI_Comm_accept server and its MPI_Comm_connect clients). A
 // run opens one session — a connection whose first frame is a FrameName
-// request — and sends node.Name requests on it, each answered by a
+// request, Op "open" at once (the daemon drops connections silent for
+// long) — and sends node.Name requests on it, each answered by a
 // node.Name response with the same ID. The names a session published are
 // withdrawn when it ends: a run's names do not outlive it.
 
@@ -51,6 +52,8 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 		}
 		noPort := func(err error) { answer("", err) }
 		switch {
+		case m.Op == "open":
+			answer("", nil)
 		case m.Name == "" || len(m.Name) > pmiwire.ValLenMax || len(m.Port) > pmiwire.ValLenMax:
 			answer("", fmt.Errorf("name %.40q, port of %d bytes: want 1..%d bytes each", m.Name, len(m.Port), pmiwire.ValLenMax))
 		case m.Op == "publish" && len(mine) >= maxSessionNames:
