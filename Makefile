@@ -121,11 +121,12 @@ bench-scale: build ## scale benchmark: loopback agents x goroutine ranks to P=16
 
 # The README's figures: pmibench draws SVG and PNG into build/plots; the
 # PNGs are what docs/img keeps.
-plots: deps build cprog ## regenerate docs/img/*.png: start-up vs N per launcher, pmirun's phases, scale curves
+plots: deps build cprog ## regenerate docs/img/*.png: start-up vs N per launcher, pmirun's phases, scale curves, spawn latency
 	$(BIN)/pmibench -n 1,4,16,64,128 -runs 5 -pmirun $(BIN)/pmirun \
 		-pmi2-prog $(CPROG)/pmi2_bench -hello-prog $(CPROG)/mpi_hello -markdown -plot build/plots
 	$(BIN)/pmibench -scale -nodes 4,16 -ppn 16,64,256 -rounds 10 -netio net,uring -markdown \
 		-pmirun $(BIN)/pmirun -plot build/plots
+	$(BIN)/pmibench -spawn -markdown -pmirun $(BIN)/pmirun -prog $(CPROG)/pmi2_spawnbench -plot build/plots
 	mkdir -p docs/img && cp build/plots/*.png docs/img/
 
 fuzz: ## run every fuzz target for FUZZTIME each
