@@ -170,6 +170,11 @@ func (s *spawnReq) childSpec(root *node.Spec, parentID string, jobno int, nodes 
 	child.SpawnerJobID = parentID
 	child.Preput = s.req.Preput
 	child.Virtual, child.VirtualRounds, child.VirtualLate = "", 0, 0
+	// Its ranks' output files are its own: %r reads "jobno,rank" (as in
+	// its output prefixes, node.New).
+	jr := strconv.Itoa(jobno) + ",%r"
+	child.OutPattern = strings.ReplaceAll(root.OutPattern, "%r", jr)
+	child.ErrPattern = strings.ReplaceAll(root.ErrPattern, "%r", jr)
 	child.Nodes = nil
 	var at []int
 	for n, rs := range nodes {

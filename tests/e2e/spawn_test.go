@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -312,5 +313,24 @@ func TestSpawnPlacementOption(t *testing.T) {
 			r.wantCode(t, 0)
 			r.wantLines(t, map[string]int{"child under pid " + n(p.d[tc.daemon].cmd.Process.Pid): 1})
 		})
+	}
+}
+
+// -outfile-pattern: a spawned job's ranks write files of their own
+// (%r reads "job,rank"), never the parent's.
+func TestSpawnOutputFiles(t *testing.T) {
+	dir := t.TempDir()
+	r := run(t, job{args: []string{"-n", "1", "-outfile-pattern", filepath.Join(dir, "out.%r"), prog("pmi2_spawn")},
+		env: []string{"SPAWN_N=1"}})
+	r.wantCode(t, 0)
+	for name, want := range map[string]string{
+		"out.0":   "parent ok rank 0 children 2 jobid ",
+		"out.1,0": "child ok rank 0 size 2 appnum 0\n",
+		"out.1,1": "child ok rank 1 size 2 appnum 1\n",
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || !strings.HasPrefix(string(b), want) {
+			t.Errorf("%s holds %q (%v), want it to start with %q\n%s", name, b, err, want, r)
+		}
 	}
 }
