@@ -268,7 +268,7 @@ func (r *forkRoot) killAllNow() {
 func (r *forkRoot) spawn(c spawnCall) {
 	jobID, err := r.startSpawn(c)
 	if err != nil {
-		fmt.Fprintf(r.stderr, "pmirun: spawn requested by job %d failed: %v\n", c.parent, err)
+		spawnFailed(r.stderr, c.parent, err)
 	}
 	c.done(jobID, err)
 }
@@ -289,16 +289,14 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if u := r.cfg.UniverseSize; u > 0 {
-		live := 0
-		for _, j := range r.jobs {
-			if !j.closed {
-				live += j.procs
-			}
+	live := 0
+	for _, j := range r.jobs {
+		if !j.closed {
+			live += j.procs
 		}
-		if live+req.size > u {
-			return "", fmt.Errorf("%d more processes do not fit the universe size %d (%d running)", req.size, u, live)
-		}
+	}
+	if err := req.fits(r.cfg.UniverseSize, live); err != nil {
+		return "", err
 	}
 	jobno := len(r.jobs)
 	spec, _ := req.childSpec(root, r.jobs[c.parent].spec.JobID, jobno, req.place(1, nil))

@@ -207,7 +207,7 @@ func (run *multiRun) daemonTransport() (netio.Transport, error) {
 func (run *multiRun) spawn(ctx context.Context, parent *rootNode, req *pmiwire.Spawn, done func(string, error)) {
 	r, agents, err := run.newChild(ctx, parent, req)
 	if err != nil {
-		fmt.Fprintf(run.cfg.Stderr, "pmirun: spawn requested by job %d failed: %v\n", parent.spec.Jobno, err)
+		spawnFailed(run.cfg.Stderr, parent.spec.Jobno, err)
 		done("", err)
 		return
 	}
@@ -244,9 +244,9 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 	for _, n := range run.live {
 		live += n
 	}
-	if u := run.cfg.UniverseSize; u > 0 && live+sr.size > u {
+	if err := sr.fits(run.cfg.UniverseSize, live); err != nil {
 		run.mu.Unlock()
-		return nil, nil, fmt.Errorf("%d more processes do not fit the universe size %d (%d running)", sr.size, u, live)
+		return nil, nil, err
 	}
 	var load []int
 	if run.cfg.SpawnPlacement == "leastload" {

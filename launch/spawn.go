@@ -3,6 +3,7 @@ package launch
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -94,6 +95,21 @@ func newSpawnReq(req *pmiwire.Spawn, hostNames func(name string) []int, wdir str
 		s.apps = append(s.apps, app)
 	}
 	return s, nil
+}
+
+// fits refuses the request when the universe size u (-1: unlimited)
+// leaves no room for it beside the live processes of the run's jobs.
+func (s *spawnReq) fits(u, live int) error {
+	if u > 0 && live+s.size > u {
+		return fmt.Errorf("%d more processes do not fit the universe size %d (%d running)", s.size, u, live)
+	}
+	return nil
+}
+
+// spawnFailed says on stderr why a spawn started nothing: MPI libraries
+// show their users only a return code.
+func spawnFailed(stderr io.Writer, parent int, err error) {
+	fmt.Fprintf(stderr, "pmirun: spawn requested by job %d failed: %v\n", parent, err)
 }
 
 // readHostfile reads host names, one per line ("host" or "host:slots";
