@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,9 @@ type forkRoot struct {
 	names  *agent.Local // the name service every job of the run shares
 	stdout io.Writer    // cfg.Stdout and cfg.Stderr, shared by every job's output
 	stderr io.Writer
-	jobs   []*forkJob // by Spec.Jobno
+	first  *forkJob   // the command line's job
+	jobs   []*forkJob // the jobs whose nodes are open, in start order (the first one's stays to the end)
+	njobs  int        // jobs started so far: the next one's Spec.Jobno
 	// spawns carries the agents' spawn calls to the loop; quit is closed
 	// when the loop is over, so that a late call is refused instead of
 	// blocking its agent.
@@ -44,17 +47,17 @@ type forkRoot struct {
 
 // forkJob is one job of a fork run.
 type forkJob struct {
-	spec   *node.Spec
-	n      *node.Node
-	procs  int  // its rank processes, counted against the universe size
-	closed bool // its ranks ended and its node was closed
+	spec  *node.Spec
+	n     *node.Node
+	procs int // its rank processes, counted against the universe size
 }
 
 // spawnCall is a spawn request from job parent's agent.
 type spawnCall struct {
-	parent int
-	req    *pmiwire.Spawn
-	done   func(jobID string, err error)
+	parent   int    // its Spec.Jobno
+	parentID string // its job id
+	req      *pmiwire.Spawn
+	done     func(jobID string, err error)
 }
 
 // forkUpstream is a fork job's Upstream: its collectives are its own (one
@@ -63,6 +66,7 @@ type forkUpstream struct {
 	*agent.Local
 	r     *forkRoot
 	jobno int
+	jobID string
 }
 
 func (u forkUpstream) Publish(name, port string, done func(error)) {
@@ -76,7 +80,7 @@ func (u forkUpstream) Lookup(name string, done func(string, error)) {
 // Spawn hands the request to the root's loop.
 func (u forkUpstream) Spawn(req *pmiwire.Spawn, done func(string, error)) {
 	select {
-	case u.r.spawns <- spawnCall{parent: u.jobno, req: req, done: done}:
+	case u.r.spawns <- spawnCall{parent: u.jobno, parentID: u.jobID, req: req, done: done}:
 	case <-u.r.quit:
 		done("", errors.New("spawn refused: the run is over"))
 	}
@@ -126,17 +130,15 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 		n.Close()
 		return early(cfg, node.ExitCodeFor(err), err.Error())
 	}
-	r.jobs = append(r.jobs, &forkJob{spec: spec, n: n, procs: cfg.Size})
+	r.first = &forkJob{spec: spec, n: n, procs: cfg.Size}
+	r.jobs, r.njobs = []*forkJob{r.first}, 1
 	n.Start()
 	r.loop(ctx)
 	close(r.quit)
 	r.closers.Wait()
-	r.jobs[0].n.RecordMemory()
+	r.first.n.RecordMemory()
 	for _, j := range r.jobs {
-		if !j.closed {
-			j.n.Close()
-			j.closed = true
-		}
+		j.n.Close()
 	}
 	report(cfg, rec)
 	if r.fate.failure != nil {
@@ -151,7 +153,7 @@ func (r *forkRoot) newNode(spec *node.Spec, rec *perf.Recorder, stdin io.Reader)
 	jobno := spec.Jobno
 	return node.New(spec, node.Options{
 		Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr, Logger: r.cfg.Logger, Perf: rec,
-		Upstream: forkUpstream{Local: agent.NewLocal(), r: r, jobno: jobno},
+		Upstream: forkUpstream{Local: agent.NewLocal(), r: r, jobno: jobno, jobID: spec.JobID},
 		Emit:     func(e node.Event) { r.fate.jobEvent(jobno, e) },
 	})
 }
@@ -186,12 +188,8 @@ func (r *forkRoot) loop(ctx context.Context) {
 		cases[caseDone].Chan = reflect.ValueOf(done)
 		cases = cases[:caseJobs]
 		for _, j := range r.jobs {
-			var ev, kill reflect.Value
-			if !j.closed {
-				ev, kill = reflect.ValueOf(j.n.Events()), reflect.ValueOf(j.n.KillTimer())
-			}
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: ev},
-				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: kill})
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.n.Events())},
+				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.n.KillTimer())})
 		}
 		i, v, _ := reflect.Select(cases)
 		switch i {
@@ -208,9 +206,7 @@ func (r *forkRoot) loop(ctx context.Context) {
 			}
 			r.cfg.Logger.Info("forwarding signal to ranks", "signal", sig)
 			for _, j := range r.jobs {
-				if !j.closed {
-					j.n.Signal(sig)
-				}
+				j.n.Signal(sig)
 			}
 		case caseTimeout:
 			timeout = nil
@@ -219,7 +215,8 @@ func (r *forkRoot) loop(ctx context.Context) {
 			done = nil
 			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
 		default:
-			j := r.jobs[(i-caseJobs)/2]
+			ji := (i - caseJobs) / 2
+			j := r.jobs[ji]
 			if (i-caseJobs)%2 == 0 {
 				j.n.Handle(v.Interface().(node.RankEvent))
 			} else {
@@ -229,7 +226,7 @@ func (r *forkRoot) loop(ctx context.Context) {
 				// A spawned job's resources go as soon as it has ended
 				// (a parent may spawn thousands); the loop never touches
 				// its node again.
-				j.closed = true
+				r.jobs = slices.Delete(r.jobs, ji, ji+1)
 				r.closers.Go(j.n.Close)
 			}
 		}
@@ -239,7 +236,7 @@ func (r *forkRoot) loop(ctx context.Context) {
 // live reports whether any job has a rank not yet judged.
 func (r *forkRoot) live() bool {
 	for _, j := range r.jobs {
-		if !j.closed && j.n.Live() > 0 {
+		if j.n.Live() > 0 {
 			return true
 		}
 	}
@@ -249,18 +246,14 @@ func (r *forkRoot) live() bool {
 // killAll ends every job's ranks.
 func (r *forkRoot) killAll() {
 	for _, j := range r.jobs {
-		if !j.closed {
-			j.n.Kill()
-		}
+		j.n.Kill()
 	}
 }
 
 // killAllNow sends every job's ranks SIGKILL.
 func (r *forkRoot) killAllNow() {
 	for _, j := range r.jobs {
-		if !j.closed {
-			j.n.KillNow()
-		}
+		j.n.KillNow()
 	}
 }
 
@@ -277,7 +270,7 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 	if r.fate.failure != nil {
 		return "", errors.New("the run is ending")
 	}
-	root := r.jobs[0].spec
+	root := r.first.spec
 	req, err := newSpawnReq(c.req, func(h string) []int {
 		for _, l := range r.local {
 			if strings.EqualFold(h, l) {
@@ -291,15 +284,13 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 	}
 	live := 0
 	for _, j := range r.jobs {
-		if !j.closed {
-			live += j.procs
-		}
+		live += j.procs
 	}
 	if err := req.fits(r.cfg.UniverseSize, live); err != nil {
 		return "", err
 	}
-	jobno := len(r.jobs)
-	spec, _ := req.childSpec(root, r.jobs[c.parent].spec.JobID, jobno, req.place(1, nil))
+	jobno := r.njobs
+	spec, _ := req.childSpec(root, c.parentID, jobno, req.place(1, nil))
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}
@@ -312,6 +303,7 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 		return "", err
 	}
 	r.jobs = append(r.jobs, &forkJob{spec: spec, n: n, procs: spec.Size})
+	r.njobs++
 	n.Start()
 	return spec.JobID, nil
 }
