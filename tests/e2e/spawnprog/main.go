@@ -25,9 +25,10 @@
 // are two jobs launched separately that meet by name, as an
 // MPI_Comm_accept server and an MPI_Comm_connect client do: the server's
 // rank 0 publishes NAME = "port-of-<job id>" and waits until the client
-// has published NAME-ack; the client's rank 0 looks NAME up (retrying
-// until it appears) and publishes NAME-ack = what it found. They print
-// "serve ok" and "connect ok <port>".
+// has published NAME-ack, then withdraws NAME; the client's rank 0 looks
+// NAME up (retrying until it appears), publishes NAME-ack = what it
+// found and stays until NAME is withdrawn (its run's names leave with
+// it). They print "serve ok" and "connect ok <port>".
 //
 //	spawnprog -appnum ARG
 //
@@ -43,6 +44,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -107,6 +109,16 @@ func meet(serve, connect string) error {
 			}
 			if err := c.Publish(ctx, connect+"-ack", port); err != nil {
 				return err
+			}
+			// Stay until the server has seen the ack (it then withdraws
+			// its name): this run's names leave with it.
+			for {
+				if _, err := c.Lookup(ctx, connect); errors.Is(err, client.ErrNotFound) {
+					break
+				} else if ctx.Err() != nil {
+					return fmt.Errorf("the server never withdrew %s", connect)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 			fmt.Println("connect ok", port)
 		}
