@@ -35,9 +35,6 @@ func (f *fate) fail(e *JobError) {
 	f.end(e)
 }
 
-// event applies one report about a rank of the command line's job.
-func (f *fate) event(e node.Event) { f.jobEvent(0, e) }
-
 // rankName names rank r of job jobno in messages: "rank 3", or "job 1
 // rank 3" for a spawned job.
 func rankName(jobno, r int) string {
