@@ -1,10 +1,9 @@
 package launch
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,33 +111,17 @@ func spawnFailed(stderr io.Writer, parent int, err error) {
 	fmt.Fprintf(stderr, "pmirun: spawn requested by job %d failed: %v\n", parent, err)
 }
 
-// readHostfile reads host names, one per line ("host" or "host:slots";
-// '#' starts a comment), relative to wdir.
+// readHostfile reads a spawn's hostfile info key (ReadHostfile's format)
+// relative to wdir, and returns its host names without their slots.
 func readHostfile(path, wdir string) ([]string, error) {
-	if !strings.HasPrefix(path, "/") && wdir != "" {
-		path = wdir + "/" + path
+	if !filepath.IsAbs(path) && wdir != "" {
+		path = filepath.Join(wdir, path)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	hosts, err := ReadHostfile(path)
+	for i, h := range hosts {
+		hosts[i], _, _ = strings.Cut(h, ":")
 	}
-	defer f.Close()
-	var hosts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line, _, _ := strings.Cut(sc.Text(), "#")
-		line, _, _ = strings.Cut(strings.TrimSpace(line), ":")
-		if line != "" {
-			hosts = append(hosts, line)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(hosts) == 0 {
-		return nil, fmt.Errorf("%s names no host", path)
-	}
-	return hosts, nil
+	return hosts, err
 }
 
 // place assigns the request's ranks to the run's k nodes: each command's

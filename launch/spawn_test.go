@@ -155,6 +155,10 @@ func TestSpawnPlacement(t *testing.T) {
 		return nil
 	}
 	req := func(cmds ...pmiwire.SpawnCmd) *pmiwire.Spawn { return &pmiwire.Spawn{Cmds: cmds} }
+	hf := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hf, []byte("# the spawn's nodes\nc:2\n\na\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		req  *pmiwire.Spawn
@@ -165,6 +169,7 @@ func TestSpawnPlacement(t *testing.T) {
 		{"commands continue", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2}, pmiwire.SpawnCmd{Exe: "y", MaxProcs: 2}), nil, "[[0 3] [1] [2]]"},
 		{"host key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "host", Val: "b"}}}), nil, "[[] [0 1 2] []]"},
 		{"hosts key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "hosts", Val: "c,a"}}}), nil, "[[1] [] [0 2]]"},
+		{"hostfile key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "hostfile", Val: hf}}}), nil, "[[1] [] [0 2]]"},
 		{"least loaded", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2}), []int{5, 0, 3}, "[[] [0] [1]]"},
 	} {
 		sr, err := newSpawnReq(tc.req, index, "")
