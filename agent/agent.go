@@ -88,6 +88,8 @@ type Config struct {
 	// whose rank does not read them (textout.go); past it the rank is
 	// failed. 0 means defaultReplyQueueBytes(Size).
 	ReplyQueueBytes int
+	// KVS is the policy for keys put without a hint (remote.go).
+	KVS KVSPolicy
 
 	Upstream Upstream       // job-wide collectives and services; nil = Local
 	Events   Events         // launcher callbacks; nil = ignore
@@ -202,6 +204,10 @@ type Agent struct {
 	listeners []net.Listener
 	seg       *shm.Segment // shared-memory segment served, or nil (also nil once closed)
 	shmDead   []bool       // local ranks whose request ring broke the protocol: not read again (shm.go)
+	// answers holds the done callbacks of ServeGet requests by the ID the
+	// core echoes in UpAnswer; answerSeq numbers them.
+	answers   map[uint64]func(val string, found bool, err error)
+	answerSeq uint64
 
 	// pubMu is held while a turn carries out the shared-memory part of its
 	// Ready: the producing ends of the response rings, the node KVS and the
@@ -228,6 +234,7 @@ func New(cfg Config) (*Agent, error) {
 		rec:             cfg.Perf,
 		core:            NewCore(&cfg, off, size),
 		conns:           make(map[*textConn]struct{}),
+		answers:         make(map[uint64]func(string, bool, error)),
 	}
 	for i, g := range cfg.Local {
 		app := 0
@@ -406,6 +413,11 @@ type Stats struct {
 	Rings    uint64
 	KVSKeys  int
 	Finished int // ranks that finalized
+	// On-demand KVS (remote.go): fetches sent to other nodes, gets that
+	// waited behind one instead (node coalescing), gets served for other
+	// nodes, bytes of fetched values cached, fences whose unhinted puts
+	// went sparse under PolicyAuto, placed puts refused over quota.
+	Fetches, Coalesced, Served, CacheBytes, AutoSparse, PlaceRefused int
 }
 
 // Stats returns counters of the agent's work so far.
@@ -618,5 +630,40 @@ func (a *Agent) call(u UpCall) {
 		up.Lookup(u.Name, func(port string, err error) { a.step(NameDone{ID: u.ID, Port: port, Err: err}) })
 	case UpSpawn:
 		up.Spawn(u.Spawn, func(jobID string, err error) { a.step(SpawnDone{ID: u.ID, JobID: jobID, Err: err}) })
+	case UpPlace:
+		up.Place(u.Name, u.Port, u.Owner)
+	case UpFetch:
+		up.Fetch(u.Name, u.Src, u.Wait, func(val string, found bool, err error) {
+			a.step(FetchDone{ID: u.ID, Found: found, Val: val, Err: err})
+		})
+	case UpAnswer:
+		a.mu.Lock()
+		done := a.answers[u.ID]
+		delete(a.answers, u.ID)
+		a.mu.Unlock()
+		if done != nil {
+			done(u.Port, u.Found, u.Err)
+		}
 	}
+}
+
+// ServeGet answers a get for key that another node routed here (see
+// ServeGet the operation); done gets the answer, on some goroutine, once.
+func (a *Agent) ServeGet(key string, src int, wait, final bool, done func(val string, found bool, err error)) {
+	a.mu.Lock()
+	a.answerSeq++
+	id := a.answerSeq
+	a.answers[id] = done
+	if err := a.core.Step(ServeGet{ID: id, Key: key, Src: src, Wait: wait, Final: final}); err != nil {
+		delete(a.answers, id)
+		a.mu.Unlock()
+		done("", false, err)
+		return
+	}
+	a.finishLocked(newTurn())
+}
+
+// PlaceKV stores a sparse put another node placed here.
+func (a *Agent) PlaceKV(key, val string, owner int) {
+	a.step(PlaceKV{Key: key, Val: val, Owner: owner})
 }

@@ -68,6 +68,7 @@ type (
 		Req   Req
 		Key   string
 		Wait  bool
+		Src   int // the rank that put the key (PMI-2 srcid, client.FromRank), or -1
 	}
 	// JobAttr reads a job attribute; with KVS also a fenced key outside
 	// the PMI_ namespace (PMI-2 info-getjobattr).
@@ -277,9 +278,12 @@ const (
 	UpUnpublish
 	UpLookup
 	UpSpawn
+	UpPlace  // a sparse put to place for other nodes: Name, Port (the value), Owner
+	UpFetch  // a get for another node's key: ID, Name (the key), Src, Wait; answered by FetchDone
+	UpAnswer // the answer to ServeGet ID: Found, Port (the value), Err
 )
 
-var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn"}
+var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn", "place", "fetch", "answer"}
 
 func (k UpKind) String() string { return upNames[k] }
 
@@ -287,15 +291,20 @@ func (k UpKind) String() string { return upNames[k] }
 // back as FenceDone, AllgatherDone, RingEdgeDone, NameDone or SpawnDone.
 type UpCall struct {
 	Kind   UpKind
-	Epoch  uint64       // fence, allgather, ring edge
-	KVs    []KV         // fence: the node's puts, one per key
-	Values []tree.Entry // allgather: the node's values (tree.Entry: one rank-value type for the agent and the tree)
-	ToLeft bool         // ring edge: which side
-	Value  string       // ring edge: the boundary value
-	ID     uint64       // name and spawn calls
-	Name   string
-	Port   string
+	Epoch  uint64         // fence, allgather, ring edge
+	KVs    []KV           // fence: the node's puts, one per key
+	Values []tree.Entry   // allgather: the node's values (tree.Entry: one rank-value type for the agent and the tree)
+	ToLeft bool           // ring edge: which side
+	Value  string         // ring edge: the boundary value
+	ID     uint64         // name, spawn and fetch calls; ServeGet answers
+	Name   string         // a service name; a key (place, fetch)
+	Port   string         // a port; a value (place, answer)
 	Spawn  *pmiwire.Spawn // spawn: the request as the rank sent it
+	Owner  int            // place: the rank that put the key
+	Src    int            // fetch: the rank that put the key, or -1
+	Wait   bool           // fetch: wait for the key to be put
+	Found  bool           // answer
+	Err    error          // answer
 }
 
 // Result is a delivered fence-or-allgather epoch, in epoch order, for the
@@ -361,6 +370,7 @@ type rankState struct {
 	gone                  bool   // connection closed or process ended
 	ended                 bool   // counted in Core.ended (finalized or gone)
 	pending               []KV   // puts since the last fence, in order
+	auto                  []KV   // unhinted puts since the last fence, under PolicyAuto (takeAuto)
 	collSeq               uint64 // fence/allgather epochs entered
 	ringSeq               uint64 // ring exchanges entered
 	inRing                bool   // waiting for the answer of ring exchange ringSeq
@@ -400,6 +410,18 @@ type Core struct {
 	late        map[string]*lateAttr // late job attributes (jobattr.go)
 	lateKeys    []string             // their keys, sorted
 
+	// On-demand KVS (remote.go).
+	remote       map[string]cached   // values fetched from other nodes
+	cacheBytes   int                 // their keys' and values' bytes
+	placedBytes  int                 // bytes of puts other nodes placed here
+	fetches      map[fetchKey]*fetch // outstanding fetches, by what they fetch
+	fetchByID    map[uint64]*fetch   // the same, by call ID
+	fetchesSent  int                 // fetches started (Stats)
+	coalesced    int                 // gets queued behind an outstanding fetch (Stats)
+	served       int                 // gets served for other nodes (Stats)
+	autoSparse   int                 // fences whose unhinted puts went sparse (Stats)
+	placeRefused int                 // placed puts refused over the node's quota (Stats)
+
 	// puts and putBytes are the node's put volume so far (limits.go).
 	puts, putBytes int
 }
@@ -410,23 +432,28 @@ type coreConfig struct {
 	mapping          string
 	universe         int
 	ringOff, ringLen int // ring layout (Upstream.RingLayout)
+	policy           KVSPolicy
 }
 
 // NewCore returns the core for cfg (validated by New) whose node sits in
 // the job-wide ring at ringOffset among ringSize positions.
 func NewCore(cfg *Config, ringOffset, ringSize int) *Core {
 	c := &Core{
-		cfg:      coreConfig{size: cfg.Size, mapping: cfg.Mapping, universe: cfg.UniverseSize, ringOff: ringOffset, ringLen: ringSize},
-		byGlobal: make(map[int]*rankState, len(cfg.Local)),
-		kvs:      make(map[string]string),
-		sparse:   make(map[string]string),
-		nodeAttr: make(map[string]string),
-		waits:    make(map[string][]waiter),
-		colls:    make(map[uint64]*epochColl),
-		groups:   make(map[string]*group),
-		rings:    make(map[uint64]*ringEpoch),
-		calls:    make(map[uint64]to),
-		late:     make(map[string]*lateAttr),
+		cfg: coreConfig{size: cfg.Size, mapping: cfg.Mapping, universe: cfg.UniverseSize, ringOff: ringOffset, ringLen: ringSize,
+			policy: cfg.KVS},
+		byGlobal:  make(map[int]*rankState, len(cfg.Local)),
+		kvs:       make(map[string]string),
+		sparse:    make(map[string]string),
+		nodeAttr:  make(map[string]string),
+		waits:     make(map[string][]waiter),
+		colls:     make(map[uint64]*epochColl),
+		groups:    make(map[string]*group),
+		rings:     make(map[uint64]*ringEpoch),
+		calls:     make(map[uint64]to),
+		late:      make(map[string]*lateAttr),
+		remote:    make(map[string]cached),
+		fetches:   make(map[fetchKey]*fetch),
+		fetchByID: make(map[uint64]*fetch),
 	}
 	for _, kv := range cfg.Preput {
 		c.kvs[kv.Key] = kv.Val
@@ -637,6 +664,12 @@ func (c *Core) Step(op Op) error {
 		c.nameDone(o)
 	case SpawnDone:
 		c.spawnDone(o)
+	case ServeGet:
+		c.serveGet(o)
+	case PlaceKV:
+		c.placeKV(o)
+	case FetchDone:
+		c.fetchDone(o)
 	case Shutdown:
 		if !c.closed {
 			c.closed = true
@@ -644,6 +677,7 @@ func (c *Core) Step(op Op) error {
 			c.failAll(err)
 			c.failCalls(err)
 			c.failLate(err)
+			c.failFetches(err)
 		}
 	default:
 		return fmt.Errorf("unknown operation %T", op)
@@ -719,7 +753,9 @@ func (c *Core) RankStatus(i int) (spoke, finalized bool) {
 
 // Stats returns counters of the core's work so far.
 func (c *Core) Stats() Stats {
-	s := Stats{Fences: c.fenceSeq, Rings: c.ringSeq, KVSKeys: len(c.kvs)}
+	s := Stats{Fences: c.fenceSeq, Rings: c.ringSeq, KVSKeys: len(c.kvs),
+		Fetches: c.fetchesSent, Coalesced: c.coalesced, Served: c.served, CacheBytes: c.cacheBytes,
+		AutoSparse: c.autoSparse, PlaceRefused: c.placeRefused}
 	for _, rs := range c.ranks {
 		if rs.finalized {
 			s.Finished++

@@ -22,17 +22,19 @@ import (
 //
 // Directives:
 //
-//	new size=N [local=a,b,c] [ring=off,size] [late=k,k]   a fresh Core
+//	new size=N [local=a,b,c] [ring=off,size] [late=k,k] [kvs=P]   a fresh Core
 //	step                                       one op per input line; prints the Ready
 //	auto on|off                                complete Upstream calls as Local does
 //
-// Op lines: put L key val [sparse|dense], get L key [wait], jobattr L key
+// Op lines: put L key val [sparse|dense], get L key [wait] [src=R], jobattr L key
 // [kvs], nodeput L key val, nodeget L key [wait], fence L [epoch],
 // allgather L val, barrier L group [m,m,..], ring L left right [count],
 // publish L name port, unpublish L name, lookup L name, abort L code msg,
 // finalize L, gone L why, init L, spoke L, fencedone E [err],
 // agdone E [err], edgedone E left|right value [err], namedone ID [port]
-// [err=...], shutdown, setattr key val. L is a local index. Requests are numbered #1, #2,
+// [err=...], shutdown, setattr key val; from other nodes: serveget ID key
+// [wait] [final], placekv owner key val, fetchdone ID [found=V] [err=...].
+// L is a local index. Requests are numbered #1, #2,
 // ... in the order of the script.
 
 var update = flag.Bool("update", false, "rewrite testdata/*.txt with the actual output")
@@ -154,6 +156,13 @@ func (s *script) run(t *testing.T, directive string, input []string) string {
 		if r, ok := args["ring"]; ok {
 			o, z, _ := strings.Cut(r, ",")
 			off, rsize = atoi(t, o), atoi(t, z)
+		}
+		if k, ok := args["kvs"]; ok {
+			p, err := ParseKVSPolicy(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.KVS = p
 		}
 		if err := cfg.validate(); err != nil {
 			t.Fatal(err)
@@ -323,7 +332,23 @@ func (s *script) parse(line string) (Op, error) {
 		}
 		return Put{Local: L, Req: s.req(), Key: arg(2), Val: arg(3), Hint: h}, nil
 	case "get":
-		return Get{Local: L, Req: s.req(), Key: arg(2), Wait: has("wait")}, nil
+		src := -1
+		for _, x := range f[3:] {
+			if v, ok := strings.CutPrefix(x, "src="); ok {
+				src, _ = strconv.Atoi(v)
+			}
+		}
+		return Get{Local: L, Req: s.req(), Key: arg(2), Wait: has("wait"), Src: src}, nil
+	case "serveget": // serveget ID KEY [wait] [final]
+		return ServeGet{ID: uint64(L), Key: arg(2), Src: -1, Wait: has("wait"), Final: has("final")}, nil
+	case "placekv": // placekv OWNER KEY VAL
+		return PlaceKV{Owner: L, Key: arg(2), Val: arg(3)}, nil
+	case "fetchdone": // fetchdone ID found=V | notfound | err=E
+		o := FetchDone{ID: uint64(L), Err: errArg()}
+		if v, ok := strings.CutPrefix(arg(2), "found="); ok {
+			o.Found, o.Val = true, v
+		}
+		return o, nil
 	case "jobattr":
 		return JobAttr{Local: L, Req: s.req(), Key: arg(2), KVS: has("kvs")}, nil
 	case "nodeput":
@@ -448,6 +473,15 @@ func formatReady(rd *Ready) string {
 				side = "left"
 			}
 			fmt.Fprintf(&b, " epoch=%d %s value=%s", u.Epoch, side, u.Value)
+		case UpPlace:
+			fmt.Fprintf(&b, " key=%s val=%s owner=%d", u.Name, u.Port, u.Owner)
+		case UpFetch:
+			fmt.Fprintf(&b, " id=%d key=%s src=%d wait=%v", u.ID, u.Name, u.Src, u.Wait)
+		case UpAnswer:
+			fmt.Fprintf(&b, " id=%d found=%v val=%s", u.ID, u.Found, u.Port)
+			if u.Err != nil {
+				fmt.Fprintf(&b, " err=%q", u.Err.Error())
+			}
 		default:
 			fmt.Fprintf(&b, " id=%d name=%s", u.ID, u.Name)
 			if u.Kind == UpPublish {

@@ -18,19 +18,23 @@ type KV struct {
 // waiter is a request parked until something happens: a node attribute or
 // a key being put.
 type waiter struct {
-	local int
-	to    to
+	local int    // -1: another node's get (peer)
+	to    to     // a local rank's request
+	peer  uint64 // another node's: its ServeGet ID
 }
 
-// put stores a put of rs. Sparse keys are visible at once and answer
-// parked gets; the others wait for the next fence.
+// put stores a put of rs. Sparse keys are visible at once, answer parked
+// gets and are placed for other nodes (remote.go); dense ones wait for the
+// next fence; unhinted ones follow the job's KVSPolicy.
 func (c *Core) put(rs *rankState, key, val string, hint pmiwire.Hint) {
-	if hint == pmiwire.HintSparse {
-		c.sparse[key] = val
-		c.release("kvs:"+key, val)
-		return
+	switch c.policyHint(hint) {
+	case pmiwire.HintSparse:
+		c.placeSparse(key, val, rs.global)
+	case pmiwire.HintDense:
+		rs.pending = append(rs.pending, KV{key, val, rs.global})
+	default:
+		rs.auto = append(rs.auto, KV{key, val, rs.global})
 	}
-	rs.pending = append(rs.pending, KV{key, val, rs.global})
 }
 
 // takePuts returns the puts of ranks (every local rank, or those marked)
@@ -38,6 +42,19 @@ func (c *Core) put(rs *rankState, key, val string, hint pmiwire.Hint) {
 // ranks putting one key the later in local order wins. Keys keep the
 // position of their first put.
 func (c *Core) takePuts(members []bool) []KV {
+	if members == nil {
+		for _, kv := range c.takeAuto() {
+			r := c.byGlobal[kv.Owner]
+			r.pending = append(r.pending, kv)
+		}
+	} else {
+		// A group barrier commits its members' puts on this node only.
+		for i, r := range c.ranks {
+			if members[i] {
+				r.pending, r.auto = append(r.pending, r.auto...), nil
+			}
+		}
+	}
 	n := 0
 	for i, r := range c.ranks {
 		if members == nil || members[i] {
@@ -92,6 +109,14 @@ func (c *Core) get(rs *rankState, o Get) {
 		c.reply(t, Reply{Found: true, Val: v})
 		return
 	}
+	if c.multi() && !hasPMIPrefix(o.Key) {
+		src := o.Src
+		if src < 0 || src >= c.cfg.size {
+			src = -1
+		}
+		c.remoteGet(t, o.Key, src, o.Wait)
+		return
+	}
 	if !o.Wait {
 		c.reply(t, Reply{})
 		return
@@ -112,24 +137,43 @@ func (c *Core) commit(kvs []KV) {
 // park parks t until key (of namespace "kvs:" or "attr:") appears, unless
 // that can never happen because every live rank is then waiting.
 func (c *Core) park(rs *rankState, key string, t to) {
-	c.waits[key] = append(c.waits[key], waiter{rs.local, t})
+	c.waits[key] = append(c.waits[key], waiter{local: rs.local, to: t})
 	c.checkStuck()
 }
 
 func (c *Core) release(key, val string) {
 	for _, w := range c.waits[key] {
+		if w.local < 0 {
+			c.answer(w.peer, true, val, nil)
+			continue
+		}
 		c.reply(w.to, Reply{Found: true, Val: val})
 	}
 	delete(c.waits, key)
+	if k, ok := strings.CutPrefix(key, "kvs:"); ok {
+		c.releaseFetches(k, val)
+	}
 }
 
-// failWaiters answers every parked request with err, in key order.
+// failWaiters answers every request of a local rank parked here with
+// err, in key order. Other nodes' gets waiting here stay: a put another
+// node places here may still answer them, after this node's own ranks
+// are done; they end with their own nodes.
 func (c *Core) failWaiters(err error) {
 	for _, k := range slices.Sorted(maps.Keys(c.waits)) {
+		var peers []waiter
 		for _, w := range c.waits[k] {
+			if w.local < 0 {
+				peers = append(peers, w)
+				continue
+			}
 			c.reply(w.to, Reply{Err: err})
 		}
-		delete(c.waits, k)
+		if peers != nil {
+			c.waits[k] = peers
+		} else {
+			delete(c.waits, k)
+		}
 	}
 }
 
@@ -181,7 +225,11 @@ func (c *Core) checkStuck() {
 	}
 	entries += c.ringWaiting
 	for _, ws := range c.waits {
-		entries += len(ws)
+		for _, w := range ws {
+			if w.local >= 0 {
+				entries++
+			}
+		}
 	}
 	if entries < len(c.ranks)-c.ended {
 		return

@@ -215,7 +215,7 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		if err != nil || src < -1 || int(src) >= a.cfg.Size {
 			return nil, fmt.Errorf("get: bad payload")
 		}
-		return Get{Local: i, Req: req, Key: string(key), Wait: m.Flags&shm.GetWait != 0}, nil
+		return Get{Local: i, Req: req, Key: string(key), Wait: m.Flags&shm.GetWait != 0, Src: int(src)}, nil
 	case shm.OpRing:
 		if len(m.Payload) > pmiwire.ValLenMax {
 			return nil, &shmRefusal{ReplyRing, fmt.Errorf("ring value longer than %d bytes", pmiwire.ValLenMax)}

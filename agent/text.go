@@ -506,7 +506,7 @@ func serveGet1(c *textConn, t *turn, rq *textReq) Op {
 		return nil
 	}
 	key, _ := rq.m.Get("key")
-	return Get{Local: c.local(), Req: rq.req, Key: key}
+	return Get{Local: c.local(), Req: rq.req, Key: key, Src: -1}
 }
 
 func encodeGet1(rq *textReq, r *Reply) *pmiwire.Resp {
@@ -525,15 +525,18 @@ func serveGet2(c *textConn, t *turn, rq *textReq) Op {
 		return nil
 	}
 	key, _ := m.Get("key")
+	src := -1
 	if srcid, has := m.Get("srcid"); has {
-		if _, err := strconv.Atoi(srcid); err != nil {
+		n, err := strconv.Atoi(srcid)
+		if err != nil {
 			t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("bad srcid %q", srcid))
 			return nil
 		}
+		src = n // out of range (libpmi2 sends -1 for "unknown"): none
 	}
 	// fastpmi extension: wait for a late put instead of "not found".
 	w, _ := m.Get("fastpmi-wait")
-	return Get{Local: c.local(), Req: rq.req, Key: key, Wait: w == "TRUE" && key != "-NONEXIST-KEY"}
+	return Get{Local: c.local(), Req: rq.req, Key: key, Wait: w == "TRUE" && key != "-NONEXIST-KEY", Src: src}
 }
 
 func serveJobAttr(c *textConn, t *turn, rq *textReq) Op {

@@ -54,6 +54,15 @@ type Upstream interface {
 	// started, or why it could not be started; the spawning job keeps
 	// running either way. The launcher owns the new job from then on.
 	Spawn(req *pmiwire.Spawn, done func(jobID string, err error))
+	// Place places a sparse put (key, its value, the rank that put it)
+	// where the job's get strategy looks for it; a fence this node enters
+	// afterwards completes only once every placement arrived. Fetch asks
+	// the rest of the job for a key that is not on this node: src is the
+	// rank that put it, or -1; with wait, the answer waits until the key
+	// is put. The core calls them only in a job that spans nodes
+	// (remote.go).
+	Place(key, val string, owner int)
+	Fetch(key string, src int, wait bool, done func(val string, found bool, err error))
 }
 
 // ErrNoSpawn is Local's answer to a spawn: a job without a launcher
@@ -137,6 +146,14 @@ func (l *Local) Allgather(epoch uint64, in []tree.Entry, done func([][]byte, err
 		all[rv.Rank] = rv.Value
 	}
 	done(all, nil)
+}
+
+// Place does nothing: a Local job has no other node.
+func (l *Local) Place(key, val string, owner int) {}
+
+// Fetch finds nothing: a Local job has no other node.
+func (l *Local) Fetch(key string, src int, wait bool, done func(string, bool, error)) {
+	done("", false, nil)
 }
 
 // Spawn fails: a Local job has no launcher to start children.

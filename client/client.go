@@ -48,11 +48,11 @@ const (
 	HintNone = pmiwire.HintNone
 	// Dense: for keys most ranks read; they travel with the fence.
 	Dense = pmiwire.HintDense
-	// Sparse: for keys few ranks read; they stay on the node of the rank
-	// that put them and are visible at once to that node's ranks, without
-	// a fence. Ranks on other nodes do not see them: fetching them on
-	// demand across nodes is not built yet, so a key other nodes read
-	// needs HintNone or Dense and a fence.
+	// Sparse: for keys few ranks read; they are visible at once, without
+	// a fence: to the node's ranks from their node, to other nodes'
+	// ranks fetched on demand by the job's get strategy (pmirun
+	// --get-strategy; docs/kvs.md). A Get with WaitForPut waits for a
+	// sparse key not yet put, wherever it will be put.
 	Sparse = pmiwire.HintSparse
 )
 

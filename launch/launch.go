@@ -129,6 +129,11 @@ type Config struct {
 	PmidPath   string        // pmid on the nodes; default: next to pmirun, else on PATH
 	SSH        string        // ssh command and its options, split at spaces; default FASTPMI_SSH, else "ssh"
 	RootAddr   string        // address agents dial pmirun at; default: first non-loopback address
+	// KVS is the policy for keys put without a hint (auto, dense,
+	// sparse), GetStrategy how a node fetches a key another node holds
+	// (direct, dkvs, tree); "" = auto and direct (docs/kvs.md).
+	KVS         string
+	GetStrategy string
 
 	// Daemons, when set, runs the job on running daemons (pmid --daemon)
 	// at these addresses, one node each, instead of starting agents;
@@ -323,6 +328,7 @@ func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
 		Trace: c.TracePath != "",
 		Wdir:  c.Wdir, EnvNone: c.EnvNone, EnvKeep: c.EnvList, Prefix: c.prefix(),
 		OutPattern: c.OutPattern, ErrPattern: c.ErrPattern, Bind: c.Bind, MapBy: c.MapBy, StdinRank: c.StdinRank,
+		KVS: c.KVS, GetStrategy: c.GetStrategy,
 	}
 }
 

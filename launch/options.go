@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/fastpmi/fastpmi/agent"
+
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
@@ -113,6 +115,12 @@ func (c *Config) validateLinks() error {
 	}
 	if c.NetBackend != "" && !slices.Contains(NetBackends, c.NetBackend) {
 		return fmt.Errorf("invalid --netio %q: want %s", c.NetBackend, strings.Join(NetBackends, ", "))
+	}
+	if _, err := agent.ParseKVSPolicy(c.KVS); err != nil {
+		return fmt.Errorf("invalid --kvs: %w", err)
+	}
+	if _, err := node.ParseStrategy(c.GetStrategy); err != nil {
+		return fmt.Errorf("invalid --get-strategy: %w", err)
 	}
 	if c.NetTimeout != 0 && c.NetTimeout < MinNetTimeout {
 		return fmt.Errorf("invalid --net-timeout %v: want at least %v (agents send a heartbeat every %v)", c.NetTimeout, MinNetTimeout, node.Heartbeat)

@@ -50,6 +50,7 @@ type rootNode struct {
 	lim     tree.Limits
 	codec   netio.Codec
 	contrib [3]uint64 // epochs the root contributed, by tree.Kind
+	kvs     rootKVS   // the Tree get strategy's top
 
 	done     []bool // the node's agent reported its counters (its ranks ended)
 	gone     []bool // the node's bootstrap process exited
@@ -587,6 +588,8 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		default:
 			reply("", fmt.Errorf("unknown name operation %q", m.Op))
 		}
+	case node.FrameKVS:
+		r.kvs.frame(r, i, fi.Frame.Payload)
 	case node.FrameTree:
 		m, err := tree.DecodeMsg(fi.Frame.Payload)
 		if err != nil {

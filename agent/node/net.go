@@ -66,6 +66,7 @@ type agentNode struct {
 	nameID  uint64
 	lastRx  map[int]time.Time
 	dead    error
+	kvs     kvsNet
 	// treeT0 holds, for a tracer, when this node contributed to each
 	// epoch of the tree, by kind: the epoch's trace slice starts there.
 	treeT0 map[tree.Kind]map[uint64]time.Time
@@ -91,6 +92,8 @@ func RunAgent(ctx context.Context, spec *Spec, o AgentOptions) error {
 		quit:    make(chan struct{}),
 		fenceCB: make(map[uint64]func([]agent.KV, error)), agCB: make(map[uint64]func([][]byte, error)),
 		names: make(map[uint64]nameWait), lastRx: make(map[int]time.Time),
+		kvs: kvsNet{places: make(map[uint64]func(error)), fetches: make(map[uint64]kvsFetch),
+			dialing: make(map[int][]netio.Frame), notify: make(chan struct{}, 1)},
 	}
 	return a.run(ctx, o.Listen)
 }
@@ -135,15 +138,20 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 	if err := a.setup(dctx, ln, table); err != nil {
 		return fmt.Errorf("node %d: %w", a.idx, err)
 	}
-	ln.Close()
 	a.recv.Go(func() { Receive(a.ctl, -1, a.in, a.quit) })
 	for p, c := range a.peers {
 		a.recv.Go(func() { Receive(c, p, a.in, a.quit) })
 	}
+	// The listener stays open for links the KVS dials later (kvsnet.go).
+	actx, stopAccept := context.WithCancel(context.Background())
+	a.recv.Go(func() { a.acceptPeers(actx, ln) })
 	defer func() {
 		// The receive loops end when their links close, and the
-		// transport's Close closes every link.
+		// transport's Close closes every link; the accept loop when its
+		// context ends.
 		close(a.quit)
+		stopAccept()
+		ln.Close()
 		a.tr.Close()
 		a.recv.Wait()
 	}()
@@ -174,9 +182,19 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table Table) e
 		return err
 	}
 	a.ringCB = [2]map[uint64]func(string, error){{}, {}}
-	want := map[int]bool{}
+	strategy, err := ParseStrategy(spec.GetStrategy)
+	if err != nil {
+		return err
+	}
+	parent := atRoot
 	if p := a.topo.Parent(a.idx + 1); p > 0 {
-		want[p-1] = true
+		parent = p - 1
+	}
+	a.kvs.rt = newRouter(strategy, spec, a.idx, parent)
+	a.kvs.addrs = table.Addrs
+	want := map[int]bool{}
+	if parent != atRoot {
+		want[parent] = true
 	}
 	for _, c := range a.topo.Children(a.idx + 1) {
 		want[c-1] = true
@@ -275,6 +293,8 @@ func (a *agentNode) loop(ctx context.Context) error {
 			a.n.Handle(ev)
 		case op := <-a.ops:
 			op()
+		case <-a.kvs.notify:
+			a.runPosted()
 		case fi := <-a.in:
 			if fi.Err != nil {
 				if fi.From < 0 && !rootLost {
@@ -321,8 +341,9 @@ func (a *agentNode) loop(ctx context.Context) error {
 		a.send(-1, netio.Frame{Type: FrameDone, Payload: Encode(done)})
 		// Stay until pmirun closes the link, when every node is done: a
 		// node that leaves early would look lost to the peers still
-		// running. Heartbeats go on meanwhile; a pmirun silent for
-		// --net-timeout ends the wait.
+		// running, and it still serves the keys placed here to them.
+		// Heartbeats go on meanwhile; a pmirun silent for --net-timeout
+		// ends the wait.
 		for {
 			select {
 			case fi := <-a.in:
@@ -332,6 +353,11 @@ func (a *agentNode) loop(ctx context.Context) error {
 					}
 					a.lastRx[-1] = time.Now()
 				}
+				if fi.Err == nil && fi.Frame.Type == FrameKVS {
+					a.kvsFrame(fi.From, fi.Frame.Payload)
+				}
+			case <-a.kvs.notify:
+				a.runPosted()
 			case <-tick.C:
 				a.send(-1, netio.Frame{Type: FrameHeartbeat})
 				for p := range a.peers {
@@ -420,6 +446,7 @@ func (a *agentNode) failLink(p int, err error) {
 		cb(nil, e)
 	}
 	a.failRing(e)
+	a.failKVS(e)
 	for id, w := range a.names {
 		delete(a.names, id)
 		w.done(Name{ID: id, Err: e.Error()})
@@ -459,6 +486,8 @@ func (a *agentNode) frame(fi FrameIn) {
 			return
 		}
 		a.ready(r)
+	case FrameKVS:
+		a.kvsFrame(fi.From, fi.Frame.Payload)
 	case FrameRing:
 		m, err := ring.DecodeMessage(fi.Frame.Payload)
 		if err != nil {
@@ -640,34 +669,39 @@ func (a *agentNode) failRing(err error) {
 type netUpstream struct{ a *agentNode }
 
 func (u netUpstream) Fence(epoch uint64, puts []agent.KV, done func([]agent.KV, error)) {
-	u.a.ops <- func() {
-		a := u.a
-		if a.dead != nil {
-			done(nil, a.dead)
-			return
-		}
-		a.fenceN++
-		// The agent's core hands over one put per key, with its owner.
-		kvs := make([]tree.KV, len(puts))
-		for i, p := range puts {
-			kvs[i] = tree.KV{Key: []byte(p.Key), Value: []byte(p.Val), Owner: uint32(p.Owner)}
-		}
-		tree.SortKVs(kvs)
-		payload, err := tree.AppendKVs(nil, kvs)
-		if err != nil {
-			done(nil, err)
-			return
-		}
-		a.fenceCB[a.fenceN] = done
-		a.contributed(tree.Fence, a.fenceN)
-		r, err := a.tnode.Contribute(tree.Fence, a.fenceN, payload)
-		if err != nil {
-			delete(a.fenceCB, a.fenceN)
-			done(nil, err)
-			return
-		}
-		a.ready(r)
+	a := u.a
+	// Placements go through post: the fence goes the same way, behind
+	// them, and waits for them to arrive.
+	a.post(func() { a.holdFence(func() { a.fence(puts, done) }) })
+}
+
+// fence contributes this node's puts to its next fence. On the loop.
+func (a *agentNode) fence(puts []agent.KV, done func([]agent.KV, error)) {
+	if a.dead != nil {
+		done(nil, a.dead)
+		return
 	}
+	a.fenceN++
+	// The agent's core hands over one put per key, with its owner.
+	kvs := make([]tree.KV, len(puts))
+	for i, p := range puts {
+		kvs[i] = tree.KV{Key: []byte(p.Key), Value: []byte(p.Val), Owner: uint32(p.Owner)}
+	}
+	tree.SortKVs(kvs)
+	payload, err := tree.AppendKVs(nil, kvs)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	a.fenceCB[a.fenceN] = done
+	a.contributed(tree.Fence, a.fenceN)
+	r, err := a.tnode.Contribute(tree.Fence, a.fenceN, payload)
+	if err != nil {
+		delete(a.fenceCB, a.fenceN)
+		done(nil, err)
+		return
+	}
+	a.ready(r)
 }
 
 func (u netUpstream) Allgather(epoch uint64, in []tree.Entry, done func([][]byte, error)) {

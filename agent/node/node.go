@@ -153,6 +153,10 @@ func New(spec *Spec, o Options) (*Node, error) {
 	for i, p := range spec.Preput {
 		preput[i] = agent.KV{Key: p.Key, Val: p.Val, Owner: -1}
 	}
+	kvs, err := agent.ParseKVSPolicy(spec.KVS)
+	if err != nil {
+		return nil, err
+	}
 	ag, err := agent.New(agent.Config{
 		JobID:        spec.JobID,
 		Size:         spec.Size,
@@ -162,6 +166,7 @@ func New(spec *Spec, o Options) (*Node, error) {
 		UniverseSize: spec.Usize,
 		SpawnerJobID: spec.SpawnerJobID,
 		Preput:       preput,
+		KVS:          kvs,
 		Upstream:     o.Upstream,
 		Events:       events{n.evch},
 		Logger:       o.Logger,
@@ -255,6 +260,9 @@ func segmentParams(local, size int) shm.Params {
 func SegmentBytes(local, size int) (uint64, error) {
 	return shm.ResidentBytes(segmentParams(local, size))
 }
+
+// Agent returns the node's agent.
+func (n *Node) Agent() *agent.Agent { return n.ag }
 
 // Ranks returns the node's global ranks, in local order.
 func (n *Node) Ranks() []int { return n.ranks }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
@@ -102,6 +103,12 @@ type Spec struct {
 	// agents share this machine (see launch's agentProcs). The agent's
 	// command applies it; a node never changes process-wide settings.
 	AgentProcs int `json:"agent_procs,omitempty"`
+	// KVS is the policy for keys put without a hint (agent.ParseKVSPolicy:
+	// "auto", "dense", "sparse"; "" = auto), GetStrategy how a node
+	// fetches a key it does not hold (ParseStrategy: "direct", "dkvs",
+	// "tree"; "" = direct). See docs/kvs.md.
+	KVS         string `json:"kvs,omitempty"`
+	GetStrategy string `json:"get_strategy,omitempty"`
 	// Trace makes every node record a trace (perf.NewTracer) and send its
 	// events, with its clock offset to pmirun, at the end (pmirun --trace).
 	Trace bool `json:"trace,omitempty"`
@@ -226,6 +233,12 @@ func (s *Spec) Validate() error {
 	}
 	if s.Jobno < 0 {
 		return fmt.Errorf("job number %d: want 0 or more", s.Jobno)
+	}
+	if _, err := agent.ParseKVSPolicy(s.KVS); err != nil {
+		return err
+	}
+	if _, err := ParseStrategy(s.GetStrategy); err != nil {
+		return err
 	}
 	for _, p := range s.Preput {
 		if p.Key == "" || len(p.Key) > pmiwire.KeyLenMax || len(p.Val) > pmiwire.ValLenMax {

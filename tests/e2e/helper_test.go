@@ -104,6 +104,7 @@ func build(dir string) error {
 		{"pmid", "./cmd/pmid"},
 		{"hello", "./examples/hello"},
 		{"multiprog", "./tests/e2e/multiprog"},
+		{"kvsprog", "./tests/e2e/kvsprog"},
 		{"spawnprog", "./tests/e2e/spawnprog"},
 		{"tracerank", "./tests/e2e/tracerank"},
 		{"jobinfo", "./tests/e2e/jobinfo"},

@@ -1,0 +1,346 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/fastpmi/fastpmi/netio"
+)
+
+// The node's half of the on-demand KVS (agent/remote.go has the core's):
+// it carries the core's placements and fetches to the node the router
+// names, serves the requests other nodes send here, and holds a fence
+// back until every placement it sent has arrived (so a get that follows
+// the fence on any node finds every sparse put made before it).
+//
+// Messages travel as FrameKVS over the node's links: the tree and ring
+// links it has from the start, links dialled to any other agent on first
+// use (the research's DKVS and Direct designs talk to arbitrary nodes),
+// and the control link to pmirun, the Tree strategy's top. Callbacks from
+// the agent come in on any goroutine and reach the loop through post,
+// which never blocks (a callback may run on the loop itself).
+
+// FrameKVS carries a KVSMsg: agent ↔ agent, and agent ↔ pmirun (Tree).
+const FrameKVS uint16 = 13
+
+// KVSMsg is one on-demand KVS message.
+type KVSMsg struct {
+	Op    string `json:"op"`   // KVSPlace, KVSAck, KVSGet or KVSVal
+	ID    uint64 `json:"id"`   // the sender's id for a place or get; echoed by its ack or val
+	From  int    `json:"from"` // the sending node; -1 pmirun
+	Key   string `json:"key,omitempty"`
+	Val   string `json:"val,omitempty"`
+	Owner int    `json:"owner,omitempty"` // place: the rank that put the key
+	Src   int    `json:"src,omitempty"`   // get: the rank that put the key, or -1
+	Wait  bool   `json:"wait,omitempty"`  // get: wait for the put
+	Found bool   `json:"found,omitempty"` // val
+	Err   string `json:"err,omitempty"`   // ack, val: the request failed
+}
+
+// KVSMsg operations.
+const (
+	KVSPlace = "place"
+	KVSAck   = "ack"
+	KVSGet   = "get"
+	KVSVal   = "val"
+)
+
+// kvsNet is an agentNode's on-demand KVS state. Touched only on the
+// node's loop, except post's queue (guarded by mu).
+type kvsNet struct {
+	rt      router
+	seq     uint64                 // ids of this node's places and gets
+	places  map[uint64]func(error) // places sent, waiting for their ack
+	fetches map[uint64]kvsFetch    // gets sent, waiting for their val
+	held    []func()               // fences waiting for places to arrive
+	dialing map[int][]netio.Frame  // frames for nodes being dialled
+	addrs   []string               // every agent's address (Table)
+	extra   []netio.Conn           // second links to a node (both dialled at once); closed with the transport
+
+	mu     sync.Mutex
+	queue  []func()      // guarded by mu: work posted for the loop
+	notify chan struct{} // one token: queue is not empty
+}
+
+// kvsFetch is a get this node sent, waiting for its val.
+type kvsFetch struct {
+	to   int
+	done func(val string, found bool, err error)
+}
+
+// post queues f to run on the node's loop; it never blocks.
+func (a *agentNode) post(f func()) {
+	k := &a.kvs
+	k.mu.Lock()
+	k.queue = append(k.queue, f)
+	k.mu.Unlock()
+	select {
+	case k.notify <- struct{}{}:
+	default:
+	}
+}
+
+// runPosted runs what post queued. On the loop.
+func (a *agentNode) runPosted() {
+	k := &a.kvs
+	k.mu.Lock()
+	q := k.queue
+	k.queue = nil
+	k.mu.Unlock()
+	for _, f := range q {
+		f()
+	}
+}
+
+// sendKVS sends m to node to (atRoot: pmirun), dialling a link first if
+// there is none. On the loop.
+func (a *agentNode) sendKVS(to int, m KVSMsg) {
+	m.From = a.idx
+	f := netio.Frame{Type: FrameKVS, Payload: Encode(m)}
+	a.rec.Add("kvs.msgs.sent", 1)
+	if to == atRoot || a.peers[to] != nil {
+		a.send(to, f)
+		return
+	}
+	if q, ok := a.kvs.dialing[to]; ok {
+		a.kvs.dialing[to] = append(q, f)
+		return
+	}
+	a.kvs.dialing[to] = []netio.Frame{f}
+	a.dialPeer(to)
+}
+
+// dialPeer links this node to node p on a goroutine of a.recv; the link
+// (or the failure) reaches the loop through post.
+func (a *agentNode) dialPeer(p int) {
+	addr := a.kvs.addrs[p]
+	a.rec.Add("kvs.links.dialed", 1)
+	a.recv.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), a.spec.NetTimeout)
+		defer cancel()
+		c, err := a.tr.Dial(ctx, addr)
+		if err == nil {
+			err = c.Send(ctx, netio.Frame{Type: FrameLink, Payload: Encode(Link{From: a.idx})})
+			if err != nil {
+				c.Close()
+			}
+		}
+		select {
+		case <-a.quit:
+			if err == nil {
+				c.Close()
+			}
+			return
+		default:
+		}
+		a.post(func() { a.linked(p, c, err) })
+	})
+}
+
+// linked takes a dialled link to p, or its failure. On the loop.
+func (a *agentNode) linked(p int, c netio.Conn, err error) {
+	q := a.kvs.dialing[p]
+	delete(a.kvs.dialing, p)
+	if err != nil {
+		a.failLink(p, fmt.Errorf("dial for the KVS: %w", err))
+		return
+	}
+	if a.peers[p] == nil {
+		a.peers[p] = c
+	} else {
+		a.kvs.extra = append(a.kvs.extra, c) // p dialled here meanwhile: keep both
+	}
+	a.recv.Go(func() { Receive(c, p, a.in, a.quit) })
+	for _, f := range q {
+		a.send(p, f)
+	}
+}
+
+// acceptPeers takes the links other agents dial to this node after the
+// start (for the KVS), until ctx ends. On its own goroutine of a.recv.
+func (a *agentNode) acceptPeers(ctx context.Context, ln netio.Listener) {
+	for {
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, a.spec.NetTimeout)
+		f, err := c.Recv(rctx)
+		cancel()
+		var lm Link
+		if err == nil && f.Type == FrameLink {
+			err = Decode(f.Payload, &lm)
+		} else if err == nil {
+			err = fmt.Errorf("first frame type %d", f.Type)
+		}
+		if err == nil && (lm.From < 0 || lm.From >= len(a.spec.Nodes) || lm.From == a.idx) {
+			err = fmt.Errorf("link from node %d", lm.From)
+		}
+		if err != nil {
+			a.log.Warn("refused a peer link", "peer", c.RemoteAddr(), "err", err)
+			c.Close()
+			continue
+		}
+		a.post(func() {
+			if a.peers[lm.From] == nil {
+				a.peers[lm.From] = c
+			} else {
+				a.kvs.extra = append(a.kvs.extra, c)
+			}
+		})
+		a.recv.Go(func() { Receive(c, lm.From, a.in, a.quit) })
+	}
+}
+
+// kvsFrame handles a FrameKVS from node from (-1: pmirun). On the loop.
+func (a *agentNode) kvsFrame(from int, payload []byte) {
+	var m KVSMsg
+	if err := Decode(payload, &m); err != nil {
+		a.log.Error("bad KVS message", "from", from, "err", err)
+		return
+	}
+	a.rec.Add("kvs.msgs.recv", 1)
+	switch m.Op {
+	case KVSPlace:
+		a.n.Agent().PlaceKV(m.Key, m.Val, m.Owner)
+		ack := func(err error) {
+			r := KVSMsg{Op: KVSAck, ID: m.ID}
+			if err != nil {
+				r.Err = err.Error()
+			}
+			a.sendKVS(from, r)
+		}
+		if a.kvs.rt.strategy == StrategyTree {
+			a.placeUp(m.Key, m.Val, m.Owner, ack) // every ancestor keeps it
+		} else {
+			ack(nil)
+		}
+	case KVSAck:
+		if done, ok := a.kvs.places[m.ID]; ok {
+			delete(a.kvs.places, m.ID)
+			var err error
+			if m.Err != "" {
+				err = errors.New(m.Err)
+			}
+			done(err)
+		}
+	case KVSGet:
+		a.rec.Add("kvs.gets.served", 1)
+		final := a.kvs.rt.final(m.Key, m.Src)
+		a.n.Agent().ServeGet(m.Key, m.Src, m.Wait, final, func(val string, found bool, err error) {
+			r := KVSMsg{Op: KVSVal, ID: m.ID, Key: m.Key, Val: val, Found: found}
+			if err != nil {
+				r.Err = err.Error()
+			}
+			a.post(func() { a.sendKVS(from, r) })
+		})
+	case KVSVal:
+		f, ok := a.kvs.fetches[m.ID]
+		if !ok {
+			return
+		}
+		delete(a.kvs.fetches, m.ID)
+		var err error
+		if m.Err != "" {
+			err = errors.New(m.Err)
+		}
+		f.done(m.Val, m.Found, err)
+	default:
+		a.log.Warn("unknown KVS operation", "from", from, "op", m.Op)
+	}
+}
+
+// placeUp places a put at the router's place for it; done runs on the
+// loop once it arrived (at once when the key stays here).
+func (a *agentNode) placeUp(key, val string, owner int, done func(error)) {
+	to, ok := a.kvs.rt.placeAt(key)
+	if !ok {
+		done(nil)
+		return
+	}
+	a.kvs.seq++
+	id := a.kvs.seq
+	a.kvs.places[id] = done
+	a.rec.Add("kvs.places.sent", 1)
+	a.sendKVS(to, KVSMsg{Op: KVSPlace, ID: id, Key: key, Val: val, Owner: owner})
+}
+
+// placed runs the fences held for placements once none is outstanding.
+func (a *agentNode) placed() {
+	if len(a.kvs.places) > 0 {
+		return
+	}
+	held := a.kvs.held
+	a.kvs.held = nil
+	for _, f := range held {
+		f()
+	}
+}
+
+// holdFence runs f (a fence's contribution) once every placement this
+// node sent has arrived.
+func (a *agentNode) holdFence(f func()) {
+	if len(a.kvs.places) == 0 {
+		f()
+		return
+	}
+	a.kvs.held = append(a.kvs.held, f)
+}
+
+// failKVS fails every outstanding place and fetch with err.
+func (a *agentNode) failKVS(err error) {
+	for id, f := range a.kvs.fetches {
+		delete(a.kvs.fetches, id)
+		f.done("", false, err)
+	}
+	for id, done := range a.kvs.places {
+		delete(a.kvs.places, id)
+		done(err)
+	}
+	for p := range a.kvs.dialing {
+		delete(a.kvs.dialing, p)
+	}
+}
+
+// Place places a sparse put of this node (agent.Upstream).
+func (u netUpstream) Place(key, val string, owner int) {
+	a := u.a
+	a.post(func() {
+		if a.dead != nil {
+			return // the job is failing: fences fail with a.dead
+		}
+		a.placeUp(key, val, owner, func(err error) {
+			if err != nil {
+				a.log.Error("KVS placement failed", "key", key, "err", err)
+				if a.dead == nil {
+					a.dead = fmt.Errorf("placing key %q: %w", key, err)
+				}
+			}
+			a.placed()
+		})
+	})
+}
+
+// Fetch asks the router's node for key (agent.Upstream).
+func (u netUpstream) Fetch(key string, src int, wait bool, done func(string, bool, error)) {
+	a := u.a
+	a.post(func() {
+		if a.dead != nil {
+			done("", false, a.dead)
+			return
+		}
+		to := a.kvs.rt.fetchFrom(key, src)
+		if to == a.idx {
+			// This node is where the key lives: wait here for its put.
+			a.n.Agent().ServeGet(key, src, wait, true, done)
+			return
+		}
+		a.kvs.seq++
+		id := a.kvs.seq
+		a.kvs.fetches[id] = kvsFetch{to: to, done: done}
+		a.rec.Add("kvs.fetches.sent", 1)
+		a.sendKVS(to, KVSMsg{Op: KVSGet, ID: id, Key: key, Src: src, Wait: wait})
+	})
+}

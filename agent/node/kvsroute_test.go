@@ -1,0 +1,63 @@
+package node
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The router's answers per strategy, against what the research's designs
+// say: DKVS places and asks at the key's hash owner; Direct asks the
+// source rank's node when the get names it and otherwise behaves as
+// DKVS; Tree places and asks at the parent, and no agent is final.
+func TestRouter(t *testing.T) {
+	spec := &Spec{Size: 8, Nodes: [][]int{{0, 4}, {1, 5}, {2, 6}, {3, 7}}}
+	owners := map[int]int{}
+	for i := range 1000 {
+		key := fmt.Sprintf("key-%d", i)
+		o := newRouter(StrategyDKVS, spec, 0, atRoot).owner(key)
+		if o < 0 || o >= 4 {
+			t.Fatalf("owner(%s) = %d", key, o)
+		}
+		owners[o]++
+		for self := range 4 {
+			d := newRouter(StrategyDKVS, spec, self, atRoot)
+			if d.owner(key) != o {
+				t.Fatalf("owner(%s) differs between nodes", key)
+			}
+			to, ok := d.placeAt(key)
+			if to != o || ok != (o != self) {
+				t.Fatalf("dkvs node %d: placeAt(%s) = %d,%v; owner %d", self, key, to, ok, o)
+			}
+			if d.fetchFrom(key, 5) != o || d.final(key, 5) != (o == self) {
+				t.Fatalf("dkvs node %d: fetchFrom/final(%s) ignore the owner %d", self, key, o)
+			}
+			x := newRouter(StrategyDirect, spec, self, atRoot)
+			if to, ok := x.placeAt(key); to != o || ok != (o != self) {
+				t.Fatalf("direct node %d: placeAt(%s) = %d,%v; want the owner %d (fallback)", self, key, to, ok, o)
+			}
+			if x.fetchFrom(key, 6) != 2 || x.final(key, 6) != (self == 2) {
+				t.Fatalf("direct node %d: a get naming rank 6 goes to %d (final %v); want node 2", self, x.fetchFrom(key, 6), x.final(key, 6))
+			}
+			if x.fetchFrom(key, -1) != o || x.final(key, -1) != (o == self) {
+				t.Fatalf("direct node %d: a get naming no rank goes to %d; want the owner %d", self, x.fetchFrom(key, -1), o)
+			}
+			tr := newRouter(StrategyTree, spec, self, self-1)
+			if to, ok := tr.placeAt(key); to != self-1 || !ok || tr.fetchFrom(key, 6) != self-1 || tr.final(key, -1) {
+				t.Fatalf("tree node %d: placeAt %d,%v fetchFrom %d final %v; want the parent, never final", self, to, ok, tr.fetchFrom(key, 6), tr.final(key, -1))
+			}
+		}
+	}
+	for o := range 4 {
+		if owners[o] < 150 {
+			t.Errorf("node %d owns %d of 1000 keys: the hash does not spread", o, owners[o])
+		}
+	}
+	for _, s := range []string{"", "direct", "dkvs", "tree"} {
+		if _, err := ParseStrategy(s); err != nil {
+			t.Errorf("ParseStrategy(%q): %v", s, err)
+		}
+	}
+	if _, err := ParseStrategy("gossip"); err == nil {
+		t.Error("ParseStrategy(gossip) succeeded")
+	}
+}

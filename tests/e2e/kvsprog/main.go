@@ -1,0 +1,157 @@
+// Command kvsprog is an e2e test rank for the on-demand KVS: one access
+// pattern per run, checked by every rank.
+//
+//	kvsprog -pattern P [-hint none|dense|sparse] [-fence] [-src]
+//
+// Patterns:
+//
+//	neighbours  every rank puts its key, then gets its two rank-space
+//	            neighbours' keys (the research's sparse pattern)
+//	bcast       rank 0 puts one key, every rank gets it (the dense pattern)
+//	late        the last rank puts its key 300 ms after the others asked
+//	            for it with a waiting get (a get before its put)
+//	stale       rank 0 puts a key, everyone reads it; after a fence rank 0
+//	            puts it again: everyone must read the new value
+//	missing     a get without wait of a key nobody puts is "not found" at
+//	            once, on every node
+//
+// With -fence the ranks fence between their puts and gets (PMI's
+// put/fence/get); without it they get with WaitForPut (fence-less). With
+// -src gets name the rank that put the key (client.FromRank). Rank 0
+// prints one line; a mismatch goes to stderr and exits 1.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/fastpmi/fastpmi/client"
+)
+
+func main() {
+	pattern := flag.String("pattern", "neighbours", "access pattern")
+	hintName := flag.String("hint", "sparse", "put hint: none, dense, sparse")
+	fence := flag.Bool("fence", false, "fence between puts and gets")
+	src := flag.Bool("src", false, "gets name the rank that put the key")
+	flag.Parse()
+	if err := run(*pattern, *hintName, *fence, *src); err != nil {
+		fmt.Fprintf(os.Stderr, "kvsprog: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(pattern, hintName string, fence, src bool) error {
+	hint := map[string]client.Hint{"none": client.HintNone, "dense": client.Dense, "sparse": client.Sparse}[hintName]
+	c, err := client.Init()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	me, n := c.Rank(), c.Size()
+	get := func(key string, from int, want string) error {
+		opts := []client.GetOption{}
+		if !fence {
+			opts = append(opts, client.WaitForPut())
+		}
+		if src {
+			opts = append(opts, client.FromRank(from))
+		}
+		v, err := c.Get(ctx, key, opts...)
+		if err != nil {
+			return fmt.Errorf("rank %d: get %s: %w", me, key, err)
+		}
+		if string(v) != want {
+			return fmt.Errorf("rank %d: get %s = %q, want %q", me, key, v, want)
+		}
+		return nil
+	}
+	val := func(key string) string { return "value-of-" + key + "-0123456789abcdef" }
+	sync := func() error {
+		if fence {
+			return c.Fence(ctx)
+		}
+		return nil
+	}
+	switch pattern {
+	case "neighbours":
+		key := func(r int) string { return fmt.Sprintf("nb-%d", r) }
+		if err := c.Put(key(me), []byte(val(key(me))), hint); err != nil {
+			return err
+		}
+		if err := sync(); err != nil {
+			return err
+		}
+		for _, r := range []int{(me + n - 1) % n, (me + 1) % n} {
+			if err := get(key(r), r, val(key(r))); err != nil {
+				return err
+			}
+		}
+	case "bcast":
+		if me == 0 {
+			if err := c.Put("bcast", []byte(val("bcast")), hint); err != nil {
+				return err
+			}
+		}
+		if err := sync(); err != nil {
+			return err
+		}
+		if err := get("bcast", 0, val("bcast")); err != nil {
+			return err
+		}
+	case "late":
+		last := n - 1
+		if me == last {
+			time.Sleep(300 * time.Millisecond)
+			if err := c.Put("late", []byte(val("late")), hint); err != nil {
+				return err
+			}
+		} else if err := get("late", last, val("late")); err != nil {
+			return err
+		}
+	case "stale":
+		fence = true // the pattern is about fences
+		for i, v := range []string{"first", "second"} {
+			if me == 0 {
+				if err := c.Put("stale", []byte(v), hint); err != nil {
+					return err
+				}
+			}
+			if err := c.Fence(ctx); err != nil {
+				return err
+			}
+			if err := get("stale", 0, v); err != nil {
+				return fmt.Errorf("round %d: %w", i, err)
+			}
+			if err := c.Fence(ctx); err != nil { // everyone read it before it changes
+				return err
+			}
+		}
+	case "missing":
+		start := time.Now()
+		for _, key := range []string{"no-such-key", "-NONEXIST-KEY"} {
+			opts := []client.GetOption{}
+			if src {
+				opts = append(opts, client.FromRank((me+1)%n))
+			}
+			if v, err := c.Get(ctx, key, opts...); err == nil {
+				return fmt.Errorf("rank %d: get %s found %q; want not found", me, key, v)
+			}
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			return fmt.Errorf("rank %d: two gets of missing keys took %v", me, d)
+		}
+	default:
+		return fmt.Errorf("unknown pattern %q", pattern)
+	}
+	if err := c.Finalize(); err != nil {
+		return err
+	}
+	if me == 0 {
+		fmt.Printf("kvsprog ok: %s, %d ranks\n", pattern, n)
+	}
+	return nil
+}
