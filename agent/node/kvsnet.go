@@ -344,3 +344,18 @@ func (u netUpstream) Fetch(key string, src int, wait bool, done func(string, boo
 		a.sendKVS(to, KVSMsg{Op: KVSGet, ID: id, Key: key, Src: src, Wait: wait})
 	})
 }
+
+// recordKVS books the agent's on-demand KVS figures on the node's
+// recorder: fetches it made (one per key, wait flag and source at a
+// time), gets that waited behind one instead, gets served for other
+// nodes, cached bytes, fences whose unhinted puts went sparse.
+func (a *agentNode) recordKVS() {
+	st := a.n.Agent().Stats()
+	for k, v := range map[string]int{"kvs.fetches": st.Fetches, "kvs.coalesced": st.Coalesced,
+		"kvs.served": st.Served, "kvs.cache.bytes": st.CacheBytes, "kvs.auto.sparse": st.AutoSparse,
+		"kvs.place.refused": st.PlaceRefused} {
+		if v > 0 {
+			a.rec.Add(k, int64(v))
+		}
+	}
+}

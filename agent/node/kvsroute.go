@@ -66,10 +66,14 @@ func newRouter(s Strategy, spec *Spec, self, parent int) router {
 }
 
 // owner is key's hash owner (DKVS, and Direct's fallback).
-func (r router) owner(key string) int {
+func (r router) owner(key string) int { return KeyOwner(key, r.nodes) }
+
+// KeyOwner is the node, of nodes, that owns key under DKVS (and holds a
+// copy of it under Direct): FNV-1a of the key modulo nodes.
+func KeyOwner(key string, nodes int) int {
 	h := fnv.New64a()
 	h.Write([]byte(key))
-	return int(h.Sum64() % uint64(r.nodes))
+	return int(h.Sum64() % uint64(nodes))
 }
 
 // placeAt is where this node places a sparse put of key; ok is false when

@@ -332,6 +332,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 		}
 	}
 	a.n.RecordMemory()
+	a.recordKVS()
 	a.n.Close()
 	if !rootLost {
 		done := Done{Counters: a.rec.Counters()}

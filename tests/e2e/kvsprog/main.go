@@ -12,6 +12,8 @@
 //	            for it with a waiting get (a get before its put)
 //	stale       rank 0 puts a key, everyone reads it; after a fence rank 0
 //	            puts it again: everyone must read the new value
+//	late-die    as late, but the last rank exits with code 3 instead of
+//	            putting
 //	missing     a get without wait of a key nobody puts is "not found" at
 //	            once, on every node
 //
@@ -102,8 +104,12 @@ func run(pattern, hintName string, fence, src bool) error {
 		if err := get("bcast", 0, val("bcast")); err != nil {
 			return err
 		}
-	case "late":
+	case "late", "late-die":
 		last := n - 1
+		if me == last && pattern == "late-die" {
+			time.Sleep(300 * time.Millisecond)
+			os.Exit(3)
+		}
 		if me == last {
 			time.Sleep(300 * time.Millisecond)
 			if err := c.Put("late", []byte(val("late")), hint); err != nil {
@@ -146,6 +152,11 @@ func run(pattern, hintName string, fence, src bool) error {
 		}
 	default:
 		return fmt.Errorf("unknown pattern %q", pattern)
+	}
+	// One more fence before finalize: every node's counters, booked once
+	// its own ranks are done, then cover every get of the job.
+	if err := c.Fence(ctx); err != nil {
+		return err
 	}
 	if err := c.Finalize(); err != nil {
 		return err

@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/fastpmi/fastpmi/agent/node"
+)
+
+// kvsCase is one kvsprog run: its pattern and flags, and pmirun's KVS
+// options.
+type kvsCase struct {
+	name string
+	opts []string // pmirun's
+	args []string // kvsprog's
+}
+
+// kvsCases are the on-demand KVS's access patterns: each hint, put
+// before and after the get, same node and other node (block placement,
+// two ranks per node: one neighbour local, one remote), names given or
+// not, fence or none.
+func kvsCases(strategy string) []kvsCase {
+	s := []string{"--get-strategy", strategy}
+	cs := []kvsCase{
+		{"sparse/neighbours", s, []string{"-pattern", "neighbours", "-hint", "sparse"}},
+		{"sparse/neighbours/src", s, []string{"-pattern", "neighbours", "-hint", "sparse", "-src"}},
+		{"sparse/neighbours/fence", s, []string{"-pattern", "neighbours", "-hint", "sparse", "-fence"}},
+		{"sparse/get-before-put", s, []string{"-pattern", "late", "-hint", "sparse"}},
+		{"sparse/get-before-put/src", s, []string{"-pattern", "late", "-hint", "sparse", "-src"}},
+		{"sparse/stale", s, []string{"-pattern", "stale", "-hint", "sparse"}},
+		{"sparse/bcast", s, []string{"-pattern", "bcast", "-hint", "sparse"}},
+		{"dense/bcast/fence", s, []string{"-pattern", "bcast", "-hint", "dense", "-fence"}},
+		{"dense/stale", s, []string{"-pattern", "stale", "-hint", "dense"}},
+		{"none/neighbours/kvs=sparse", append([]string{"--kvs", "sparse"}, s...), []string{"-pattern", "neighbours", "-hint", "none"}},
+		{"none/neighbours/fence/kvs=auto", s, []string{"-pattern", "neighbours", "-hint", "none", "-fence"}},
+		{"missing", s, []string{"-pattern", "missing"}},
+		{"missing/src", s, []string{"-pattern", "missing", "-src"}},
+	}
+	return cs
+}
+
+var strategies = []string{"direct", "dkvs", "tree"}
+
+// Every strategy, hint and order over loopback agents on both backends:
+// the values read are checked by every rank (kvsprog).
+func TestLoopbackKVS(t *testing.T) {
+	for _, be := range backends {
+		for _, st := range strategies {
+			for _, tc := range kvsCases(st) {
+				t.Run(be+"/"+st+"/"+tc.name, func(t *testing.T) {
+					args := append(append(append([]string{}, tc.opts...), "-n", "8", prog("kvsprog")), tc.args...)
+					r := run(t, loopbackJob(hostCount, be, args...))
+					r.wantCode(t, 0)
+					r.wantOneLine(t, `^kvsprog ok: `)
+				})
+			}
+		}
+	}
+}
+
+// The same on 4 test hosts: the research's sparse pattern and a get
+// before its put, per strategy and backend.
+func TestNetnsKVS(t *testing.T) {
+	cl := newCluster(t)
+	for _, be := range backends {
+		for _, st := range strategies {
+			for _, tc := range kvsCases(st)[:5] {
+				t.Run(be+"/"+st+"/"+tc.name, func(t *testing.T) {
+					args := append(append(append([]string{}, tc.opts...), "-n", "8", prog("kvsprog")), tc.args...)
+					r := run(t, cl.job(be, args...))
+					r.wantCode(t, 0)
+					r.wantOneLine(t, `^kvsprog ok: `)
+				})
+			}
+		}
+	}
+}
+
+// Node coalescing: 16 ranks per node ask for one key that the last rank
+// puts late; each node sends one request for it, the rest queue behind.
+func TestKVSCoalescing(t *testing.T) {
+	const nodes, ppn = 4, 16
+	for _, st := range strategies {
+		t.Run(st, func(t *testing.T) {
+			r := run(t, loopbackJob(nodes, "net", "--verbose", "--get-strategy", st, "-n", n(nodes*ppn), prog("kvsprog"), "-pattern", "late"))
+			r.wantCode(t, 0)
+			for i, c := range r.counters(t, nodes) {
+				// The putter's node answers its own waiting ranks too
+				// through one fetch (released by the put).
+				if c["kvs.fetches"] != 1 {
+					t.Errorf("node %d: %d fetches for one key read by %d local ranks; want 1 (counters %v)", i, c["kvs.fetches"], ppn, c)
+				}
+				if want := int64(ppn - 1); i < nodes-1 && c["kvs.coalesced"] != want {
+					t.Errorf("node %d: %d gets queued behind the fetch; want %d", i, c["kvs.coalesced"], want)
+				}
+			}
+		})
+	}
+}
+
+// Direct with the source rank named: a get for a key of another node
+// goes to the source rank's node, never to a hash owner — unless the
+// asking node is the key's hash owner and its copy (kept for gets that
+// name no source) arrived first. With block placement, two ranks per
+// node, every rank has one neighbour on another node: node i serves at
+// most the gets for its own ranks' keys, and at least those whose owner
+// is not the asking node.
+func TestKVSDirectServesSource(t *testing.T) {
+	const ranks, ppn = 8, 2
+	least, most := make([]int64, hostCount), make([]int64, hostCount)
+	for r := range ranks {
+		for _, nb := range []int{(r + ranks - 1) % ranks, (r + 1) % ranks} {
+			me, src := r/ppn, nb/ppn
+			if src == me {
+				continue
+			}
+			most[src]++
+			if node.KeyOwner(fmt.Sprintf("nb-%d", nb), hostCount) != me {
+				least[src]++
+			}
+		}
+	}
+	r := run(t, loopbackJob(hostCount, "net", "--verbose", "--get-strategy", "direct", "-n", n(ranks), prog("kvsprog"), "-pattern", "neighbours", "-src"))
+	r.wantCode(t, 0)
+	for i, c := range r.counters(t, hostCount) {
+		if got := c["kvs.gets.served"]; got < least[i] || got > most[i] {
+			t.Errorf("node %d served %d gets of other nodes; want %d..%d (its ranks' keys, asked by the neighbouring nodes)", i, got, least[i], most[i])
+		}
+	}
+}
+
+// A real libpmi2 program (PMI2_KVS_Get with src_pmi_id) under --kvs
+// sparse: its keys are fetched on demand from other nodes.
+func TestKVSLibpmi2Sparse(t *testing.T) {
+	for _, st := range strategies {
+		t.Run(st, func(t *testing.T) {
+			j := loopbackJob(hostCount, "net", "--verbose", "--kvs", "sparse", "--get-strategy", st, "-n", "8", prog("pmi2_test"))
+			j.env = []string{"EXPECT_NNODES=4", "EXPECT_PLACEMENT=block", "PMI2_TEST_ALARM=30"}
+			r := run(t, j)
+			r.wantCode(t, 0)
+			r.wantPMI2(t, 8, hostCount, false)
+			sent := int64(0)
+			for _, c := range r.counters(t, hostCount) {
+				sent += c["kvs.fetches.sent"]
+			}
+			if sent == 0 {
+				t.Errorf("no get went to another node under --kvs sparse")
+			}
+		})
+	}
+}
+
+// MPICH (PMI-1, unmodified) under each policy: correct whatever travels
+// with the fence.
+func TestKVSPoliciesMPICH(t *testing.T) {
+	for _, pol := range []string{"dense", "sparse", "auto"} {
+		t.Run(pol, func(t *testing.T) {
+			r := run(t, loopbackJob(hostCount, "net", "--kvs", pol, "-n", "16", prog("mpi_allreduce")))
+			r.wantCode(t, 0)
+			r.wantAllreduce(t, 16)
+		})
+	}
+}
+
+// The rank that would put a key other ranks wait for dies first: the
+// job ends, naming it, and no waiting get hangs.
+func TestKVSOwnerDies(t *testing.T) {
+	for _, st := range strategies {
+		t.Run(st, func(t *testing.T) {
+			r := run(t, loopbackJob(hostCount, "net", "--get-strategy", st, "-n", "8", prog("kvsprog"), "-pattern", "late-die"))
+			if r.code == 0 {
+				t.Fatalf("job exited 0\n%s", r)
+			}
+			if !regexp.MustCompile(`rank 7 exited with code 3`).MatchString(strings.Join(r.pmirunLines(), "\n")) {
+				t.Errorf("pmirun does not name rank 7 and its exit code\n%s", r)
+			}
+		})
+	}
+}
+
+// Bad options are refused before anything starts.
+func TestKVSBadOptions(t *testing.T) {
+	for _, args := range [][]string{{"--kvs", "lazy"}, {"--get-strategy", "gossip"}} {
+		r := run(t, job{args: append(args, "-n", "1", "true")})
+		if r.code != 2 || !strings.Contains(r.stderr, args[1]) {
+			t.Errorf("pmirun %v: exit %d; want 2 and a message naming %q\n%s", args, r.code, args[1], r)
+		}
+	}
+}
