@@ -120,7 +120,7 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	if o.ppns, err = parseInts(*ppns); err != nil {
 		return o, fmt.Errorf("parse -ppn: %w", err)
 	}
-	if o.ops, err = parseNames(*ops, node.VirtualWorkloads); err != nil {
+	if o.ops, err = parseNames(*ops, append(slices.Clone(node.VirtualWorkloads), kvsOps...)); err != nil {
 		return o, fmt.Errorf("parse -ops: %w", err)
 	}
 	if o.backends, err = parseNames(*backends, []string{"net", "uring", "auto"}); err != nil {
@@ -169,6 +169,27 @@ func (o scaleOptions) lateFor(p int) (time.Duration, error) {
 }
 
 // parseNames parses a comma-separated list whose items must be in valid.
+// kvsOps are the on-demand KVS comparisons -ops takes besides the
+// workloads: PATTERN/DESIGN, the research's figure 7 — the dense and
+// sparse patterns under Current (put, fence, get) and on demand under
+// each get strategy (pmirun --get-strategy).
+var kvsOps = []string{
+	"dense/current", "dense/tree", "dense/dkvs", "dense/direct",
+	"sparse/current", "sparse/tree", "sparse/dkvs", "sparse/direct",
+}
+
+// virtualOp is the workload (node.Spec.Virtual) that -ops entry op runs.
+func virtualOp(op string) string {
+	pattern, design, ok := strings.Cut(op, "/")
+	switch {
+	case !ok:
+		return op
+	case design == "current":
+		return "kvs-" + pattern
+	}
+	return "kvs-" + pattern + "-od"
+}
+
 func parseNames(s string, valid []string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
@@ -305,7 +326,7 @@ func (r *scaleResult) fromReport(rep *jobreport.Report) error {
 	switch {
 	case s == nil:
 		return errors.New("pmirun's report has no scale figures from rank 0")
-	case s.P != r.P() || s.Op != r.Op:
+	case s.P != r.P() || s.Op != virtualOp(r.Op):
 		return fmt.Errorf("report for op=%s P=%d, want %s P=%d", s.Op, s.P, r.Op, r.P())
 	case len(rep.Nodes) != r.Nodes:
 		return fmt.Errorf("report of %d nodes, want %d", len(rep.Nodes), r.Nodes)
@@ -336,8 +357,11 @@ func (r *scaleResult) fromReport(rep *jobreport.Report) error {
 func (o scaleOptions) scaleArgv(pmirun string, c scaleConfig, report string) []string {
 	argv := []string{pmirun, "--bootstrap", "loopback", "--nodes", strconv.Itoa(c.Nodes),
 		"-n", strconv.Itoa(c.P()), "--ppn", strconv.Itoa(c.PPN),
-		"--virtual", c.Op, "--virtual-rounds", strconv.Itoa(o.rounds), "--report", report,
+		"--virtual", virtualOp(c.Op), "--virtual-rounds", strconv.Itoa(o.rounds), "--report", report,
 		"--netio", c.Backend, "--compress", o.codec, "--net-timeout", o.netTimeout.String()}
+	if _, strategy, ok := strings.Cut(c.Op, "/"); ok && strategy != "current" {
+		argv = append(argv, "--get-strategy", strategy)
+	}
 	if o.treeWidth > 0 {
 		argv = append(argv, "--tree-width", strconv.Itoa(o.treeWidth))
 	}
@@ -593,7 +617,7 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 			header = append(header, b+" late last")
 		}
 	}
-	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)",
+	header = append(header, "bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "kvs msgs/node", "frames/node (job)",
 		"agent RSS (peak)", "segment resident")
 	for _, row := range rows {
 		line := []string{row.op, strconv.Itoa(row.nodes), strconv.Itoa(row.ppn)}
@@ -635,7 +659,7 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 			line = append(line, lasts...)
 		}
 		if first == nil {
-			body = append(body, append(line, "-", "-", "-", "-", "-", "-", "-", "-"))
+			body = append(body, append(line, "-", "-", "-", "-", "-", "-", "-", "-", "-"))
 			continue
 		}
 		in, _, _ := first.perNode("bcast.bytes.in")
@@ -645,7 +669,7 @@ func scaleTable(rows []*scaleRow, backends []string) (header []string, body [][]
 			ratio = fmt.Sprintf("%.2f", in/raw)
 		}
 		line = append(line, bytesCell(in), bytesCell(raw), ratio,
-			rangeCell(first.perNode("tree.msgs.sent")), rangeCell(first.perNode("ring.msgs.sent")))
+			rangeCell(first.perNode("tree.msgs.sent")), rangeCell(first.perNode("ring.msgs.sent")), rangeCell(first.perNode("kvs.msgs.sent")))
 		_, frames, _ := first.perNode("net.frames.sent")
 		line = append(line, strconv.FormatInt(int64(frames*float64(first.ops())+0.5), 10))
 		line = append(line, maxBytesCell(first.maxNode(node.CounterAgentRSS)), maxBytesCell(first.maxNode(node.CounterSegResident)))

@@ -127,16 +127,17 @@ func TestScaleTable(t *testing.T) {
 	header, body := scaleTable(rows[8], []string{"net", "uring"})
 	wantHeader := []string{"op", "K", "ppn", "net median", "net min", "uring median", "uring min",
 		"net tail", "uring tail", "net span", "uring span", "net CPU/rank/round", "uring CPU/rank/round",
-		"bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "frames/node (job)",
-		"agent RSS (peak)", "segment resident"}
+		"bcast in/node", "bcast raw/node", "in/raw", "tree msgs/node", "ring msgs/node", "kvs msgs/node",
+		"frames/node (job)", "agent RSS (peak)", "segment resident"}
 	if !slices.Equal(header, wantHeader) {
 		t.Errorf("header\n got %q\nwant %q", header, wantHeader)
 	}
 	// 4 ring operations (3 timed, 1 warm-up): 2 ring messages each and,
-	// without the timestamp exchange, no tree messages or broadcasts.
+	// without the timestamp exchange, no tree or KVS messages or
+	// broadcasts.
 	wantBody := [][]string{{"ring", "2", "4", "250µs", "121µs", "failed", "-",
 		"300µs", "-", "600µs", "-", "4.8µs", "-",
-		"0 B", "0 B", "-", "0", "2", "30", "60.00 MiB", "1.50 MiB"}}
+		"0 B", "0 B", "-", "0", "2", "0", "30", "60.00 MiB", "1.50 MiB"}}
 	if !slices.EqualFunc(body, wantBody, slices.Equal) {
 		t.Errorf("body\n got %q\nwant %q", body, wantBody)
 	}

@@ -106,6 +106,14 @@ var workloads = map[string]virtualRound{
 	"iallgather": iallgatherRound,
 	"fence":      fenceRound,
 	"ring":       ringRound,
+	// The research's two access patterns ("PMI Extensions for Scalable
+	// MPI Startup", figure 7), with put+fence+get (Current) and on demand
+	// (-od: sparse put, get with wait, no fence; the job's get strategy
+	// fetches).
+	"kvs-dense":     kvsDenseRound(false),
+	"kvs-dense-od":  kvsDenseRound(true),
+	"kvs-sparse":    kvsSparseRound(false),
+	"kvs-sparse-od": kvsSparseRound(true),
 }
 
 // Start plays the node's ranks as goroutines: a node.Starter.
@@ -767,4 +775,85 @@ func ringRound(ctx context.Context, c *client.Client, round int, done func()) er
 		return fmt.Errorf("ring neighbours' values from another round")
 	}
 	return nil
+}
+
+// kvsValue is rank r's 16-byte value of round k for key.
+func kvsValue(key string, r, k int) []byte {
+	return fmt.Appendf(nil, "%08x%08x", uint32(r)*2654435761^uint32(k), uint32(len(key)))
+}
+
+// kvsGet reads key put by src and checks it.
+func kvsGet(ctx context.Context, c *client.Client, key string, src, round int, onDemand bool) ([]byte, error) {
+	opts := []client.GetOption{client.FromRank(src)}
+	if onDemand {
+		opts = append(opts, client.WaitForPut())
+	}
+	return c.Get(ctx, key, opts...)
+}
+
+// kvsDenseRound: rank 0 puts one 16-byte key, every rank gets it.
+func kvsDenseRound(onDemand bool) virtualRound {
+	return func(ctx context.Context, c *client.Client, round int, done func()) error {
+		key := fmt.Sprintf("d-%d", round)
+		hint := client.Dense
+		if onDemand {
+			hint = client.Sparse
+		}
+		if c.Rank() == 0 {
+			if err := c.Put(key, kvsValue(key, 0, round), hint); err != nil {
+				return err
+			}
+		}
+		if !onDemand {
+			if err := c.Fence(ctx); err != nil {
+				return err
+			}
+		}
+		v, err := kvsGet(ctx, c, key, 0, round, onDemand)
+		if err != nil {
+			return err
+		}
+		done()
+		if want := kvsValue(key, 0, round); string(v) != string(want) {
+			return fmt.Errorf("get %s: %q, want %q", key, v, want)
+		}
+		return nil
+	}
+}
+
+// kvsSparseRound: every rank puts one 16-byte key and gets its two
+// rank-space neighbours' keys.
+func kvsSparseRound(onDemand bool) virtualRound {
+	return func(ctx context.Context, c *client.Client, round int, done func()) error {
+		r, size := c.Rank(), c.Size()
+		key := func(r int) string { return fmt.Sprintf("s-%d-%d", round, r) }
+		hint := client.Dense
+		if onDemand {
+			hint = client.Sparse
+		}
+		if err := c.Put(key(r), kvsValue(key(r), r, round), hint); err != nil {
+			return err
+		}
+		if !onDemand {
+			if err := c.Fence(ctx); err != nil {
+				return err
+			}
+		}
+		var got [2][]byte
+		nbs := [2]int{(r + size - 1) % size, (r + 1) % size}
+		for i, nb := range nbs {
+			v, err := kvsGet(ctx, c, key(nb), nb, round, onDemand)
+			if err != nil {
+				return err
+			}
+			got[i] = v
+		}
+		done()
+		for i, nb := range nbs {
+			if want := kvsValue(key(nb), nb, round); string(got[i]) != string(want) {
+				return fmt.Errorf("get %s: %q, want %q", key(nb), got[i], want)
+			}
+		}
+		return nil
+	}
 }
