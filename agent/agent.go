@@ -647,6 +647,14 @@ func (a *Agent) call(u UpCall) {
 	}
 }
 
+// Waiting reports whether every live local rank waits in the agent, how
+// many in gets, and what the first few wait for (Core.Waiting).
+func (a *Agent) Waiting() (all bool, gets int, what []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.core.Waiting()
+}
+
 // ServeGet answers a get for key that another node routed here (see
 // ServeGet the operation); done gets the answer, on some goroutine, once.
 func (a *Agent) ServeGet(key string, src int, wait, final bool, done func(val string, found bool, err error)) {

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
@@ -347,4 +348,59 @@ func (c *Core) failFetches(err error) {
 			c.dropFetch(f)
 		}
 	}
+}
+
+// Waiting is this node's part of the job-wide deadlock check (pmirun
+// judges it; agent/node reports it): whether every live local rank is
+// waiting in the agent — in a get (here or fetched), a collective
+// (started or not), a barrier or a ring — and, if so, how many wait in
+// gets and what the first few wait for. A node whose ranks are all done
+// is not Waiting: it has nobody left to wait.
+func (c *Core) Waiting() (all bool, gets int, what []string) {
+	fetching := make(map[int]string) // local rank → the key it fetches (the least, for a stable message)
+	for k, f := range c.fetches {
+		for _, t := range f.ranks {
+			if old, ok := fetching[t.local]; !ok || k.key < old {
+				fetching[t.local] = k.key
+			}
+		}
+	}
+	live := 0
+	for _, rs := range c.ranks {
+		if rs.gone || rs.finalized {
+			continue
+		}
+		live++
+		w, get := c.waitingFor(rs)
+		if k, ok := fetching[rs.local]; ok {
+			w, get = "get of "+k, true
+		}
+		if w == "" {
+			return false, 0, nil
+		}
+		if get {
+			gets++
+		}
+		if len(what) < 4 {
+			what = append(what, fmt.Sprintf("rank %d in %s", rs.global, w))
+		}
+	}
+	return live > 0, gets, what
+}
+
+// waitingFor says what rs waits for in the agent besides a fetch, ""
+// if nothing; get says it is a get.
+func (c *Core) waitingFor(rs *rankState) (what string, get bool) {
+	if w := c.blocked(rs); w != "" {
+		return w, strings.HasPrefix(w, "get of ")
+	}
+	for _, e := range c.colls {
+		if e.entries[rs.local].in && !e.finished {
+			return e.kind.String(), false
+		}
+	}
+	if rs.inRing {
+		return "ring", false
+	}
+	return "", false
 }

@@ -51,6 +51,10 @@ type rootNode struct {
 	codec   netio.Codec
 	contrib [3]uint64 // epochs the root contributed, by tree.Kind
 	kvs     rootKVS   // the Tree get strategy's top
+	// waiting is each node's last Waiting report; stuck when the whole
+	// job started waiting, zero while it does not (deadlock).
+	waiting []node.Waiting
+	stuck   time.Time
 
 	done     []bool // the node's agent reported its counters (its ranks ended)
 	gone     []bool // the node's bootstrap process exited
@@ -447,6 +451,7 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 				r.send(i, netio.Frame{Type: node.FrameSignal, Payload: node.Encode(node.Signal{Sig: sys.SignalNumber(sig)})})
 			}
 		case <-tick.C:
+			r.deadlock()
 			for i := range r.conns {
 				if r.conns[i] == nil {
 					continue
@@ -475,6 +480,45 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 			return
 		}
 	}
+}
+
+// deadlock ends the job when every node with live ranks has said that
+// all of them wait (node.Waiting), some in gets, and nothing changed for
+// node.DeadlockGrace: no rank is left to make the put they wait for.
+// Called every Heartbeat.
+func (r *rootNode) deadlock() {
+	if r.waiting == nil || r.run.failed() || r.killed {
+		return
+	}
+	gets, live := 0, 0
+	var what []string
+	for i, w := range r.waiting {
+		if r.done[i] || r.gone[i] {
+			continue
+		}
+		if !w.All {
+			r.stuck = time.Time{}
+			return
+		}
+		live++
+		gets += w.Gets
+		what = append(what, w.What...)
+	}
+	if gets == 0 || live == 0 {
+		r.stuck = time.Time{}
+		return
+	}
+	if r.stuck.IsZero() {
+		r.stuck = time.Now()
+		return
+	}
+	if time.Since(r.stuck) < node.DeadlockGrace {
+		return
+	}
+	if len(what) > 6 {
+		what = append(what[:6], "...")
+	}
+	r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("deadlock: every live rank of the job waits and no put can come (%s)", strings.Join(what, ", "))})
 }
 
 // allDone reports whether every node is done or gone: the agents still
@@ -590,6 +634,15 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		}
 	case node.FrameKVS:
 		r.kvs.frame(r, i, fi.Frame.Payload)
+	case node.FrameWaiting:
+		var w node.Waiting
+		if node.Decode(fi.Frame.Payload, &w) == nil {
+			if r.waiting == nil {
+				r.waiting = make([]node.Waiting, len(r.conns))
+			}
+			r.waiting[i] = w
+			r.stuck = time.Time{} // something changed: the grace starts again
+		}
 	case node.FrameTree:
 		m, err := tree.DecodeMsg(fi.Frame.Payload)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/fastpmi/fastpmi/netio"
@@ -58,6 +59,7 @@ type kvsNet struct {
 	dialing map[int][]netio.Frame  // frames for nodes being dialled
 	addrs   []string               // every agent's address (Table)
 	extra   []netio.Conn           // second links to a node (both dialled at once); closed with the transport
+	waiting Waiting                // what this node last told pmirun (reportWaiting)
 
 	mu     sync.Mutex
 	queue  []func()      // guarded by mu: work posted for the loop
@@ -358,4 +360,22 @@ func (a *agentNode) recordKVS() {
 			a.rec.Add(k, int64(v))
 		}
 	}
+}
+
+// reportWaiting tells pmirun when this node's part of the deadlock check
+// changed (Waiting). On the loop, every Heartbeat.
+func (a *agentNode) reportWaiting() {
+	all, gets, what := a.n.Agent().Waiting()
+	if len(a.kvs.places) > 0 || len(a.kvs.dialing) > 0 {
+		all = false // a placement on its way may still answer a get
+	}
+	w := Waiting{All: all, Gets: gets, What: what}
+	if !all {
+		w = Waiting{}
+	}
+	if w.All == a.kvs.waiting.All && w.Gets == a.kvs.waiting.Gets && slices.Equal(w.What, a.kvs.waiting.What) {
+		return
+	}
+	a.kvs.waiting = w
+	a.send(-1, netio.Frame{Type: FrameWaiting, Payload: Encode(w)})
 }

@@ -314,6 +314,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 				a.send(p, netio.Frame{Type: FrameHeartbeat})
 			}
 			a.expireNames(time.Now())
+			a.reportWaiting()
 			for p, t := range a.lastRx {
 				if time.Since(t) > spec.NetTimeout {
 					err := fmt.Errorf("no message for %v", spec.NetTimeout)

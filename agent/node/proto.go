@@ -29,7 +29,26 @@ const (
 	FrameDone      uint16 = 10 // agent → root: every local rank has been reaped
 	FrameHeartbeat uint16 = 11 // both ways, while idle
 	FrameClock     uint16 = 12 // agent → root: Clock probe; root → agent: the probe answered (traced jobs)
+	// FrameKVS = 13 (kvsnet.go)
+	FrameWaiting uint16 = 14 // agent → root: Waiting, when it changes
 )
+
+// Waiting is a node's part of the job-wide deadlock check: All says every
+// live rank of the node waits in its agent and nothing the node sent for
+// the KVS is still on its way; Gets how many of them wait in gets; What
+// names the first few and what they wait for. pmirun ends the job as a
+// deadlock when every node with live ranks has said All, at least one
+// rank waits in a get, and nothing changed for DeadlockGrace.
+type Waiting struct {
+	All  bool     `json:"all"`
+	Gets int      `json:"gets,omitempty"`
+	What []string `json:"what,omitempty"`
+}
+
+// DeadlockGrace is how long the whole job must stay waiting, every node
+// saying so, before pmirun calls it a deadlock: long enough for any
+// message already on its way to arrive and be reported.
+const DeadlockGrace = time.Second
 
 // Hello is an agent's first frame to the root.
 type Hello struct {

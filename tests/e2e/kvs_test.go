@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fastpmi/fastpmi/agent/node"
 )
@@ -175,6 +176,26 @@ func TestKVSOwnerDies(t *testing.T) {
 			}
 			if !regexp.MustCompile(`rank 7 exited with code 3`).MatchString(strings.Join(r.pmirunLines(), "\n")) {
 				t.Errorf("pmirun does not name rank 7 and its exit code\n%s", r)
+			}
+		})
+	}
+}
+
+// Every rank of the job waits — half in a fence, half for a key nobody
+// puts — on different nodes: pmirun reports the deadlock, naming who
+// waits for what, instead of hanging.
+func TestKVSDeadlock(t *testing.T) {
+	for _, st := range strategies {
+		t.Run(st, func(t *testing.T) {
+			r := run(t, loopbackJob(hostCount, "net", "--get-strategy", st, "-n", "8", prog("kvsprog"), "-pattern", "deadlock"))
+			if r.code == 0 {
+				t.Fatalf("job exited 0\n%s", r)
+			}
+			if !regexp.MustCompile(`deadlock: every live rank of the job waits .*rank \d+ in get of never-put`).MatchString(strings.Join(r.pmirunLines(), "\n")) {
+				t.Errorf("pmirun does not report the deadlock naming a waiting get\n%s", r)
+			}
+			if r.elapsed > 20*time.Second {
+				t.Errorf("the deadlock took %v to report", r.elapsed)
 			}
 		})
 	}

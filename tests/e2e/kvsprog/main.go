@@ -14,6 +14,8 @@
 //	            puts it again: everyone must read the new value
 //	late-die    as late, but the last rank exits with code 3 instead of
 //	            putting
+//	deadlock    every rank waits for a key nobody puts: the job must end
+//	            as a deadlock
 //	missing     a get without wait of a key nobody puts is "not found" at
 //	            once, on every node
 //
@@ -136,6 +138,14 @@ func run(pattern, hintName string, fence, src bool) error {
 				return err
 			}
 		}
+	case "deadlock":
+		if me%2 == 0 {
+			if err := c.Fence(ctx); err != nil { // some ranks in a collective, the others in gets
+				return err
+			}
+		}
+		_, err := c.Get(ctx, "never-put", client.WaitForPut())
+		return fmt.Errorf("rank %d: get of a key nobody puts returned: %v", me, err)
 	case "missing":
 		start := time.Now()
 		for _, key := range []string{"no-such-key", "-NONEXIST-KEY"} {
