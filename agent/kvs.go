@@ -27,7 +27,14 @@ type waiter struct {
 // gets and are placed for other nodes (remote.go); dense ones wait for the
 // next fence; unhinted ones follow the job's KVSPolicy.
 func (c *Core) put(rs *rankState, key, val string, hint pmiwire.Hint) {
-	switch c.policyHint(hint) {
+	h := c.policyHint(hint)
+	if _, fenced := c.kvs[key]; fenced && h != pmiwire.HintDense {
+		// A key a fence has carried stays dense: every node holds its
+		// fenced value, which only another fence can replace everywhere
+		// (a sparse value would be shadowed by it on the other nodes).
+		h = pmiwire.HintDense
+	}
+	switch h {
 	case pmiwire.HintSparse:
 		c.placeSparse(key, val, rs.global)
 	case pmiwire.HintDense:
