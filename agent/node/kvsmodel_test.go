@@ -58,12 +58,12 @@ type kvsModel struct {
 	epoch     int
 	ref       []modelEpoch // by epoch - 1
 	committed map[string]string
-	fenceIn   int         // nodes that contributed to the fence
-	fenceKVs  []agent.KV  // their puts
+	fenceIn   int        // nodes that contributed to the fence
+	fenceKVs  []agent.KV // their puts
 	keys      []string
 	putBy     map[string]int  // the rank that puts each key
 	dense     map[string]bool // keys a fence has carried
-	err       error // the first error of a deferred step
+	err       error           // the first error of a deferred step
 }
 
 type modelEpoch struct {
@@ -84,7 +84,7 @@ type modelNode struct {
 	places  int   // placements sent, not yet acknowledged
 	held    *agent.UpCall
 	seq     uint64
-	fetches map[uint64]uint64 // shell fetch id → core fetch id
+	fetches map[uint64]uint64   // shell fetch id → core fetch id
 	answers map[uint64]modelMsg // core ServeGet id → the get to answer
 	ansSeq  uint64
 	placeBy map[uint64]modelMsg // Tree: placements forwarded up, by shell id → the child's place to acknowledge

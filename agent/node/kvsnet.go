@@ -227,6 +227,10 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 				err = errors.New(m.Err)
 			}
 			done(err)
+			// Every placement counts, this node's own and those it
+			// forwards up the tree for a child: a fence held here goes
+			// once the last is acknowledged.
+			a.placed()
 		}
 	case KVSGet:
 		a.rec.Add("kvs.gets.served", 1)
@@ -304,6 +308,7 @@ func (a *agentNode) failKVS(err error) {
 	for p := range a.kvs.dialing {
 		delete(a.kvs.dialing, p)
 	}
+	a.placed() // the held fences fail on a.dead
 }
 
 // Place places a sparse put of this node (agent.Upstream).
@@ -320,7 +325,6 @@ func (u netUpstream) Place(key, val string, owner int) {
 					a.dead = fmt.Errorf("placing key %q: %w", key, err)
 				}
 			}
-			a.placed()
 		})
 	})
 }

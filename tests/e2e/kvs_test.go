@@ -39,6 +39,15 @@ func kvsCases(strategy string) []kvsCase {
 		{"missing", s, []string{"-pattern", "missing"}},
 		{"missing/src", s, []string{"-pattern", "missing", "-src"}},
 	}
+	// A tree of width 2 over 4 nodes has agents between nodes and pmirun:
+	// Tree forwards puts and gets through them (and their fences wait for
+	// what they forward).
+	deep := append([]string{"--tree-width", "2"}, s...)
+	cs = append(cs,
+		kvsCase{"deep/sparse/neighbours", deep, []string{"-pattern", "neighbours", "-hint", "sparse"}},
+		kvsCase{"deep/sparse/get-before-put", deep, []string{"-pattern", "late", "-hint", "sparse"}},
+		kvsCase{"deep/sparse/stale", deep, []string{"-pattern", "stale", "-hint", "sparse"}},
+	)
 	return cs
 }
 
