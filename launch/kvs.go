@@ -26,7 +26,11 @@ type kvsWaiter struct {
 // frame handles a node.FrameKVS from node i.
 func (k *rootKVS) frame(r *rootNode, i int, payload []byte) {
 	var m node.KVSMsg
-	if err := node.Decode(payload, &m); err != nil {
+	err := node.Decode(payload, &m)
+	if err == nil {
+		err = m.Check(r.spec.Size)
+	}
+	if err != nil {
 		r.cfg.Logger.Warn("bad KVS message", "node", i, "err", err)
 		return
 	}

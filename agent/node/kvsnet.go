@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/fastpmi/fastpmi/netio"
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // The node's half of the on-demand KVS (agent/remote.go has the core's):
@@ -48,6 +49,26 @@ const (
 	KVSVal   = "val"
 )
 
+// Check refuses a message no agent or pmirun sends: an unknown
+// operation, a key or value over the PMI limits, a rank outside the job
+// of size ranks. Links are authenticated, but a peer is still not
+// trusted with the receiver's memory or its maps.
+func (m *KVSMsg) Check(size int) error {
+	switch {
+	case m.Op != KVSPlace && m.Op != KVSAck && m.Op != KVSGet && m.Op != KVSVal:
+		return fmt.Errorf("unknown KVS operation %q", m.Op)
+	case m.Op == KVSAck:
+		return nil
+	case m.Key == "" || len(m.Key) > pmiwire.KeyLenMax:
+		return fmt.Errorf("KVS %s: key of %d bytes, want 1..%d", m.Op, len(m.Key), pmiwire.KeyLenMax)
+	case len(m.Val) > pmiwire.ValLenMax:
+		return fmt.Errorf("KVS %s: value of %d bytes, want at most %d", m.Op, len(m.Val), pmiwire.ValLenMax)
+	case m.Owner < -1 || m.Owner >= size || m.Src < -1 || m.Src >= size:
+		return fmt.Errorf("KVS %s: rank %d/%d outside the job's %d", m.Op, m.Owner, m.Src, size)
+	}
+	return nil
+}
+
 // kvsNet is an agentNode's on-demand KVS state. Touched only on the
 // node's loop, except post's queue (guarded by mu).
 type kvsNet struct {
@@ -68,7 +89,6 @@ type kvsNet struct {
 
 // kvsFetch is a get this node sent, waiting for its val.
 type kvsFetch struct {
-	to   int
 	done func(val string, found bool, err error)
 }
 
@@ -199,8 +219,15 @@ func (a *agentNode) acceptPeers(ctx context.Context, ln netio.Listener) {
 // kvsFrame handles a FrameKVS from node from (-1: pmirun). On the loop.
 func (a *agentNode) kvsFrame(from int, payload []byte) {
 	var m KVSMsg
-	if err := Decode(payload, &m); err != nil {
+	err := Decode(payload, &m)
+	if err == nil {
+		err = m.Check(a.spec.Size)
+	}
+	if err != nil {
+		// A peer that sends this is broken: what it waits for fails with
+		// it (its own checks), this node goes on.
 		a.log.Error("bad KVS message", "from", from, "err", err)
+		a.rec.Add("kvs.msgs.refused", 1)
 		return
 	}
 	a.rec.Add("kvs.msgs.recv", 1)
@@ -253,8 +280,6 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 			err = errors.New(m.Err)
 		}
 		f.done(m.Val, m.Found, err)
-	default:
-		a.log.Warn("unknown KVS operation", "from", from, "op", m.Op)
 	}
 }
 
@@ -345,7 +370,7 @@ func (u netUpstream) Fetch(key string, src int, wait bool, done func(string, boo
 		}
 		a.kvs.seq++
 		id := a.kvs.seq
-		a.kvs.fetches[id] = kvsFetch{to: to, done: done}
+		a.kvs.fetches[id] = kvsFetch{done: done}
 		a.rec.Add("kvs.fetches.sent", 1)
 		a.sendKVS(to, KVSMsg{Op: KVSGet, ID: id, Key: key, Src: src, Wait: wait})
 	})

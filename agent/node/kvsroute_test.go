@@ -61,3 +61,27 @@ func TestRouter(t *testing.T) {
 		t.Error("ParseStrategy(gossip) succeeded")
 	}
 }
+
+// KVSMsg.Check refuses what no agent sends.
+func TestKVSMsgCheck(t *testing.T) {
+	long := string(make([]byte, 65))
+	for _, tc := range []struct {
+		m  KVSMsg
+		ok bool
+	}{
+		{KVSMsg{Op: KVSPlace, Key: "k", Val: "v", Owner: 3}, true},
+		{KVSMsg{Op: KVSGet, Key: "k", Src: -1}, true},
+		{KVSMsg{Op: KVSAck, ID: 4}, true},
+		{KVSMsg{Op: KVSVal, Key: "k", Found: true, Val: "v"}, true},
+		{KVSMsg{Op: "delete", Key: "k"}, false},
+		{KVSMsg{Op: KVSPlace, Key: "", Val: "v"}, false},
+		{KVSMsg{Op: KVSPlace, Key: long + long, Val: "v"}, false},
+		{KVSMsg{Op: KVSPlace, Key: "k", Val: string(make([]byte, 2000))}, false},
+		{KVSMsg{Op: KVSGet, Key: "k", Src: 8}, false},
+		{KVSMsg{Op: KVSPlace, Key: "k", Owner: -2}, false},
+	} {
+		if err := tc.m.Check(8); (err == nil) != tc.ok {
+			t.Errorf("Check(%+v) = %v, want ok=%v", tc.m, err, tc.ok)
+		}
+	}
+}
