@@ -44,22 +44,23 @@ func (k *rootKVS) frame(r *rootNode, i int, payload []byte) {
 	switch m.Op {
 	case node.KVSPlace:
 		ack := node.KVSMsg{Op: node.KVSAck, ID: m.ID}
-		old, had := k.vals[m.Key]
-		n := len(m.Key) + len(m.Val)
-		if had {
-			n -= len(m.Key) + len(old)
+		for _, p := range m.Puts {
+			old, had := k.vals[p.Key]
+			n := len(p.Key) + len(p.Val)
+			if had {
+				n -= len(p.Key) + len(old)
+			}
+			if k.bytes+n > agent.MaxPutBytesPerNode {
+				ack.Err = "pmirun holds the most sparse keys it keeps for a job"
+				break
+			}
+			k.bytes += n
+			k.vals[p.Key] = p.Val
+			for _, w := range k.waits[p.Key] {
+				send(w.node, node.KVSMsg{Op: node.KVSVal, ID: w.id, Key: p.Key, Val: p.Val, Found: true})
+			}
+			delete(k.waits, p.Key)
 		}
-		if k.bytes+n > agent.MaxPutBytesPerNode {
-			ack.Err = "pmirun holds the most sparse keys it keeps for a job"
-			send(i, ack)
-			return
-		}
-		k.bytes += n
-		k.vals[m.Key] = m.Val
-		for _, w := range k.waits[m.Key] {
-			send(w.node, node.KVSMsg{Op: node.KVSVal, ID: w.id, Key: m.Key, Val: m.Val, Found: true})
-		}
-		delete(k.waits, m.Key)
 		send(i, ack)
 	case node.KVSGet:
 		if v, ok := k.vals[m.Key]; ok {

@@ -29,17 +29,30 @@ const FrameKVS uint16 = 13
 
 // KVSMsg is one on-demand KVS message.
 type KVSMsg struct {
-	Op    string `json:"op"`   // KVSPlace, KVSAck, KVSGet or KVSVal
-	ID    uint64 `json:"id"`   // the sender's id for a place or get; echoed by its ack or val
-	From  int    `json:"from"` // the sending node; -1 pmirun
-	Key   string `json:"key,omitempty"`
-	Val   string `json:"val,omitempty"`
-	Owner int    `json:"owner,omitempty"` // place: the rank that put the key
-	Src   int    `json:"src,omitempty"`   // get: the rank that put the key, or -1
-	Wait  bool   `json:"wait,omitempty"`  // get: wait for the put
-	Found bool   `json:"found,omitempty"` // val
-	Err   string `json:"err,omitempty"`   // ack, val: the request failed
+	Op   string `json:"op"`   // KVSPlace, KVSAck, KVSGet or KVSVal
+	ID   uint64 `json:"id"`   // the sender's id for a place or get; echoed by its ack or val
+	From int    `json:"from"` // the sending node; -1 pmirun
+	// Puts are a place's puts: what a node placed at one destination
+	// since its last message there (one frame and one ack for all).
+	Puts  []KVSPut `json:"puts,omitempty"`
+	Key   string   `json:"key,omitempty"`   // get, val
+	Val   string   `json:"val,omitempty"`   // val
+	Src   int      `json:"src,omitempty"`   // get: the rank that put the key, or -1
+	Wait  bool     `json:"wait,omitempty"`  // get: wait for the put
+	Found bool     `json:"found,omitempty"` // val
+	Err   string   `json:"err,omitempty"`   // ack, val: the request failed
 }
+
+// KVSPut is one placed put: its key, value and the rank that put it.
+type KVSPut struct {
+	Key   string `json:"k"`
+	Val   string `json:"v"`
+	Owner int    `json:"o"`
+}
+
+// MaxPlaceBatch bounds the puts of one place message (a frame of at
+// most ~1 MiB with PMI's key and value limits).
+const MaxPlaceBatch = 1024
 
 // KVSMsg operations.
 const (
@@ -54,17 +67,40 @@ const (
 // of size ranks. Links are authenticated, but a peer is still not
 // trusted with the receiver's memory or its maps.
 func (m *KVSMsg) Check(size int) error {
-	switch {
-	case m.Op != KVSPlace && m.Op != KVSAck && m.Op != KVSGet && m.Op != KVSVal:
-		return fmt.Errorf("unknown KVS operation %q", m.Op)
-	case m.Op == KVSAck:
+	switch m.Op {
+	case KVSAck:
 		return nil
-	case m.Key == "" || len(m.Key) > pmiwire.KeyLenMax:
-		return fmt.Errorf("KVS %s: key of %d bytes, want 1..%d", m.Op, len(m.Key), pmiwire.KeyLenMax)
-	case len(m.Val) > pmiwire.ValLenMax:
-		return fmt.Errorf("KVS %s: value of %d bytes, want at most %d", m.Op, len(m.Val), pmiwire.ValLenMax)
-	case m.Owner < -1 || m.Owner >= size || m.Src < -1 || m.Src >= size:
-		return fmt.Errorf("KVS %s: rank %d/%d outside the job's %d", m.Op, m.Owner, m.Src, size)
+	case KVSPlace:
+		if len(m.Puts) == 0 || len(m.Puts) > MaxPlaceBatch {
+			return fmt.Errorf("KVS place of %d puts, want 1..%d", len(m.Puts), MaxPlaceBatch)
+		}
+		for _, p := range m.Puts {
+			if err := checkKV(p.Key, p.Val); err != nil {
+				return fmt.Errorf("KVS place: %w", err)
+			}
+			if p.Owner < -1 || p.Owner >= size {
+				return fmt.Errorf("KVS place: rank %d outside the job's %d", p.Owner, size)
+			}
+		}
+		return nil
+	case KVSGet, KVSVal:
+		if err := checkKV(m.Key, m.Val); err != nil {
+			return fmt.Errorf("KVS %s: %w", m.Op, err)
+		}
+		if m.Src < -1 || m.Src >= size {
+			return fmt.Errorf("KVS %s: rank %d outside the job's %d", m.Op, m.Src, size)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown KVS operation %q", m.Op)
+}
+
+func checkKV(key, val string) error {
+	switch {
+	case key == "" || len(key) > pmiwire.KeyLenMax:
+		return fmt.Errorf("key of %d bytes, want 1..%d", len(key), pmiwire.KeyLenMax)
+	case len(val) > pmiwire.ValLenMax:
+		return fmt.Errorf("value of %d bytes, want at most %d", len(val), pmiwire.ValLenMax)
 	}
 	return nil
 }
@@ -75,6 +111,7 @@ type kvsNet struct {
 	rt      router
 	seq     uint64                 // ids of this node's places and gets
 	places  map[uint64]func(error) // places sent, waiting for their ack
+	outbox  map[int]*placeBatch    // places not sent yet, by destination (flushPlaces)
 	fetches map[uint64]kvsFetch    // gets sent, waiting for their val
 	held    []func()               // fences waiting for places to arrive
 	dialing map[int][]netio.Frame  // frames for nodes being dialled
@@ -85,6 +122,13 @@ type kvsNet struct {
 	mu     sync.Mutex
 	queue  []func()      // guarded by mu: work posted for the loop
 	notify chan struct{} // one token: queue is not empty
+}
+
+// placeBatch is what this node will place at one destination: the puts
+// and, for each, what to do once they arrived.
+type placeBatch struct {
+	puts  []KVSPut
+	dones []func(error)
 }
 
 // kvsFetch is a get this node sent, waiting for its val.
@@ -114,6 +158,7 @@ func (a *agentNode) runPosted() {
 	for _, f := range q {
 		f()
 	}
+	a.flushPlaces()
 }
 
 // sendKVS sends m to node to (atRoot: pmirun), dialling a link first if
@@ -233,7 +278,6 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 	a.rec.Add("kvs.msgs.recv", 1)
 	switch m.Op {
 	case KVSPlace:
-		a.n.Agent().PlaceKV(m.Key, m.Val, m.Owner)
 		ack := func(err error) {
 			r := KVSMsg{Op: KVSAck, ID: m.ID}
 			if err != nil {
@@ -241,11 +285,29 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 			}
 			a.sendKVS(from, r)
 		}
-		if a.kvs.rt.strategy == StrategyTree {
-			a.placeUp(m.Key, m.Val, m.Owner, ack) // every ancestor keeps it
-		} else {
-			ack(nil)
+		ag := a.n.Agent()
+		for _, p := range m.Puts {
+			ag.PlaceKV(p.Key, p.Val, p.Owner)
 		}
+		if a.kvs.rt.strategy != StrategyTree {
+			ack(nil)
+			return
+		}
+		// Every ancestor keeps them: up they go, and the child hears
+		// once they arrived at the top.
+		left, failed := len(m.Puts), error(nil)
+		for _, p := range m.Puts {
+			a.placeUp(p, func(err error) {
+				left--
+				if err != nil && failed == nil {
+					failed = err
+				}
+				if left == 0 {
+					ack(failed)
+				}
+			})
+		}
+		a.flushPlaces()
 	case KVSAck:
 		if done, ok := a.kvs.places[m.ID]; ok {
 			delete(a.kvs.places, m.ID)
@@ -283,19 +345,46 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 	}
 }
 
-// placeUp places a put at the router's place for it; done runs on the
-// loop once it arrived (at once when the key stays here).
-func (a *agentNode) placeUp(key, val string, owner int, done func(error)) {
-	to, ok := a.kvs.rt.placeAt(key)
+// placeUp queues a put for the router's place for it; done runs on the
+// loop once it arrived (at once when the key stays here). flushPlaces
+// sends what is queued.
+func (a *agentNode) placeUp(p KVSPut, done func(error)) {
+	to, ok := a.kvs.rt.placeAt(p.Key)
 	if !ok {
 		done(nil)
 		return
 	}
+	b := a.kvs.outbox[to]
+	if b == nil {
+		b = &placeBatch{}
+		a.kvs.outbox[to] = b
+	}
+	b.puts = append(b.puts, p)
+	b.dones = append(b.dones, done)
+	if len(b.puts) == MaxPlaceBatch {
+		delete(a.kvs.outbox, to)
+		a.sendPlaces(to, b)
+	}
+}
+
+// flushPlaces sends every queued placement, one message per destination.
+func (a *agentNode) flushPlaces() {
+	for to, b := range a.kvs.outbox {
+		delete(a.kvs.outbox, to)
+		a.sendPlaces(to, b)
+	}
+}
+
+func (a *agentNode) sendPlaces(to int, b *placeBatch) {
 	a.kvs.seq++
 	id := a.kvs.seq
-	a.kvs.places[id] = done
-	a.rec.Add("kvs.places.sent", 1)
-	a.sendKVS(to, KVSMsg{Op: KVSPlace, ID: id, Key: key, Val: val, Owner: owner})
+	a.kvs.places[id] = func(err error) {
+		for _, d := range b.dones {
+			d(err)
+		}
+	}
+	a.rec.Add("kvs.places.sent", int64(len(b.puts)))
+	a.sendKVS(to, KVSMsg{Op: KVSPlace, ID: id, Puts: b.puts})
 }
 
 // placed runs the fences held for placements once none is outstanding.
@@ -313,6 +402,7 @@ func (a *agentNode) placed() {
 // holdFence runs f (a fence's contribution) once every placement this
 // node sent has arrived.
 func (a *agentNode) holdFence(f func()) {
+	a.flushPlaces() // the placements queued before the fence go first
 	if len(a.kvs.places) == 0 {
 		f()
 		return
@@ -333,6 +423,12 @@ func (a *agentNode) failKVS(err error) {
 	for p := range a.kvs.dialing {
 		delete(a.kvs.dialing, p)
 	}
+	for to, b := range a.kvs.outbox {
+		delete(a.kvs.outbox, to)
+		for _, d := range b.dones {
+			d(err)
+		}
+	}
 	a.placed() // the held fences fail on a.dead
 }
 
@@ -343,7 +439,7 @@ func (u netUpstream) Place(key, val string, owner int) {
 		if a.dead != nil {
 			return // the job is failing: fences fail with a.dead
 		}
-		a.placeUp(key, val, owner, func(err error) {
+		a.placeUp(KVSPut{Key: key, Val: val, Owner: owner}, func(err error) {
 			if err != nil {
 				a.log.Error("KVS placement failed", "key", key, "err", err)
 				if a.dead == nil {
@@ -395,7 +491,7 @@ func (a *agentNode) recordKVS() {
 // changed (Waiting). On the loop, every Heartbeat.
 func (a *agentNode) reportWaiting() {
 	all, gets, what := a.n.Agent().Waiting()
-	if len(a.kvs.places) > 0 || len(a.kvs.dialing) > 0 {
+	if len(a.kvs.places) > 0 || len(a.kvs.dialing) > 0 || len(a.kvs.outbox) > 0 {
 		all = false // a placement on its way may still answer a get
 	}
 	w := Waiting{All: all, Gets: gets, What: what}

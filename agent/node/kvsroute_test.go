@@ -69,16 +69,19 @@ func TestKVSMsgCheck(t *testing.T) {
 		m  KVSMsg
 		ok bool
 	}{
-		{KVSMsg{Op: KVSPlace, Key: "k", Val: "v", Owner: 3}, true},
+		{KVSMsg{Op: KVSPlace, Puts: []KVSPut{{"k", "v", 3}, {"l", "", -1}}}, true},
 		{KVSMsg{Op: KVSGet, Key: "k", Src: -1}, true},
 		{KVSMsg{Op: KVSAck, ID: 4}, true},
 		{KVSMsg{Op: KVSVal, Key: "k", Found: true, Val: "v"}, true},
 		{KVSMsg{Op: "delete", Key: "k"}, false},
-		{KVSMsg{Op: KVSPlace, Key: "", Val: "v"}, false},
-		{KVSMsg{Op: KVSPlace, Key: long + long, Val: "v"}, false},
-		{KVSMsg{Op: KVSPlace, Key: "k", Val: string(make([]byte, 2000))}, false},
+		{KVSMsg{Op: KVSPlace}, false},
+		{KVSMsg{Op: KVSPlace, Puts: make([]KVSPut, MaxPlaceBatch+1)}, false},
+		{KVSMsg{Op: KVSPlace, Puts: []KVSPut{{"", "v", 0}}}, false},
+		{KVSMsg{Op: KVSPlace, Puts: []KVSPut{{long + long, "v", 0}}}, false},
+		{KVSMsg{Op: KVSPlace, Puts: []KVSPut{{"k", string(make([]byte, 2000)), 0}}}, false},
+		{KVSMsg{Op: KVSPlace, Puts: []KVSPut{{"k", "v", -2}}}, false},
 		{KVSMsg{Op: KVSGet, Key: "k", Src: 8}, false},
-		{KVSMsg{Op: KVSPlace, Key: "k", Owner: -2}, false},
+		{KVSMsg{Op: KVSGet, Key: "", Src: 1}, false},
 	} {
 		if err := tc.m.Check(8); (err == nil) != tc.ok {
 			t.Errorf("Check(%+v) = %v, want ok=%v", tc.m, err, tc.ok)
