@@ -175,7 +175,7 @@ var bindUnits = []string{"core", "hwthread", "socket"}
 
 // VirtualWorkloads are the workloads Spec.Virtual may name (internal/virtual
 // plays them; its tests check that it plays exactly these).
-var VirtualWorkloads = []string{"allgather", "fence", "iallgather", "ring", "kvs-dense", "kvs-sparse", "kvs-dense-od", "kvs-sparse-od"}
+var VirtualWorkloads = []string{"allgather", "fence", "iallgather", "ring", "kvs-dense", "kvs-sparse", "kvs-dense-od", "kvs-sparse-od", "kvs-cards"}
 
 // Validate checks a spec built by the root or read from it. It fills no
 // defaults: the root sets every field.

@@ -172,10 +172,13 @@ func (o scaleOptions) lateFor(p int) (time.Duration, error) {
 // kvsOps are the on-demand KVS comparisons -ops takes besides the
 // workloads: PATTERN/DESIGN, the research's figure 7 — the dense and
 // sparse patterns under Current (put, fence, get) and on demand under
-// each get strategy (pmirun --get-strategy).
+// each get strategy (pmirun --get-strategy) — and cards/POLICY, an MPI
+// library's start-up (unhinted business cards, a fence, every card read)
+// under each --kvs policy.
 var kvsOps = []string{
 	"dense/current", "dense/tree", "dense/dkvs", "dense/direct",
 	"sparse/current", "sparse/tree", "sparse/dkvs", "sparse/direct",
+	"cards/dense", "cards/sparse", "cards/auto",
 }
 
 // virtualOp is the workload (node.Spec.Virtual) that -ops entry op runs.
@@ -184,6 +187,8 @@ func virtualOp(op string) string {
 	switch {
 	case !ok:
 		return op
+	case pattern == "cards":
+		return "kvs-cards"
 	case design == "current":
 		return "kvs-" + pattern
 	}
@@ -359,8 +364,11 @@ func (o scaleOptions) scaleArgv(pmirun string, c scaleConfig, report string) []s
 		"-n", strconv.Itoa(c.P()), "--ppn", strconv.Itoa(c.PPN),
 		"--virtual", virtualOp(c.Op), "--virtual-rounds", strconv.Itoa(o.rounds), "--report", report,
 		"--netio", c.Backend, "--compress", o.codec, "--net-timeout", o.netTimeout.String()}
-	if _, strategy, ok := strings.Cut(c.Op, "/"); ok && strategy != "current" {
-		argv = append(argv, "--get-strategy", strategy)
+	switch pattern, design, _ := strings.Cut(c.Op, "/"); {
+	case pattern == "cards": // MPICH's start-up under a --kvs policy
+		argv = append(argv, "--kvs", design)
+	case design != "" && design != "current":
+		argv = append(argv, "--get-strategy", design)
 	}
 	if o.treeWidth > 0 {
 		argv = append(argv, "--tree-width", strconv.Itoa(o.treeWidth))

@@ -114,6 +114,10 @@ var workloads = map[string]virtualRound{
 	"kvs-dense-od":  kvsDenseRound(true),
 	"kvs-sparse":    kvsSparseRound(false),
 	"kvs-sparse-od": kvsSparseRound(true),
+	// An MPI library's start-up: every rank puts its business card
+	// without a hint (the job's --kvs policy decides how it travels),
+	// fences, and reads every peer's card.
+	"kvs-cards": cardsRound,
 }
 
 // Start plays the node's ranks as goroutines: a node.Starter.
@@ -856,4 +860,33 @@ func kvsSparseRound(onDemand bool) virtualRound {
 		}
 		return nil
 	}
+}
+
+// cardsRound puts this rank's business card without a hint, fences and
+// reads every rank's card, as MPICH does at start-up.
+func cardsRound(ctx context.Context, c *client.Client, round int, done func()) error {
+	r, size := c.Rank(), c.Size()
+	key := func(r int) string { return fmt.Sprintf("card-%d-%d", round, r) }
+	if err := c.Put(key(r), []byte(businessCard(r, round)), client.HintNone); err != nil {
+		return err
+	}
+	if err := c.Fence(ctx); err != nil {
+		return err
+	}
+	bad := -1
+	for i := range size {
+		src := (r + i) % size
+		v, err := c.Get(ctx, key(src), client.FromRank(src))
+		if err != nil {
+			return err
+		}
+		if bad < 0 && string(v) != businessCard(src, round) {
+			bad = src
+		}
+	}
+	done()
+	if bad >= 0 {
+		return fmt.Errorf("get %s: wrong card", key(bad))
+	}
+	return nil
 }
