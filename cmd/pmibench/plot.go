@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/benchplot"
@@ -182,4 +183,49 @@ func writeScalePlots(dir string, results []scaleResult) ([]string, error) {
 		return nil, err
 	}
 	return benchplot.Save(p, dir, "scale")
+}
+
+// writeKVSPlots draws, for each KVS pattern among the results (dense,
+// sparse: the research's figure 7), the median tail after the last
+// arrival over P of every design (Current, Tree, DKVS, Direct), log both
+// ways, into kvs-PATTERN.{svg,png}. Results of other operations are left
+// out; with none of these patterns it draws nothing.
+func writeKVSPlots(dir string, results []scaleResult) ([]string, error) {
+	var files []string
+	for _, pattern := range []string{"dense", "sparse"} {
+		var series []benchplot.Series
+		for _, op := range kvsOps {
+			pat, design, _ := strings.Cut(op, "/")
+			if pat != pattern {
+				continue
+			}
+			s := benchplot.Series{Name: design}
+			for _, r := range results {
+				if r.Op == op && r.Err == "" && r.Skipped == "" && r.TailMed > 0 {
+					s.X = append(s.X, float64(r.P()))
+					s.Y = append(s.Y, float64(r.TailMed)/float64(time.Microsecond))
+				}
+			}
+			if len(s.X) > 0 {
+				series = append(series, s)
+			}
+		}
+		if len(series) == 0 {
+			continue
+		}
+		title := map[string]string{
+			"dense":  "dense key: one put, every rank gets it (median tail after the last arrival)",
+			"sparse": "sparse keys: every rank puts one, gets its 2 neighbours' (median tail after the last arrival)",
+		}[pattern]
+		p, err := benchplot.Lines(benchplot.Axes{Title: title, X: "ranks (P)", Y: "tail (µs)", LogX: true, LogY: true}, series)
+		if err != nil {
+			return files, err
+		}
+		got, err := benchplot.Save(p, dir, "kvs-"+pattern)
+		files = append(files, got...)
+		if err != nil {
+			return files, err
+		}
+	}
+	return files, nil
 }

@@ -76,4 +76,22 @@ func TestWritePlots(t *testing.T) {
 	if _, err := writeScalePlots(dir, results[2:]); err == nil {
 		t.Error("scale plots of failed jobs only: no error")
 	}
+	if files, err := writeKVSPlots(dir, results); err != nil || len(files) != 0 {
+		t.Errorf("KVS plots without KVS results: %v, %v", files, err)
+	}
+	kvs := []scaleResult{
+		{scaleConfig: scaleConfig{Op: "sparse/current", Backend: "net", Nodes: 4, PPN: 256}, TailMed: 900 * time.Microsecond},
+		{scaleConfig: scaleConfig{Op: "sparse/current", Backend: "net", Nodes: 16, PPN: 256}, TailMed: 9 * time.Millisecond},
+		{scaleConfig: scaleConfig{Op: "sparse/direct", Backend: "net", Nodes: 4, PPN: 256}, TailMed: 300 * time.Microsecond},
+		{scaleConfig: scaleConfig{Op: "sparse/direct", Backend: "net", Nodes: 16, PPN: 256}, TailMed: 310 * time.Microsecond},
+	}
+	files, err = writeKVSPlots(dir, kvs)
+	if err != nil || len(files) != 2 {
+		t.Fatalf("KVS plots %v: %v", files, err)
+	}
+	for _, f := range files {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("%s: not written (%v)", f, err)
+		}
+	}
 }

@@ -550,6 +550,12 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "pmibench: %v\n", err)
 			code = 1
 		}
+		kvs, err := writeKVSPlots(o.plotDir, results)
+		files = append(files, kvs...)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			code = 1
+		}
 		fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
 	}
 	return code
