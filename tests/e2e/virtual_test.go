@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/agent/node"
 )
 
 // Virtual ranks: each agent plays its ranks as goroutines that use the
@@ -21,7 +24,7 @@ import (
 // "stamps." and which the counts leave out.
 
 // virtualLine is global rank 0's report of a virtual job.
-var virtualLine = regexp.MustCompile(`^fastpmi-scale op=(\w+) P=(\d+) local=(\d+) rounds=(\d+) median_us=[0-9.]+ min_us=[0-9.]+ `)
+var virtualLine = regexp.MustCompile(`^fastpmi-scale op=([\w-]+) P=(\d+) local=(\d+) rounds=(\d+) median_us=[0-9.]+ min_us=[0-9.]+ `)
 
 // stampPrefix is launch.StampCounterPrefix.
 const stampPrefix = "stamps."
@@ -212,4 +215,52 @@ func TestVirtualLate(t *testing.T) {
 		t.Fatalf("exit 0 for --virtual-late without --virtual\n%s", r)
 	}
 	r.wantMessage(t, "--virtual-late needs --virtual")
+}
+
+// The KVS workloads with 256 goroutine ranks per node. The dense key
+// read by every rank of a node costs that node one remote request per
+// round (node coalescing, and the cache behind it); the research's two
+// patterns and an MPI start-up under each policy check every value.
+func TestVirtualKVS(t *testing.T) {
+	const nodes, ppn, rounds = 4, 256, 3
+	ops := rounds + 1
+	t.Run("coalescing", func(t *testing.T) {
+		r := run(t, loopbackJob(nodes, "net", "--verbose", "--get-strategy", "direct", "-n", n(nodes*ppn),
+			"--virtual", "kvs-dense-od", "--virtual-rounds", n(rounds), "true"))
+		r.wantCode(t, 0)
+		for i, c := range r.counters(t, nodes) {
+			// One request per round for rank 0's key, d-ROUND, but none
+			// on rank 0's own node, and none or one on the node that
+			// holds its copy for gets naming no source (its hash owner).
+			most := int64(ops)
+			least := most
+			for k := range ops {
+				if node.KeyOwner(fmt.Sprintf("d-%d", k), nodes) == i {
+					least--
+				}
+			}
+			if i == 0 {
+				least, most = 0, 0
+			}
+			if got := c["kvs.fetches.sent"]; got < least || got > most {
+				t.Errorf("node %d sent %d requests for %d rounds of one key read by its %d ranks; want %d..%d\n%s", i, got, ops, ppn, least, most, r)
+			}
+		}
+	})
+	for _, tc := range [][]string{
+		{"--get-strategy", "dkvs", "--virtual", "kvs-sparse-od"},
+		{"--get-strategy", "tree", "--virtual", "kvs-sparse-od"},
+		{"--virtual", "kvs-sparse"},
+		{"--kvs", "sparse", "--virtual", "kvs-cards"},
+		{"--kvs", "auto", "--virtual", "kvs-cards"},
+	} {
+		t.Run(strings.Join(tc, " "), func(t *testing.T) {
+			args := append(append([]string{}, tc...), "-n", n(nodes*64), "--virtual-rounds", n(rounds), "true")
+			r := run(t, loopbackJob(nodes, "net", args...))
+			r.wantCode(t, 0)
+			if ls := lines(r.stdout); len(ls) != 1 || !virtualLine.MatchString(ls[0]) {
+				t.Errorf("want one report line from rank 0\n%s", r)
+			}
+		})
+	}
 }
