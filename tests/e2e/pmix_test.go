@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Open MPI (Debian's 4.1, a PMIx client of OpenPMIx 4.2) under pmirun
+// --mpi pmix: the ranks talk to the PMIx server library inside the agent
+// (agent/pmix), whose fence, abort and rank events go through the same
+// agent core as PMI ranks'. No mpirun, prterun or orted takes part: run
+// checks that nothing carrying the job's marker outlives pmirun, and
+// wantNoORTE that no Open MPI daemon was started.
+
+// ompiJob is a single-node Open MPI job of size ranks running args.
+func ompiJob(size int, args ...string) job {
+	return job{args: append([]string{"--mpi", "pmix", "-n", n(size)}, args...), timeout: 90 * time.Second}
+}
+
+// wantNoORTE fails the test if the ranks' output mentions an Open MPI
+// runtime daemon (orted, or the HNP a rank that believes itself a
+// singleton forks; such a rank also prints "rank 0 of 1", which
+// wantAllreduce refuses).
+func (r result) wantNoORTE(t *testing.T) {
+	t.Helper()
+	for _, w := range []string{"orted", "prterun", "HNP"} {
+		if strings.Contains(r.stderr, w) {
+			t.Errorf("stderr mentions %q: Open MPI started its own runtime\n%s", w, r)
+		}
+	}
+}
+
+func TestOpenMPIAllreduce(t *testing.T) {
+	for _, size := range []int{1, 2, 8, 16} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			r := run(t, ompiJob(size, prog("ompi_allreduce")))
+			r.wantCode(t, 0)
+			r.wantAllreduce(t, size)
+			r.wantNoORTE(t)
+		})
+	}
+}
+
+// Open MPI ranks leave nothing in /dev/shm: their shared-memory files go
+// to the node's directory, removed when the job ends, also when ranks are
+// killed.
+func TestOpenMPINoShmLeftovers(t *testing.T) {
+	before, _ := filepath.Glob("/dev/shm/fastpmi-ompi-*")
+	r := run(t, ompiJob(4, prog("ompi_abort"), "1", "5"))
+	r.wantCode(t, 5)
+	after, _ := filepath.Glob("/dev/shm/fastpmi-ompi-*")
+	for _, d := range after {
+		if !slices.Contains(before, d) {
+			if _, err := os.Stat(d); err == nil {
+				t.Errorf("job left %s behind\n%s", d, r)
+			}
+		}
+	}
+}
+
+// MPI_Abort(code) from one rank ends the job with that code, names the
+// rank, and kills the others (which sleep 60 s otherwise).
+func TestOpenMPIAbort(t *testing.T) {
+	for _, tc := range []struct{ size, victim, code int }{{4, 1, 7}, {2, 0, 42}, {3, 2, 3}} {
+		t.Run(fmt.Sprintf("N=%d/rank%d/code%d", tc.size, tc.victim, tc.code), func(t *testing.T) {
+			r := run(t, ompiJob(tc.size, prog("ompi_abort"), n(tc.victim), n(tc.code)))
+			r.wantCode(t, tc.code)
+			r.wantMessage(t, fmt.Sprintf(`\brank %d called abort with exit code %d\b`, tc.victim, tc.code))
+			r.wantFaster(t, 30*time.Second)
+			if strings.Contains(r.stderr, "was not killed") {
+				t.Errorf("a rank outlived the abort\n%s", r)
+			}
+		})
+	}
+}
+
+// A rank killed before MPI_Init (the others wait for it in MPI_Init's
+// PMIx fence) or after it (the others wait in MPI_Finalize's fence) ends
+// the job at once with a message naming it; the waiting ranks would
+// otherwise wait 60 s for their alarm.
+func TestOpenMPIRankKilled(t *testing.T) {
+	for _, tc := range []struct {
+		when  string
+		size  int
+		rank  int
+		stage string
+	}{
+		{"before-init", 4, 2, "before PMI init"},
+		{"in-fence", 4, 1, "after PMI init, before finalize"},
+		{"in-fence", 8, 0, "after PMI init, before finalize"},
+	} {
+		t.Run(fmt.Sprintf("%s/N=%d/rank%d", tc.when, tc.size, tc.rank), func(t *testing.T) {
+			r := run(t, ompiJob(tc.size, prog("ompi_die"), tc.when, n(tc.rank)))
+			r.wantCode(t, 128+9)
+			r.wantMessage(t, fmt.Sprintf(`\brank %d killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.stage))
+			r.wantFaster(t, 30*time.Second)
+			if strings.Contains(r.stderr, "finalized although") {
+				t.Errorf("a rank finished MPI_Finalize without the dead rank\n%s", r)
+			}
+		})
+	}
+}
+
+// Without --mpi pmix an Open MPI rank finds no PMIx server: pmirun does
+// not pretend, and the flag is refused by a build without PMIx support
+// (the stub's message is tested in agent/pmix).
+func TestOpenMPIBadFlag(t *testing.T) {
+	r := run(t, job{args: []string{"--mpi", "pmix3", "-n", "1", prog("ompi_hello")}})
+	r.wantCode(t, 2)
+	if !strings.Contains(r.stderr, `invalid --mpi "pmix3": want pmi or pmix`) {
+		t.Errorf("stderr does not explain the bad --mpi\n%s", r)
+	}
+}
+
+// Open MPI jobs over 4 test hosts: one agent and one PMIx server per
+// host, the fence's data crossing the agent tree; ranks on different
+// hosts talk over Open MPI's TCP transport between the hosts' namespaces.
+func TestOpenMPIMultiNode(t *testing.T) {
+	cl := newCluster(t)
+	for _, size := range []int{4, 16} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			j := cl.job("net", "--mpi", "pmix", "-n", n(size), prog("ompi_allreduce"))
+			j.timeout = 90 * time.Second
+			r := run(t, j)
+			r.wantCode(t, 0)
+			r.wantAllreduce(t, size)
+			r.wantNoORTE(t)
+		})
+	}
+}
