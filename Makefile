@@ -71,7 +71,7 @@ $(LIB)/include/fastpmi/pmi2ext.h: clib/include/fastpmi/pmi2ext.h
 	cp $< $@
 
 CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args mpi_appnum
-CPROG_OMPI := ompi_allreduce ompi_abort ompi_die ompi_hello
+CPROG_OMPI := ompi_allreduce ompi_abort ompi_die ompi_hello ompi_pubname
 CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench pmi2_cost pmi2_appnum
 CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_OMPI) $(CPROG_PMI2) exit_early forkfloor true_static)
 CFLAGS     ?= -O2 -Wall

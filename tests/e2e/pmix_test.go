@@ -106,9 +106,21 @@ func TestOpenMPIRankKilled(t *testing.T) {
 	}
 }
 
-// Without --mpi pmix an Open MPI rank finds no PMIx server: pmirun does
-// not pretend, and the flag is refused by a build without PMIx support
-// (the stub's message is tested in agent/pmix).
+// MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name reach pmirun's
+// name service through the PMIx server's publish, lookup and unpublish;
+// the program checks the value, and that a lookup after unpublish fails.
+func TestOpenMPIPublishLookup(t *testing.T) {
+	for _, size := range []int{2, 4} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			r := run(t, ompiJob(size, prog("ompi_pubname")))
+			r.wantCode(t, 0)
+			r.wantRankLines(t, size, func(rank int) string { return fmt.Sprintf("pubname ok rank %d", rank) })
+		})
+	}
+}
+
+// A bad --mpi value is refused before anything starts (a build without
+// PMIx support refuses pmix too; agent/pmix tests the stub's error).
 func TestOpenMPIBadFlag(t *testing.T) {
 	r := run(t, job{args: []string{"--mpi", "pmix3", "-n", "1", prog("ompi_hello")}})
 	r.wantCode(t, 2)
