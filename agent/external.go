@@ -66,3 +66,8 @@ func (a *Agent) LocalIndex(g int) int {
 	defer a.mu.Unlock()
 	return a.core.LocalOf(g)
 }
+
+// CheckName applies the name service's limits (length, bytes) to a name
+// and a port ("" if none), as the agent's own front ends do before they
+// step a Name operation.
+func CheckName(name, port string) error { return checkName(name, port) }

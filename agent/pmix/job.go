@@ -409,6 +409,17 @@ func (j *Job) fence(r *request) {
 func (j *Job) names(r *request, l int) {
 	var ops []agent.Op
 	var reqs []agent.Req
+	for i := 0; i < len(r.strs); i++ {
+		name, port := r.strs[i], ""
+		if r.kind == reqPublish && i+1 < len(r.strs) {
+			port = r.strs[i+1]
+			i++
+		}
+		if err := agent.CheckName(name, port); err != nil {
+			r.done(result{err: fmt.Errorf("pmix: %w", err)})
+			return
+		}
+	}
 	switch r.kind {
 	case reqPublish:
 		if len(r.strs)%2 != 0 {

@@ -3,6 +3,7 @@
 package pmix
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -33,8 +34,8 @@ func envMap(env []string) map[string]string {
 
 // The real server library: two jobs share the process's one server, each
 // rank gets the environment that leads it to the server, a namespace is
-// served once, the server outlives its jobs (a later round reuses it),
-// and Shutdown removes its directory and refuses later jobs.
+// served once, and the server outlives its jobs (a later round reuses
+// it). TestMain checks Shutdown.
 func TestServerJobs(t *testing.T) {
 	var dir string
 	for round := range 2 {
@@ -82,16 +83,30 @@ func TestServerJobs(t *testing.T) {
 			t.Errorf("%d references to the server after every job closed", registry.refs)
 		}
 	}
+}
+
+// TestMain runs the tests on the process's one server, then shuts it
+// down: its directory must go, and a later job must be refused.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	registry.mu.Lock()
+	dir := server.tmpdir
+	registry.mu.Unlock()
 	Shutdown()
 	Shutdown() // idempotent
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("server directory %s left after Shutdown: %v", dir, err)
+	if _, err := os.Stat(dir); dir != "" && !os.IsNotExist(err) {
+		fmt.Fprintf(os.Stderr, "server directory %s left after Shutdown: %v\n", dir, err)
+		code = 1
 	}
-	a := newAgent(t, 1, []int{0})
-	if j, err := NewJob(Config{Agent: a, Nspace: "late", Size: 1, Nodes: [][]int{{0}}}); err == nil {
-		j.Close()
-		t.Error("a job started after Shutdown")
+	if a, err := agent.New(agent.Config{Size: 1, Local: []int{0}}); err == nil {
+		if j, err := NewJob(Config{Agent: a, Nspace: "late", Size: 1, Nodes: [][]int{{0}}}); err == nil {
+			j.Close()
+			fmt.Fprintln(os.Stderr, "a job started after Shutdown")
+			code = 1
+		}
+		a.Close()
 	}
+	os.Exit(code)
 }
 
 // Bad configurations are refused before the server is touched.
