@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fastpmi/fastpmi/agent/pmix"
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // MPI interfaces (Spec.MPI).
@@ -77,6 +78,11 @@ func (n *Node) startPMIx() error {
 		}
 		n.pmixDir = dir
 		env = append(env, ompiShmDirVar+"="+dir)
+	}
+	if cpus, err := sys.AllowedCPUs(); err == nil && len(n.ranks) > len(cpus) {
+		// More ranks than CPUs: Open MPI's ranks should yield while they
+		// wait instead of spinning, as they do when its mpirun says so.
+		env = append(env, "OMPI_MCA_mpi_oversubscribe=1")
 	}
 	for _, kv := range env {
 		if k, _, _ := strings.Cut(kv, "="); !hasEnv(n.env, k) {

@@ -248,18 +248,34 @@ func lookupJob(nspace string) *Job {
 	return registry.jobs[nspace]
 }
 
-// enqueue hands r to the worker; false if the Job is closed (r is then
-// not completed: the caller refuses it).
-func (j *Job) enqueue(r *request) bool {
+// maxQueued bounds the requests waiting for the worker: the ranks'
+// requests arrive as fast as they can send them, the worker serves them
+// one agent turn each.
+const maxQueued = 1 << 16
+
+// Why enqueue refused a request.
+var (
+	errJobClosed = errors.New("pmix: job ended")
+	errQueueFull = fmt.Errorf("pmix: more than %d requests waiting", maxQueued)
+)
+
+// enqueue hands r to the worker, or says why not (the Job is closed, or
+// too many requests wait): r is then not completed, the caller refuses
+// it.
+func (j *Job) enqueue(r *request) error {
 	j.mu.Lock()
-	if j.closed {
+	switch {
+	case j.closed:
 		j.mu.Unlock()
-		return false
+		return errJobClosed
+	case len(j.queue) >= maxQueued:
+		j.mu.Unlock()
+		return errQueueFull
 	}
 	j.queue = append(j.queue, r)
 	j.mu.Unlock()
 	j.signal()
-	return true
+	return nil
 }
 
 func (j *Job) signal() {
@@ -294,7 +310,7 @@ func (j *Job) run() {
 		j.queue = nil
 		j.mu.Unlock()
 		if closed {
-			err := errors.New("pmix: job ended")
+			err := errJobClosed
 			for _, r := range q {
 				r.done(result{err: err})
 			}

@@ -27,8 +27,8 @@ func call(t *testing.T, j *Job, r *request) result {
 	t.Helper()
 	ch := make(chan result, 1)
 	r.done = func(res result) { ch <- res }
-	if !j.enqueue(r) {
-		t.Fatalf("request %v refused", r.kind)
+	if err := j.enqueue(r); err != nil {
+		t.Fatalf("request %v refused: %v", r.kind, err)
 	}
 	select {
 	case res := <-ch:
@@ -120,8 +120,8 @@ func TestJobFenceFailures(t *testing.T) {
 	}
 	// The other node never answers (stuck): the fence waits until Close.
 	ch := make(chan result, 1)
-	if !j.enqueue(&request{kind: reqFence, rank: -1, data: []byte("x"), done: func(r result) { ch <- r }}) {
-		t.Fatal("fence refused")
+	if err := j.enqueue(&request{kind: reqFence, rank: -1, data: []byte("x"), done: func(r result) { ch <- r }}); err != nil {
+		t.Fatalf("fence refused: %v", err)
 	}
 	select {
 	case r := <-ch:
@@ -137,8 +137,8 @@ func TestJobFenceFailures(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close left a fence pending")
 	}
-	if j.enqueue(&request{kind: reqConnected, rank: 0, done: func(result) {}}) {
-		t.Error("a closed job took a request")
+	if err := j.enqueue(&request{kind: reqConnected, rank: 0, done: func(result) {}}); !errors.Is(err, errJobClosed) {
+		t.Errorf("a closed job's enqueue: %v, want errJobClosed", err)
 	}
 
 	// A local rank gone before the node's fence: the fence fails naming it.

@@ -308,13 +308,14 @@ static pmix_status_t waiter_wait(waiter *w, pmix_status_t rc)
 int fpx_init(const char *tmpdir)
 {
     pmix_info_t *info;
-    PMIX_INFO_CREATE(info, 3);
+    PMIX_INFO_CREATE(info, 4);
     PMIX_INFO_LOAD(&info[0], PMIX_SERVER_TMPDIR, tmpdir, PMIX_STRING);
     PMIX_INFO_LOAD(&info[1], PMIX_SYSTEM_TMPDIR, tmpdir, PMIX_STRING);
-    bool no = false;
+    bool no = false, yes = true;
     PMIX_INFO_LOAD(&info[2], PMIX_SERVER_TOOL_SUPPORT, &no, PMIX_BOOL);
-    pmix_status_t rc = PMIx_server_init(&module, info, 3);
-    PMIX_INFO_FREE(info, 3);
+    PMIX_INFO_LOAD(&info[3], PMIX_SERVER_SHARE_TOPOLOGY, &yes, PMIX_BOOL);
+    pmix_status_t rc = PMIx_server_init(&module, info, 4);
+    PMIX_INFO_FREE(info, 4);
     return rc;
 }
 

@@ -231,7 +231,10 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 	default:
 		r.done = func(res result) { C.fpx_op_done(cb, status(res.err)) }
 	}
-	if !j.enqueue(r) {
+	switch err := j.enqueue(r); {
+	case errors.Is(err, errQueueFull):
+		return C.PMIX_ERR_OUT_OF_RESOURCE
+	case err != nil:
 		return C.PMIX_ERR_NOT_FOUND
 	}
 	return 0
