@@ -35,7 +35,8 @@ func serverAcquire() error {
 		return errors.New("pmix: the server of this process was shut down")
 	}
 	if !server.started {
-		dir, err := os.MkdirTemp("", "fastpmi-pmix-")
+		// Named by the process, so whoever knows the pid finds it.
+		dir, err := os.MkdirTemp("", "fastpmi-pmix-"+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
 			return fmt.Errorf("pmix: server directory: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -143,5 +144,50 @@ func TestOpenMPIMultiNode(t *testing.T) {
 			r.wantAllreduce(t, size)
 			r.wantNoORTE(t)
 		})
+	}
+}
+
+// Open MPI jobs on two running daemons (pmid --daemon): each daemon
+// starts one PMIx server and serves every job as its own namespace, one
+// job after another and two at once. The daemons share this machine, so
+// Open MPI's TCP transport is kept on the loopback interface.
+func TestOpenMPIDaemons(t *testing.T) {
+	p := newDaemonPair(t)
+	ompi := func(size int) job {
+		j := p.job("--mpi", "pmix", "--env", "OMPI_MCA_btl_tcp_if_include=lo", "-n", n(size), prog("ompi_allreduce"))
+		j.timeout = 90 * time.Second
+		return j
+	}
+	for i := range 2 {
+		r := run(t, ompi(4))
+		r.wantCode(t, 0)
+		r.wantAllreduce(t, 4)
+		if t.Failed() {
+			t.Fatalf("sequential job %d failed", i)
+		}
+	}
+	var wg sync.WaitGroup
+	res := make([]result, 2)
+	for i := range res {
+		wg.Go(func() { res[i] = run(t, ompi(2+2*i)) })
+	}
+	wg.Wait()
+	for i, r := range res {
+		r.wantCode(t, 0)
+		r.wantAllreduce(t, 2+2*i)
+	}
+	p.idle(t)
+	// Each daemon made one server directory, and removes it as it exits.
+	for _, d := range p.d {
+		glob := filepath.Join(os.TempDir(), fmt.Sprintf("fastpmi-pmix-%d-*", d.cmd.Process.Pid))
+		if dirs, _ := filepath.Glob(glob); len(dirs) != 1 {
+			t.Errorf("daemon %s has server directories %v, want one", d.addr, dirs)
+		}
+		if code := d.stop(t, 30*time.Second); code != 0 {
+			t.Errorf("daemon %s exited with code %d", d.addr, code)
+		}
+		if dirs, _ := filepath.Glob(glob); len(dirs) != 0 {
+			t.Errorf("daemon %s left %v", d.addr, dirs)
+		}
 	}
 }
