@@ -145,6 +145,22 @@ func TestOpenMPIMultiNode(t *testing.T) {
 			r.wantNoORTE(t)
 		})
 	}
+	// A rank on another host than pmirun's killed before init, or after it
+	// while every other rank waits in a fence, ends the job naming it.
+	for _, tc := range []struct {
+		when  string
+		rank  int
+		stage string
+	}{{"before-init", 13, "before PMI init"}, {"in-fence", 6, "after PMI init, before finalize"}} {
+		t.Run(fmt.Sprintf("%s/rank%d", tc.when, tc.rank), func(t *testing.T) {
+			j := cl.job("net", "--mpi", "pmix", "-n", "16", prog("ompi_die"), tc.when, n(tc.rank))
+			j.timeout = 90 * time.Second
+			r := run(t, j)
+			r.wantCode(t, 128+9)
+			r.wantMessage(t, fmt.Sprintf(`\brank %d killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.stage))
+			r.wantFaster(t, 30*time.Second)
+		})
+	}
 }
 
 // Open MPI jobs on two running daemons (pmid --daemon): each daemon
