@@ -17,6 +17,9 @@ var ErrNotSupported = errors.New("pmix: built without PMIx support (build with -
 // errNotFound answers a lookup that found none of its names.
 var errNotFound = errors.New("pmix: not found")
 
+// errJobClosed refuses or fails requests once the Job is closed.
+var errJobClosed = errors.New("pmix: job ended")
+
 // Config is one job's share of a node, as PMIx needs it.
 type Config struct {
 	Agent  *agent.Agent // the node's agent; the Job attaches to it as its external front end
@@ -241,63 +244,11 @@ func (j *Job) Close() {
 	registry.mu.Unlock()
 }
 
-// lookupJob returns the Job serving nspace, or nil.
-func lookupJob(nspace string) *Job {
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
-	return registry.jobs[nspace]
-}
-
-// maxQueued bounds the requests waiting for the worker: the ranks'
-// requests arrive as fast as they can send them, the worker serves them
-// one agent turn each.
-const maxQueued = 1 << 16
-
-// Why enqueue refused a request.
-var (
-	errJobClosed = errors.New("pmix: job ended")
-	errQueueFull = fmt.Errorf("pmix: more than %d requests waiting", maxQueued)
-)
-
-// enqueue hands r to the worker, or says why not (the Job is closed, or
-// too many requests wait): r is then not completed, the caller refuses
-// it.
-func (j *Job) enqueue(r *request) error {
-	j.mu.Lock()
-	switch {
-	case j.closed:
-		j.mu.Unlock()
-		return errJobClosed
-	case len(j.queue) >= maxQueued:
-		j.mu.Unlock()
-		return errQueueFull
-	}
-	j.queue = append(j.queue, r)
-	j.mu.Unlock()
-	j.signal()
-	return nil
-}
-
 func (j *Job) signal() {
 	select {
 	case j.wake <- struct{}{}:
 	default:
 	}
-}
-
-// wholeJob reports whether ranks name every rank of the job once.
-func (j *Job) wholeJob(ranks []int) bool {
-	if len(ranks) != j.cfg.Size {
-		return false
-	}
-	seen := make([]bool, j.cfg.Size)
-	for _, r := range ranks {
-		if r < 0 || r >= j.cfg.Size || seen[r] {
-			return false
-		}
-		seen[r] = true
-	}
-	return true
 }
 
 // run is the worker: it serves the queue until Close, then fails what is

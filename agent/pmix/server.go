@@ -256,3 +256,54 @@ func fpxWholeJob(nspace *C.char, ranks *C.uint, n C.int) C.int {
 	}
 	return 0
 }
+
+// The host callbacks' side of the Jobs (job.go).
+
+// lookupJob returns the Job serving nspace, or nil.
+func lookupJob(nspace string) *Job {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	return registry.jobs[nspace]
+}
+
+// maxQueued bounds the requests waiting for the worker: the ranks'
+// requests arrive as fast as they can send them, the worker serves them
+// one agent turn each.
+const maxQueued = 1 << 16
+
+// errQueueFull refuses a request when maxQueued wait.
+var errQueueFull = fmt.Errorf("pmix: more than %d requests waiting", maxQueued)
+
+// enqueue hands r to the worker, or says why not (the Job is closed, or
+// too many requests wait): r is then not completed, the caller refuses
+// it.
+func (j *Job) enqueue(r *request) error {
+	j.mu.Lock()
+	switch {
+	case j.closed:
+		j.mu.Unlock()
+		return errJobClosed
+	case len(j.queue) >= maxQueued:
+		j.mu.Unlock()
+		return errQueueFull
+	}
+	j.queue = append(j.queue, r)
+	j.mu.Unlock()
+	j.signal()
+	return nil
+}
+
+// wholeJob reports whether ranks name every rank of the job once.
+func (j *Job) wholeJob(ranks []int) bool {
+	if len(ranks) != j.cfg.Size {
+		return false
+	}
+	seen := make([]bool, j.cfg.Size)
+	for _, r := range ranks {
+		if r < 0 || r >= j.cfg.Size || seen[r] {
+			return false
+		}
+		seen[r] = true
+	}
+	return true
+}
