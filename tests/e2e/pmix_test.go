@@ -36,13 +36,17 @@ func (r result) wantNoORTE(t *testing.T) {
 	}
 }
 
+// With --verbose pmirun reports when every rank finalized: Open MPI's
+// finalize reached the agent through the PMIx server (a rank that ran as
+// an Open MPI singleton, without PMIx, would leave it "-").
 func TestOpenMPIAllreduce(t *testing.T) {
 	for _, size := range []int{1, 2, 8, 16} {
 		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
-			r := run(t, ompiJob(size, prog("ompi_allreduce")))
+			r := run(t, ompiJob(size, "--verbose", prog("ompi_allreduce")))
 			r.wantCode(t, 0)
 			r.wantAllreduce(t, size)
 			r.wantNoORTE(t)
+			r.wantMessage(t, `^pmirun: startup: .* all finalized at [0-9.]+m?s `)
 		})
 	}
 }
