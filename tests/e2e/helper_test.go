@@ -62,8 +62,13 @@ var cprogs = []struct {
 	{"pmi2_appnum", []string{"gcc"}, []string{"-lpmi2"}, ""},
 	{"pmi2_spawnbench", []string{"gcc"}, []string{"-lpmi2"}, ""},
 	{"pmi2_cost", []string{"gcc"}, []string{"-lpmi2", "-ldl"}, ""},
+	{"pmix_bench", []string{"gcc"}, nil, ""}, // with pkgConfig's flags
 	{"exit_early", []string{"gcc"}, nil, ""},
 }
+
+// pkgConfig names the pkg-config package whose compile and link flags a
+// program of cprogs needs.
+var pkgConfig = map[string]string{"pmix_bench": "pmix"}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fastpmi-e2e-")
@@ -147,6 +152,13 @@ func build(dir string) error {
 		}
 		args = append(args, "-O2", "-Wall", "-o", filepath.Join(dir, p.name), filepath.Join(src, name+".c"))
 		args = append(args, p.libs...)
+		if pkg := pkgConfig[p.name]; pkg != "" {
+			out, err := exec.Command("pkg-config", "--cflags", "--libs", pkg).Output()
+			if err != nil {
+				return fmt.Errorf("pkg-config --cflags --libs %s: %v (%s)", pkg, err, installHint)
+			}
+			args = append(args, strings.Fields(string(out))...)
+		}
 		cmd := exec.Command(p.cc[0], args...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("%s %s: %v\n%s\n(%s)", p.cc[0], strings.Join(args, " "), err, out, installHint)

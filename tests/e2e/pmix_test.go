@@ -111,6 +111,19 @@ func TestOpenMPIRankKilled(t *testing.T) {
 	}
 }
 
+// A PMIx client of its own (OpenPMIx's libpmix, no MPI): every rank puts
+// a key, fences with PMIX_COLLECT_DATA and reads every peer's key, each
+// value checked; the data crosses the agent's allgather.
+func TestPMIxClient(t *testing.T) {
+	for _, size := range []int{1, 4, 16} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			r := run(t, ompiJob(size, "--env", "FASTPMI_BENCH_VERBOSE=1", prog("pmix_bench")))
+			r.wantCode(t, 0)
+			r.wantOneLine(t, fmt.Sprintf(`^pmix_bench ok N=%d$`, size))
+		})
+	}
+}
+
 // MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name reach pmirun's
 // name service through the PMIx server's publish, lookup and unpublish;
 // the program checks the value, and that a lookup after unpublish fails.
@@ -149,6 +162,12 @@ func TestOpenMPIMultiNode(t *testing.T) {
 			r.wantNoORTE(t)
 		})
 	}
+	t.Run("pmix_bench/N=16", func(t *testing.T) {
+		j := cl.job("net", "--mpi", "pmix", "--env", "FASTPMI_BENCH_VERBOSE=1", "-n", "16", prog("pmix_bench"))
+		r := run(t, j)
+		r.wantCode(t, 0)
+		r.wantOneLine(t, `^pmix_bench ok N=16$`)
+	})
 	// A rank on another host than pmirun's killed before init, or after it
 	// while every other rank waits in a fence, ends the job naming it.
 	for _, tc := range []struct {
