@@ -12,7 +12,8 @@ CPROG      := build/cprog
 LIB        ?= build/lib
 N          ?= 8
 APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client openssh-server \
-              munge slurmctld slurmd slurm-client hwloc-nox groff-base
+              munge slurmctld slurmd slurm-client hwloc-nox groff-base \
+              libpmix-dev openmpi-bin libopenmpi-dev pkg-config
 FUZZTIME   ?= 30s
 
 .PHONY: help deps build run test test-race bench bench-scale plots fuzz check clean cprog tidy-check lib docs install install-check
@@ -38,8 +39,14 @@ deps: ## install what builds and tests need (Debian packages, Go modules)
 	fi
 	$(GO) mod download
 
-build: ## build pmirun, pmid, pmibench into build/bin
-	$(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/...
+# With OpenPMIx's server library installed (libpmix-dev), pmirun and pmid
+# are built with -tags pmix: they serve PMIx ranks (Open MPI) with
+# --mpi pmix (docs/pmix.md). Without it they build pure Go and say so.
+# (Expanded when used: deps may install the library first.)
+GOTAGS      = $(shell pkg-config --exists pmix 2>/dev/null && echo -tags pmix)
+
+build: ## build pmirun, pmid, pmibench into build/bin (with PMIx support when libpmix-dev is installed)
+	$(GO) build $(LDFLAGS) $(GOTAGS) -o $(BIN)/ ./cmd/...
 
 # libfastpmi (clib/): a drop-in libpmi2.so.0 over fastpmi's shared memory.
 # LIB=DIR builds it elsewhere (the end-to-end tests build their own);
@@ -64,20 +71,34 @@ $(LIB)/include/fastpmi/pmi2ext.h: clib/include/fastpmi/pmi2ext.h
 	cp $< $@
 
 CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args mpi_appnum
+CPROG_OMPI := ompi_allreduce ompi_abort ompi_die ompi_hello ompi_pubname
 CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench pmi2_cost pmi2_appnum
-CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_PMI2) exit_early forkfloor true_static)
+CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_OMPI) $(CPROG_PMI2) pmix_bench exit_early forkfloor true_static)
 CFLAGS     ?= -O2 -Wall
 
 cprog: $(CPROG_ALL) ## build the C test and benchmark programs into build/cprog
 
-# MPI programs: Debian's MPICH (PMI-1); PMI-2 programs: Slurm's libpmi2.
+# MPI programs: Debian's MPICH (PMI-1); Open MPI programs (ompi_*, PMIx):
+# Debian's Open MPI, from ompi_X.c or else the MPICH program's mpi_X.c;
+# PMI-2 programs: Slurm's libpmi2. Each MPI by its own compiler wrapper:
+# installing Open MPI moves Debian's mpicc alternative.
 $(CPROG_ALL): | deps
 $(addprefix $(CPROG)/,$(CPROG_MPI)): $(CPROG)/%: tests/cprog/%.c
 	@mkdir -p $(CPROG)
-	mpicc $(CFLAGS) -o $@ $<
+	mpicc.mpich $(CFLAGS) -o $@ $<
+$(CPROG)/ompi_die: tests/cprog/ompi_die.c
+	@mkdir -p $(CPROG)
+	mpicc.openmpi $(CFLAGS) -o $@ $<
+$(addprefix $(CPROG)/,$(filter-out ompi_die,$(CPROG_OMPI))): $(CPROG)/ompi_%: tests/cprog/mpi_%.c
+	@mkdir -p $(CPROG)
+	mpicc.openmpi $(CFLAGS) -o $@ $<
 $(addprefix $(CPROG)/,$(CPROG_PMI2)): $(CPROG)/%: tests/cprog/%.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) -o $@ $< -lpmi2 -ldl
+# A PMIx client of its own (OpenPMIx's libpmix): put, commit, fence, get.
+$(CPROG)/pmix_bench: tests/cprog/pmix_bench.c
+	@mkdir -p $(CPROG)
+	gcc $(CFLAGS) $$(pkg-config --cflags pmix) -o $@ $< $$(pkg-config --libs pmix)
 $(CPROG)/exit_early: tests/cprog/exit_early.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) -o $@ $<
@@ -100,9 +121,13 @@ tidy-check: ## fail if go.mod or go.sum is not tidy (prints the diff go mod tidy
 
 # Every package runs twice: at full speed, and under the race detector
 # (test-race). The end-to-end tests' programs are built without it.
+# agent/pmix's server tests need the pmix tag (GOTAGS: libpmix-dev, which
+# deps installs); the end-to-end tests build pmirun and pmid with it.
 test: deps tidy-check lib install-check ## install what is needed and run every test
 	$(GO) vet $(LDFLAGS) ./...
+	$(GO) vet $(LDFLAGS) $(GOTAGS) ./agent/pmix/ ./cmd/...
 	$(GO) test $(LDFLAGS) -count=1 -timeout 20m ./...
+	$(GO) test $(LDFLAGS) $(GOTAGS) -count=1 -race ./agent/pmix/
 	$(MAKE) --no-print-directory test-race
 	$(GO) test $(LDFLAGS) -count=1 -run '^$$' -bench . -benchtime=1x ./...
 

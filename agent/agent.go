@@ -204,6 +204,7 @@ type Agent struct {
 	listeners []net.Listener
 	seg       *shm.Segment // shared-memory segment served, or nil (also nil once closed)
 	shmDead   []bool       // local ranks whose request ring broke the protocol: not read again (shm.go)
+	ext       func(Reply)  // the external front end's replies (external.go), or nil; set once
 	// answers holds the done callbacks of ServeGet requests by the ID the
 	// core echoes in UpAnswer; answerSeq numbers them.
 	answers   map[uint64]func(val string, found bool, err error)
@@ -444,6 +445,8 @@ type turn struct {
 	rd     Ready
 	text   []textOut    // in order: direct answers, then core replies
 	shm    []Reply      // replies to shared-memory requests
+	ext    []Reply      // replies to the external front end's requests
+	extFn  func(Reply)  // where they go (Agent.ext when the turn was taken)
 	seg    *shm.Segment // the segment to publish in, nil without one
 	events []func()     // the front ends' own reports (protocol errors)
 
@@ -478,7 +481,9 @@ func (t *turn) free() {
 	clear(t.text)
 	clear(t.shm)
 	clear(t.events)
+	clear(t.ext)
 	t.text, t.shm, t.events, t.seg, t.self, t.final = t.text[:0], t.shm[:0], t.events[:0], nil, nil, false
+	t.ext, t.extFn = t.ext[:0], nil
 	t.read, t.cmd = time.Time{}, ""
 	turns.Put(t)
 }
@@ -504,6 +509,9 @@ func (t *turn) take(a *Agent) {
 			t.text = append(t.text, textOut{c: c, rq: rq, r: r, rank: a.ranks[r.Local].global})
 		case ViaShm:
 			t.shm = append(t.shm, r)
+		case ViaExternal:
+			t.ext = append(t.ext, r)
+			t.extFn = a.ext
 		}
 	}
 }
@@ -531,6 +539,11 @@ func (a *Agent) release(t *turn) {
 	for i := range t.text {
 		if o := &t.text[i]; o.rq != nil {
 			o.b = o.rq.encode(&o.r)
+		}
+	}
+	if t.extFn != nil {
+		for i := range t.ext {
+			t.extFn(t.ext[i])
 		}
 	}
 	if t.seg != nil {

@@ -111,6 +111,9 @@ type Config struct {
 	// (PMI_PORT and PMI_ID, Hydra's -pmi-port mode) instead of inheriting
 	// a PMI_FD socketpair.
 	PMIPort bool
+	// MPI is what ranks are served over besides PMI-1/PMI-2: "pmix"
+	// serves PMIx too (Open MPI; node.MPIPMIx); "" or "pmi" PMI only.
+	MPI string
 	// NoShm turns the shared-memory segment off: ranks get only PMI_FD
 	// (or PMI_PORT).
 	NoShm bool
@@ -196,6 +199,9 @@ func (c *Config) validate() error {
 	}
 	if len(c.EnvList) > 0 {
 		c.EnvNone = true
+	}
+	if err := node.CheckMPI(c.MPI); err != nil {
+		return err
 	}
 	if err := c.validatePlacement(); err != nil {
 		return err
@@ -321,7 +327,7 @@ func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
 	}
 	return &node.Spec{
 		JobID: c.JobID, Size: c.Size, Nodes: nodes, Mapping: mapping, Usize: c.UniverseSize,
-		Apps: apps, Env: c.Env, Label: c.Label, NoShm: c.NoShm, PMIPort: c.PMIPort,
+		Apps: apps, Env: c.Env, Label: c.Label, NoShm: c.NoShm, PMIPort: c.PMIPort, MPI: c.MPI,
 		TreeWidth: c.TreeWidth, NetBackend: c.NetBackend, NetTimeout: c.NetTimeout,
 		KillGrace: c.KillGrace, DisconnectGrace: c.DisconnectGrace, Verbose: c.Verbose,
 		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate,

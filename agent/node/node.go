@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/pmix"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/shm"
@@ -92,6 +93,11 @@ type Node struct {
 	// topo makes the node's topology file (topology.go), or is nil: the
 	// ranks are played, or lstopo is not installed.
 	topo *topology
+	// pmix serves the ranks over PMIx too (Spec.MPI "pmix", pmix.go), or
+	// is nil; pmixDir is the node's directory for Open MPI's shared-memory
+	// files, removed at Close.
+	pmix    *pmix.Job
+	pmixDir string
 }
 
 // New creates node o.Index of spec: its agent and shared-memory segment.
@@ -220,6 +226,10 @@ func New(spec *Spec, o Options) (*Node, error) {
 		}
 		ag.ServeListener(ln)
 		n.env = append(n.env, "PMI_PORT="+ln.Addr().String())
+	}
+	if err := n.startPMIx(); err != nil {
+		ag.Close()
+		return nil, err
 	}
 	return n, nil
 }
@@ -560,6 +570,7 @@ func (n *Node) Close() {
 	for _, f := range n.stdins {
 		f.Close() // those of ranks never started (the others' are closed)
 	}
+	n.closePMIx() // before the agent: its requests fail, none is left to the agent's end
 	n.ag.Close()
 	n.out.Wait(2 * time.Second)
 	// Every rank is judged (Live is 0): the goroutines still running are

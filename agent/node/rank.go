@@ -151,6 +151,16 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	if spec.PMIPort {
 		renv = append(renv, "PMI_ID="+n.pmiIDs[li])
 	}
+	if n.pmix != nil {
+		penv, err := n.pmix.Env(li)
+		if err != nil {
+			closeAgentEnd()
+			stdout.Close()
+			stderr.Close()
+			return nil, err
+		}
+		renv = append(renv, penv...)
+	}
 	cmd := &exec.Cmd{
 		Path:        n.paths[ai],
 		Args:        append([]string{app.Prog}, app.Args...),

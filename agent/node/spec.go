@@ -80,6 +80,11 @@ type Spec struct {
 	// PMIPort makes ranks connect to their agent over loopback TCP
 	// (PMI_PORT and PMI_ID) instead of inheriting a PMI_FD socketpair.
 	PMIPort bool `json:"pmiport,omitempty"`
+	// MPI is the process-management interface ranks are served over
+	// besides PMI-1/PMI-2: "pmix" also serves PMIx (Open MPI) through
+	// OpenPMIx's server library (agent/pmix; pmix.go); "" or "pmi" only
+	// PMI.
+	MPI string `json:"mpi,omitempty"`
 	// Root is where agents dial pmirun ("" for the fork bootstrap, whose
 	// node runs inside pmirun).
 	Root       string        `json:"root,omitempty"`

@@ -129,6 +129,7 @@ type options struct {
 	daemon       bool // time pmirun on running daemons against per-job loopback agents
 	daemonNodes  int
 	lib          string // a libpmi2.so.0 directory (libfastpmi): its own pmirun column, first
+	mpi          string // pmirun's --mpi ("" = its default)
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -152,6 +153,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.verbose, "v", false, "print every run as it finishes")
 	fs.BoolVar(&o.daemon, "daemon", false, "instead of Hydra, time pmirun on running daemons (pmid --daemon, started by pmibench) against per-job agents over the loopback bootstrap")
 	fs.StringVar(&o.lib, "lib", "", "directory of another libpmi2.so.0 (e.g. build/lib, libfastpmi): adds a first column, pmirun with ranks loading it (LD_LIBRARY_PATH) over shared memory (FASTPMI_TRANSPORT=shm)")
+	fs.StringVar(&o.mpi, "mpi", "", "pmirun's --mpi for every job (pmix: Open MPI programs; compare with Open MPI's mpirun as -mpiexec)")
 	fs.IntVar(&o.daemonNodes, "daemon-nodes", 2, "with -daemon: daemons, and loopback agents per job (fewer when N is smaller)")
 	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec, alternating runs."); err != nil {
 		return o, err
@@ -278,6 +280,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	launchers := []Launcher{{Name: "pmirun", Path: pmirun}}
+	if o.mpi != "" {
+		launchers[0].Args = []string{"--mpi", o.mpi}
+	}
 	hydra, err := findMpiexec(o.mpiexec)
 	if o.daemon {
 		ds, err := startDaemons(ctx, pmirun, o.daemonNodes, stderr)

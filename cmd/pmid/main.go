@@ -23,9 +23,12 @@ package main
 import (
 	"os"
 
+	"github.com/fastpmi/fastpmi/agent/pmix"
 	"github.com/fastpmi/fastpmi/internal/agentmain"
 )
 
 func main() {
-	os.Exit(agentmain.Main("pmid", os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil))
+	code := agentmain.Main("pmid", os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil)
+	pmix.Shutdown() // the PMIx server of --mpi pmix jobs, if one started
+	os.Exit(code)
 }

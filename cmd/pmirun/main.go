@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/fastpmi/fastpmi/agent/pmix"
 	"github.com/fastpmi/fastpmi/internal/cli"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/internal/version"
@@ -31,7 +32,11 @@ import (
 	"github.com/fastpmi/fastpmi/perf"
 )
 
-func main() { os.Exit(run()) }
+func main() {
+	code := run()
+	pmix.Shutdown() // the PMIx server of --mpi pmix jobs, if one started
+	os.Exit(code)
+}
 
 func run() int {
 	cfg, err := cli.Parse(os.Args[1:])

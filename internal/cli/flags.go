@@ -54,6 +54,9 @@ var flagTable = []*Flag{
 	{Names: []string{"-i", "--stdin", "--input"}, Arg: "WHO", Nargs: 1, Group: "job", Choices: []string{"0", "all", "none"},
 		Help: "who reads pmirun's standard input: a rank number (default 0), all, or none (like srun --input)",
 		set:  func(p *parser, v []string) error { return stdinRank(v[0], &p.cfg.StdinRank) }},
+	{Names: []string{"--mpi"}, Arg: "TYPE", Nargs: 1, Group: "job", Choices: []string{node.MPIPMI, node.MPIPMIx},
+		Help: "what ranks may speak: pmi (PMI-1/PMI-2, the default) or pmix (PMIx as well, for Open MPI; needs a build with PMIx support)",
+		set:  func(p *parser, v []string) error { p.cfg.MPI = v[0]; return nil }},
 	{Names: []string{"--usize"}, Arg: "N", Nargs: 1, Group: "job",
 		Help: "universe size answered to get_universe_size (default -1, unlimited)",
 		set: func(p *parser, v []string) error {

@@ -80,6 +80,12 @@ var fileRules = []fileRule{
 		allowed: inPkg(module+"/shm", module+"/internal/sys"),
 	},
 	{
+		name:    "cgo",
+		paths:   []string{"C"},
+		where:   "only agent/pmix (OpenPMIx's server library, behind the pmix build tag) and clib/cfuzz (tests) may",
+		allowed: inPkg(module+"/agent/pmix", module+"/clib/cfuzz"),
+	},
+	{
 		name:  "giouring",
 		paths: []string{"github.com/pawelgaczynski/giouring"},
 		where: "only netio's _linux.go files may",

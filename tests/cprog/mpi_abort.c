@@ -1,5 +1,6 @@
 /* mpi_abort: after MPI_Init, the rank given by argv[1] (default 1; the last
- * rank if the job is smaller) calls MPI_Abort(MPI_COMM_WORLD, 7). Every
+ * rank if the job is smaller) calls MPI_Abort(MPI_COMM_WORLD, argv[2],
+ * default 7). Built with MPICH and, as ompi_abort, with Open MPI. Every
  * other rank prints "waiting rank R" and sleeps: the launcher must kill it.
  * A rank still alive after 60 s says so on stderr and exits 1. */
 #include <mpi.h>
@@ -11,6 +12,7 @@ int main(int argc, char **argv)
 {
     int rank, size;
     int victim = argc > 1 ? atoi(argv[1]) : 1;
+    int code = argc > 2 ? atoi(argv[2]) : 7;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -19,8 +21,8 @@ int main(int argc, char **argv)
         victim = size - 1;
 
     if (rank == victim) {
-        fprintf(stderr, "mpi_abort: rank %d calls MPI_Abort(7)\n", rank);
-        MPI_Abort(MPI_COMM_WORLD, 7);
+        fprintf(stderr, "mpi_abort: rank %d calls MPI_Abort(%d)\n", rank, code);
+        MPI_Abort(MPI_COMM_WORLD, code);
         fprintf(stderr, "mpi_abort: rank %d: MPI_Abort returned\n", rank);
         return 1;
     }

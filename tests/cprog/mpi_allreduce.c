@@ -1,5 +1,7 @@
 /* mpi_allreduce: every rank contributes rank+1 to an MPI_Allreduce(SUM) and
  * checks the result against N(N+1)/2, then all meet in an MPI_Barrier.
+ * Built with MPICH (PMI-1) and, as ompi_allreduce, with Open MPI (PMIx):
+ * the rank's PMI_SIZE and, when set, PMIX_RANK must agree with MPI.
  *
  * Output: every rank prints "ok rank R of N"; rank 0 also prints
  * "allreduce ok N=<n> sum=<s>". Any mismatch is reported on stderr and the
@@ -19,6 +21,12 @@ int main(int argc, char **argv)
     const char *env_size = getenv("PMI_SIZE");
     if (env_size != NULL && atoi(env_size) != size) {
         fprintf(stderr, "mpi_allreduce: rank %d: MPI size %d but PMI_SIZE=%s\n", rank, size, env_size);
+        return 1;
+    }
+
+    const char *env_rank = getenv("PMIX_RANK");
+    if (env_rank != NULL && atoi(env_rank) != rank) {
+        fprintf(stderr, "mpi_allreduce: rank %d: PMIX_RANK=%s\n", rank, env_rank);
         return 1;
     }
 

@@ -1,4 +1,5 @@
-/* mpi_hello: the smallest MPI program, the start-up benchmark workload.
+/* mpi_hello: the smallest MPI program, the start-up benchmark workload
+ * (built with MPICH, and with Open MPI as ompi_hello).
  * Silent unless FASTPMI_HELLO_VERBOSE is set, then it prints
  * "hello from rank R of N". */
 #include <mpi.h>

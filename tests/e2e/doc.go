@@ -9,7 +9,8 @@
 // pmirun --env), so a test can find the ranks of its own job in /proc and
 // check that none outlives pmirun, whatever else runs on the machine.
 //
-// The package holds no code beside its tests; it needs mpicc (mpich,
-// libmpich-dev) and <slurm/pmi2.h> (libpmi2-0-dev), which `make test`
-// installs.
+// The package holds no code beside its tests; it needs mpicc.mpich (mpich,
+// libmpich-dev), <slurm/pmi2.h> (libpmi2-0-dev), mpicc.openmpi and
+// OpenPMIx (openmpi-bin, libopenmpi-dev, libpmix-dev: pmirun and pmid are
+// built with -tags pmix), which `make test` installs.
 package e2e

@@ -24,7 +24,7 @@ import (
 const markerVar = "FASTPMI_TEST_MARKER"
 
 // installHint ends every message about a missing tool.
-const installHint = "run make test, which installs mpich libmpich-dev libpmi2-0-dev, OpenSSH and Slurm"
+const installHint = "run make test, which installs mpich libmpich-dev libpmi2-0-dev, libpmix-dev openmpi-bin libopenmpi-dev, OpenSSH and Slurm"
 
 // binDir holds pmirun and the C programs, built once by TestMain.
 var binDir string
@@ -36,26 +36,39 @@ func pmirun() string { return filepath.Join(binDir, "pmirun") }
 func prog(name string) string { return filepath.Join(binDir, name) }
 
 // cprogs are the programs TestMain compiles: name → compiler command
-// (source and output are appended).
+// (source and output are appended); the source is tests/cprog/<src or
+// name>.c.
 var cprogs = []struct {
 	name string
 	cc   []string
 	libs []string
+	src  string
 }{
-	{"mpi_allreduce", []string{"mpicc"}, nil},
-	{"mpi_hello", []string{"mpicc"}, nil},
-	{"mpi_abort", []string{"mpicc"}, nil},
-	{"mpi_pubname", []string{"mpicc"}, nil},
-	{"mpi_args", []string{"mpicc"}, nil},
-	{"mpi_appnum", []string{"mpicc"}, nil},
-	{"pmi2_test", []string{"gcc"}, []string{"-lpmi2"}},
-	{"pmi2_bench", []string{"gcc"}, []string{"-lpmi2"}},
-	{"pmi2_spawn", []string{"gcc"}, []string{"-lpmi2"}},
-	{"pmi2_appnum", []string{"gcc"}, []string{"-lpmi2"}},
-	{"pmi2_spawnbench", []string{"gcc"}, []string{"-lpmi2"}},
-	{"pmi2_cost", []string{"gcc"}, []string{"-lpmi2", "-ldl"}},
-	{"exit_early", []string{"gcc"}, nil},
+	{"mpi_allreduce", []string{"mpicc.mpich"}, nil, ""},
+	{"mpi_hello", []string{"mpicc.mpich"}, nil, ""},
+	{"mpi_abort", []string{"mpicc.mpich"}, nil, ""},
+	{"mpi_pubname", []string{"mpicc.mpich"}, nil, ""},
+	{"mpi_args", []string{"mpicc.mpich"}, nil, ""},
+	{"mpi_appnum", []string{"mpicc.mpich"}, nil, ""},
+	// Open MPI (PMIx) builds of the MPICH programs, and one of its own.
+	{"ompi_allreduce", []string{"mpicc.openmpi"}, nil, "mpi_allreduce"},
+	{"ompi_abort", []string{"mpicc.openmpi"}, nil, "mpi_abort"},
+	{"ompi_hello", []string{"mpicc.openmpi"}, nil, "mpi_hello"},
+	{"ompi_pubname", []string{"mpicc.openmpi"}, nil, "mpi_pubname"},
+	{"ompi_die", []string{"mpicc.openmpi"}, nil, ""},
+	{"pmi2_test", []string{"gcc"}, []string{"-lpmi2"}, ""},
+	{"pmi2_bench", []string{"gcc"}, []string{"-lpmi2"}, ""},
+	{"pmi2_spawn", []string{"gcc"}, []string{"-lpmi2"}, ""},
+	{"pmi2_appnum", []string{"gcc"}, []string{"-lpmi2"}, ""},
+	{"pmi2_spawnbench", []string{"gcc"}, []string{"-lpmi2"}, ""},
+	{"pmi2_cost", []string{"gcc"}, []string{"-lpmi2", "-ldl"}, ""},
+	{"pmix_bench", []string{"gcc"}, nil, ""}, // with pkgConfig's flags
+	{"exit_early", []string{"gcc"}, nil, ""},
 }
+
+// pkgConfig names the pkg-config package whose compile and link flags a
+// program of cprogs needs.
+var pkgConfig = map[string]string{"pmix_bench": "pmix"}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fastpmi-e2e-")
@@ -82,14 +95,24 @@ func build(dir string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := exec.LookPath("mpicc"); err != nil {
-		return fmt.Errorf("mpicc not found (%v): %s", err, installHint)
+	// Each MPI by its own wrapper: installing Open MPI moves Debian's
+	// mpicc alternative away from MPICH.
+	for _, cc := range []string{"mpicc.mpich", "mpicc.openmpi"} {
+		if _, err := exec.LookPath(cc); err != nil {
+			return fmt.Errorf("%s not found (%v): %s", cc, err, installHint)
+		}
 	}
 	if _, err := exec.LookPath("gcc"); err != nil {
 		return fmt.Errorf("gcc not found (%v): %s", err, installHint)
 	}
 	if _, err := os.Stat("/usr/include/slurm/pmi2.h"); err != nil {
 		return fmt.Errorf("libpmi2 header <slurm/pmi2.h> missing (%v): %s", err, installHint)
+	}
+
+	// pmirun and pmid serve PMIx ranks (Open MPI) only when built with
+	// OpenPMIx's server library (agent/pmix, -tags pmix).
+	if err := exec.Command("pkg-config", "--exists", "pmix").Run(); err != nil {
+		return fmt.Errorf("OpenPMIx (pkg-config pmix) not found (%v): %s", err, installHint)
 	}
 
 	// go test puts its own GOROOT/bin first in the test's PATH.
@@ -111,7 +134,7 @@ func build(dir string) error {
 		{"scribbler", "./tests/e2e/scribbler"},
 		{"pmibench", "./cmd/pmibench"},
 	} {
-		cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-tags", "pmix", "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
@@ -124,8 +147,19 @@ func build(dir string) error {
 	src := filepath.Join(root, "tests", "cprog")
 	for _, p := range cprogs {
 		args := append([]string{}, p.cc[1:]...)
-		args = append(args, "-O2", "-Wall", "-o", filepath.Join(dir, p.name), filepath.Join(src, p.name+".c"))
+		name := p.name
+		if p.src != "" {
+			name = p.src
+		}
+		args = append(args, "-O2", "-Wall", "-o", filepath.Join(dir, p.name), filepath.Join(src, name+".c"))
 		args = append(args, p.libs...)
+		if pkg := pkgConfig[p.name]; pkg != "" {
+			out, err := exec.Command("pkg-config", "--cflags", "--libs", pkg).Output()
+			if err != nil {
+				return fmt.Errorf("pkg-config --cflags --libs %s: %v (%s)", pkg, err, installHint)
+			}
+			args = append(args, strings.Fields(string(out))...)
+		}
 		cmd := exec.Command(p.cc[0], args...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("%s %s: %v\n%s\n(%s)", p.cc[0], strings.Join(args, " "), err, out, installHint)

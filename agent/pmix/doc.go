@@ -1,0 +1,32 @@
+// Package pmix serves PMIx ranks (Open MPI, MPICH built for PMIx) from the
+// node agent, through OpenPMIx's server library: it is a front end of the
+// agent like the text protocol and shared memory are, and the only cgo
+// package a program of the module links.
+//
+// Model. One PMIx server per process (PMIx_server_init at the first Job,
+// PMIx_server_finalize at Shutdown, which pmirun and pmid call as they
+// exit: OpenPMIx cannot start a second server in a process, so a pmid
+// daemon serving many jobs keeps one), one namespace per job and node
+// (PMIx_server_register_nspace with the job's size, universe size, node
+// and process maps, local peers and each rank's local, node and app
+// ranks), one registered client per rank (PMIx_server_register_client
+// and PMIx_server_setup_fork, Job.Env, before the rank is forked). The
+// server library's host callbacks — client connected, finalized, abort,
+// fence, publish, lookup, unpublish — run on PMIx's progress thread: they
+// copy their request and hand it to the Job's worker goroutine, which
+// steps the agent's core (agent.StepExternal) as init, finalize, abort,
+// an allgather epoch (the fence: the node's collected data is the first
+// local rank's value, every node's data concatenated in rank order comes
+// back) and name operations; the replies complete the callbacks.
+// Direct modex answers "not supported" (Open MPI 4.1 exchanges all its
+// data in the fence; docs/pmix.md).
+//
+// The C side is built only with the pmix build tag (make adds it when
+// pkg-config finds OpenPMIx); without it NewJob returns ErrNotSupported
+// and the rest of the module stays pure Go.
+//
+// Lifetimes. NewJob registers the namespace and starts the worker; Close
+// fails what is still queued or waiting, stops the worker and
+// deregisters the namespace. The node closes the Job before its agent.
+// Shutdown ends the server for good.
+package pmix

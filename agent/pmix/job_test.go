@@ -1,0 +1,167 @@
+//go:build pmix
+
+package pmix
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/tree"
+)
+
+// events records what the agent reports to its launcher.
+type events struct {
+	agent.NoEvents
+	ch chan string
+}
+
+func (e events) RankInit(r int)                { e.ch <- "init " + string(rune('0'+r)) }
+func (e events) RankFinalized(r int)           { e.ch <- "finalized " + string(rune('0'+r)) }
+func (e events) Abort(r, code int, msg string) { e.ch <- "abort " + string(rune('0'+r)) + " " + msg }
+
+// call hands r to j as a host callback would and waits for its result.
+func call(t *testing.T, j *Job, r *request) result {
+	t.Helper()
+	ch := make(chan result, 1)
+	r.done = func(res result) { ch <- res }
+	if err := j.enqueue(r); err != nil {
+		t.Fatalf("request %v refused: %v", r.kind, err)
+	}
+	select {
+	case res := <-ch:
+		return res
+	case <-time.After(30 * time.Second):
+		t.Fatalf("request %v not completed", r.kind)
+	}
+	return result{}
+}
+
+// The front end against a real agent (one node): each kind of host
+// callback becomes its agent operation and completes with the agent's
+// answer.
+func TestJobRequests(t *testing.T) {
+	ev := events{ch: make(chan string, 16)}
+	a, err := agent.New(agent.Config{Size: 2, Local: []int{0, 1}, Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	j, err := NewJob(Config{Agent: a, Nspace: "job-requests", Size: 2, Nodes: [][]int{{0, 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	want := func(e string) {
+		t.Helper()
+		if got := <-ev.ch; got != e {
+			t.Errorf("event %q, want %q", got, e)
+		}
+	}
+	for r := range 2 {
+		if res := call(t, j, &request{kind: reqConnected, rank: r}); res.err != nil {
+			t.Fatalf("connected %d: %v", r, res.err)
+		}
+		want("init " + string(rune('0'+r)))
+	}
+	if res := call(t, j, &request{kind: reqConnected, rank: 5}); res.err == nil {
+		t.Error("a rank the node does not serve connected")
+	}
+	// A fence with the node's data gets it back (one node: the job's data);
+	// one without gets nothing; both are allgather epochs of the core.
+	if res := call(t, j, &request{kind: reqFence, rank: -1, data: []byte("blob\x00data")}); res.err != nil || string(res.data) != "blob\x00data" {
+		t.Errorf("fence with data: %q, %v", res.data, res.err)
+	}
+	if res := call(t, j, &request{kind: reqFence, rank: -1}); res.err != nil || len(res.data) != 0 {
+		t.Errorf("fence without data: %q, %v", res.data, res.err)
+	}
+	if res := call(t, j, &request{kind: reqPublish, rank: 0, strs: []string{"svc", "port-1", "svc2", "port-2"}}); res.err != nil {
+		t.Fatalf("publish: %v", res.err)
+	}
+	res := call(t, j, &request{kind: reqLookup, rank: 1, strs: []string{"nope", "svc2", "svc"}})
+	if res.err != nil || len(res.found) != 4 || res.found[0] != "svc2" || res.found[1] != "port-2" || res.found[2] != "svc" || res.found[3] != "port-1" {
+		t.Errorf("lookup: %q, %v", res.found, res.err)
+	}
+	if res := call(t, j, &request{kind: reqUnpublish, rank: 0, strs: []string{"svc"}}); res.err != nil {
+		t.Errorf("unpublish: %v", res.err)
+	}
+	if res := call(t, j, &request{kind: reqLookup, rank: 1, strs: []string{"svc"}}); !errors.Is(res.err, errNotFound) {
+		t.Errorf("lookup after unpublish: %q, %v; want errNotFound", res.found, res.err)
+	}
+	if res := call(t, j, &request{kind: reqPublish, rank: 0, strs: []string{"bad\x00name", "p"}}); res.err == nil {
+		t.Error("a name with a NUL byte was published")
+	}
+	if res := call(t, j, &request{kind: reqAbort, rank: 1, code: 3, msg: "bye"}); res.err != nil {
+		t.Errorf("abort: %v", res.err)
+	}
+	want("abort 1 bye")
+	if res := call(t, j, &request{kind: reqFinalized, rank: 0}); res.err != nil {
+		t.Errorf("finalized: %v", res.err)
+	}
+	want("finalized 0")
+	if _, fin := a.RankStatus(0); !fin {
+		t.Error("the agent does not count rank 0 finalized")
+	}
+}
+
+// A fence whose peer is gone fails, as a PMI fence does; Close fails a
+// fence still waiting and refuses later requests.
+func TestJobFenceFailures(t *testing.T) {
+	a, err := agent.New(agent.Config{Size: 3, Local: []int{0, 1}, Upstream: stuck{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	j, err := NewJob(Config{Agent: a, Nspace: "job-failures", Size: 3, Nodes: [][]int{{0, 1}, {2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other node never answers (stuck): the fence waits until Close.
+	ch := make(chan result, 1)
+	if err := j.enqueue(&request{kind: reqFence, rank: -1, data: []byte("x"), done: func(r result) { ch <- r }}); err != nil {
+		t.Fatalf("fence refused: %v", err)
+	}
+	select {
+	case r := <-ch:
+		t.Fatalf("fence completed without the other node: %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	j.Close()
+	select {
+	case r := <-ch:
+		if r.err == nil {
+			t.Error("a fence pending at Close succeeded")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close left a fence pending")
+	}
+	if err := j.enqueue(&request{kind: reqConnected, rank: 0, done: func(result) {}}); !errors.Is(err, errJobClosed) {
+		t.Errorf("a closed job's enqueue: %v, want errJobClosed", err)
+	}
+
+	// A local rank gone before the node's fence: the fence fails naming it.
+	a2, err := agent.New(agent.Config{Size: 2, Local: []int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	j2, err := NewJob(Config{Agent: a2, Nspace: "job-gone", Size: 2, Nodes: [][]int{{0, 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	a2.RankGone(1, "killed by signal 9")
+	if res := call(t, j2, &request{kind: reqFence, rank: -1}); res.err == nil {
+		t.Error("a fence with a dead local rank succeeded")
+	} else if want := "rank 1"; !strings.Contains(res.err.Error(), want) {
+		t.Errorf("fence error %q does not name %s", res.err, want)
+	}
+}
+
+// stuck is an Upstream whose collectives never complete.
+type stuck struct{ agent.Upstream }
+
+func (stuck) Allgather(uint64, []tree.Entry, func([][]byte, error)) {}
+func (stuck) RingLayout(local int) (int, int)                       { return 0, local }

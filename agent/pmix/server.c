@@ -1,0 +1,430 @@
+//go:build pmix
+
+// The C side of agent/pmix: OpenPMIx's server library, its host module
+// (whose callbacks hand every request to Go through the exported fpx*
+// functions and return at once) and the completions Go calls later.
+// PMIx runs the callbacks on its own progress thread; nothing here blocks
+// on it, and nothing waits for PMIx but the blocking helpers at the end,
+// which Go calls from its own goroutines.
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pmix.h>
+#include <pmix_server.h>
+
+#include "server.h"
+#include "_cgo_export.h"
+
+// --- host callbacks: copy what Go needs, hand it over, return ---------
+
+static pmix_status_t queued(int rc)
+{
+    // Go returns 0 when it took the request (it completes it later),
+    // else a PMIx status to return at once without a callback.
+    return rc == 0 ? PMIX_SUCCESS : rc;
+}
+
+static fpx_cb *newcb(void *cbdata)
+{
+    fpx_cb *cb = calloc(1, sizeof(*cb));
+    if (cb != NULL)
+        cb->cbdata = cbdata;
+    return cb;
+}
+
+// op_request hands over a request completed by a pmix_op_cbfunc_t.
+static pmix_status_t op_request(int kind, const pmix_proc_t *proc, int code, const char *msg,
+                                char **strs, int n, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    fpx_cb *cb = newcb(cbdata);
+    if (cb == NULL)
+        return PMIX_ERR_NOMEM;
+    cb->op = cbfunc;
+    int rc = fpxRequest(kind, (char *)proc->nspace, proc->rank, code, (char *)msg, strs, n, cb);
+    if (rc != 0)
+        free(cb);
+    return queued(rc);
+}
+
+static pmix_status_t client_connected(const pmix_proc_t *proc, void *server_object,
+                                      pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)server_object;
+    return op_request(FPX_CONNECTED, proc, 0, NULL, NULL, 0, cbfunc, cbdata);
+}
+
+static pmix_status_t client_finalized(const pmix_proc_t *proc, void *server_object,
+                                      pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)server_object;
+    return op_request(FPX_FINALIZED, proc, 0, NULL, NULL, 0, cbfunc, cbdata);
+}
+
+static pmix_status_t abort_fn(const pmix_proc_t *proc, void *server_object, int status,
+                              const char msg[], pmix_proc_t procs[], size_t nprocs,
+                              pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)server_object;
+    (void)procs;
+    (void)nprocs; // whoever the rank names, the whole job ends (as PMI-2 abort)
+    return op_request(FPX_ABORT, proc, status, msg, NULL, 0, cbfunc, cbdata);
+}
+
+// whole reports whether procs name every rank of one nspace (a wildcard,
+// or each rank once), the only fence fastpmi serves; it stores the nspace.
+static int whole(const pmix_proc_t procs[], size_t nprocs, const char **ns)
+{
+    if (nprocs == 0)
+        return 0;
+    *ns = procs[0].nspace;
+    for (size_t i = 0; i < nprocs; i++) {
+        if (strncmp(procs[i].nspace, *ns, PMIX_MAX_NSLEN) != 0)
+            return 0;
+        if (procs[i].rank == PMIX_RANK_WILDCARD && nprocs != 1)
+            return 0;
+    }
+    if (nprocs == 1 && procs[0].rank == PMIX_RANK_WILDCARD)
+        return 1;
+    return -(int)nprocs; // Go checks that they are every rank
+}
+
+static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
+                              const pmix_info_t info[], size_t ninfo,
+                              char *data, size_t ndata,
+                              pmix_modex_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info;
+    (void)ninfo; // PMIX_COLLECT_DATA is the server library's business: it sends data or not
+    const char *ns = NULL;
+    int w = whole(procs, nprocs, &ns);
+    if (w == 0)
+        return PMIX_ERR_NOT_SUPPORTED;
+    if (w < 0) {
+        // An explicit list: Go accepts it only if it names every rank.
+        unsigned int *ranks = malloc(nprocs * sizeof(*ranks));
+        if (ranks == NULL)
+            return PMIX_ERR_NOMEM;
+        for (size_t i = 0; i < nprocs; i++)
+            ranks[i] = procs[i].rank;
+        int ok = fpxWholeJob((char *)ns, ranks, (int)nprocs);
+        free(ranks);
+        if (!ok)
+            return PMIX_ERR_NOT_SUPPORTED;
+    }
+    fpx_cb *cb = newcb(cbdata);
+    if (cb == NULL)
+        return PMIX_ERR_NOMEM;
+    cb->modex = cbfunc;
+    int rc = fpxRequest(FPX_FENCE, (char *)ns, PMIX_RANK_WILDCARD, 0, data, NULL, (int)ndata, cb);
+    if (rc != 0)
+        free(cb);
+    return queued(rc);
+}
+
+static pmix_status_t dmodex(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
+                            pmix_modex_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)proc;
+    (void)info;
+    (void)ninfo;
+    (void)cbfunc;
+    (void)cbdata;
+    // Open MPI 4.1 exchanges everything in its fence (full modex); a
+    // direct modex would need the on-demand get path (docs/pmix.md).
+    return PMIX_ERR_NOT_SUPPORTED;
+}
+
+static pmix_status_t publish(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
+                             pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ninfo; i++)
+        if (!PMIX_CHECK_RESERVED_KEY(info[i].key))
+            n++;
+    if (n == 0)
+        return PMIX_ERR_BAD_PARAM;
+    // keys and values alternate in one NULL-ended array: key, value, ...
+    char **kv = calloc(2 * n + 1, sizeof(char *));
+    if (kv == NULL)
+        return PMIX_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (PMIX_CHECK_RESERVED_KEY(info[i].key))
+            continue;
+        if (info[i].value.type != PMIX_STRING || info[i].value.data.string == NULL) {
+            free(kv);
+            return PMIX_ERR_NOT_SUPPORTED; // names publish strings (ports), nothing else
+        }
+        kv[k++] = (char *)info[i].key;
+        kv[k++] = info[i].value.data.string;
+    }
+    pmix_status_t rc = op_request(FPX_PUBLISH, proc, 0, NULL, kv, (int)(2 * n), cbfunc, cbdata);
+    free(kv);
+    return rc;
+}
+
+static int count(char **keys)
+{
+    int n = 0;
+    while (keys != NULL && keys[n] != NULL)
+        n++;
+    return n;
+}
+
+static pmix_status_t lookup(const pmix_proc_t *proc, char **keys, const pmix_info_t info[], size_t ninfo,
+                            pmix_lookup_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info;
+    (void)ninfo; // PMIX_WAIT is not served: a lookup answers at once
+    int n = count(keys);
+    if (n == 0)
+        return PMIX_ERR_BAD_PARAM;
+    fpx_cb *cb = newcb(cbdata);
+    if (cb == NULL)
+        return PMIX_ERR_NOMEM;
+    cb->lookup = cbfunc;
+    int rc = fpxRequest(FPX_LOOKUP, (char *)proc->nspace, proc->rank, 0, NULL, keys, n, cb);
+    if (rc != 0)
+        free(cb);
+    return queued(rc);
+}
+
+static pmix_status_t unpublish(const pmix_proc_t *proc, char **keys, const pmix_info_t info[], size_t ninfo,
+                               pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info;
+    (void)ninfo;
+    int n = count(keys);
+    if (n == 0)
+        return PMIX_ERR_NOT_SUPPORTED; // "everything this rank published": not tracked
+    return op_request(FPX_UNPUBLISH, proc, 0, NULL, keys, n, cbfunc, cbdata);
+}
+
+static pmix_server_module_t module = {
+    .client_connected = client_connected,
+    .client_finalized = client_finalized,
+    .abort = abort_fn,
+    .fence_nb = fence_nb,
+    .direct_modex = dmodex,
+    .publish = publish,
+    .lookup = lookup,
+    .unpublish = unpublish,
+};
+
+// --- completions, called from Go ---------------------------------------
+
+void fpx_op_done(fpx_cb *cb, int status)
+{
+    if (cb->op != NULL)
+        cb->op(status, cb->cbdata);
+    free(cb);
+}
+
+static void release_blob(void *p) { free(p); }
+
+void fpx_modex_done(fpx_cb *cb, int status, const char *data, int n)
+{
+    char *copy = NULL;
+    if (status == PMIX_SUCCESS && n > 0) {
+        copy = malloc((size_t)n);
+        if (copy == NULL) {
+            status = PMIX_ERR_NOMEM;
+            n = 0;
+        } else {
+            memcpy(copy, data, (size_t)n);
+        }
+    } else {
+        n = 0;
+    }
+    // PMIx holds the blob until it calls release_blob.
+    cb->modex(status, copy, (size_t)n, cb->cbdata, copy != NULL ? release_blob : NULL, copy);
+    free(cb);
+}
+
+void fpx_lookup_done(fpx_cb *cb, int status, const char *nspace, char **kv, int n)
+{
+    pmix_pdata_t *pd = NULL;
+    size_t npd = (size_t)n / 2;
+    if (status == PMIX_SUCCESS && npd > 0) {
+        PMIX_PDATA_CREATE(pd, npd);
+        for (size_t i = 0; i < npd; i++) {
+            PMIX_LOAD_PROCID(&pd[i].proc, nspace, PMIX_RANK_WILDCARD);
+            PMIX_LOAD_KEY(pd[i].key, kv[2 * i]);
+            PMIX_VALUE_LOAD(&pd[i].value, kv[2 * i + 1], PMIX_STRING);
+        }
+    } else {
+        npd = 0;
+    }
+    cb->lookup(status, pd, npd, cb->cbdata);
+    if (pd != NULL)
+        PMIX_PDATA_FREE(pd, npd);
+    free(cb);
+}
+
+// --- blocking helpers, for Go's goroutines (never the progress thread) --
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    pmix_status_t status;
+} waiter;
+
+static void waiter_init(waiter *w)
+{
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->done = 0;
+    w->status = PMIX_SUCCESS;
+}
+
+static void waiter_done(pmix_status_t status, void *cbdata)
+{
+    waiter *w = cbdata;
+    pthread_mutex_lock(&w->mu);
+    w->status = status;
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static pmix_status_t waiter_wait(waiter *w, pmix_status_t rc)
+{
+    if (rc == PMIX_OPERATION_SUCCEEDED)
+        rc = PMIX_SUCCESS;
+    else if (rc == PMIX_SUCCESS) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->done)
+            pthread_cond_wait(&w->cv, &w->mu);
+        rc = w->status;
+        pthread_mutex_unlock(&w->mu);
+    }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return rc;
+}
+
+int fpx_init(const char *tmpdir)
+{
+    pmix_info_t *info;
+    PMIX_INFO_CREATE(info, 4);
+    PMIX_INFO_LOAD(&info[0], PMIX_SERVER_TMPDIR, tmpdir, PMIX_STRING);
+    PMIX_INFO_LOAD(&info[1], PMIX_SYSTEM_TMPDIR, tmpdir, PMIX_STRING);
+    bool no = false, yes = true;
+    PMIX_INFO_LOAD(&info[2], PMIX_SERVER_TOOL_SUPPORT, &no, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info[3], PMIX_SERVER_SHARE_TOPOLOGY, &yes, PMIX_BOOL);
+    pmix_status_t rc = PMIx_server_init(&module, info, 4);
+    PMIX_INFO_FREE(info, 4);
+    return rc;
+}
+
+int fpx_finalize(void) { return PMIx_server_finalize(); }
+
+const char *fpx_error(int status) { return PMIx_Error_string(status); }
+
+static void load_u32(pmix_info_t *i, const char *key, uint32_t v) { PMIX_INFO_LOAD(i, key, &v, PMIX_UINT32); }
+static void load_u16(pmix_info_t *i, const char *key, uint16_t v) { PMIX_INFO_LOAD(i, key, &v, PMIX_UINT16); }
+static void load_rank(pmix_info_t *i, const char *key, pmix_rank_t v) { PMIX_INFO_LOAD(i, key, &v, PMIX_PROC_RANK); }
+
+int fpx_register_nspace(const fpx_job *j)
+{
+    char *nodemap = NULL, *procmap = NULL;
+    pmix_status_t rc = PMIx_generate_regex(j->nodelist, &nodemap);
+    if (rc != PMIX_SUCCESS)
+        return rc;
+    rc = PMIx_generate_ppn(j->ppn, &procmap);
+    if (rc != PMIX_SUCCESS) {
+        free(nodemap);
+        return rc;
+    }
+    size_t njob = 13;
+    size_t ninfo = njob + (size_t)j->size;
+    pmix_info_t *info;
+    PMIX_INFO_CREATE(info, ninfo);
+    size_t k = 0;
+    load_u32(&info[k++], PMIX_UNIV_SIZE, (uint32_t)j->usize);
+    load_u32(&info[k++], PMIX_JOB_SIZE, (uint32_t)j->size);
+    load_u32(&info[k++], PMIX_MAX_PROCS, (uint32_t)j->usize);
+    PMIX_INFO_LOAD(&info[k++], PMIX_JOBID, j->nspace, PMIX_STRING);
+    load_u32(&info[k++], PMIX_NUM_NODES, (uint32_t)j->nnodes);
+    PMIX_INFO_LOAD(&info[k++], PMIX_NODE_MAP, nodemap, PMIX_REGEX);
+    PMIX_INFO_LOAD(&info[k++], PMIX_PROC_MAP, procmap, PMIX_REGEX);
+    PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_PEERS, j->peers, PMIX_STRING);
+    load_u32(&info[k++], PMIX_LOCAL_SIZE, (uint32_t)j->nlocal);
+    load_u32(&info[k++], PMIX_NODE_SIZE, (uint32_t)j->nlocal);
+    load_rank(&info[k++], PMIX_LOCALLDR, (pmix_rank_t)j->leader);
+    load_u32(&info[k++], PMIX_NODEID, (uint32_t)j->node);
+    PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, j->hostnames[j->node], PMIX_STRING);
+    for (int r = 0; r < j->size; r++) {
+        pmix_data_array_t *da;
+        PMIX_DATA_ARRAY_CREATE(da, 8, PMIX_INFO);
+        pmix_info_t *p = da->array;
+        load_rank(&p[0], PMIX_RANK, (pmix_rank_t)r);
+        load_u32(&p[1], PMIX_APPNUM, (uint32_t)j->appnum[r]);
+        load_u16(&p[2], PMIX_LOCAL_RANK, (uint16_t)j->lrank[r]);
+        load_u16(&p[3], PMIX_NODE_RANK, (uint16_t)j->lrank[r]);
+        load_u32(&p[4], PMIX_NODEID, (uint32_t)j->nodeof[r]);
+        PMIX_INFO_LOAD(&p[5], PMIX_HOSTNAME, j->hostnames[j->nodeof[r]], PMIX_STRING);
+        load_rank(&p[6], PMIX_GLOBAL_RANK, (pmix_rank_t)r);
+        load_rank(&p[7], PMIX_APP_RANK, (pmix_rank_t)j->apprank[r]);
+        PMIX_LOAD_KEY(info[k].key, PMIX_PROC_DATA);
+        info[k].value.type = PMIX_DATA_ARRAY;
+        info[k].value.data.darray = da; // freed with info
+        k++;
+    }
+    waiter w;
+    waiter_init(&w);
+    rc = PMIx_server_register_nspace(j->nspace, j->nlocal, info, k, waiter_done, &w);
+    rc = waiter_wait(&w, rc);
+    PMIX_INFO_FREE(info, ninfo);
+    free(nodemap);
+    free(procmap);
+    return rc;
+}
+
+void fpx_deregister_nspace(const char *nspace)
+{
+    waiter w;
+    waiter_init(&w);
+    PMIx_server_deregister_nspace(nspace, waiter_done, &w);
+    waiter_wait(&w, PMIX_SUCCESS);
+}
+
+int fpx_register_client(const char *nspace, int rank, int uid, int gid, char ***env)
+{
+    pmix_proc_t proc;
+    PMIX_LOAD_PROCID(&proc, nspace, (pmix_rank_t)rank);
+    waiter w;
+    waiter_init(&w);
+    pmix_status_t rc = PMIx_server_register_client(&proc, (uid_t)uid, (gid_t)gid, NULL, waiter_done, &w);
+    rc = waiter_wait(&w, rc);
+    if (rc != PMIX_SUCCESS)
+        return rc;
+    *env = NULL;
+    return PMIx_server_setup_fork(&proc, env);
+}
+
+void fpx_free_env(char **env)
+{
+    for (int i = 0; env != NULL && env[i] != NULL; i++)
+        free(env[i]);
+    free(env);
+}
+
+char *fpx_env_at(char **env, int i) { return env == NULL ? NULL : env[i]; }
+
+char *fpx_str_at(char **a, int i) { return a[i]; }
+unsigned int fpx_uint_at(unsigned int *a, int i) { return a[i]; }
+void fpx_free(char *p) { free(p); }
+char **fpx_strs(int n) { return calloc((size_t)n + 1, sizeof(char *)); }
+void fpx_strs_set(char **a, int i, char *s) { a[i] = s; }
+void fpx_strs_free(char **a, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(a[i]);
+    free(a);
+}
+int *fpx_ints(int n) { return calloc((size_t)n + 1, sizeof(int)); }
+void fpx_ints_set(int *a, int i, int v) { a[i] = v; }
+void fpx_free_ints(int *a) { free(a); }

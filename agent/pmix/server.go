@@ -1,0 +1,309 @@
+//go:build pmix
+
+package pmix
+
+/*
+#cgo pkg-config: pmix
+#cgo CFLAGS: -Wall -Wextra -std=gnu11
+#include <stdlib.h>
+#include "server.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Supported reports whether this build serves PMIx ranks.
+const Supported = true
+
+// server is the process's PMIx server; guarded by registry.mu. It is
+// started by the first Job and lives until Shutdown: OpenPMIx 4.2 cannot
+// start a server again in a process once it finalized one.
+var server struct {
+	started, shut bool
+	tmpdir        string // PMIx's rendezvous and shared-store directory, removed by Shutdown
+}
+
+// serverAcquire starts the server for the first Job. Under registry.mu.
+func serverAcquire() error {
+	if server.shut {
+		return errors.New("pmix: the server of this process was shut down")
+	}
+	if !server.started {
+		// Named by the process, so whoever knows the pid finds it.
+		dir, err := os.MkdirTemp("", "fastpmi-pmix-"+strconv.Itoa(os.Getpid())+"-")
+		if err != nil {
+			return fmt.Errorf("pmix: server directory: %w", err)
+		}
+		cdir := C.CString(dir)
+		rc := C.fpx_init(cdir)
+		C.fpx_free(cdir)
+		if rc != C.PMIX_SUCCESS {
+			os.RemoveAll(dir)
+			return fmt.Errorf("pmix: PMIx_server_init: %w", statusErr(rc))
+		}
+		server.started, server.tmpdir = true, dir
+	}
+	registry.refs++
+	return nil
+}
+
+// serverRelease is a Job's end. Under registry.mu.
+func serverRelease() { registry.refs-- }
+
+// Shutdown finalizes the process's PMIx server, if one was started, and
+// removes its directory; later Jobs fail. pmirun and pmid call it as they
+// exit, once their jobs have closed.
+func Shutdown() {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if server.shut {
+		return
+	}
+	server.shut = true
+	if !server.started {
+		return
+	}
+	C.fpx_finalize()
+	os.RemoveAll(server.tmpdir)
+}
+
+// statusErr is a PMIx status as an error.
+func statusErr(rc C.int) error {
+	return fmt.Errorf("%s (%d)", C.GoString(C.fpx_error(rc)), int(rc))
+}
+
+// registerNspace registers cfg's job with the server.
+func registerNspace(cfg *Config) error {
+	size := cfg.Size
+	var hosts, ppn []string
+	nodeOf := C.fpx_ints(C.int(size))
+	lrank := C.fpx_ints(C.int(size))
+	appnum := C.fpx_ints(C.int(size))
+	apprank := C.fpx_ints(C.int(size))
+	defer func() {
+		for _, p := range []*C.int{nodeOf, lrank, appnum, apprank} {
+			C.fpx_free_ints(p)
+		}
+	}()
+	// App ranks: ranks of each app numbered from 0 in rank order.
+	appFirst := map[int]int{}
+	for r := 0; r < size; r++ {
+		a := 0
+		if cfg.Appnum != nil {
+			a = cfg.Appnum[r]
+		}
+		if _, ok := appFirst[a]; !ok {
+			appFirst[a] = r
+		}
+		C.fpx_ints_set(appnum, C.int(r), C.int(a))
+		C.fpx_ints_set(apprank, C.int(r), C.int(r-appFirst[a]))
+	}
+	chosts := C.fpx_strs(C.int(len(cfg.Nodes)))
+	defer C.fpx_strs_free(chosts, C.int(len(cfg.Nodes)))
+	for i, ranks := range cfg.Nodes {
+		h := nodeName(i)
+		if i == cfg.Index {
+			h = cfg.Hostname
+		}
+		hosts = append(hosts, h)
+		C.fpx_strs_set(chosts, C.int(i), C.CString(h))
+		rs := make([]string, len(ranks))
+		for l, r := range ranks {
+			rs[l] = strconv.Itoa(r)
+			C.fpx_ints_set(nodeOf, C.int(r), C.int(i))
+			C.fpx_ints_set(lrank, C.int(r), C.int(l))
+		}
+		ppn = append(ppn, strings.Join(rs, ","))
+	}
+	local := cfg.Nodes[cfg.Index]
+	cs := func(s string) *C.char { return C.CString(s) }
+	j := C.fpx_job{
+		nspace: cs(cfg.Nspace), size: C.int(size), usize: C.int(cfg.Usize),
+		nnodes: C.int(len(cfg.Nodes)), node: C.int(cfg.Index), nlocal: C.int(len(local)), leader: C.int(local[0]),
+		nodelist: cs(strings.Join(hosts, ",")), ppn: cs(strings.Join(ppn, ";")), peers: cs(ppn[cfg.Index]),
+		hostnames: chosts, nodeof: nodeOf, lrank: lrank, appnum: appnum, apprank: apprank,
+	}
+	defer func() {
+		for _, p := range []*C.char{j.nspace, j.nodelist, j.ppn, j.peers} {
+			C.fpx_free(p)
+		}
+	}()
+	if rc := C.fpx_register_nspace(&j); rc != C.PMIX_SUCCESS {
+		return statusErr(rc)
+	}
+	return nil
+}
+
+func deregisterNspace(nspace string) {
+	c := C.CString(nspace)
+	C.fpx_deregister_nspace(c)
+	C.fpx_free(c)
+}
+
+// clientEnv registers global rank r of nspace and returns the
+// environment PMIx_server_setup_fork gives it.
+func clientEnv(nspace string, r int) ([]string, error) {
+	c := C.CString(nspace)
+	defer C.fpx_free(c)
+	var env **C.char
+	if rc := C.fpx_register_client(c, C.int(r), C.int(os.Getuid()), C.int(os.Getgid()), &env); rc != C.PMIX_SUCCESS {
+		return nil, statusErr(rc)
+	}
+	defer C.fpx_free_env(env)
+	var out []string
+	for i := 0; ; i++ {
+		s := C.fpx_env_at(env, C.int(i))
+		if s == nil {
+			return out, nil
+		}
+		out = append(out, C.GoString(s))
+	}
+}
+
+// status is the PMIx status that completes a request with err.
+func status(err error) C.int {
+	switch {
+	case err == nil:
+		return C.PMIX_SUCCESS
+	case errors.Is(err, errNotFound):
+		return C.PMIX_ERR_NOT_FOUND
+	}
+	return C.PMIX_ERROR
+}
+
+//export fpxRequest
+func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char, strs **C.char, n C.int, cb *C.fpx_cb) C.int {
+	j := lookupJob(C.GoString(nspace))
+	if j == nil {
+		return C.PMIX_ERR_NOT_FOUND
+	}
+	r := &request{rank: int(rank)}
+	ns := C.GoString(nspace)
+	switch kind {
+	case C.FPX_CONNECTED:
+		r.kind = reqConnected
+	case C.FPX_FINALIZED:
+		r.kind = reqFinalized
+	case C.FPX_ABORT:
+		r.kind, r.code = reqAbort, int(code)
+		if msg != nil {
+			r.msg = C.GoString(msg)
+		}
+	case C.FPX_FENCE:
+		r.kind, r.rank = reqFence, -1
+		if n > 0 {
+			r.data = []byte(C.GoStringN(msg, n))
+		}
+	case C.FPX_PUBLISH, C.FPX_LOOKUP, C.FPX_UNPUBLISH:
+		r.kind = map[C.int]reqKind{C.FPX_PUBLISH: reqPublish, C.FPX_LOOKUP: reqLookup, C.FPX_UNPUBLISH: reqUnpublish}[kind]
+		for i := 0; i < int(n); i++ {
+			r.strs = append(r.strs, C.GoString(C.fpx_str_at(strs, C.int(i))))
+		}
+	default:
+		return C.PMIX_ERR_NOT_SUPPORTED
+	}
+	switch r.kind {
+	case reqFence:
+		r.done = func(res result) {
+			var p *C.char
+			if len(res.data) > 0 {
+				p = C.CString(string(res.data)) // copies every byte, NULs too
+				defer C.fpx_free(p)
+			}
+			C.fpx_modex_done(cb, status(res.err), p, C.int(len(res.data)))
+		}
+	case reqLookup:
+		r.done = func(res result) {
+			kv := C.fpx_strs(C.int(len(res.found)))
+			defer C.fpx_strs_free(kv, C.int(len(res.found)))
+			for i, s := range res.found {
+				C.fpx_strs_set(kv, C.int(i), C.CString(s))
+			}
+			cns := C.CString(ns)
+			defer C.fpx_free(cns)
+			C.fpx_lookup_done(cb, status(res.err), cns, kv, C.int(len(res.found)))
+		}
+	default:
+		r.done = func(res result) { C.fpx_op_done(cb, status(res.err)) }
+	}
+	switch err := j.enqueue(r); {
+	case errors.Is(err, errQueueFull):
+		return C.PMIX_ERR_OUT_OF_RESOURCE
+	case err != nil:
+		return C.PMIX_ERR_NOT_FOUND
+	}
+	return 0
+}
+
+//export fpxWholeJob
+func fpxWholeJob(nspace *C.char, ranks *C.uint, n C.int) C.int {
+	j := lookupJob(C.GoString(nspace))
+	if j == nil {
+		return 0
+	}
+	rs := make([]int, int(n))
+	for i := range rs {
+		rs[i] = int(C.fpx_uint_at(ranks, C.int(i)))
+	}
+	if j.wholeJob(rs) {
+		return 1
+	}
+	return 0
+}
+
+// The host callbacks' side of the Jobs (job.go).
+
+// lookupJob returns the Job serving nspace, or nil.
+func lookupJob(nspace string) *Job {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	return registry.jobs[nspace]
+}
+
+// maxQueued bounds the requests waiting for the worker: the ranks'
+// requests arrive as fast as they can send them, the worker serves them
+// one agent turn each.
+const maxQueued = 1 << 16
+
+// errQueueFull refuses a request when maxQueued wait.
+var errQueueFull = fmt.Errorf("pmix: more than %d requests waiting", maxQueued)
+
+// enqueue hands r to the worker, or says why not (the Job is closed, or
+// too many requests wait): r is then not completed, the caller refuses
+// it.
+func (j *Job) enqueue(r *request) error {
+	j.mu.Lock()
+	switch {
+	case j.closed:
+		j.mu.Unlock()
+		return errJobClosed
+	case len(j.queue) >= maxQueued:
+		j.mu.Unlock()
+		return errQueueFull
+	}
+	j.queue = append(j.queue, r)
+	j.mu.Unlock()
+	j.signal()
+	return nil
+}
+
+// wholeJob reports whether ranks name every rank of the job once.
+func (j *Job) wholeJob(ranks []int) bool {
+	if len(ranks) != j.cfg.Size {
+		return false
+	}
+	seen := make([]bool, j.cfg.Size)
+	for _, r := range ranks {
+		if r < 0 || r >= j.cfg.Size || seen[r] {
+			return false
+		}
+		seen[r] = true
+	}
+	return true
+}

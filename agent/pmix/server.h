@@ -1,0 +1,64 @@
+//go:build pmix
+
+#ifndef FASTPMI_PMIX_SERVER_H
+#define FASTPMI_PMIX_SERVER_H
+
+#include <pmix_server.h>
+
+// Request kinds handed to Go (fpxRequest).
+enum {
+    FPX_CONNECTED = 1,
+    FPX_FINALIZED,
+    FPX_ABORT,
+    FPX_FENCE,
+    FPX_PUBLISH,
+    FPX_LOOKUP,
+    FPX_UNPUBLISH,
+};
+
+// fpx_cb is one request's completion: the PMIx callback to call and its
+// data. Go holds it until it calls exactly one fpx_*_done, which frees it.
+typedef struct {
+    pmix_op_cbfunc_t op;
+    pmix_modex_cbfunc_t modex;
+    pmix_lookup_cbfunc_t lookup;
+    void *cbdata;
+} fpx_cb;
+
+// fpx_job is what PMIx_server_register_nspace needs of one job on one
+// node; arrays by global rank have size entries, hostnames nnodes.
+typedef struct {
+    const char *nspace;
+    int size, usize, nnodes, node, nlocal, leader;
+    const char *nodelist; // "host0,host1,..."
+    const char *ppn;      // "0,1;2,3": ranks of each node
+    const char *peers;    // "0,1": ranks of this node
+    char **hostnames;
+    const int *nodeof, *lrank, *appnum, *apprank;
+} fpx_job;
+
+void fpx_op_done(fpx_cb *cb, int status);
+void fpx_modex_done(fpx_cb *cb, int status, const char *data, int n);
+void fpx_lookup_done(fpx_cb *cb, int status, const char *nspace, char **kv, int n);
+
+int fpx_init(const char *tmpdir);
+int fpx_finalize(void);
+const char *fpx_error(int status);
+int fpx_register_nspace(const fpx_job *j);
+void fpx_deregister_nspace(const char *nspace);
+int fpx_register_client(const char *nspace, int rank, int uid, int gid, char ***env);
+void fpx_free_env(char **env);
+char *fpx_env_at(char **env, int i);
+
+// Small helpers for Go, which cannot index C arrays without unsafe.
+char *fpx_str_at(char **a, int i);
+unsigned int fpx_uint_at(unsigned int *a, int i);
+void fpx_free(char *p);
+char **fpx_strs(int n);
+void fpx_strs_set(char **a, int i, char *s);
+void fpx_strs_free(char **a, int n);
+int *fpx_ints(int n);
+void fpx_ints_set(int *a, int i, int v);
+void fpx_free_ints(int *a);
+
+#endif

@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Open MPI (Debian's 4.1, a PMIx client of OpenPMIx 4.2) under pmirun
+// --mpi pmix: the ranks talk to the PMIx server library inside the agent
+// (agent/pmix), whose fence, abort and rank events go through the same
+// agent core as PMI ranks'. No mpirun, prterun or orted takes part: run
+// checks that nothing carrying the job's marker outlives pmirun, and
+// wantNoORTE that no Open MPI daemon was started.
+
+// ompiJob is a single-node Open MPI job of size ranks running args.
+func ompiJob(size int, args ...string) job {
+	return job{args: append([]string{"--mpi", "pmix", "-n", n(size)}, args...), timeout: 90 * time.Second}
+}
+
+// wantNoORTE fails the test if the ranks' output mentions an Open MPI
+// runtime daemon (orted, or the HNP a rank that believes itself a
+// singleton forks; such a rank also prints "rank 0 of 1", which
+// wantAllreduce refuses).
+func (r result) wantNoORTE(t *testing.T) {
+	t.Helper()
+	for _, w := range []string{"orted", "prterun", "HNP"} {
+		if strings.Contains(r.stderr, w) {
+			t.Errorf("stderr mentions %q: Open MPI started its own runtime\n%s", w, r)
+		}
+	}
+}
+
+// With --verbose pmirun reports when every rank finalized: Open MPI's
+// finalize reached the agent through the PMIx server (a rank that ran as
+// an Open MPI singleton, without PMIx, would leave it "-").
+func TestOpenMPIAllreduce(t *testing.T) {
+	for _, size := range []int{1, 2, 8, 16} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			r := run(t, ompiJob(size, "--verbose", prog("ompi_allreduce")))
+			r.wantCode(t, 0)
+			r.wantAllreduce(t, size)
+			r.wantNoORTE(t)
+			r.wantMessage(t, `^pmirun: startup: .* all finalized at [0-9.]+m?s `)
+		})
+	}
+}
+
+// Open MPI ranks leave nothing in /dev/shm: their shared-memory files go
+// to the node's directory, removed when the job ends, also when ranks are
+// killed.
+func TestOpenMPINoShmLeftovers(t *testing.T) {
+	before, _ := filepath.Glob("/dev/shm/fastpmi-ompi-*")
+	r := run(t, ompiJob(4, prog("ompi_abort"), "1", "5"))
+	r.wantCode(t, 5)
+	after, _ := filepath.Glob("/dev/shm/fastpmi-ompi-*")
+	for _, d := range after {
+		if !slices.Contains(before, d) {
+			if _, err := os.Stat(d); err == nil {
+				t.Errorf("job left %s behind\n%s", d, r)
+			}
+		}
+	}
+}
+
+// MPI_Abort(code) from one rank ends the job with that code, names the
+// rank, and kills the others (which sleep 60 s otherwise).
+func TestOpenMPIAbort(t *testing.T) {
+	for _, tc := range []struct{ size, victim, code int }{{4, 1, 7}, {2, 0, 42}, {3, 2, 3}} {
+		t.Run(fmt.Sprintf("N=%d/rank%d/code%d", tc.size, tc.victim, tc.code), func(t *testing.T) {
+			r := run(t, ompiJob(tc.size, prog("ompi_abort"), n(tc.victim), n(tc.code)))
+			r.wantCode(t, tc.code)
+			r.wantMessage(t, fmt.Sprintf(`\brank %d called abort with exit code %d\b`, tc.victim, tc.code))
+			r.wantFaster(t, 30*time.Second)
+			if strings.Contains(r.stderr, "was not killed") {
+				t.Errorf("a rank outlived the abort\n%s", r)
+			}
+		})
+	}
+}
+
+// A rank killed before MPI_Init (the others wait for it in MPI_Init's
+// PMIx fence) or after it (the others wait in MPI_Finalize's fence) ends
+// the job at once with a message naming it; the waiting ranks would
+// otherwise wait 60 s for their alarm.
+func TestOpenMPIRankKilled(t *testing.T) {
+	for _, tc := range []struct {
+		when  string
+		size  int
+		rank  int
+		stage string
+	}{
+		{"before-init", 4, 2, "before PMI init"},
+		{"in-fence", 4, 1, "after PMI init, before finalize"},
+		{"in-fence", 8, 0, "after PMI init, before finalize"},
+	} {
+		t.Run(fmt.Sprintf("%s/N=%d/rank%d", tc.when, tc.size, tc.rank), func(t *testing.T) {
+			r := run(t, ompiJob(tc.size, prog("ompi_die"), tc.when, n(tc.rank)))
+			r.wantCode(t, 128+9)
+			r.wantMessage(t, fmt.Sprintf(`\brank %d killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.stage))
+			r.wantFaster(t, 30*time.Second)
+			if strings.Contains(r.stderr, "finalized although") {
+				t.Errorf("a rank finished MPI_Finalize without the dead rank\n%s", r)
+			}
+		})
+	}
+}
+
+// A PMIx client of its own (OpenPMIx's libpmix, no MPI): every rank puts
+// a key, fences with PMIX_COLLECT_DATA and reads every peer's key, each
+// value checked; the data crosses the agent's allgather.
+func TestPMIxClient(t *testing.T) {
+	for _, size := range []int{1, 4, 16} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			r := run(t, ompiJob(size, "--env", "FASTPMI_BENCH_VERBOSE=1", prog("pmix_bench")))
+			r.wantCode(t, 0)
+			r.wantOneLine(t, fmt.Sprintf(`^pmix_bench ok N=%d$`, size))
+		})
+	}
+}
+
+// MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name reach pmirun's
+// name service through the PMIx server's publish, lookup and unpublish;
+// the program checks the value, and that a lookup after unpublish fails.
+func TestOpenMPIPublishLookup(t *testing.T) {
+	for _, size := range []int{2, 4} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			r := run(t, ompiJob(size, prog("ompi_pubname")))
+			r.wantCode(t, 0)
+			r.wantRankLines(t, size, func(rank int) string { return fmt.Sprintf("pubname ok rank %d", rank) })
+		})
+	}
+}
+
+// A bad --mpi value is refused before anything starts (a build without
+// PMIx support refuses pmix too; agent/pmix tests the stub's error).
+func TestOpenMPIBadFlag(t *testing.T) {
+	r := run(t, job{args: []string{"--mpi", "pmix3", "-n", "1", prog("ompi_hello")}})
+	r.wantCode(t, 2)
+	if !strings.Contains(r.stderr, `invalid --mpi "pmix3": want pmi or pmix`) {
+		t.Errorf("stderr does not explain the bad --mpi\n%s", r)
+	}
+}
+
+// Open MPI jobs over 4 test hosts: one agent and one PMIx server per
+// host, the fence's data crossing the agent tree; ranks on different
+// hosts talk over Open MPI's TCP transport between the hosts' namespaces.
+func TestOpenMPIMultiNode(t *testing.T) {
+	cl := newCluster(t)
+	for _, size := range []int{4, 16} {
+		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
+			j := cl.job("net", "--mpi", "pmix", "-n", n(size), prog("ompi_allreduce"))
+			j.timeout = 90 * time.Second
+			r := run(t, j)
+			r.wantCode(t, 0)
+			r.wantAllreduce(t, size)
+			r.wantNoORTE(t)
+		})
+	}
+	t.Run("pmix_bench/N=16", func(t *testing.T) {
+		j := cl.job("net", "--mpi", "pmix", "--env", "FASTPMI_BENCH_VERBOSE=1", "-n", "16", prog("pmix_bench"))
+		r := run(t, j)
+		r.wantCode(t, 0)
+		r.wantOneLine(t, `^pmix_bench ok N=16$`)
+	})
+	// A rank on another host than pmirun's killed before init, or after it
+	// while every other rank waits in a fence, ends the job naming it.
+	for _, tc := range []struct {
+		when  string
+		rank  int
+		stage string
+	}{{"before-init", 13, "before PMI init"}, {"in-fence", 6, "after PMI init, before finalize"}} {
+		t.Run(fmt.Sprintf("%s/rank%d", tc.when, tc.rank), func(t *testing.T) {
+			j := cl.job("net", "--mpi", "pmix", "-n", "16", prog("ompi_die"), tc.when, n(tc.rank))
+			j.timeout = 90 * time.Second
+			r := run(t, j)
+			r.wantCode(t, 128+9)
+			r.wantMessage(t, fmt.Sprintf(`\brank %d killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.stage))
+			r.wantFaster(t, 30*time.Second)
+		})
+	}
+}
+
+// Open MPI jobs on two running daemons (pmid --daemon): each daemon
+// starts one PMIx server and serves every job as its own namespace, one
+// job after another and two at once. The daemons share this machine, so
+// Open MPI's TCP transport is kept on the loopback interface.
+func TestOpenMPIDaemons(t *testing.T) {
+	p := newDaemonPair(t)
+	ompi := func(size int) job {
+		j := p.job("--mpi", "pmix", "--env", "OMPI_MCA_btl_tcp_if_include=lo", "-n", n(size), prog("ompi_allreduce"))
+		j.timeout = 90 * time.Second
+		return j
+	}
+	for i := range 2 {
+		r := run(t, ompi(4))
+		r.wantCode(t, 0)
+		r.wantAllreduce(t, 4)
+		if t.Failed() {
+			t.Fatalf("sequential job %d failed", i)
+		}
+	}
+	var wg sync.WaitGroup
+	res := make([]result, 2)
+	for i := range res {
+		wg.Go(func() { res[i] = run(t, ompi(2+2*i)) })
+	}
+	wg.Wait()
+	for i, r := range res {
+		r.wantCode(t, 0)
+		r.wantAllreduce(t, 2+2*i)
+	}
+	p.idle(t)
+	// Each daemon made one server directory, and removes it as it exits.
+	for _, d := range p.d {
+		glob := filepath.Join(os.TempDir(), fmt.Sprintf("fastpmi-pmix-%d-*", d.cmd.Process.Pid))
+		if dirs, _ := filepath.Glob(glob); len(dirs) != 1 {
+			t.Errorf("daemon %s has server directories %v, want one", d.addr, dirs)
+		}
+		if code := d.stop(t, 30*time.Second); code != 0 {
+			t.Errorf("daemon %s exited with code %d", d.addr, code)
+		}
+		if dirs, _ := filepath.Glob(glob); len(dirs) != 0 {
+			t.Errorf("daemon %s left %v", d.addr, dirs)
+		}
+	}
+}
