@@ -443,7 +443,7 @@ func (m *kvsModel) deliver(msg modelMsg) error {
 		if err := n.core.Step(agent.PlaceKV{Key: msg.key, Val: msg.val, Owner: msg.owner}); err != nil {
 			return err
 		}
-		if n.rt.strategy == StrategyTree {
+		if n.rt.up() {
 			n.placeUp(m, msg.key, msg.val, msg.owner, msg)
 		} else {
 			m.send(modelMsg{to: msg.from, from: n.idx, op: KVSAck, id: msg.id})

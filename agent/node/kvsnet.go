@@ -289,7 +289,7 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 		for _, p := range m.Puts {
 			ag.PlaceKV(p.Key, p.Val, p.Owner)
 		}
-		if a.kvs.rt.strategy != StrategyTree {
+		if !a.kvs.rt.up() {
 			ack(nil)
 			return
 		}

@@ -8,7 +8,7 @@ import (
 // The router's answers per strategy, against what the research's designs
 // say: DKVS places and asks at the key's hash owner; Direct asks the
 // source rank's node when the get names it and otherwise behaves as
-// DKVS; Tree places and asks at the parent, and no agent is final.
+// Tree; Tree places and asks at the parent, and no agent is final.
 func TestRouter(t *testing.T) {
 	spec := &Spec{Size: 8, Nodes: [][]int{{0, 4}, {1, 5}, {2, 6}, {3, 7}}}
 	owners := map[int]int{}
@@ -31,15 +31,15 @@ func TestRouter(t *testing.T) {
 			if d.fetchFrom(key, 5) != o || d.final(key, 5) != (o == self) {
 				t.Fatalf("dkvs node %d: fetchFrom/final(%s) ignore the owner %d", self, key, o)
 			}
-			x := newRouter(StrategyDirect, spec, self, atRoot)
-			if to, ok := x.placeAt(key); to != o || ok != (o != self) {
-				t.Fatalf("direct node %d: placeAt(%s) = %d,%v; want the owner %d (fallback)", self, key, to, ok, o)
+			x := newRouter(StrategyDirect, spec, self, self-1)
+			if to, ok := x.placeAt(key); to != self-1 || !ok {
+				t.Fatalf("direct node %d: placeAt(%s) = %d,%v; want the parent (Tree fallback)", self, key, to, ok)
 			}
 			if x.fetchFrom(key, 6) != 2 || x.final(key, 6) != (self == 2) {
 				t.Fatalf("direct node %d: a get naming rank 6 goes to %d (final %v); want node 2", self, x.fetchFrom(key, 6), x.final(key, 6))
 			}
-			if x.fetchFrom(key, -1) != o || x.final(key, -1) != (o == self) {
-				t.Fatalf("direct node %d: a get naming no rank goes to %d; want the owner %d", self, x.fetchFrom(key, -1), o)
+			if x.fetchFrom(key, -1) != self-1 || x.final(key, -1) {
+				t.Fatalf("direct node %d: a get naming no rank goes to %d (final %v); want the parent, not final", self, x.fetchFrom(key, -1), x.final(key, -1))
 			}
 			tr := newRouter(StrategyTree, spec, self, self-1)
 			if to, ok := tr.placeAt(key); to != self-1 || !ok || tr.fetchFrom(key, 6) != self-1 || tr.final(key, -1) {

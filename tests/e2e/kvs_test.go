@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/fastpmi/fastpmi/agent/node"
 )
 
 // kvsCase is one kvsprog run: its pattern and flags, and pmirun's KVS
@@ -111,32 +108,26 @@ func TestKVSCoalescing(t *testing.T) {
 }
 
 // Direct with the source rank named: a get for a key of another node
-// goes to the source rank's node, never to a hash owner — unless the
-// asking node is the key's hash owner and its copy (kept for gets that
-// name no source) arrived first. With block placement, two ranks per
-// node, every rank has one neighbour on another node: node i serves at
-// most the gets for its own ranks' keys, and at least those whose owner
-// is not the asking node.
+// goes to the source rank's node, never to a hash owner or up the tree.
+// With block placement, two ranks per node, every rank has one neighbour
+// on another node: each node serves exactly the gets for its own ranks'
+// keys from the neighbouring nodes (under DKVS the keys' hash owners
+// would serve them).
 func TestKVSDirectServesSource(t *testing.T) {
 	const ranks, ppn = 8, 2
-	least, most := make([]int64, hostCount), make([]int64, hostCount)
+	want := make([]int64, hostCount)
 	for r := range ranks {
 		for _, nb := range []int{(r + ranks - 1) % ranks, (r + 1) % ranks} {
-			me, src := r/ppn, nb/ppn
-			if src == me {
-				continue
-			}
-			most[src]++
-			if node.KeyOwner(fmt.Sprintf("nb-%d", nb), hostCount) != me {
-				least[src]++
+			if src := nb / ppn; src != r/ppn {
+				want[src]++
 			}
 		}
 	}
 	r := run(t, loopbackJob(hostCount, "net", "--verbose", "--get-strategy", "direct", "-n", n(ranks), prog("kvsprog"), "-pattern", "neighbours", "-src"))
 	r.wantCode(t, 0)
 	for i, c := range r.counters(t, hostCount) {
-		if got := c["kvs.gets.served"]; got < least[i] || got > most[i] {
-			t.Errorf("node %d served %d gets of other nodes; want %d..%d (its ranks' keys, asked by the neighbouring nodes)", i, got, least[i], most[i])
+		if got := c["kvs.gets.served"]; got != want[i] {
+			t.Errorf("node %d served %d gets of other nodes; want %d (its ranks' keys, asked by the neighbouring nodes)", i, got, want[i])
 		}
 	}
 }
