@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/pmiwire"
@@ -112,6 +113,8 @@ type kvsNet struct {
 	seq     uint64                 // ids of this node's places and gets
 	places  map[uint64]func(error) // places sent, waiting for their ack
 	outbox  map[int]*placeBatch    // places not sent yet, by destination (flushPlaces)
+	flushT  *time.Timer            // armed while outbox holds anything: sends it PlaceDelay later
+	flushC  <-chan time.Time       // flushT's channel while armed, else nil (the loop selects on it)
 	fetches map[uint64]kvsFetch    // gets sent, waiting for their val
 	held    []func()               // fences waiting for places to arrive
 	dialing map[int][]netio.Frame  // frames for nodes being dialled
@@ -158,7 +161,6 @@ func (a *agentNode) runPosted() {
 	for _, f := range q {
 		f()
 	}
-	a.flushPlaces()
 }
 
 // sendKVS sends m to node to (atRoot: pmirun), dialling a link first if
@@ -307,7 +309,6 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 				}
 			})
 		}
-		a.flushPlaces()
 	case KVSAck:
 		if done, ok := a.kvs.places[m.ID]; ok {
 			delete(a.kvs.places, m.ID)
@@ -365,10 +366,28 @@ func (a *agentNode) placeUp(p KVSPut, done func(error)) {
 		delete(a.kvs.outbox, to)
 		a.sendPlaces(to, b)
 	}
+	if len(a.kvs.outbox) > 0 && a.kvs.flushC == nil {
+		if a.kvs.flushT == nil {
+			a.kvs.flushT = time.NewTimer(PlaceDelay)
+		} else {
+			a.kvs.flushT.Reset(PlaceDelay)
+		}
+		a.kvs.flushC = a.kvs.flushT.C
+	}
 }
+
+// PlaceDelay is how long a placement may wait for others to the same
+// node: each rank's put is its own turn of the agent, so without it a
+// batch rarely holds more than a put or two. A fence sends what waits at
+// once (holdFence).
+const PlaceDelay = 200 * time.Microsecond
 
 // flushPlaces sends every queued placement, one message per destination.
 func (a *agentNode) flushPlaces() {
+	if a.kvs.flushC != nil {
+		a.kvs.flushT.Stop()
+		a.kvs.flushC = nil
+	}
 	for to, b := range a.kvs.outbox {
 		delete(a.kvs.outbox, to)
 		a.sendPlaces(to, b)

@@ -295,6 +295,9 @@ func (a *agentNode) loop(ctx context.Context) error {
 			op()
 		case <-a.kvs.notify:
 			a.runPosted()
+		case <-a.kvs.flushC:
+			a.kvs.flushC = nil
+			a.flushPlaces()
 		case fi := <-a.in:
 			if fi.Err != nil {
 				if fi.From < 0 && !rootLost {
@@ -360,6 +363,9 @@ func (a *agentNode) loop(ctx context.Context) error {
 				}
 			case <-a.kvs.notify:
 				a.runPosted()
+			case <-a.kvs.flushC:
+				a.kvs.flushC = nil
+				a.flushPlaces()
 			case <-tick.C:
 				a.send(-1, netio.Frame{Type: FrameHeartbeat})
 				for p := range a.peers {
