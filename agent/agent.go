@@ -684,7 +684,11 @@ func (a *Agent) ServeGet(key string, src int, wait, final bool, done func(val st
 	a.finishLocked(newTurn())
 }
 
-// PlaceKV stores a sparse put another node placed here.
-func (a *Agent) PlaceKV(key, val string, owner int) {
-	a.step(PlaceKV{Key: key, Val: val, Owner: owner})
+// PlaceKV stores a sparse put another node placed here, or says why
+// not (over the node's quota).
+func (a *Agent) PlaceKV(key, val string, owner int) error {
+	a.mu.Lock()
+	err := a.core.Step(PlaceKV{Key: key, Val: val, Owner: owner})
+	a.finishLocked(newTurn())
+	return err
 }

@@ -370,7 +370,7 @@ type rankState struct {
 	gone                  bool   // connection closed or process ended
 	ended                 bool   // counted in Core.ended (finalized or gone)
 	pending               []KV   // puts since the last fence, in order
-	auto                  []KV   // unhinted puts since the last fence, under PolicyAuto (takeAuto)
+	auto                  []bool // pending[i] is unhinted under PolicyAuto: the fence decides (takeAuto)
 	collSeq               uint64 // fence/allgather epochs entered
 	ringSeq               uint64 // ring exchanges entered
 	inRing                bool   // waiting for the answer of ring exchange ringSeq
@@ -667,7 +667,7 @@ func (c *Core) Step(op Op) error {
 	case ServeGet:
 		c.serveGet(o)
 	case PlaceKV:
-		c.placeKV(o)
+		return c.placeKV(o)
 	case FetchDone:
 		c.fetchDone(o)
 	case Shutdown:

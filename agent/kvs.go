@@ -37,10 +37,9 @@ func (c *Core) put(rs *rankState, key, val string, hint pmiwire.Hint) {
 	switch h {
 	case pmiwire.HintSparse:
 		c.placeSparse(key, val, rs.global)
-	case pmiwire.HintDense:
-		rs.pending = append(rs.pending, KV{key, val, rs.global})
 	default:
-		rs.auto = append(rs.auto, KV{key, val, rs.global})
+		rs.pending = append(rs.pending, KV{key, val, rs.global})
+		rs.auto = append(rs.auto, h == pmiwire.HintNone)
 	}
 }
 
@@ -50,17 +49,7 @@ func (c *Core) put(rs *rankState, key, val string, hint pmiwire.Hint) {
 // position of their first put.
 func (c *Core) takePuts(members []bool) []KV {
 	if members == nil {
-		for _, kv := range c.takeAuto() {
-			r := c.byGlobal[kv.Owner]
-			r.pending = append(r.pending, kv)
-		}
-	} else {
-		// A group barrier commits its members' puts on this node only.
-		for i, r := range c.ranks {
-			if members[i] {
-				r.pending, r.auto = append(r.pending, r.auto...), nil
-			}
-		}
+		c.takeAuto()
 	}
 	n := 0
 	for i, r := range c.ranks {
@@ -90,7 +79,7 @@ func (c *Core) takePuts(members []bool) []KV {
 			}
 			puts = append(puts, kv)
 		}
-		r.pending = nil
+		r.pending, r.auto = nil, nil
 	}
 	return puts
 }

@@ -93,7 +93,7 @@ func (m *model) step(op Op) (replies, ups []string) {
 	switch o := op.(type) {
 	case Put:
 		r := m.ranks[o.Local]
-		if o.Hint == pmiwire.HintSparse {
+		if _, fenced := m.kvs[o.Key]; o.Hint == pmiwire.HintSparse && !fenced { // a fenced key stays dense
 			m.sparse[o.Key] = o.Val
 			m.release("kvs:"+o.Key, o.Val)
 		} else {

@@ -157,27 +157,36 @@ func (c *Core) placeSparse(key, val string, owner int) {
 	}
 }
 
-// takeAuto decides, at a fence, what this node's unhinted puts since the
-// last one are: dense (returned, to travel with the fence) when they fit
-// AutoDenseMax, otherwise sparse (placed now, nothing returned).
-func (c *Core) takeAuto() []KV {
-	n := 0
-	var all []KV
-	for _, r := range c.ranks {
-		for _, kv := range r.auto {
-			n += len(kv.Key) + len(kv.Val)
-		}
-		all = append(all, r.auto...)
-		r.auto = nil
+// takeAuto decides, at a world fence, what this node's unhinted puts
+// since the last one are: dense (left with the fence's puts) when they
+// fit AutoDenseMax, otherwise sparse (taken out and placed now).
+func (c *Core) takeAuto() {
+	if !c.multi() {
+		return
 	}
-	if n <= AutoDenseMax || !c.multi() {
-		return all
+	n := 0
+	for _, r := range c.ranks {
+		for i, kv := range r.pending {
+			if r.auto[i] {
+				n += len(kv.Key) + len(kv.Val)
+			}
+		}
+	}
+	if n <= AutoDenseMax {
+		return
 	}
 	c.autoSparse++
-	for _, kv := range all {
-		c.placeSparse(kv.Key, kv.Val, kv.Owner)
+	for _, r := range c.ranks {
+		keep, auto := r.pending[:0], r.auto[:0]
+		for i, kv := range r.pending {
+			if r.auto[i] {
+				c.placeSparse(kv.Key, kv.Val, kv.Owner)
+				continue
+			}
+			keep, auto = append(keep, kv), append(auto, false)
+		}
+		r.pending, r.auto = keep, auto
 	}
-	return nil
 }
 
 // remoteGet answers local get t of key after a local miss in a job that
@@ -251,19 +260,21 @@ func (c *Core) answer(id uint64, found bool, val string, err error) {
 	c.up(UpCall{Kind: UpAnswer, ID: id, Found: found, Port: val, Err: err})
 }
 
-// placeKV stores a sparse put another node placed here.
-func (c *Core) placeKV(o PlaceKV) {
-	if old, ok := c.sparse[o.Key]; ok {
-		c.placedBytes -= len(o.Key) + len(old)
-	}
+// placeKV stores a sparse put another node placed here, or refuses it
+// over the node's quota (the placing node's fence then fails with it).
+func (c *Core) placeKV(o PlaceKV) error {
 	n := len(o.Key) + len(o.Val)
+	if old, ok := c.sparse[o.Key]; ok {
+		n -= len(o.Key) + len(old)
+	}
 	if c.placedBytes+n > MaxPutBytesPerNode {
 		c.placeRefused++
-		return
+		return fmt.Errorf("%w: the keys other nodes placed on this node pass %d bytes", ErrQuota, MaxPutBytesPerNode)
 	}
 	c.placedBytes += n
 	c.sparse[o.Key] = o.Val
 	c.release("kvs:"+o.Key, o.Val)
+	return nil
 }
 
 // fetchDone delivers a fetch's answer to everything queued behind it.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -61,5 +62,32 @@ func TestParseKVSPolicy(t *testing.T) {
 	}
 	if _, err := ParseKVSPolicy("lazy"); err == nil {
 		t.Error("ParseKVSPolicy(lazy) succeeded")
+	}
+}
+
+// Keys other nodes place here count against the node's quota: a put
+// that passes it is refused (the placing node's fence fails with the
+// error), one that replaces a key of the same size at the limit is not.
+func TestPlaceQuota(t *testing.T) {
+	cfg := Config{JobID: "j", Size: 4, Local: []int{0, 1}}
+	c := NewCore(&cfg, 0, 2)
+	if err := c.Step(PlaceKV{Key: "k", Val: "0123456789", Owner: 3}); err != nil {
+		t.Fatal(err)
+	}
+	c.placedBytes = MaxPutBytesPerNode - 5 // as if the node held nearly its quota
+	if err := c.Step(PlaceKV{Key: "big", Val: "0123456789", Owner: 3}); !errors.Is(err, ErrQuota) {
+		t.Errorf("placing past the quota: %v, want ErrQuota", err)
+	}
+	if err := c.Step(PlaceKV{Key: "k", Val: "abcdefghij", Owner: 3}); err != nil {
+		t.Errorf("replacing a key with a value of its size at the quota: %v", err)
+	}
+	if s := c.Stats(); s.PlaceRefused != 1 {
+		t.Errorf("Stats.PlaceRefused = %d, want 1", s.PlaceRefused)
+	}
+	if v, ok := c.sparse["k"]; !ok || v != "abcdefghij" {
+		t.Errorf("placed key k = %q, %v", v, ok)
+	}
+	if _, ok := c.sparse["big"]; ok {
+		t.Error("the refused key was stored")
 	}
 }

@@ -38,7 +38,6 @@ func (k *rootKVS) frame(r *rootNode, i int, payload []byte) {
 		k.vals, k.waits = make(map[string]string), make(map[string][]kvsWaiter)
 	}
 	send := func(to int, a node.KVSMsg) {
-		a.From = -1
 		r.send(to, netio.Frame{Type: node.FrameKVS, Payload: node.Encode(a)})
 	}
 	switch m.Op {

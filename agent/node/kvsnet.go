@@ -30,9 +30,8 @@ const FrameKVS uint16 = 13
 
 // KVSMsg is one on-demand KVS message.
 type KVSMsg struct {
-	Op   string `json:"op"`   // KVSPlace, KVSAck, KVSGet or KVSVal
-	ID   uint64 `json:"id"`   // the sender's id for a place or get; echoed by its ack or val
-	From int    `json:"from"` // the sending node; -1 pmirun
+	Op string `json:"op"` // KVSPlace, KVSAck, KVSGet or KVSVal
+	ID uint64 `json:"id"` // the sender's id for a place or get; echoed by its ack or val
 	// Puts are a place's puts: what a node placed at one destination
 	// since its last message there (one frame and one ack for all).
 	Puts  []KVSPut `json:"puts,omitempty"`
@@ -166,7 +165,6 @@ func (a *agentNode) runPosted() {
 // sendKVS sends m to node to (atRoot: pmirun), dialling a link first if
 // there is none. On the loop.
 func (a *agentNode) sendKVS(to int, m KVSMsg) {
-	m.From = a.idx
 	f := netio.Frame{Type: FrameKVS, Payload: Encode(m)}
 	a.rec.Add("kvs.msgs.sent", 1)
 	if to == atRoot || a.peers[to] != nil {
@@ -289,7 +287,10 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 		}
 		ag := a.n.Agent()
 		for _, p := range m.Puts {
-			ag.PlaceKV(p.Key, p.Val, p.Owner)
+			if err := ag.PlaceKV(p.Key, p.Val, p.Owner); err != nil {
+				ack(err)
+				return
+			}
 		}
 		if !a.kvs.rt.up() {
 			ack(nil)
