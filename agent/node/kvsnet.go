@@ -114,7 +114,7 @@ type kvsNet struct {
 	outbox  map[int]*placeBatch    // places not sent yet, by destination (flushPlaces)
 	flushT  *time.Timer            // armed while outbox holds anything: sends it PlaceDelay later
 	flushC  <-chan time.Time       // flushT's channel while armed, else nil (the loop selects on it)
-	fetches map[uint64]kvsFetch    // gets sent, waiting for their val
+	fetches map[uint64]fetchDone   // gets sent, waiting for their val
 	held    []func()               // fences waiting for places to arrive
 	dialing map[int][]netio.Frame  // frames for nodes being dialled
 	addrs   []string               // every agent's address (Table)
@@ -133,10 +133,8 @@ type placeBatch struct {
 	dones []func(error)
 }
 
-// kvsFetch is a get this node sent, waiting for its val.
-type kvsFetch struct {
-	done func(val string, found bool, err error)
-}
+// fetchDone takes the answer to a get this node sent.
+type fetchDone func(val string, found bool, err error)
 
 // post queues f to run on the node's loop; it never blocks.
 func (a *agentNode) post(f func()) {
@@ -343,7 +341,7 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 		if m.Err != "" {
 			err = errors.New(m.Err)
 		}
-		f.done(m.Val, m.Found, err)
+		f(m.Val, m.Found, err)
 	}
 }
 
@@ -434,7 +432,7 @@ func (a *agentNode) holdFence(f func()) {
 func (a *agentNode) failKVS(err error) {
 	for id, f := range a.kvs.fetches {
 		delete(a.kvs.fetches, id)
-		f.done("", false, err)
+		f("", false, err)
 	}
 	for id, done := range a.kvs.places {
 		delete(a.kvs.places, id)
@@ -486,7 +484,7 @@ func (u netUpstream) Fetch(key string, src int, wait bool, done func(string, boo
 		}
 		a.kvs.seq++
 		id := a.kvs.seq
-		a.kvs.fetches[id] = kvsFetch{done: done}
+		a.kvs.fetches[id] = done
 		a.rec.Add("kvs.fetches.sent", 1)
 		a.sendKVS(to, KVSMsg{Op: KVSGet, ID: id, Key: key, Src: src, Wait: wait})
 	})

@@ -95,7 +95,7 @@ func RunAgent(ctx context.Context, spec *Spec, o AgentOptions) error {
 		quit:    make(chan struct{}),
 		fenceCB: make(map[uint64]func([]agent.KV, error)), agCB: make(map[uint64]func([][]byte, error)),
 		names: make(map[uint64]nameWait), lastRx: make(map[int]time.Time),
-		kvs: kvsNet{places: make(map[uint64]func(error)), fetches: make(map[uint64]kvsFetch), outbox: make(map[int]*placeBatch),
+		kvs: kvsNet{places: make(map[uint64]func(error)), fetches: make(map[uint64]fetchDone), outbox: make(map[int]*placeBatch),
 			dialing: make(map[int][]netio.Frame), notify: make(chan struct{}, 1)},
 	}
 	return a.run(ctx, o.Listen)
