@@ -171,6 +171,15 @@ func (c *Config) prefix() string {
 	return p
 }
 
+// launcherThreads is how many more threads pmirun may create while it
+// starts a job, and agentTasks what a loopback agent (pmid) takes: its
+// process and threads. Both are generous: a cgroup that is this close to
+// its limit would fail the job mid-start instead.
+const (
+	launcherThreads = 8
+	agentTasks      = 16
+)
+
 // validateLimits refuses a job this machine's limits cannot start, at
 // once and saying which limit: more ranks here than the user may run
 // processes, or a shared segment larger than the memory available.
@@ -190,6 +199,22 @@ func (c *Config) validateLimits() error {
 		if avail, err := sys.MemAvailable(); err == nil && need > avail {
 			return fmt.Errorf("-n %d: the shared segment needs %d MiB, more than the %d MiB of memory available (MemAvailable); use fewer ranks or --no-shm",
 				c.Size, need>>20, avail>>20)
+		}
+		if r, ok := sys.MemoryRoom(); ok && need > r.Left {
+			return fmt.Errorf("-n %d: the shared segment needs %d MiB, more than the %d MiB the memory cgroup leaves (%s: %d MiB, %d MiB in use); use fewer ranks or --no-shm",
+				c.Size, need>>20, r.Left>>20, r.File, r.Limit>>20, r.Used>>20)
+		}
+	}
+	// A pids cgroup (a container's or a batch job's) counts every process
+	// and thread under it, pmirun's and the agents' own threads too.
+	if r, ok := sys.TaskRoom(); ok {
+		reserve := uint64(launcherThreads)
+		if !local {
+			reserve += uint64(c.Nodes) * agentTasks
+		}
+		if need := uint64(c.Size) + reserve; need > r.Left {
+			return fmt.Errorf("-n %d: more ranks than the pids cgroup leaves room for (%d tasks needed with pmirun's own threads, %d left: %s is %d, %d in use)",
+				c.Size, need, r.Left, r.File, r.Limit, r.Used)
 		}
 	}
 	// Every rank runs on this machine: the user's process limit counts

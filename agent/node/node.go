@@ -346,7 +346,11 @@ func (n *Node) Start() {
 		}
 		p, err := n.startRank(g, i)
 		if err != nil {
-			n.failStartCode(i, ExitCodeFor(err), err.Error())
+			why := err.Error()
+			if sys.IsProcessLimit(err) {
+				why += " (no room for another process: see ulimit -u and the pids cgroup's pids.max)"
+			}
+			n.failStartCode(i, ExitCodeFor(err), why)
 			return
 		}
 		n.procs[g] = p

@@ -28,3 +28,14 @@ var ErrNotSupported = errors.New("not supported by this kernel or platform")
 // ErrTimedOut reports that a bounded wait (FutexWait) ended because its
 // timeout expired, not because the word changed or a waker woke it.
 var ErrTimedOut = errors.New("timed out")
+
+// Room is how much more of one resource this process's control groups
+// let it use: the least of limit − usage over its cgroup and every
+// ancestor that sets a limit (containers and Slurm jobs limit a cgroup;
+// /proc/meminfo and RLIMIT_NPROC do not see those limits).
+type Room struct {
+	Left  uint64 // Limit − Used, or 0 when the cgroup is already over
+	Limit uint64 // the binding limit (bytes or tasks)
+	Used  uint64 // the cgroup's usage when read
+	File  string // the limit's file, e.g. /sys/fs/cgroup/pids/job1/pids.max
+}

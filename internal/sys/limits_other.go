@@ -10,6 +10,15 @@ func ProcessLimit() (uint64, error) { return 0, ErrNotSupported }
 // MemAvailable is not known off Linux.
 func MemAvailable() (uint64, error) { return 0, ErrNotSupported }
 
+// MemoryRoom knows no control groups off Linux.
+func MemoryRoom() (Room, bool) { return Room{}, false }
+
+// TaskRoom knows no control groups off Linux.
+func TaskRoom() (Room, bool) { return Room{}, false }
+
+// IsProcessLimit knows no process limit off Linux.
+func IsProcessLimit(err error) bool { return false }
+
 // AllowedCPUs is not known off Linux.
 func AllowedCPUs() ([]int, error) { return nil, ErrNotSupported }
 
