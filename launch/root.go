@@ -235,7 +235,7 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 	started := 0
 	for i, a := range agents {
 		if err := a.start(r, i, r.run.out); err != nil {
-			r.startFailed(fmt.Errorf("start agent on %s: %v", r.hosts[i], err))
+			r.startFailed(fmt.Errorf("start agent of node %d on %s: %v", i, r.hosts[i], err))
 			break
 		}
 		r.links.Go(func() { r.exits <- bootExit{i, a.wait()} }) // exits holds one per agent
@@ -368,7 +368,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 			}
 		case e := <-r.exits:
 			r.exits <- e // loop reports it
-			r.startFailed(fmt.Errorf("agent on %s exited before connecting: %v", r.hosts[e.i], e.err))
+			r.startFailed(fmt.Errorf("agent of node %d on %s exited before connecting: %v", e.i, r.hosts[e.i], e.err))
 			return false
 		case <-actx.Done():
 			r.startFailed(fmt.Errorf("only %d of %d agents connected within 30s", got, k))

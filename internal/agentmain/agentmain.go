@@ -124,7 +124,7 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 	if os.Getenv("FASTPMI_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("agent", name, "node", idx)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("agent", name)
 	if path := os.Getenv("FASTPMI_CPUPROFILE"); path != "" {
 		stop, err := perf.StartCPUProfile(path + ".node" + strconv.Itoa(idx))
 		if err != nil {

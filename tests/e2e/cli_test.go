@@ -87,7 +87,7 @@ func TestPreviouslySilentCases(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"-n", "2", "-hosts", "nosuchhost1,nosuchhost2", "true"}, 1, `agent on nosuchhost\d exited before connecting`},
+		{[]string{"-n", "2", "-hosts", "nosuchhost1,nosuchhost2", "true"}, 1, `agent of node \d on nosuchhost\d exited before connecting`},
 		{[]string{"-n", "2", "--cyclic", "true"}, 2, "--cyclic places ranks over several nodes"},
 		{[]string{"-n", "2", "--nodes", "2", "true"}, 2, "--nodes is the number of agents of --bootstrap loopback"},
 		{[]string{"--compress", "lz4", "true"}, 2, `invalid --compress "lz4"`},
