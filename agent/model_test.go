@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,13 @@ import (
 // allgather values, ring result; for errors only that they are errors)
 // and on the Upstream contributions (each fence's puts, one per key with
 // its owner; each allgather's values).
+//
+// Half the seeds run "late": the Upstream's name-service answers are held
+// and delivered at random later steps, out of order, and the job
+// attribute PMI_hwloc_xmlfile is a late one (Config.LateAttrs) whose value
+// the owner supplies at a random later step; reads of it wait until then.
+// Job attributes (with and without the KVS fallback) are read in every
+// seed.
 
 // model is the reference.
 type model struct {
@@ -32,6 +40,9 @@ type model struct {
 	nodeAttr map[string]string
 	names    map[string]string
 	ranks    []*mRank
+	late     bool   // PMI_hwloc_xmlfile is a late attribute; name answers come late
+	lateVal  string // its value, once set
+	lateSet  bool
 	colls    map[uint64]*mColl
 	rings    map[uint64]*mRing
 	out      []string // replies of the current operation
@@ -52,7 +63,15 @@ func (r *mRank) ended() bool { return r.finalized || r.gone }
 type mReq struct {
 	id   uint64
 	kind ReplyKind
-	wait string // "kvs:k" or "attr:k" for a parked read
+	// wait: "kvs:k" or "attr:k" for a parked read; "name" for a name call
+	// whose answer the Upstream has not delivered, "late" for a read of
+	// a late attribute not yet set (neither judged by checkStuck: their
+	// answers come from outside the node's ranks).
+	wait string
+	// answer is a name call's reply, known when the call was made (the
+	// Upstream serves calls in the order they are made) and given when
+	// the Upstream's answer is delivered.
+	answer string
 }
 
 type mColl struct {
@@ -69,8 +88,8 @@ type mRing struct {
 	failed bool
 }
 
-func newModel(n int) *model {
-	m := &model{n: n, kvs: map[string]string{}, sparse: map[string]string{}, nodeAttr: map[string]string{},
+func newModel(n int, late bool) *model {
+	m := &model{n: n, late: late, kvs: map[string]string{}, sparse: map[string]string{}, nodeAttr: map[string]string{},
 		names: map[string]string{}, colls: map[uint64]*mColl{}, rings: map[uint64]*mRing{}}
 	for range n {
 		m.ranks = append(m.ranks, &mRank{})
@@ -128,21 +147,58 @@ func (m *model) step(op Op) (replies, ups []string) {
 		m.collective(o.Local, &mReq{id: o.Req.ID, kind: ReplyAllgather}, kindAllgather, string(o.Value))
 	case Ring:
 		m.ring(o.Local, &mReq{id: o.Req.ID, kind: ReplyRing}, o.In)
+	case JobAttr:
+		q := &mReq{id: o.Req.ID, kind: ReplyJobAttr}
+		switch {
+		case o.Key == AttrHwlocXML && m.late && !m.lateSet:
+			q.wait = "late"
+			m.ranks[o.Local].busy = q
+		case o.Key == AttrHwlocXML && m.late:
+			m.answer(o.Local, q, "found="+m.lateVal)
+		case o.Key == AttrHwlocXML:
+			m.answer(o.Local, q, "found=unavailable")
+		case o.Key == "PMI_process_mapping":
+			m.answer(o.Local, q, "found=map")
+		case o.Key == "universeSize":
+			m.answer(o.Local, q, "found="+strconv.Itoa(diffUniverse))
+		case o.KVS && !strings.HasPrefix(o.Key, "PMI_") && m.kvs[o.Key] != "":
+			m.answer(o.Local, q, "found="+m.kvs[o.Key]) // fenced keys only
+		default:
+			m.answer(o.Local, q, "not-found")
+		}
+	case SetJobAttr:
+		if m.late && !m.lateSet {
+			m.lateSet, m.lateVal = true, o.Val
+			for l, r := range m.ranks {
+				if q := r.busy; q != nil && q.wait == "late" {
+					m.answer(l, q, "found="+o.Val)
+				}
+			}
+		}
 	case Name:
-		q := &mReq{id: o.Req.ID, kind: ReplyName}
+		q := &mReq{id: o.Req.ID, kind: ReplyName, wait: "name"}
 		_, has := m.names[o.Name]
 		switch {
 		case o.Op == NamePublish && has, o.Op != NamePublish && !has:
-			m.answer(o.Local, q, "err")
+			q.answer = "err"
 		case o.Op == NamePublish:
 			m.names[o.Name] = o.Port
-			m.answer(o.Local, q, "ok")
+			q.answer = "ok"
 		case o.Op == NameUnpublish:
 			delete(m.names, o.Name)
-			m.answer(o.Local, q, "ok")
+			q.answer = "ok"
 		default:
-			m.answer(o.Local, q, "ok port="+m.names[o.Name])
+			q.answer = "ok port=" + m.names[o.Name]
 		}
+		if m.late {
+			m.ranks[o.Local].busy = q // until the Upstream's answer is delivered
+		} else {
+			m.answer(o.Local, q, q.answer)
+		}
+	case NameDone:
+		// The test delivers the answer to rank Local's call (o.ID is the
+		// core's call id; deliver maps it to the rank).
+		panic("the model takes name answers through deliverName")
 	case Finalize:
 		r := m.ranks[o.Local]
 		if !r.finalized {
@@ -166,6 +222,32 @@ func (m *model) step(op Op) (replies, ups []string) {
 	m.checkStuck()
 	slices.Sort(m.out)
 	return m.out, m.ups
+}
+
+// deliverName gives rank l the answer of its name call, delivered by the
+// Upstream.
+func (m *model) deliverName(l int) (replies []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.out, m.ups = nil, nil
+	// A rank gone meanwhile is answered too, as every request it left
+	// (the shell drops replies to gone ranks).
+	if q := m.ranks[l].busy; q != nil && q.wait == "name" {
+		m.answer(l, q, q.answer)
+	}
+	m.checkStuck()
+	slices.Sort(m.out)
+	return m.out
+}
+
+// lateWaiting reports whether a rank waits for the late attribute.
+func (m *model) lateWaiting() bool {
+	for _, r := range m.ranks {
+		if r.busy != nil && r.busy.wait == "late" && !r.gone {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *model) lookup(k string) (string, bool) {
@@ -339,7 +421,7 @@ func (m *model) checkStuck() {
 	for _, r := range m.ranks {
 		if !r.ended() {
 			live++
-			if r.busy == nil {
+			if r.busy == nil || r.busy.wait == "name" || r.busy.wait == "late" {
 				return
 			}
 		}
@@ -382,7 +464,7 @@ func normReply(r *Reply) string {
 		return s
 	}
 	switch r.Kind {
-	case ReplyGet, ReplyGetNodeAttr:
+	case ReplyGet, ReplyGetNodeAttr, ReplyJobAttr:
 		if r.Found {
 			return s + "found=" + r.Val
 		}
@@ -423,9 +505,15 @@ func TestDifferential(t *testing.T) {
 		for k, v := range st.errs {
 			total.errs[k] += v
 		}
+		total.delivered += st.delivered
+		total.lateAnswered += st.lateAnswered
 	}
 	t.Logf("failed replies by kind: %v", total.errs)
 	t.Logf("%d seeds: %d operations, %d replies (%d errors), %d completed collectives compared", seeds, total.ops, total.replies, total.fails, total.epochs)
+	t.Logf("late Upstream: %d held name answers delivered out of order, %d reads of a late attribute answered when it was set", total.delivered, total.lateAnswered)
+	if total.delivered < seeds || total.lateAnswered < seeds/10 {
+		t.Errorf("the generator exercises late answers too little (%d deliveries, %d late reads)", total.delivered, total.lateAnswered)
+	}
 	if total.epochs < total.ops/10 {
 		t.Errorf("the generator completes too few collectives (%d of %d operations) to test them", total.epochs, total.ops)
 	}
@@ -434,12 +522,27 @@ func TestDifferential(t *testing.T) {
 type diffStats struct {
 	ops, replies, fails, epochs int
 	errs                        map[string]int // failed replies by kind
+	delivered, lateAnswered     int            // held name answers delivered; late-attribute reads answered by a set
+}
+
+// diffUniverse is the differential test's universe size.
+const diffUniverse = 7
+
+// heldName is a name-service answer the late Upstream holds back: the
+// answer, and the local rank whose call it answers.
+type heldName struct {
+	done  NameDone
+	local int
 }
 
 func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 	st.errs = map[string]int{}
 	rng := rand.New(rand.NewPCG(seed, 7))
-	cfg := Config{JobID: "job", Size: n, Mapping: "map"}
+	lateUp := seed%2 == 1
+	cfg := Config{JobID: "job", Size: n, Mapping: "map", UniverseSize: diffUniverse}
+	if lateUp {
+		cfg.LateAttrs = map[string]func(){AttrHwlocXML: func() {}}
+	}
 	for i := range n {
 		cfg.Local = append(cfg.Local, i)
 	}
@@ -448,9 +551,62 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 	}
 	c := NewCore(&cfg, 0, n)
 	emu := newLocalEmu(n)
-	m := newModel(n)
+	m := newModel(n, lateUp)
 	var id uint64
 	var history []string
+	var held []heldName // name answers the late Upstream holds
+	nameCaller := -1    // the local rank of this step's name call
+	// drain takes the core's replies and Upstream contributions until the
+	// Upstream has nothing more to answer now.
+	drain := func(step int) (got, gotUp []string) {
+		for {
+			rd := c.Ready()
+			for i := range rd.Replies {
+				got = append(got, normReply(&rd.Replies[i]))
+			}
+			for _, u := range rd.Upstream {
+				switch u.Kind {
+				case UpFence:
+					var ks []string
+					for _, kv := range u.KVs {
+						ks = append(ks, fmt.Sprintf("%s=%s@%d", kv.Key, kv.Val, kv.Owner))
+					}
+					slices.Sort(ks)
+					if len(slices.Compact(slices.Clone(ks))) != len(ks) {
+						t.Fatalf("seed %d: fence %d carries a key twice: %v", seed, u.Epoch, ks)
+					}
+					gotUp = append(gotUp, fmt.Sprintf("fence %d %v", u.Epoch, ks))
+				case UpAllgather:
+					var vs []string
+					for _, rv := range u.Values {
+						vs = append(vs, string(rv.Value))
+					}
+					gotUp = append(gotUp, fmt.Sprintf("allgather %d %v", u.Epoch, vs))
+				}
+			}
+			var ops []Op
+			for _, o := range emu.answer(rd.Upstream) {
+				if nd, ok := o.(NameDone); ok && lateUp {
+					if nameCaller < 0 {
+						t.Fatalf("seed %d step %d: a name answer with no name call", seed, step)
+					}
+					held = append(held, heldName{nd, nameCaller})
+					continue
+				}
+				ops = append(ops, o)
+			}
+			if len(ops) == 0 {
+				break
+			}
+			for _, o := range ops {
+				if err := c.Step(o); err != nil {
+					t.Fatalf("seed %d step %d: upstream answer: %v", seed, step, err)
+				}
+			}
+		}
+		slices.Sort(got)
+		return got, gotUp
+	}
 	var plan []int        // the program's collectives: 0 fence, 1 allgather, 2 ring
 	pos := make([]int, n) // each rank's place in plan
 	keys := []string{"a", "b", "c"}
@@ -467,6 +623,27 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 		if len(alive) == 0 {
 			return st
 		}
+		if len(held) > 0 && (len(idle) == 0 || rng.IntN(4) == 0) {
+			// The late Upstream delivers a held answer, any of them.
+			i := rng.IntN(len(held))
+			h := held[i]
+			held = slices.Delete(held, i, i+1)
+			history = append(history, fmt.Sprintf("deliver %+v to L%d", h.done, h.local))
+			if err := c.Step(h.done); err != nil {
+				t.Fatalf("seed %d step %d: name answer: %v", seed, step, err)
+			}
+			got, _ := drain(step)
+			want := m.deliverName(h.local)
+			if !slices.Equal(got, want) {
+				from := max(0, len(history)-12)
+				t.Fatalf("seed %d (%d ranks) step %d: %s\ncore replies:  %q\nmodel replies: %q\nlast ops:\n  %s",
+					seed, n, step, history[len(history)-1], got, want, strings.Join(history[from:], "\n  "))
+			}
+			st.ops++
+			st.replies += len(got)
+			st.delivered++
+			continue
+		}
 		var op Op
 		id++
 		req := Req{Via: ViaTest, ID: id}
@@ -474,9 +651,14 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 		// Ranks end (gone, finalize) only in the last quarter: after that
 		// every collective fails, which is tested, but not for long.
 		late := step > steps*3/4
-		if len(idle) == 0 || late && p < 10 {
+		switch {
+		case lateUp && m.lateWaiting() && (len(idle) == 0 || rng.IntN(10) == 0), lateUp && rng.IntN(200) == 0:
+			// The owner supplies the late attribute (again: it changes
+			// nothing).
+			op = SetJobAttr{Key: AttrHwlocXML, Val: fmt.Sprintf("xml%d", step)}
+		case len(idle) == 0 || late && p < 10:
 			op = Gone{Local: alive[rng.IntN(len(alive))], Why: "killed"}
-		} else {
+		default:
 			l := idle[rng.IntN(len(idle))]
 			k := keys[rng.IntN(len(keys))]
 			v := fmt.Sprintf("v%d", step)
@@ -509,6 +691,9 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 				op = PutNodeAttr{Local: l, Req: req, Key: k, Val: v}
 			case p < 40:
 				op = GetNodeAttr{Local: l, Req: req, Key: k, Wait: rng.IntN(3) == 0}
+			case p < 44:
+				attrs := []string{AttrHwlocXML, "PMI_process_mapping", "universeSize", "PMI_nosuch", k}
+				op = JobAttr{Local: l, Req: req, Key: attrs[rng.IntN(len(attrs))], KVS: rng.IntN(2) == 0}
 			case p < 90:
 				switch next() {
 				case 0:
@@ -527,46 +712,17 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 			}
 		}
 		history = append(history, fmt.Sprintf("%T%+v", op, op))
+		nameCaller = -1
+		if o, ok := op.(Name); ok {
+			nameCaller = o.Local
+		}
 		if err := c.Step(op); err != nil {
 			t.Fatalf("seed %d step %d: %v", seed, step, err)
 		}
-		var got, gotUp []string
-		for {
-			rd := c.Ready()
-			for i := range rd.Replies {
-				got = append(got, normReply(&rd.Replies[i]))
-			}
-			for _, u := range rd.Upstream {
-				switch u.Kind {
-				case UpFence:
-					var ks []string
-					for _, kv := range u.KVs {
-						ks = append(ks, fmt.Sprintf("%s=%s@%d", kv.Key, kv.Val, kv.Owner))
-					}
-					slices.Sort(ks)
-					if len(slices.Compact(slices.Clone(ks))) != len(ks) {
-						t.Fatalf("seed %d: fence %d carries a key twice: %v", seed, u.Epoch, ks)
-					}
-					gotUp = append(gotUp, fmt.Sprintf("fence %d %v", u.Epoch, ks))
-				case UpAllgather:
-					var vs []string
-					for _, rv := range u.Values {
-						vs = append(vs, string(rv.Value))
-					}
-					gotUp = append(gotUp, fmt.Sprintf("allgather %d %v", u.Epoch, vs))
-				}
-			}
-			ops := emu.answer(rd.Upstream)
-			if len(ops) == 0 {
-				break
-			}
-			for _, o := range ops {
-				if err := c.Step(o); err != nil {
-					t.Fatalf("seed %d step %d: upstream answer: %v", seed, step, err)
-				}
-			}
+		got, gotUp := drain(step)
+		if _, ok := op.(SetJobAttr); ok {
+			st.lateAnswered += len(got)
 		}
-		slices.Sort(got)
 		st.ops++
 		st.replies += len(got)
 		st.epochs += len(gotUp)
