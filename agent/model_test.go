@@ -28,8 +28,9 @@ import (
 // and delivered at random later steps, out of order, and the job
 // attribute PMI_hwloc_xmlfile is a late one (Config.LateAttrs) whose value
 // the owner supplies at a random later step; reads of it wait until then.
-// Job attributes (with and without the KVS fallback) are read in every
-// seed.
+// Job attributes (with and without the KVS fallback) are read, and group
+// barriers (PMI-1.2, of every rank or of some, which commit their
+// members' puts) entered, in every seed.
 
 // model is the reference.
 type model struct {
@@ -45,6 +46,7 @@ type model struct {
 	lateSet  bool
 	colls    map[uint64]*mColl
 	rings    map[uint64]*mRing
+	groups   map[string]*mGroup
 	out      []string // replies of the current operation
 	ups      []string // Upstream contributions of the current operation
 }
@@ -82,6 +84,15 @@ type mColl struct {
 	started bool
 }
 
+// mGroup is a PMI-1.2 group barrier: its members as the first rank to
+// enter named them (nil: every rank), and the requests of those in it.
+type mGroup struct {
+	members []bool
+	in      map[int]*mReq
+}
+
+func (g *mGroup) member(l int) bool { return g.members == nil || g.members[l] }
+
 type mRing struct {
 	in     map[int]RingIn
 	req    map[int]*mReq // waiting
@@ -90,7 +101,7 @@ type mRing struct {
 
 func newModel(n int, late bool) *model {
 	m := &model{n: n, late: late, kvs: map[string]string{}, sparse: map[string]string{}, nodeAttr: map[string]string{},
-		names: map[string]string{}, colls: map[uint64]*mColl{}, rings: map[uint64]*mRing{}}
+		names: map[string]string{}, colls: map[uint64]*mColl{}, rings: map[uint64]*mRing{}, groups: map[string]*mGroup{}}
 	for range n {
 		m.ranks = append(m.ranks, &mRank{})
 	}
@@ -147,6 +158,8 @@ func (m *model) step(op Op) (replies, ups []string) {
 		m.collective(o.Local, &mReq{id: o.Req.ID, kind: ReplyAllgather}, kindAllgather, string(o.Value))
 	case Ring:
 		m.ring(o.Local, &mReq{id: o.Req.ID, kind: ReplyRing}, o.In)
+	case Barrier:
+		m.barrier(o.Local, &mReq{id: o.Req.ID, kind: ReplyBarrier}, o.Group, o.Members)
 	case JobAttr:
 		q := &mReq{id: o.Req.ID, kind: ReplyJobAttr}
 		switch {
@@ -356,6 +369,70 @@ func (m *model) failColl(e uint64) {
 	}
 }
 
+// barrier enters l into group barrier name: an error if l is not a
+// member, and for every rank in it if a member that has not entered has
+// ended; complete when every member is in, which commits the members'
+// puts (no Upstream: a group barrier is the node's own).
+func (m *model) barrier(l int, q *mReq, name string, members []int) {
+	g := m.groups[name]
+	if g == nil {
+		g = &mGroup{in: map[int]*mReq{}}
+		if members != nil {
+			g.members = make([]bool, m.n)
+			for _, x := range members {
+				g.members[x] = true
+			}
+		}
+		m.groups[name] = g
+	}
+	if !g.member(l) {
+		m.answer(l, q, "err")
+		return
+	}
+	for p, pr := range m.ranks {
+		if p != l && g.member(p) && g.in[p] == nil && pr.ended() {
+			m.answer(l, q, "err")
+			m.failGroup(name)
+			return
+		}
+	}
+	q.wait = "group:" + name
+	m.ranks[l].busy = q
+	g.in[l] = q
+	for p := range m.n {
+		if g.member(p) && g.in[p] == nil {
+			return
+		}
+	}
+	delete(m.groups, name)
+	last := map[string]string{}
+	for p, pr := range m.ranks {
+		if g.member(p) {
+			for _, kv := range pr.puts {
+				last[kv.Key] = kv.Val
+			}
+			pr.puts = nil
+		}
+	}
+	for k, v := range last {
+		m.kvs[k] = v
+	}
+	for p, pq := range g.in {
+		m.answer(p, pq, "ok")
+	}
+	for k, v := range last {
+		m.release("kvs:"+k, v)
+	}
+}
+
+// failGroup fails every rank in group barrier name and forgets it.
+func (m *model) failGroup(name string) {
+	for p, q := range m.groups[name].in {
+		m.answer(p, q, "err")
+	}
+	delete(m.groups, name)
+}
+
 // ring enters l's next ring exchange; a rank is answered once both its
 // neighbours on the node's cycle have entered.
 func (m *model) ring(l int, q *mReq, in RingIn) {
@@ -399,9 +476,14 @@ func (m *model) failRing(g *mRing) {
 	}
 }
 
-// peerGone fails the collectives and rings that wait for l.
+// peerGone fails the collectives, barriers and rings that wait for l.
 func (m *model) peerGone(l int) {
 	r := m.ranks[l]
+	for name, g := range m.groups {
+		if g.member(l) && g.in[l] == nil {
+			m.failGroup(name)
+		}
+	}
 	for e, c := range m.colls {
 		if _, in := c.in[l]; !in && !c.failed && r.collSeq < e && len(c.in) > 0 {
 			m.failColl(e)
@@ -440,6 +522,10 @@ func (m *model) checkStuck() {
 			fmt.Sscanf(q.wait, "coll:%d", &e)
 			if c := m.colls[e]; c != nil && !c.failed {
 				m.failColl(e)
+			}
+		case strings.HasPrefix(q.wait, "group:"):
+			if _, ok := m.groups[q.wait[len("group:"):]]; ok {
+				m.failGroup(q.wait[len("group:"):])
 			}
 		case strings.HasPrefix(q.wait, "ring:"):
 			var e uint64
@@ -506,16 +592,22 @@ func TestDifferential(t *testing.T) {
 			total.errs[k] += v
 		}
 		total.delivered += st.delivered
+		total.barriers += st.barriers
+		total.groups += st.groups
 		total.lateAnswered += st.lateAnswered
 	}
 	t.Logf("failed replies by kind: %v", total.errs)
 	t.Logf("%d seeds: %d operations, %d replies (%d errors), %d completed collectives compared", seeds, total.ops, total.replies, total.fails, total.epochs)
+	t.Logf("%d group barriers completed (%d entries)", total.groups, total.barriers)
+	if total.barriers < seeds {
+		t.Errorf("the generator completes too few group barriers (%d)", total.barriers)
+	}
 	t.Logf("late Upstream: %d held name answers delivered out of order, %d reads of a late attribute answered when it was set", total.delivered, total.lateAnswered)
 	if total.delivered < seeds || total.lateAnswered < seeds/10 {
 		t.Errorf("the generator exercises late answers too little (%d deliveries, %d late reads)", total.delivered, total.lateAnswered)
 	}
-	if total.epochs < total.ops/10 {
-		t.Errorf("the generator completes too few collectives (%d of %d operations) to test them", total.epochs, total.ops)
+	if total.epochs+total.groups < total.ops/10 {
+		t.Errorf("the generator completes too few collectives (%d of %d operations) to test them", total.epochs+total.groups, total.ops)
 	}
 }
 
@@ -523,6 +615,7 @@ type diffStats struct {
 	ops, replies, fails, epochs int
 	errs                        map[string]int // failed replies by kind
 	delivered, lateAnswered     int            // held name answers delivered; late-attribute reads answered by a set
+	barriers, groups            int            // group barrier entries answered ok; barriers completed
 }
 
 // diffUniverse is the differential test's universe size.
@@ -607,7 +700,13 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 		slices.Sort(got)
 		return got, gotUp
 	}
-	var plan []int        // the program's collectives: 0 fence, 1 allgather, 2 ring
+	// The program's collectives: 0 fence, 1 allgather, 2 ring, 3 a group
+	// barrier of members (nil: all).
+	type planned struct {
+		kind    int
+		members []int
+	}
+	var plan []planned
 	pos := make([]int, n) // each rank's place in plan
 	keys := []string{"a", "b", "c"}
 	for step := 0; step < steps; step++ {
@@ -665,16 +764,31 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 			p /= 10
 			// Ranks run one program: the same collectives in the same
 			// order (plan), with a rare rank that strays from it.
-			next := func() int {
+			next := func() (kind int, group string, members []int) {
 				for len(plan) <= pos[l] {
-					plan = append(plan, rng.IntN(3))
+					pl := planned{kind: rng.IntN(4)}
+					if pl.kind == 3 && rng.IntN(2) == 0 { // barriers half as often
+						pl.kind = rng.IntN(3)
+					}
+					if pl.kind == 3 && rng.IntN(3) > 0 {
+						for x := range n {
+							if rng.IntN(3) > 0 {
+								pl.members = append(pl.members, x)
+							}
+						}
+						if pl.members == nil {
+							pl.members = []int{}
+						}
+					}
+					plan = append(plan, pl)
 				}
-				kind := plan[pos[l]]
+				pl := plan[pos[l]]
+				group = fmt.Sprintf("g%d", pos[l])
 				pos[l]++
 				if rng.IntN(300) == 0 {
-					kind = rng.IntN(3)
+					return rng.IntN(4), group, pl.members
 				}
-				return kind
+				return pl.kind, group, pl.members
 			}
 			switch {
 			case p == 0 && late:
@@ -695,13 +809,15 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 				attrs := []string{AttrHwlocXML, "PMI_process_mapping", "universeSize", "PMI_nosuch", k}
 				op = JobAttr{Local: l, Req: req, Key: attrs[rng.IntN(len(attrs))], KVS: rng.IntN(2) == 0}
 			case p < 90:
-				switch next() {
+				switch kind, group, members := next(); kind {
 				case 0:
 					op = Fence{Local: l, Req: req}
 				case 1:
 					op = Allgather{Local: l, Req: req, Value: []byte(v)}
-				default:
+				case 2:
 					op = Ring{Local: l, Req: req, In: RingIn{Count: 1, Left: "L" + v, Right: "R" + v}}
+				default:
+					op = Barrier{Local: l, Req: req, Group: group, Members: members}
 				}
 			case p < 94:
 				op = Name{Local: l, Req: req, Op: NamePublish, Name: k, Port: v}
@@ -726,7 +842,13 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 		st.ops++
 		st.replies += len(got)
 		st.epochs += len(gotUp)
+		if slices.ContainsFunc(got, func(g string) bool { return strings.HasSuffix(g, " barrier ok") }) {
+			st.groups++ // one completes per step at most
+		}
 		for _, g := range got {
+			if strings.HasSuffix(g, " barrier ok") {
+				st.barriers++
+			}
 			if strings.Contains(g, " err") {
 				st.fails++
 				st.errs[strings.Fields(g)[2]]++
