@@ -224,6 +224,20 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		return Ring{Local: i, Req: req, In: RingIn{Count: 1, Left: v, Right: v}}, nil
 	case shm.OpJobAttr:
 		return JobAttr{Local: i, Req: req, Key: string(m.Payload)}, nil
+	case shm.OpPutNodeAttr:
+		k, v, err := shm.Pair(m.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("put node attribute: %w", err)
+		}
+		if _, err := checkNodeAttr(string(k), string(v)); err != nil {
+			return nil, &shmRefusal{ReplyPutNodeAttr, err}
+		}
+		return PutNodeAttr{Local: i, Req: req, Key: string(k), Val: string(v)}, nil
+	case shm.OpGetNodeAttr:
+		if _, err := checkNodeAttr(string(m.Payload), ""); err != nil {
+			return nil, &shmRefusal{ReplyGetNodeAttr, err}
+		}
+		return GetNodeAttr{Local: i, Req: req, Key: string(m.Payload), Wait: m.Flags&shm.GetWait != 0}, nil
 	case shm.OpPublish:
 		name, port, err := shm.Pair(m.Payload)
 		if err != nil {
@@ -297,7 +311,7 @@ func (a *Agent) shmReply(t *turn, r *Reply) {
 		h.Flags, payload = shm.StatusError, []byte(r.Err.Error())
 	case r.Kind == ReplyRing:
 		payload = shm.AppendRing(nil, uint32(r.Ring.Pos), uint32(r.Ring.Size), r.Ring.Left, r.Ring.Right)
-	case r.Kind == ReplyGet || r.Kind == ReplyJobAttr:
+	case r.Kind == ReplyGet || r.Kind == ReplyJobAttr || r.Kind == ReplyGetNodeAttr:
 		if !r.Found {
 			h.Flags = shm.StatusNotFound
 		} else {

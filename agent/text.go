@@ -359,6 +359,24 @@ func checkPut(key, val string) (int, error) {
 	return 0, nil
 }
 
+// checkNodeAttr enforces the limits on a node attribute's key and value
+// ("" when reading), with the text protocol's rc for each.
+func checkNodeAttr(key, val string) (int, error) {
+	switch {
+	case key == "" || len(key) > pmiwire.KeyLenMax:
+		return pmiwire.RCInvalidKey, fmt.Errorf("bad node attribute key %q", key)
+	case len(val) > pmiwire.ValLenMax:
+		return pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax)
+	}
+	if err := checkBytes("node attribute key", key); err != nil {
+		return pmiwire.RCInvalidKey, err
+	}
+	if err := checkBytes("node attribute value", val); err != nil {
+		return pmiwire.RCInvalidArg, err
+	}
+	return 0, nil
+}
+
 func (c *textConn) bindLocked(rank int) error {
 	a := c.a
 	l := a.core.LocalOf(rank)
@@ -547,12 +565,8 @@ func serveJobAttr(c *textConn, t *turn, rq *textReq) Op {
 func servePutNodeAttr(c *textConn, t *turn, rq *textReq) Op {
 	key, _ := rq.m.Get("key")
 	val, _ := rq.m.Get("value")
-	switch {
-	case key == "" || len(key) > pmiwire.KeyLenMax:
-		t.fail(c, rq, pmiwire.RCInvalidKey, fmt.Errorf("bad node attribute key %q", key))
-		return nil
-	case len(val) > pmiwire.ValLenMax:
-		t.fail(c, rq, pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax))
+	if rc, err := checkNodeAttr(key, val); err != nil {
+		t.fail(c, rq, rc, err)
 		return nil
 	}
 	return PutNodeAttr{Local: c.local(), Req: rq.req, Key: key, Val: val}

@@ -93,6 +93,9 @@
 #define FPMI_OP_ABORT              11ULL
 #define FPMI_OP_FINALIZE           12ULL
 #define FPMI_OP_ERROR              13ULL
+#define FPMI_OP_SPAWN              14ULL
+#define FPMI_OP_PUT_NODE_ATTR      15ULL
+#define FPMI_OP_GET_NODE_ATTR      16ULL
 #define FPMI_HINT_NONE             0ULL
 #define FPMI_HINT_DENSE            1ULL
 #define FPMI_HINT_SPARSE           2ULL

@@ -972,6 +972,21 @@ static int node_attr_locked(const char *name, char *value, int valuelen, int *fo
     if (name == NULL || *name == '\0' || value == NULL || found == NULL)
         return PMI2_ERR_INVALID_ARG;
     *found = 0;
+    if (g.kind == T_SHM) {
+        uint16_t st;
+        const char *v;
+        size_t n;
+        if (fpmi_shm_call(g.shm, FPMI_OP_GET_NODE_ATTR, waitfor ? FPMI_GET_WAIT : 0, name, strlen(name), NULL, 0, &st,
+                          &v, &n, g.err, sizeof g.err) != 0) {
+            seterr("node attribute %s: %s", name, g.err);
+            return PMI2_FAIL;
+        }
+        if (st == FPMI_STATUS_OK) {
+            *found = 1;
+            copy_out(value, valuelen, v, n);
+        }
+        return PMI2_SUCCESS;
+    }
     if (g.kind == T_SINGLETON) {
         struct kv **p = kv_find(&g.nodeattrs, name);
         if (*p != NULL) {
@@ -1002,6 +1017,23 @@ EXPORT int PMI2_Info_PutNodeAttr(const char name[], const char value[])
         RETURN(rc);
     if (g.kind == T_SINGLETON)
         RETURN(kv_set(&g.nodeattrs, name, value, strlen(value)));
+    if (g.kind == T_SHM) {
+        size_t nl = strlen(name);
+        unsigned char h[2] = {(unsigned char)(nl & 0xff), (unsigned char)(nl >> 8)};
+        char pair[PMI2_MAX_KEYLEN + PMI2_MAX_VALLEN + 2];
+        size_t vl = strlen(value);
+        uint16_t st;
+        const char *v;
+        size_t n;
+        memcpy(pair, name, nl);
+        memcpy(pair + nl, value, vl);
+        if (fpmi_shm_call(g.shm, FPMI_OP_PUT_NODE_ATTR, 0, h, 2, pair, nl + vl, &st, &v, &n, g.err, sizeof g.err) !=
+            0) {
+            seterr("node attribute %s: %s", name, g.err);
+            RETURN(PMI2_FAIL);
+        }
+        RETURN(PMI2_SUCCESS);
+    }
     fpmi_buf_start(&wb, "info-putnodeattr");
     fpmi_buf_pairs(&wb, "key", name);
     fpmi_buf_pairs(&wb, "value", value);

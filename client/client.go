@@ -114,6 +114,8 @@ type transport interface {
 	get(ctx context.Context, key string, o getOpts) ([]byte, error)
 	ring(ctx context.Context, val []byte) (RingResult, error)
 	jobAttr(ctx context.Context, key string) (string, bool, error)
+	putNodeAttr(ctx context.Context, key, val string) error
+	nodeAttr(ctx context.Context, key string, wait bool) (string, bool, error)
 	publish(ctx context.Context, name, port string) error
 	unpublish(ctx context.Context, name string) error
 	lookup(ctx context.Context, name string) (string, error)
@@ -329,6 +331,36 @@ func (c *Client) JobAttr(ctx context.Context, key string) (string, bool, error) 
 	}
 	v, ok, err := c.t.jobAttr(ctx, key)
 	return v, ok, c.fail("job attribute "+key, err)
+}
+
+// PutNodeAttr sets a node attribute: a value the ranks of this node, and
+// only they, read with NodeAttr (PMI-2's info-putnodeattr; MPICH shares
+// its node's shared-memory handles this way). A second put replaces the
+// value.
+func (c *Client) PutNodeAttr(ctx context.Context, key, value string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin("node attribute"); err != nil {
+		return err
+	}
+	if len(value) > c.t.maxValue() {
+		return &Error{Op: "node attribute " + key, Rank: c.info.Rank, Err: ErrTooLarge}
+	}
+	return c.fail("node attribute "+key, c.t.putNodeAttr(ctx, key, value))
+}
+
+// NodeAttr reads a node attribute. Without wait, found is false when no
+// rank of this node has put it; with wait it waits (bounded by ctx) until
+// one does, and fails if that can never happen (every rank of the node
+// waits).
+func (c *Client) NodeAttr(ctx context.Context, key string, wait bool) (value string, found bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.begin("node attribute"); err != nil {
+		return "", false, err
+	}
+	v, ok, err := c.t.nodeAttr(ctx, key, wait)
+	return v, ok, c.fail("node attribute "+key, err)
 }
 
 // Publish publishes name → port for other jobs' and ranks' Lookup.

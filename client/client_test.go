@@ -35,6 +35,8 @@ func TestWaitForPut(t *testing.T) { forEach(t, "waitget", 3) }
 
 func TestPublishLookup(t *testing.T) { forEach(t, "names", 3) }
 
+func TestNodeAttr(t *testing.T) { forEach(t, "nodeattr", 1, 3) }
+
 func TestJobAttr(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {

@@ -25,6 +25,7 @@ var scenarios = map[string]func(context.Context, *rankEnv) error{
 	"waitget":     scenarioWaitGet,
 	"names":       scenarioNames,
 	"jobattr":     scenarioJobAttr,
+	"nodeattr":    scenarioNodeAttr,
 	"limits":      scenarioLimits,
 	"singleton":   scenarioSingleton,
 	"abort":       scenarioAbort,
@@ -395,6 +396,64 @@ func scenarioJobAttr(ctx context.Context, e *rankEnv) error {
 	return nil
 }
 
+// scenarioNodeAttr: the last rank puts a node attribute late; the others
+// wait for it; a read without wait of a missing attribute is not found; a
+// second put replaces the value; an attribute value at the limit passes,
+// one byte more is refused; a wait nobody can end fails (only rank 0
+// waits, after every other rank has finalized).
+func scenarioNodeAttr(ctx context.Context, e *rankEnv) error {
+	last := e.n - 1
+	if e.me == last {
+		time.Sleep(100 * time.Millisecond)
+		if err := e.c.PutNodeAttr(ctx, "shared", "first"); err != nil {
+			return err
+		}
+		if err := e.c.PutNodeAttr(ctx, "shared", "v;=x"); err != nil {
+			return err
+		}
+	} else {
+		v, ok, err := e.c.NodeAttr(ctx, "shared", true)
+		if err != nil || !ok || (v != "first" && v != "v;=x") {
+			return fmt.Errorf("waiting read of node attribute = %q, %v, %v", v, ok, err)
+		}
+	}
+	if err := e.c.Fence(ctx); err != nil {
+		return err
+	}
+	if v, ok, err := e.c.NodeAttr(ctx, "shared", false); err != nil || !ok || v != "v;=x" {
+		return fmt.Errorf("node attribute after a second put = %q, %v, %v; want the second value", v, ok, err)
+	}
+	if v, ok, err := e.c.NodeAttr(ctx, "missing", false); err != nil || ok {
+		return fmt.Errorf("missing node attribute = %q, %v, %v; want not found", v, ok, err)
+	}
+	if err := e.c.PutNodeAttr(ctx, "max", strings.Repeat("m", 1024)); err != nil {
+		return fmt.Errorf("node attribute of 1024 bytes: %w", err)
+	}
+	if err := e.c.PutNodeAttr(ctx, "big", strings.Repeat("m", 1025)); !errors.Is(err, client.ErrTooLarge) {
+		return fmt.Errorf("node attribute of 1025 bytes: %v, want ErrTooLarge", err)
+	}
+	if err := e.c.Fence(ctx); err != nil {
+		return err
+	}
+	if e.me != 0 {
+		return nil // finalize and exit
+	}
+	// The wait ends once the other ranks have finalized: then nobody can
+	// put it.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, ok, err := e.c.NodeAttr(wctx, "never", true)
+	switch {
+	case err == nil:
+		return fmt.Errorf("waiting read of a node attribute nobody puts = %q, %v", v, ok)
+	case wctx.Err() != nil:
+		return fmt.Errorf("waiting read of a node attribute nobody puts ran into the context: %v", err)
+	case !strings.Contains(err.Error(), "deadlock"):
+		return fmt.Errorf("waiting read of a node attribute nobody puts: %v, want a deadlock error", err)
+	}
+	return nil
+}
+
 // scenarioLimits: too-large values and keys are refused; a value at the
 // PMI-2 limit passes; after Finalize everything fails with ErrFinalized.
 func scenarioLimits(ctx context.Context, e *rankEnv) error {
@@ -514,6 +573,15 @@ func scenarioSingleton(ctx context.Context, e *rankEnv) error {
 	}
 	if _, err := e.c.Get(ctx, "nope"); !errors.Is(err, client.ErrNotFound) {
 		return fmt.Errorf("singleton get of a missing key: %v", err)
+	}
+	if err := e.c.PutNodeAttr(ctx, "na", "nv"); err != nil {
+		return err
+	}
+	if v, ok, err := e.c.NodeAttr(ctx, "na", true); err != nil || !ok || v != "nv" {
+		return fmt.Errorf("singleton node attribute = %q, %v, %v", v, ok, err)
+	}
+	if _, _, err := e.c.NodeAttr(ctx, "none", true); err == nil {
+		return errors.New("singleton: a waiting read of a node attribute nobody puts returned")
 	}
 	req := e.c.Iallgather([]byte("i"))
 	if !req.Test() {

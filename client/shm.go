@@ -272,6 +272,26 @@ func (t *shmTransport) jobAttr(ctx context.Context, key string) (string, bool, e
 	return string(v), true, nil
 }
 
+func (t *shmTransport) putNodeAttr(ctx context.Context, key, val string) error {
+	_, _, err := t.call(ctx, shm.OpPutNodeAttr, 0, shm.AppendPair(nil, key, val))
+	return err
+}
+
+func (t *shmTransport) nodeAttr(ctx context.Context, key string, wait bool) (string, bool, error) {
+	var flags uint16
+	if wait {
+		flags = shm.GetWait
+	}
+	h, v, err := t.call(ctx, shm.OpGetNodeAttr, flags, []byte(key))
+	if err != nil {
+		return "", false, err
+	}
+	if h.Flags == shm.StatusNotFound {
+		return "", false, nil
+	}
+	return string(v), true, nil
+}
+
 func (t *shmTransport) publish(ctx context.Context, name, port string) error {
 	_, _, err := t.call(ctx, shm.OpPublish, 0, shm.AppendPair(nil, name, port))
 	return err

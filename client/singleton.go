@@ -12,12 +12,13 @@ import (
 type singleton struct {
 	kvs   map[string][]byte
 	names map[string]string
+	attrs map[string]string // node attributes
 	colls uint32
 	last  []byte // the last allgather's value
 }
 
 func newSingleton() *singleton {
-	return &singleton{kvs: make(map[string][]byte), names: make(map[string]string)}
+	return &singleton{kvs: make(map[string][]byte), names: make(map[string]string), attrs: make(map[string]string)}
 }
 
 func (s *singleton) maxValue() int { return pmiwire.ValLenMax }
@@ -60,6 +61,21 @@ func (s *singleton) jobAttr(_ context.Context, key string) (string, bool, error)
 		return "1", true, nil
 	}
 	return "", false, nil
+}
+
+func (s *singleton) putNodeAttr(_ context.Context, key, val string) error {
+	s.attrs[key] = val
+	return nil
+}
+
+// nodeAttr: the only rank of its node waiting for a put would wait
+// forever, so that fails at once.
+func (s *singleton) nodeAttr(_ context.Context, key string, wait bool) (string, bool, error) {
+	v, ok := s.attrs[key]
+	if !ok && wait {
+		return "", false, fmt.Errorf("node attribute %s: deadlock: the only rank waits for its own put", key)
+	}
+	return v, ok, nil
 }
 
 func (s *singleton) publish(_ context.Context, name, port string) error {

@@ -463,6 +463,27 @@ func (t *textTransport) jobAttr(ctx context.Context, key string) (string, bool, 
 	return v, true, nil
 }
 
+func (t *textTransport) putNodeAttr(ctx context.Context, key, val string) error {
+	_, err := t.call(ctx, "info-putnodeattr", pmiwire.Pair{Key: "key", Val: key}, pmiwire.Pair{Key: "value", Val: val})
+	return err
+}
+
+func (t *textTransport) nodeAttr(ctx context.Context, key string, wait bool) (string, bool, error) {
+	w := "FALSE"
+	if wait {
+		w = "TRUE"
+	}
+	r, err := t.call(ctx, "info-getnodeattr", pmiwire.Pair{Key: "key", Val: key}, pmiwire.Pair{Key: "wait", Val: w})
+	if err != nil {
+		return "", false, err
+	}
+	if f, _ := r.resp.Get("found"); f != "TRUE" {
+		return "", false, nil
+	}
+	v, _ := r.resp.Get("value")
+	return v, true, nil
+}
+
 func (t *textTransport) publish(ctx context.Context, name, port string) error {
 	_, err := t.call(ctx, "name-publish", pmiwire.Pair{Key: "name", Val: name}, pmiwire.Pair{Key: "port", Val: port})
 	return err

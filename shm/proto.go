@@ -27,6 +27,10 @@ const (
 	OpFinalize  uint16 = 12 // response when done
 	OpError     uint16 = 13 // agent → rank: collective Epoch failed; payload: message
 	OpSpawn     uint16 = 14 // payload: a PMI-2 spawn request (pmiwire.AppendSpawnV2); response: the new job's id
+	// Node attributes (PMI-2 info-putnodeattr / info-getnodeattr): values
+	// shared by the ranks of one node only.
+	OpPutNodeAttr uint16 = 15 // payload: key, value (AppendPair); response when stored
+	OpGetNodeAttr uint16 = 16 // Flags = GetWait?; payload: key; response: the value, or StatusNotFound
 )
 
 // Put hints, in Header.Flags of OpPut.

@@ -9,6 +9,9 @@
  *   fastpmi_scenario noring     without the ring (Hydra 4.0.2 has none)
  *   fastpmi_scenario nowait     without the get-with-wait of the next
  *                               rank's sparse key (visible on its node only)
+ *   fastpmi_scenario withspawn  the scenario, and rank 0 spawns 2 copies of
+ *                               /bin/true at its end ("r=0 spawn rc=0 job=N",
+ *                               N the part of the job id after its last '-')
  *   fastpmi_scenario abort      rank 0 aborts after init (the others wait)
  *   fastpmi_scenario spawn      rank 0 spawns 2 copies of /bin/true and
  *                               prints the return code and error text
@@ -89,10 +92,11 @@ int main(int argc, char **argv)
     int spawned, size, appnum, found, rc;
     char key[64], val[PMI2_MAX_VALLEN + 1];
     const char *mode = argc > 1 ? argv[1] : "";
-    int noring = 0, nowait = 0;
+    int noring = 0, nowait = 0, withspawn = 0;
     for (int i = 1; i < argc; i++) {
         noring |= strcmp(argv[i], "noring") == 0;
         nowait |= strcmp(argv[i], "nowait") == 0;
+        withspawn |= strcmp(argv[i], "withspawn") == 0;
     }
 
     check(PMI2_Init(&spawned, &size, &me, &appnum), "PMI2_Init");
@@ -212,6 +216,19 @@ int main(int argc, char **argv)
     check(PMI2_Info_GetJobAttr("PMI_process_mapping", val, sizeof val, &found), "PMI2_Info_GetJobAttr");
     printf("r=%d mapping found=%d %s\n", me, found, found ? val : "");
 
+    /* node attributes: every rank puts the same one (a repeated put
+     * replaces), a fence, then each reads it and a missing one */
+    check(PMI2_Info_PutNodeAttr("na", "node-shared"), "PMI2_Info_PutNodeAttr");
+    check(PMI2_KVS_Fence(), "PMI2_KVS_Fence");
+    found = 0;
+    check(PMI2_Info_GetNodeAttr("na", val, sizeof val, &found, 1), "PMI2_Info_GetNodeAttr(wait)");
+    {
+        char miss[PMI2_MAX_VALLEN + 1];
+        int mfound = 0;
+        check(PMI2_Info_GetNodeAttr("na-missing", miss, sizeof miss, &mfound, 0), "PMI2_Info_GetNodeAttr");
+        printf("r=%d nodeattr found=%d %s missing=%d\n", me, found, found ? val : "", mfound);
+    }
+
     /* names: rank 0 publishes, everyone looks up, rank 0 unpublishes */
     if (me == 0)
         check(PMI2_Nameserv_publish("scenario-svc", NULL, "port-0"), "PMI2_Nameserv_publish");
@@ -230,6 +247,16 @@ int main(int argc, char **argv)
     int len;
     rc = PMI2_KVS_Get(NULL, PMI2_ID_NULL, "no-such-key", val, sizeof val, &len);
     printf("r=%d missing found=%d\n", me, rc == PMI2_SUCCESS);
+
+    if (withspawn && me == 0) {
+        const char *cmds[] = {"/bin/true"};
+        int argcs[] = {0}, maxprocs[] = {2}, nkeys[] = {0}, errors[1] = {0};
+        const char **argvs[] = {NULL};
+        char jobid[64] = "";
+        rc = PMI2_Job_Spawn(1, cmds, argcs, argvs, maxprocs, nkeys, NULL, 0, NULL, jobid, sizeof jobid, errors);
+        const char *dash = strrchr(jobid, '-');
+        printf("r=%d spawn rc=%d job=%s\n", me, rc, dash != NULL ? dash + 1 : jobid);
+    }
 
     check(PMI2_Finalize(), "PMI2_Finalize");
     free(buf);

@@ -202,7 +202,8 @@ func sortedLines(out string) []string {
 
 // One scenario (put/fence/get, allgather and its zero-copy view,
 // iallgather and ifence outstanding together, get with wait, ring, job
-// attribute, names, a missing key) through the Go client and through
+// attribute, node attributes, names, a missing key, a spawn) through the
+// Go client and through
 // libfastpmi against the same agent: the same lines, on shared memory and
 // on the text protocol, plain and sanitized.
 func TestCLibConformance(t *testing.T) {
@@ -217,20 +218,25 @@ func TestCLibConformance(t *testing.T) {
 			if c.transport == "pmi2" {
 				extra = []string{"--no-shm"}
 			}
-			goRun := run(t, job{args: append(append([]string{}, extra...), "-n", n(size), prog("conform"))})
+			goRun := run(t, job{args: append(append([]string{}, extra...), "-n", n(size), prog("conform"), "withspawn")})
 			goRun.wantCode(t, 0)
-			cRun := run(t, job{args: append(append(libArgs(t, c.san, c.transport), extra...), "-n", n(size), prog("fastpmi_scenario"))})
+			cRun := run(t, job{args: append(append(libArgs(t, c.san, c.transport), extra...), "-n", n(size), prog("fastpmi_scenario"), "withspawn")})
 			cRun.wantCode(t, 0)
 			gl, cl := sortedLines(goRun.stdout), sortedLines(cRun.stdout)
-			if len(gl) != 12*size {
-				t.Fatalf("the Go client printed %d lines, want %d\n%s", len(gl), 12*size, goRun)
+			if len(gl) != 13*size+1 {
+				t.Fatalf("the Go client printed %d lines, want %d\n%s", len(gl), 13*size+1, goRun)
 			}
 			if !slices.Equal(gl, cl) {
 				t.Errorf("the Go client and libfastpmi disagree\n--- Go:\n%s\n--- C:\n%s", strings.Join(gl, "\n"), strings.Join(cl, "\n"))
 			}
-			want := fmt.Sprintf("r=0 init size=%d transport=%s", size, c.transport)
-			if !slices.Contains(cl, want) {
-				t.Errorf("no line %q\n%s", want, cRun)
+			for _, want := range []string{
+				fmt.Sprintf("r=0 init size=%d transport=%s", size, c.transport),
+				fmt.Sprintf("r=%d nodeattr found=1 node-shared missing=0", size-1),
+				"r=0 spawn rc=0 job=1",
+			} {
+				if !slices.Contains(cl, want) {
+					t.Errorf("no line %q\n%s", want, cRun)
+				}
 			}
 		})
 	}
@@ -365,6 +371,7 @@ func TestCLibHydra(t *testing.T) {
 			fmt.Sprintf("r=%d iallgather iag-0,iag-1,iag-2,iag-3", r),
 			fmt.Sprintf("r=%d ifence-get fv-0,fv-1,fv-2,fv-3", r),
 			fmt.Sprintf("r=%d getwait wv-%d", r, (r+1)%4),
+			fmt.Sprintf("r=%d nodeattr found=1 node-shared missing=0", r),
 		} {
 			if !slices.Contains(got, want) {
 				t.Errorf("under Hydra no line %q\n%s", want, out)
@@ -389,7 +396,7 @@ func TestCLibNetns(t *testing.T) {
 	goRun.wantCode(t, 0)
 	cRun := run(t, cl.job("net", append(libArgs(t, false, "shm"), "-n", "6", prog("fastpmi_scenario"), "nowait")...))
 	cRun.wantCode(t, 0)
-	if gl, cl := sortedLines(goRun.stdout), sortedLines(cRun.stdout); !slices.Equal(gl, cl) || len(gl) != 6*11 {
+	if gl, cl := sortedLines(goRun.stdout), sortedLines(cRun.stdout); !slices.Equal(gl, cl) || len(gl) != 6*12 {
 		t.Errorf("across hosts the Go client and libfastpmi disagree\n--- Go:\n%s\n--- C:\n%s", strings.Join(gl, "\n"), strings.Join(cl, "\n"))
 	}
 }

@@ -2,8 +2,8 @@
 // tests/cprog/fastpmi_scenario.c: the same steps, through package client,
 // printing the same canonical lines, so that the conformance test can
 // compare what the Go client and libfastpmi get from the same agent.
-// Arguments as the C program's: noring, nowait, abort (rank 0 aborts
-// with code 1). A failed call prints to stderr and exits 1.
+// Arguments as the C program's: noring, nowait, withspawn, abort (rank 0
+// aborts with code 1). A failed call prints to stderr and exits 1.
 package main
 
 import (
@@ -45,7 +45,7 @@ func main() {
 	me = c.Rank()
 	size := c.Size()
 	fmt.Printf("r=%d init size=%d transport=%s\n", me, size, c.Info().Transport)
-	noring, nowait := false, false
+	noring, nowait, withspawn := false, false, false
 	for _, a := range os.Args[1:] {
 		switch a {
 		case "abort":
@@ -59,6 +59,8 @@ func main() {
 			noring = true
 		case "nowait":
 			nowait = true
+		case "withspawn":
+			withspawn = true
 		}
 	}
 
@@ -113,6 +115,14 @@ func main() {
 	check(err, "job attribute")
 	fmt.Printf("r=%d mapping found=%d %s\n", me, b2i(found), m)
 
+	check(c.PutNodeAttr(ctx, "na", "node-shared"), "put node attribute")
+	check(c.Fence(ctx), "fence")
+	na, naFound, err := c.NodeAttr(ctx, "na", true)
+	check(err, "node attribute")
+	_, missFound, err := c.NodeAttr(ctx, "na-missing", false)
+	check(err, "node attribute")
+	fmt.Printf("r=%d nodeattr found=%d %s missing=%d\n", me, b2i(naFound), na, b2i(missFound))
+
 	if me == 0 {
 		check(c.Publish(ctx, "scenario-svc", "port-0"), "publish")
 	}
@@ -132,6 +142,15 @@ func main() {
 		check(err, "get of a missing key")
 	}
 	fmt.Printf("r=%d missing found=%d\n", me, b2i(err == nil))
+
+	if withspawn && me == 0 {
+		job, err := c.Spawn(ctx, client.SpawnCmd{Prog: "/bin/true", Procs: 2}, nil)
+		rc := 0
+		if err != nil {
+			rc = 1
+		}
+		fmt.Printf("r=%d spawn rc=%d job=%s\n", me, rc, job[strings.LastIndexByte(job, '-')+1:])
+	}
 	check(c.Finalize(), "finalize")
 }
 
