@@ -115,8 +115,14 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 			cmds = append(cmds, exec.CommandContext(ctx, ssh[0], argv...))
 		}
 	case "slurm":
+		// One step of the allocation, an agent on each of hosts (a
+		// spawned job's nodes are a subset). Slurm numbers a step's
+		// nodes (SLURM_NODEID) in the allocation's order, which hosts
+		// keep. --overlap: a spawned job's step runs beside its parent's,
+		// which holds the nodes' CPUs.
 		n := strconv.Itoa(len(hosts))
-		cmds = append(cmds, exec.CommandContext(ctx, "srun", "--nodes="+n, "--ntasks="+n, "--ntasks-per-node=1",
+		cmds = append(cmds, exec.CommandContext(ctx, "srun", "--overlap", "--nodelist="+strings.Join(hosts, ","),
+			"--nodes="+n, "--ntasks="+n, "--ntasks-per-node=1",
 			"--mpi=none", "--input=all", "--kill-on-bad-exit=1", pmid, "--node", "slurm"))
 	}
 	return cmds, nil

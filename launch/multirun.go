@@ -223,9 +223,6 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 	if run.failed() {
 		return nil, nil, errors.New("the run is ending")
 	}
-	if run.cfg.Bootstrap == "slurm" {
-		return nil, nil, errors.New("spawn under the slurm bootstrap is not supported: use ssh or daemons")
-	}
 	root := parent.spec
 	sr, err := newSpawnReq(req, run.hostIndex, root.Wdir)
 	if err != nil {
