@@ -76,6 +76,7 @@ struct PMIX_Request_s {
     int agnum;              /* T_TEXT emulated allgather: its number */
     void *buffer;           /* allgather destination */
     struct tview *view;     /* allgather into a view instead of a buffer */
+    PMIX_View *outview;     /* a zero-copy allgather's view, filled at completion */
     const char *sval;       /* T_SINGLETON allgather value */
     size_t slen;
 };
@@ -847,6 +848,8 @@ static void q_free(struct PMIX_Request_s *q)
     free(q);
 }
 
+static void view_done(struct PMIX_Request_s *q, int rc);
+
 /* wait_locked completes q and frees it. */
 static int wait_locked(struct PMIX_Request_s *q)
 {
@@ -854,6 +857,8 @@ static int wait_locked(struct PMIX_Request_s *q)
     q_done(q, 1, &rc);
     if (rc == PMI2_SUCCESS)
         rc = finish(q);
+    if (q->outview != NULL)
+        view_done(q, rc);
     q_free(q);
     return rc;
 }
@@ -1386,14 +1391,14 @@ static void tview_free(struct tview *v)
     free(v);
 }
 
-EXPORT int PMIX_Allgather_view(const void *value, int len, PMIX_View *view)
+/* iallgather_view_locked starts a zero-copy allgather whose view the
+ * request's completion fills in (view_done). */
+static int iallgather_view_locked(const void *value, int len, PMIX_View *view, struct PMIX_Request_s **request)
 {
-    LOCK();
-    NEED_INIT();
-    if ((value == NULL && len > 0) || len < 0 || view == NULL)
-        RETURN(PMI2_ERR_INVALID_ARG);
+    if ((value == NULL && len > 0) || len < 0 || view == NULL || request == NULL)
+        return PMI2_ERR_INVALID_ARG;
     if (len > PMI2_MAX_VALLEN || (g.kind == T_SHM && len > fpmi_shm_max_value(g.shm)))
-        RETURN(PMI2_ERR_INVALID_VAL_LENGTH);
+        return PMI2_ERR_INVALID_VAL_LENGTH;
     struct tview *tv = NULL;
     if (g.kind != T_SHM) {
         tv = calloc(1, sizeof *tv);
@@ -1402,33 +1407,56 @@ EXPORT int PMIX_Allgather_view(const void *value, int len, PMIX_View *view)
             if (tv != NULL)
                 free(tv->vals);
             free(tv);
-            RETURN(PMI2_ERR_NOMEM);
+            return PMI2_ERR_NOMEM;
         }
         tv->n = g.size;
     }
     struct PMIX_Request_s *q;
-    int rc = iallgather_locked(value ? value : "", (size_t)len, NULL, tv ? tv : (struct tview *)NULL, &q);
+    int rc = iallgather_locked(value ? value : "", (size_t)len, NULL, tv, &q);
     if (rc != PMI2_SUCCESS) {
         tview_free(tv);
-        RETURN(rc);
+        return rc;
     }
-    uint32_t epoch = q->epoch;
-    if (tv != NULL)
-        q->view = tv;
-    rc = wait_locked(q);
+    q->outview = view;
+    *request = q;
+    return PMI2_SUCCESS;
+}
+
+/* view_done fills a completed zero-copy allgather's view, or (rc not
+ * PMI2_SUCCESS) drops the library's copy it would have read. */
+static void view_done(struct PMIX_Request_s *q, int rc)
+{
+    struct tview *tv = q->view;
     if (rc != PMI2_SUCCESS) {
         tview_free(tv);
-        RETURN(rc);
+        return;
     }
     if (tv != NULL) {
         /* Keep the last two views, as the segment keeps two epochs. */
         tview_free(g.views[g.nviews % 2]);
         g.views[g.nviews++ % 2] = tv;
     }
-    view->priv = tv;
-    view->epoch = epoch;
-    view->size = g.size;
-    RETURN(PMI2_SUCCESS);
+    q->outview->priv = tv;
+    q->outview->epoch = q->epoch;
+    q->outview->size = g.size;
+}
+
+EXPORT int PMIX_Iallgather_view(const void *value, int len, PMIX_View *view, PMIX_Request *request)
+{
+    LOCK();
+    NEED_INIT();
+    RETURN(iallgather_view_locked(value, len, view, request));
+}
+
+EXPORT int PMIX_Allgather_view(const void *value, int len, PMIX_View *view)
+{
+    LOCK();
+    NEED_INIT();
+    struct PMIX_Request_s *q;
+    int rc = iallgather_view_locked(value, len, view, &q);
+    if (rc != PMI2_SUCCESS)
+        RETURN(rc);
+    RETURN(wait_locked(q));
 }
 
 EXPORT int PMIX_View_get(const PMIX_View *view, int rank, const char **value, int *len)

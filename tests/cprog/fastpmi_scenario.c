@@ -190,6 +190,26 @@ int main(int argc, char **argv)
     joined("iallgather", buf, size);
     get_all("ifence-get", "f", size, 0);
 
+    /* a zero-copy iallgather and an ifence outstanding together, the view
+     * read once its request is waited for */
+    {
+        PMIX_View iv;
+        PMIX_Request vq, fq;
+        snprintf(val, sizeof val, "iv-%d", me);
+        check(PMIX_Iallgather_view(val, (int)strlen(val), &iv, &vq), "PMIX_Iallgather_view");
+        check(PMIX_KVS_Ifence(&fq), "PMIX_KVS_Ifence");
+        check(PMIX_Wait(fq), "PMIX_Wait(ifence)");
+        check(PMIX_Wait(vq), "PMIX_Wait(iallgather view)");
+        printf("r=%d iview ", me);
+        for (int r = 0; r < size; r++) {
+            const char *v;
+            int n;
+            check(PMIX_View_get(&iv, r, &v, &n), "PMIX_View_get");
+            printf("%s%.*s", r ? "," : "", n, v);
+        }
+        printf("\n");
+    }
+
     /* a put without a fence read with get-with-wait: each rank waits for
      * the next rank's key */
     snprintf(key, sizeof key, "w-%d", me);

@@ -102,7 +102,7 @@ func TestCLibSymbols(t *testing.T) {
 			t.Errorf("libfastpmi does not export %s", s)
 		}
 	}
-	for _, s := range []string{"PMIX_Allgather", "PMIX_Iallgather", "PMIX_KVS_Ifence", "PMIX_Wait", "PMIX_Allgather_view"} {
+	for _, s := range []string{"PMIX_Allgather", "PMIX_Iallgather", "PMIX_KVS_Ifence", "PMIX_Wait", "PMIX_Allgather_view", "PMIX_Iallgather_view"} {
 		if !slices.Contains(ours, s) {
 			t.Errorf("libfastpmi does not export the extension %s", s)
 		}
@@ -223,8 +223,8 @@ func TestCLibConformance(t *testing.T) {
 			cRun := run(t, job{args: append(append(libArgs(t, c.san, c.transport), extra...), "-n", n(size), prog("fastpmi_scenario"), "withspawn")})
 			cRun.wantCode(t, 0)
 			gl, cl := sortedLines(goRun.stdout), sortedLines(cRun.stdout)
-			if len(gl) != 13*size+1 {
-				t.Fatalf("the Go client printed %d lines, want %d\n%s", len(gl), 13*size+1, goRun)
+			if len(gl) != 14*size+1 {
+				t.Fatalf("the Go client printed %d lines, want %d\n%s", len(gl), 14*size+1, goRun)
 			}
 			if !slices.Equal(gl, cl) {
 				t.Errorf("the Go client and libfastpmi disagree\n--- Go:\n%s\n--- C:\n%s", strings.Join(gl, "\n"), strings.Join(cl, "\n"))
@@ -372,6 +372,7 @@ func TestCLibHydra(t *testing.T) {
 			fmt.Sprintf("r=%d ifence-get fv-0,fv-1,fv-2,fv-3", r),
 			fmt.Sprintf("r=%d getwait wv-%d", r, (r+1)%4),
 			fmt.Sprintf("r=%d nodeattr found=1 node-shared missing=0", r),
+			fmt.Sprintf("r=%d iview iv-0,iv-1,iv-2,iv-3", r),
 		} {
 			if !slices.Contains(got, want) {
 				t.Errorf("under Hydra no line %q\n%s", want, out)
@@ -396,7 +397,7 @@ func TestCLibNetns(t *testing.T) {
 	goRun.wantCode(t, 0)
 	cRun := run(t, cl.job("net", append(libArgs(t, false, "shm"), "-n", "6", prog("fastpmi_scenario"), "nowait")...))
 	cRun.wantCode(t, 0)
-	if gl, cl := sortedLines(goRun.stdout), sortedLines(cRun.stdout); !slices.Equal(gl, cl) || len(gl) != 6*12 {
+	if gl, cl := sortedLines(goRun.stdout), sortedLines(cRun.stdout); !slices.Equal(gl, cl) || len(gl) != 6*13 {
 		t.Errorf("across hosts the Go client and libfastpmi disagree\n--- Go:\n%s\n--- C:\n%s", strings.Join(gl, "\n"), strings.Join(cl, "\n"))
 	}
 }

@@ -75,6 +75,10 @@ typedef struct PMIX_View {
     int size;
 } PMIX_View;
 int PMIX_Allgather_view(const void *value, int len, PMIX_View *view);
+/* PMIX_Iallgather_view starts a zero-copy allgather: view is filled when
+ * PMIX_Wait completes the request (it must stay valid until then); the
+ * same lifetime rule holds, counted from this collective. */
+int PMIX_Iallgather_view(const void *value, int len, PMIX_View *view, PMIX_Request *request);
 int PMIX_View_get(const PMIX_View *view, int rank, const char **value, int *len);
 
 /* Put hints: how a key travels. NONE is PMI semantics; DENSE keys, read by

@@ -97,6 +97,12 @@ func main() {
 	line("iallgather", values(ag.Values()))
 	getAll("ifence-get", "f", false)
 
+	iv := c.Iallgather([]byte(fmt.Sprintf("iv-%d", me)))
+	f2 := c.Ifence()
+	check(f2.Wait(ctx), "wait ifence")
+	check(iv.Wait(ctx), "wait iallgather")
+	line("iview", values(iv.Values()))
+
 	check(c.Put(fmt.Sprintf("w-%d", me), []byte(fmt.Sprintf("wv-%d", me)), client.Sparse), "put")
 	if !nowait {
 		nx := (me + 1) % size
