@@ -153,6 +153,7 @@ func (c *Core) deliver(ec *epochColl) {
 	}
 	if ec.err == nil && ec.kind == kindAllgather {
 		c.agSeq++
+		c.rd.Marks = append(c.rd.Marks, Mark{perf.PhaseAllgatherDone, -1})
 	}
 	for i := range ec.entries {
 		en := &ec.entries[i]

@@ -718,6 +718,8 @@ func (r *rootNode) ready(rd tree.Ready) {
 		r.rec.Add("bcast.bytes.sent", int64(len(z)))
 		if ev.Kind == tree.Fence {
 			r.rec.Mark(perf.PhaseFenceDone, -1)
+		} else {
+			r.rec.Mark(perf.PhaseAllgatherDone, -1)
 		}
 		rd2, err := r.tnode.Broadcast(ev.Kind, ev.Epoch, z)
 		if err != nil {

@@ -53,8 +53,12 @@ const (
 	PhaseInit       = "PMI init"          // rank completed PMI init
 	PhaseFenceEnter = "fence enter"       // rank entered a fence
 	PhaseFenceDone  = "fence done"        // rank was released from a fence
-	PhaseFinalize   = "finalize"          // rank called PMI finalize
-	PhaseRankExit   = "rank exit"         // launcher reaped the rank's process
+	// PhaseAllgatherDone: an allgather completed (rank -1: one stamp per
+	// allgather, by the agent of a one-node job or by the root; PMIx
+	// fences travel as allgathers).
+	PhaseAllgatherDone = "allgather done"
+	PhaseFinalize      = "finalize"  // rank called PMI finalize
+	PhaseRankExit      = "rank exit" // launcher reaped the rank's process
 )
 
 // LauncherNode is the node of stamps made by pmirun's root in a

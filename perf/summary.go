@@ -16,11 +16,12 @@ type Summary struct {
 	AllFinalized   time.Duration // when the Ranks-th distinct rank stamped PhaseFinalize
 	Total          time.Duration // end of the last event
 
-	Fences    int // fences completed: the most PhaseFenceDone stamps of any one rank
-	Forked    int // PhaseRankForked stamps
-	Finalized int // distinct ranks that stamped PhaseFinalize
-	Exited    int // PhaseRankExit stamps
-	Events    int // all events
+	Fences     int // fences completed: the most PhaseFenceDone stamps of any one rank
+	Allgathers int // PhaseAllgatherDone stamps
+	Forked     int // PhaseRankForked stamps
+	Finalized  int // distinct ranks that stamped PhaseFinalize
+	Exited     int // PhaseRankExit stamps
+	Events     int // all events
 }
 
 // Summary computes the start-up summary of a job of ranks ranks.
@@ -48,6 +49,8 @@ func summarize(evs []Event, ranks int) Summary {
 			}
 			fences[e.Rank]++
 			s.Fences = max(s.Fences, fences[e.Rank])
+		case PhaseAllgatherDone:
+			s.Allgathers++
 		case PhaseFinalize:
 			if finalized[e.Rank] {
 				continue
@@ -67,6 +70,8 @@ func summarize(evs []Event, ranks int) Summary {
 // String is one short human line, for example
 //
 //	startup: 8 ranks forked in 3.12ms, first fence done at 9.8ms, all finalized at 14.2ms (2 fences), total 15.1ms
+//
+// with ", N allgathers" after the fences when there were any.
 func (s Summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "startup: %d ranks forked in %s", s.Ranks, FormatDuration(s.AllStarted))
@@ -76,6 +81,12 @@ func (s Summary) String() string {
 	fmt.Fprintf(&b, ", first fence done at %s, all finalized at %s (%d fence", FormatDuration(s.FirstFenceDone), FormatDuration(s.AllFinalized), s.Fences)
 	if s.Fences != 1 {
 		b.WriteByte('s')
+	}
+	if s.Allgathers > 0 {
+		fmt.Fprintf(&b, ", %d allgather", s.Allgathers)
+		if s.Allgathers != 1 {
+			b.WriteByte('s')
+		}
 	}
 	fmt.Fprintf(&b, "), total %s", FormatDuration(s.Total))
 	return b.String()

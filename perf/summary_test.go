@@ -82,6 +82,11 @@ func TestSummaryZeroPhases(t *testing.T) {
 	if got := (Summary{Ranks: 1, Forked: 1, Fences: 1}).String(); !strings.Contains(got, "(1 fence)") || !strings.Contains(got, "total -") {
 		t.Errorf("String() = %q", got)
 	}
+	r.MarkAt(PhaseAllgatherDone, -1, r.Start().Add(time.Millisecond))
+	r.MarkAt(PhaseAllgatherDone, -1, r.Start().Add(time.Millisecond))
+	if got := r.Summary(8).String(); !strings.Contains(got, "(0 fences, 2 allgathers)") {
+		t.Errorf("String() with two allgathers = %q", got)
+	}
 }
 
 func TestFormatDuration(t *testing.T) {

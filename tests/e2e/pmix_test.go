@@ -154,12 +154,15 @@ func TestOpenMPIMultiNode(t *testing.T) {
 	cl := newCluster(t)
 	for _, size := range []int{4, 16} {
 		t.Run(fmt.Sprintf("N=%d", size), func(t *testing.T) {
-			j := cl.job("net", "--mpi", "pmix", "-n", n(size), prog("ompi_allreduce"))
+			j := cl.job("net", "--mpi", "pmix", "--verbose", "-n", n(size), prog("ompi_allreduce"))
 			j.timeout = 90 * time.Second
 			r := run(t, j)
 			r.wantCode(t, 0)
 			r.wantAllreduce(t, size)
 			r.wantNoORTE(t)
+			// Its PMIx fences travel as allgathers over the tree, and the
+			// start-up summary counts them.
+			r.wantMessage(t, `^pmirun: startup: .*\(0 fences, [1-9]\d* allgathers?\)`)
 		})
 	}
 	t.Run("pmix_bench/N=16", func(t *testing.T) {
