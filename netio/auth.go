@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 )
 
@@ -29,6 +30,26 @@ const (
 	labelAcceptor = "fastpmi netio v1 acceptor"
 )
 
+// Handshake failures a caller tells apart (both also wrap ErrAuth).
+var (
+	// errWrongProof: the peer answered, and proved no knowledge of the
+	// secret.
+	errWrongProof = errors.New("wrong proof")
+	// errHungUp: the connection ended before the peer proved itself,
+	// as a listener's does when it drops a connection under load (see
+	// listener.go); a dialer tries again.
+	errHungUp = errors.New("peer hung up")
+)
+
+// hungUp marks a send or receive error of the handshake: the connection
+// broke (errHungUp), unless ctx ended.
+func hungUp(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errHungUp, err)
+}
+
 // handshake authenticates rc in the role given by dialer. Any failure wraps
 // ErrAuth; the caller closes rc.
 func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool) error {
@@ -39,11 +60,11 @@ func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool) erro
 		return fmt.Errorf("authenticate: draw nonce: %w", err)
 	}
 	if err := rc.send(ctx, Frame{Type: typeHello, Payload: hello[:]}); err != nil {
-		return fmt.Errorf("authenticate: send hello: %w: %w", ErrAuth, err)
+		return fmt.Errorf("authenticate: send hello: %w: %w", ErrAuth, hungUp(ctx, err))
 	}
 	f, err := rc.Recv(ctx)
 	if err != nil {
-		return fmt.Errorf("authenticate: receive hello: %w: %w", ErrAuth, err)
+		return fmt.Errorf("authenticate: receive hello: %w: %w", ErrAuth, hungUp(ctx, err))
 	}
 	if f.Type != typeHello || len(f.Payload) != len(hello) || f.Payload[0] != helloVersion {
 		return fmt.Errorf("authenticate: bad hello (type %#04x, %d bytes): %w", f.Type, len(f.Payload), ErrAuth)
@@ -61,14 +82,14 @@ func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool) erro
 		ours, want = labelAcceptor, labelDialer
 	}
 	if err := rc.send(ctx, Frame{Type: typeProof, Payload: proof(secret, ours, dn, an)}); err != nil {
-		return fmt.Errorf("authenticate: send proof: %w: %w", ErrAuth, err)
+		return fmt.Errorf("authenticate: send proof: %w: %w", ErrAuth, hungUp(ctx, err))
 	}
 	f, err = rc.Recv(ctx)
 	if err != nil {
-		return fmt.Errorf("authenticate: receive proof: %w: %w", ErrAuth, err)
+		return fmt.Errorf("authenticate: receive proof: %w: %w", ErrAuth, hungUp(ctx, err))
 	}
 	if f.Type != typeProof || !hmac.Equal(f.Payload, proof(secret, want, dn, an)) {
-		return fmt.Errorf("authenticate: wrong proof (type %#04x, %d bytes): %w", f.Type, len(f.Payload), ErrAuth)
+		return fmt.Errorf("authenticate: %w (type %#04x, %d bytes): %w", errWrongProof, f.Type, len(f.Payload), ErrAuth)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ func TestAuth(t *testing.T) {
 		t.Run("WrongSecret", func(t *testing.T) { testWrongSecret(t, be) })
 		t.Run("NoSecret", func(t *testing.T) { testNoSecret(t, be) })
 		t.Run("Silent", func(t *testing.T) { testSilentPeer(t, be) })
+		t.Run("Flood", func(t *testing.T) { testFlood(t, be) })
 	})
 }
 
@@ -120,4 +123,68 @@ func testSilentPeer(t *testing.T, be string) {
 	if !strings.Contains(log.String(), "deadline exceeded") {
 		t.Fatalf("log does not say why:\n%s", log.String())
 	}
+}
+
+// testFlood: strangers hold more connections open than a listener
+// authenticates at once, silent or sending garbage; a dialer that knows
+// the secret still gets in at once, and the refusals cost a few log
+// lines and a summary, not a line each.
+func testFlood(t *testing.T, be string) {
+	var log logBuffer
+	st := newTestTransport(t, be, func(c *Config) { c.Logger = log.logger() })
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const strangers = 3 * maxHandshakes
+	var ncs []net.Conn
+	defer func() {
+		for _, nc := range ncs {
+			nc.Close()
+		}
+	}()
+	for i := range strangers {
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatalf("stranger %d: %v", i, err)
+		}
+		ncs = append(ncs, nc)
+		if i%4 == 0 {
+			nc.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+		}
+	}
+	good := newTestTransport(t, be, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := good.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial during the flood: %v", err)
+	}
+	c.Close()
+	if c, err = ln.Accept(ctx); err != nil {
+		t.Fatalf("accept during the flood: %v", err)
+	}
+	c.Close()
+	ln.Close()
+	out := log.String()
+	if n := strings.Count(out, "refused connection"); n > int(numRefusals) {
+		t.Errorf("%d refusals logged one by one, want at most %d:\n%s", n, numRefusals, clipLog(out))
+	}
+	m := regexp.MustCompile(`refused (\d+) connections before authentication`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary of the refusals at Close:\n%s", clipLog(out))
+	}
+	// Every garbage sender is refused; the silent ones are dropped to
+	// make room or time out, at least all but maxHandshakes of them.
+	if n, _ := strconv.Atoi(m[1]); n < strangers-maxHandshakes-int(numRefusals) {
+		t.Errorf("summary counts %d refusals of %d strangers:\n%s", n, strangers, clipLog(out))
+	}
+}
+
+// clipLog keeps a failing test's log output readable.
+func clipLog(s string) string {
+	if len(s) > 4000 {
+		return s[:2000] + "\n...\n" + s[len(s)-2000:]
+	}
+	return s
 }

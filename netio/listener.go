@@ -1,37 +1,145 @@
 package netio
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// maxHandshakes bounds the connections a listener authenticates at once;
-// more are refused (and logged) rather than queued.
-const maxHandshakes = 256
+// Strangers. Anyone who can reach a listener's port can connect, so what
+// a connection may cost before it authenticates is bounded: at most
+// maxHandshakes connections are being authenticated at once, and when one
+// more arrives the oldest of them is dropped to make room (a peer that
+// knows the secret answers within a round trip, so the oldest is nearly
+// always a stranger, and a flood cannot lock the job's agents out); each
+// has preAuthTimeout (or Config.HandshakeTimeout if shorter) to finish.
+// A dialer whose connection is dropped before the acceptor proved itself
+// dials again (Transport.Dial, dialAttempts). Refusals are logged once per
+// reason, then counted; Close logs the counts, so a flood costs a few log
+// lines, not one per connection.
+const (
+	// maxHandshakes bounds the connections a listener authenticates at
+	// once.
+	maxHandshakes = 256
+	// preAuthTimeout bounds how long a listener waits for a new
+	// connection to authenticate (a silent stranger holds a slot that
+	// long at most).
+	preAuthTimeout = 2 * time.Second
+	// refusalSummaryEvery paces the summaries of a long-lived listener
+	// (a daemon's): refusals since the last summary are logged when one
+	// more comes at least this long after it.
+	refusalSummaryEvery = time.Minute
+)
+
+// refusal is why a listener dropped a connection before it authenticated.
+type refusal int
+
+const (
+	refusedDropped refusal = iota // made room for a newer connection
+	refusedSilent                 // did not authenticate in time
+	refusedProof                  // proved no knowledge of the secret
+	refusedOther                  // spoke something else, or hung up
+	numRefusals
+)
+
+var refusalNames = [numRefusals]string{"dropped", "silent", "wrong_proof", "other"}
+
+// refusalOf classifies a failed handshake.
+func refusalOf(err error) refusal {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return refusedSilent
+	case errors.Is(err, errWrongProof):
+		return refusedProof
+	}
+	return refusedOther
+}
+
+// refusals counts a listener's refusals. The counters are the only
+// record after the first refusal of each kind (logged, flag set by
+// CompareAndSwap so exactly one goroutine logs it); mu serialises the
+// summaries.
+type refusals struct {
+	count  [numRefusals]atomic.Int64 // refusals of each kind since the listener opened
+	logged [numRefusals]atomic.Bool  // the first of each kind was logged
+
+	mu        sync.Mutex         // guards the fields below
+	reported  [numRefusals]int64 // counts as of the last summary
+	lastShown time.Time          // when the last summary (or the listener) started
+}
+
+// add counts a refusal of connection peer and logs it if it is the
+// first of its kind, or a summary if the last one is old.
+func (r *refusals) add(log *slog.Logger, addr, peer net.Addr, why refusal, err error) {
+	r.count[why].Add(1)
+	if r.logged[why].CompareAndSwap(false, true) {
+		log.Warn("netio: refused connection (further refusals of this kind are counted, not logged)",
+			"addr", addr, "peer", peer, "reason", refusalNames[why], "err", err)
+		return
+	}
+	r.mu.Lock()
+	due := time.Since(r.lastShown) >= refusalSummaryEvery
+	r.mu.Unlock()
+	if due {
+		r.summary(log, addr)
+	}
+}
+
+// summary logs the refusals not yet summarised, if any, in one line.
+func (r *refusals) summary(log *slog.Logger, addr net.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	args := []any{"addr", addr}
+	var total int64
+	for why := range numRefusals {
+		n := r.count[why].Load()
+		d := n - r.reported[why]
+		r.reported[why] = n
+		total += d
+		if d > 0 {
+			args = append(args, refusalNames[why], d)
+		}
+	}
+	r.lastShown = time.Now()
+	if total > 0 {
+		log.Warn(fmt.Sprintf("netio: refused %d connections before authentication", total), args...)
+	}
+}
 
 // listener turns a backend listener into authenticated Conns. It owns one
 // accept goroutine and one goroutine per connection being authenticated;
 // Close stops and waits for all of them.
 type listener struct {
-	t   *transport
-	raw rawListener
+	t    *transport
+	raw  rawListener
+	auth time.Duration // the deadline of a new connection's handshake
 
-	ready  chan *conn         // authenticated, not yet accepted
-	slots  chan struct{}      // one token per running handshake
-	ctx    context.Context    // ends when the listener closes
-	cancel context.CancelFunc // ends ctx
-	wg     sync.WaitGroup     // the accept loop and the handshakes
+	ready   chan *conn         // authenticated, not yet accepted
+	ctx     context.Context    // ends when the listener closes
+	cancel  context.CancelFunc // ends ctx
+	wg      sync.WaitGroup     // the accept loop and the handshakes
+	refused refusals
+
+	mu sync.Mutex // guards pending
+	// pending holds the connections being authenticated, oldest first;
+	// at most maxHandshakes. A connection leaves it when its handshake
+	// ends, or when it is dropped for a newer one (then closed: its
+	// handshake fails at once).
+	pending list.List // of *pending
 
 	once sync.Once
 	err  error // Close's result, written inside once
 }
 
 func newListener(t *transport, raw rawListener) *listener {
-	l := &listener{t: t, raw: raw, ready: make(chan *conn, 64), slots: make(chan struct{}, maxHandshakes)}
+	l := &listener{t: t, raw: raw, auth: min(t.cfg.HandshakeTimeout, preAuthTimeout), ready: make(chan *conn, 64)}
+	l.refused.lastShown = time.Now()
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.loop()
@@ -41,44 +149,70 @@ func newListener(t *transport, raw rawListener) *listener {
 func (l *listener) loop() {
 	defer l.wg.Done()
 	log := l.t.cfg.Logger
+	var delay time.Duration
 	for {
 		rc, err := l.raw.accept()
 		if err != nil {
 			if l.ctx.Err() != nil || errors.Is(err, ErrClosed) {
 				return
 			}
-			// Out of descriptors and the like: say so and back off
-			// rather than spin.
-			log.Warn("netio: accept failed", "addr", l.raw.addr(), "err", err)
+			// Out of descriptors and the like: say so once and back
+			// off rather than spin.
+			if delay == 0 {
+				log.Warn("netio: accept failed; retrying with back-off", "addr", l.raw.addr(), "err", err)
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 			select {
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(delay):
 			case <-l.ctx.Done():
 				return
 			}
 			continue
 		}
-		select {
-		case l.slots <- struct{}{}:
-		default:
-			log.Warn("netio: refused connection: too many handshakes in progress", "peer", rc.RemoteAddr())
-			rc.Close()
-			continue
+		delay = 0
+		pc := &pending{rc: rc}
+		l.mu.Lock()
+		var oldest *pending
+		if l.pending.Len() >= maxHandshakes {
+			oldest = l.pending.Remove(l.pending.Front()).(*pending)
+			oldest.dropped = true
+		}
+		pc.e = l.pending.PushBack(pc)
+		l.mu.Unlock()
+		if oldest != nil {
+			oldest.rc.Close()
+			l.refused.add(log, l.raw.addr(), oldest.rc.RemoteAddr(), refusedDropped,
+				fmt.Errorf("%d connections already wait to authenticate", maxHandshakes))
 		}
 		l.wg.Add(1)
-		go l.authenticate(rc)
+		go l.authenticate(pc)
 	}
 }
 
-func (l *listener) authenticate(rc rawConn) {
+// pending is a connection being authenticated, in listener.pending.
+type pending struct {
+	rc      rawConn
+	e       *list.Element // its element in listener.pending; under listener.mu
+	dropped bool          // dropped for a newer connection (and closed); under listener.mu
+}
+
+// authenticate runs the handshake of pc.
+func (l *listener) authenticate(pc *pending) {
 	defer l.wg.Done()
-	defer func() { <-l.slots }()
-	ctx, cancel := context.WithTimeout(l.ctx, l.t.cfg.HandshakeTimeout)
+	rc := pc.rc
+	ctx, cancel := context.WithTimeout(l.ctx, l.auth)
 	err := handshake(ctx, rc, l.t.cfg.Secret, false)
 	cancel()
-	if err != nil {
+	l.mu.Lock()
+	dropped := pc.dropped
+	if !dropped {
+		l.pending.Remove(pc.e)
+	}
+	l.mu.Unlock()
+	if err != nil || dropped {
 		rc.Close()
-		if l.ctx.Err() == nil {
-			l.t.cfg.Logger.Warn("netio: refused connection", "peer", rc.RemoteAddr(), "addr", l.raw.addr(), "err", err)
+		if !dropped && l.ctx.Err() == nil {
+			l.refused.add(l.t.cfg.Logger, l.raw.addr(), rc.RemoteAddr(), refusalOf(err), err)
 		}
 		return
 	}
@@ -122,6 +256,7 @@ func (l *listener) Close() error {
 			}
 			break
 		}
+		l.refused.summary(l.t.cfg.Logger, l.raw.addr())
 		l.t.forgetListener(l)
 	})
 	return l.err
