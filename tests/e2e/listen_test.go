@@ -113,19 +113,22 @@ func TestNetnsListenersFlood(t *testing.T) {
 	var targets []string
 	for i, h := range cl.c.Hosts {
 		for _, a := range listening(t, cl, i) {
-			host, _, _ := net.SplitHostPort(a)
+			host, port, _ := net.SplitHostPort(a)
 			switch host {
 			case h.Addr:
 				targets = append(targets, a)
 			case "127.0.0.1":
 			default:
 				t.Errorf("host %d (%s): a socket listens on %s", i, h.Addr, a)
+				if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+					targets = append(targets, net.JoinHostPort(h.Addr, port)) // flood it all the same
+				}
 			}
 		}
 	}
 	// pmirun's and every agent's.
 	if len(targets) != hosts+1 {
-		t.Errorf("%d listeners on the hosts' addresses, want %d (pmirun and %d agents): %v", len(targets), hosts+1, hosts, targets)
+		t.Errorf("%d listeners reachable at the hosts' addresses, want %d (pmirun and %d agents): %v", len(targets), hosts+1, hosts, targets)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -169,6 +172,7 @@ func TestNetnsListenersFlood(t *testing.T) {
 		k, _ := strconv.Atoi(m[1])
 		total += k
 	}
+	t.Logf("pmirun's stderr: %d refusals logged one by one, summaries count %d", strings.Count(res.stderr, "refused connection"), total)
 	if total < opened/2 {
 		t.Errorf("the summaries count %d refusals of %d connections\n%s", total, opened, clip(res.stderr))
 	}
@@ -251,4 +255,65 @@ func TestNameServiceCap(t *testing.T) {
 		// The run's names went with it: the next run may publish as many.
 		textCheck(t, run(t, p.job("-n", "2", "bash", "-c", pmi1NamesScript)))
 	})
+}
+
+// strangers opens n connections to addr from the test process, a third
+// sending an HTTP request, a third binary garbage, a third nothing, and
+// returns them (to be closed by the caller).
+func strangers(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	var cs []net.Conn
+	for i := range n {
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			t.Logf("stranger %d of %d to %s: %v", i, n, addr, err)
+			continue
+		}
+		switch i % 3 {
+		case 1:
+			c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+		case 2:
+			c.Write([]byte("\x00\x00\x00\x20\xff\xf0\x00\x00garbage garbage garbage"))
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// A stranger holding 1,000 connections to each of two daemons, silent or
+// sending garbage, does not keep pmirun from submitting a job to them:
+// the job runs, and each daemon logs a few refusal lines and a summary
+// when it stops, not a line per connection. Before, the silent
+// connections took every handshake slot of a daemon for 10 s and
+// pmirun's own connection was refused.
+func TestDaemonFlood(t *testing.T) {
+	const perDaemon = 1000
+	p := newDaemonPair(t)
+	var cs []net.Conn
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	for _, d := range p.d {
+		cs = append(cs, strangers(t, d.addr, perDaemon)...)
+	}
+	if len(cs) < perDaemon {
+		t.Fatalf("the flood opened %d connections", len(cs))
+	}
+	r := run(t, p.job("-n", "4", prog("mpi_allreduce")))
+	r.wantCode(t, 0)
+	r.wantAllreduce(t, 4)
+	for _, d := range p.d {
+		if code := d.stop(t, 20*time.Second); code != 0 {
+			t.Errorf("daemon %s exited %d", d.addr, code)
+		}
+		log := d.stderr.String()
+		if k := strings.Count(log, "refused connection"); k > 4 {
+			t.Errorf("daemon %s logged %d refusals one by one\n%s", d.addr, k, clip(log))
+		}
+		if !regexp.MustCompile(`refused \d+ connections before authentication`).MatchString(log) {
+			t.Errorf("daemon %s logged no summary of its refusals\n%s", d.addr, clip(log))
+		}
+	}
 }
