@@ -51,8 +51,12 @@ func hungUp(ctx context.Context, err error) error {
 }
 
 // handshake authenticates rc in the role given by dialer. Any failure wraps
-// ErrAuth; the caller closes rc.
-func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool) error {
+// ErrAuth; the caller closes rc. An acceptor calls commit, if not nil,
+// once the peer's hello has arrived and before proving itself: after the
+// proof the dialer may hold a Conn, so the acceptor must not give up on
+// the connection then but for a failure of its own; false from commit
+// ends the handshake there.
+func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool, commit func() bool) error {
 	var hello [1 + nonceSize]byte
 	hello[0] = helloVersion
 	mine := hello[1:]
@@ -80,6 +84,9 @@ func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool) erro
 	ours, want := labelDialer, labelAcceptor
 	if !dialer {
 		ours, want = labelAcceptor, labelDialer
+	}
+	if commit != nil && !commit() {
+		return fmt.Errorf("authenticate: given up before proving: %w", ErrAuth)
 	}
 	if err := rc.send(ctx, Frame{Type: typeProof, Payload: proof(secret, ours, dn, an)}); err != nil {
 		return fmt.Errorf("authenticate: send proof: %w: %w", ErrAuth, hungUp(ctx, err))

@@ -36,7 +36,8 @@
 // refusal of each kind (Config.Logger, with the peer's address and the
 // reason), then counts them and logs the counts in one line at Close (and
 // at most once a minute meanwhile). A listener authenticates at most 256
-// connections at once, dropping the oldest for a newer one, and drops a
+// connections at once, dropping the oldest for a newer one (but never one
+// it has begun to prove itself to: its dialer may hold a Conn), and drops a
 // peer that has not authenticated after 2 s (or Config.HandshakeTimeout
 // if shorter): a flood of strangers' connections neither grows without
 // bound nor locks the job's agents out, and Dial tries again (8 times in

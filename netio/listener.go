@@ -129,8 +129,8 @@ type listener struct {
 	mu sync.Mutex // guards pending
 	// pending holds the connections being authenticated, oldest first;
 	// at most maxHandshakes. A connection leaves it when its handshake
-	// ends, or when it is dropped for a newer one (then closed: its
-	// handshake fails at once).
+	// ends, or when it is dropped for a newer one before it committed
+	// (then its handshake's context is cancelled: it fails at once).
 	pending list.List // of *pending
 
 	once sync.Once
@@ -171,48 +171,89 @@ func (l *listener) loop() {
 		}
 		delay = 0
 		pc := &pending{rc: rc}
+		pc.ctx, pc.cancel = context.WithTimeout(l.ctx, l.auth)
 		l.mu.Lock()
-		var oldest *pending
+		full := false
 		if l.pending.Len() >= maxHandshakes {
-			oldest = l.pending.Remove(l.pending.Front()).(*pending)
-			oldest.dropped = true
+			full = !l.dropOldestLocked()
 		}
-		pc.e = l.pending.PushBack(pc)
+		if !full {
+			pc.e = l.pending.PushBack(pc)
+		}
 		l.mu.Unlock()
-		if oldest != nil {
-			oldest.rc.Close()
-			l.refused.add(log, l.raw.addr(), oldest.rc.RemoteAddr(), refusedDropped,
-				fmt.Errorf("%d connections already wait to authenticate", maxHandshakes))
+		if full {
+			pc.cancel()
+			rc.Close()
+			l.refused.add(log, l.raw.addr(), rc.RemoteAddr(), refusedDropped,
+				fmt.Errorf("all %d connections being authenticated have proved nothing yet", maxHandshakes))
+			continue
 		}
 		l.wg.Add(1)
 		go l.authenticate(pc)
 	}
 }
 
+// dropOldestLocked drops the oldest connection being authenticated that
+// has not committed (auth.go's handshake: once the acceptor proves
+// itself, the dialer may hold a Conn already), cancelling its handshake;
+// false if every one has committed. Under l.mu.
+func (l *listener) dropOldestLocked() bool {
+	for e := l.pending.Front(); e != nil; e = e.Next() {
+		if pc := e.Value.(*pending); !pc.committed {
+			l.pending.Remove(e)
+			pc.dropped = true
+			pc.cancel() // its handshake fails at once
+			return true
+		}
+	}
+	return false
+}
+
 // pending is a connection being authenticated, in listener.pending.
 type pending struct {
-	rc      rawConn
-	e       *list.Element // its element in listener.pending; under listener.mu
-	dropped bool          // dropped for a newer connection (and closed); under listener.mu
+	rc     rawConn
+	ctx    context.Context    // bounds its handshake: l.auth, or until dropped
+	cancel context.CancelFunc // ends ctx
+
+	// Under listener.mu: committed and dropped are never both set.
+	e         *list.Element // its element in listener.pending
+	committed bool          // about to prove the listener: never dropped
+	dropped   bool          // removed from listener.pending for a newer connection
+}
+
+// commit is pc's handshake's commit: it may prove the listener unless it
+// was dropped.
+func (l *listener) commit(pc *pending) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if pc.dropped {
+		return false
+	}
+	pc.committed = true
+	return true
 }
 
 // authenticate runs the handshake of pc.
 func (l *listener) authenticate(pc *pending) {
 	defer l.wg.Done()
 	rc := pc.rc
-	ctx, cancel := context.WithTimeout(l.ctx, l.auth)
-	err := handshake(ctx, rc, l.t.cfg.Secret, false)
-	cancel()
+	err := handshake(pc.ctx, rc, l.t.cfg.Secret, false, func() bool { return l.commit(pc) })
+	pc.cancel()
 	l.mu.Lock()
 	dropped := pc.dropped
 	if !dropped {
 		l.pending.Remove(pc.e)
 	}
 	l.mu.Unlock()
-	if err != nil || dropped {
+	if err != nil {
 		rc.Close()
-		if !dropped && l.ctx.Err() == nil {
-			l.refused.add(l.t.cfg.Logger, l.raw.addr(), rc.RemoteAddr(), refusalOf(err), err)
+		why := refusalOf(err)
+		if dropped {
+			why = refusedDropped
+			err = fmt.Errorf("dropped for a newer connection: %d wait to authenticate: %w", maxHandshakes, err)
+		}
+		if dropped || l.ctx.Err() == nil { // not merely cut short by Close
+			l.refused.add(l.t.cfg.Logger, l.raw.addr(), rc.RemoteAddr(), why, err)
 		}
 		return
 	}

@@ -316,7 +316,7 @@ func (t *transport) Dial(ctx context.Context, addr string) (Conn, error) {
 			return nil, fmt.Errorf("dial %s: %w", addr, err)
 		}
 		hctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
-		err = handshake(hctx, rc, t.cfg.Secret, true)
+		err = handshake(hctx, rc, t.cfg.Secret, true, nil)
 		cancel()
 		if err == nil {
 			c, err := t.track(rc)
