@@ -15,9 +15,10 @@ import (
 // Strangers. Anyone who can reach a listener's port can connect, so what
 // a connection may cost before it authenticates is bounded: at most
 // maxHandshakes connections are being authenticated at once, and when one
-// more arrives the oldest of them is dropped to make room (a peer that
-// knows the secret answers within a round trip, so the oldest is nearly
-// always a stranger, and a flood cannot lock the job's agents out); each
+// more arrives the oldest of them the listener has not yet answered with
+// its proof is dropped to make room (a peer that knows the secret answers
+// within a round trip, so the oldest is nearly always a stranger, and a
+// flood cannot lock the job's agents out; see listener.commit); each
 // has preAuthTimeout (or Config.HandshakeTimeout if shorter) to finish.
 // A dialer whose connection is dropped before the acceptor proved itself
 // dials again (Transport.Dial, dialAttempts). Refusals are logged once per
@@ -61,13 +62,18 @@ func refusalOf(err error) refusal {
 	return refusedOther
 }
 
-// refusals counts a listener's refusals. The counters are the only
-// record after the first refusal of each kind (logged, flag set by
-// CompareAndSwap so exactly one goroutine logs it); mu serialises the
-// summaries.
+// refusals counts a listener's refusals, from its accept loop and its
+// handshake goroutines. mu serialises the summaries; it is never held
+// together with listener.mu.
 type refusals struct {
-	count  [numRefusals]atomic.Int64 // refusals of each kind since the listener opened
-	logged [numRefusals]atomic.Bool  // the first of each kind was logged
+	// count[k] is added to by add and loaded by summary; it publishes
+	// nothing else (a summary that misses a refusal being added leaves it
+	// to the next one).
+	count [numRefusals]atomic.Int64
+	// logged[k] is set by the CompareAndSwap in add that logs the first
+	// refusal of kind k, so exactly one goroutine logs it; nothing else
+	// reads it.
+	logged [numRefusals]atomic.Bool
 
 	mu        sync.Mutex         // guards the fields below
 	reported  [numRefusals]int64 // counts as of the last summary
@@ -185,7 +191,7 @@ func (l *listener) loop() {
 			pc.cancel()
 			rc.Close()
 			l.refused.add(log, l.raw.addr(), rc.RemoteAddr(), refusedDropped,
-				fmt.Errorf("all %d connections being authenticated have proved nothing yet", maxHandshakes))
+				fmt.Errorf("all %d connections being authenticated were answered and wait for their peers' proof", maxHandshakes))
 			continue
 		}
 		l.wg.Add(1)
