@@ -29,6 +29,11 @@ const (
 	// MaxNameLen and MaxPortLen bound published service names and ports.
 	MaxNameLen = pmiwire.KVSNameMax
 	MaxPortLen = pmiwire.ValLenMax
+	// MaxNamesPerJob bounds the names a job (with the jobs it spawned,
+	// which share its name service) has published at once; on daemons,
+	// the names of one run. A name service answers lookups at once, so
+	// no lookup waits (MaxPendingPerConn bounds the requests in flight).
+	MaxNamesPerJob = 4096
 )
 
 // ErrQuota is returned (wrapped) for a request over a quota.

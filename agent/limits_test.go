@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -102,4 +103,36 @@ func TestNameLimits(t *testing.T) {
 	r.push(shm.OpHello, nil)
 	seq := r.push(shm.OpPublish, shm.AppendPair(nil, "n\x00", "p"))
 	r.expect(shm.OpPublish, seq, shm.StatusError, "service name holds a NUL byte")
+}
+
+// A Local name service holds at most MaxNamesPerJob names: the next
+// publish fails with ErrQuota until one is withdrawn; NewLocalNames(0)
+// sets no cap.
+func TestNameCap(t *testing.T) {
+	publish := func(l *Local, name string) (err error) {
+		l.Publish(name, "p", func(e error) { err = e })
+		return err
+	}
+	l := NewLocal()
+	for i := range MaxNamesPerJob {
+		if err := publish(l, fmt.Sprint("n", i)); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if err := publish(l, "one-more"); !errors.Is(err, ErrQuota) {
+		t.Fatalf("publish %d: %v, want ErrQuota", MaxNamesPerJob+1, err)
+	}
+	if err := publish(l, "n0"); !errors.Is(err, ErrNameExists) {
+		t.Errorf("publish of a published name at the cap: %v, want ErrNameExists", err)
+	}
+	l.Unpublish("n0", func(error) {})
+	if err := publish(l, "one-more"); err != nil {
+		t.Errorf("publish after an unpublish: %v", err)
+	}
+	u := NewLocalNames(0)
+	for i := range MaxNamesPerJob + 1 {
+		if err := publish(u, fmt.Sprint("n", i)); err != nil {
+			t.Fatalf("uncapped publish %d: %v", i, err)
+		}
+	}
 }

@@ -81,14 +81,22 @@ var (
 // map. It is also the root's name service in multi-node jobs. Its name
 // service answers on the caller's goroutine before the method returns.
 type Local struct {
+	maxNames int // names published at once; 0: no cap. Read-only.
+
 	mu    sync.Mutex
-	names map[string]string      // guarded by mu
+	names map[string]string      // guarded by mu; at most maxNames
 	edges map[uint64]*localEdges // ring edges waiting for their pair, guarded by mu
 }
 
-// NewLocal returns a single-node Upstream.
-func NewLocal() *Local {
-	return &Local{names: make(map[string]string), edges: make(map[uint64]*localEdges)}
+// NewLocal returns a single-node Upstream whose name service holds at
+// most MaxNamesPerJob names.
+func NewLocal() *Local { return NewLocalNames(MaxNamesPerJob) }
+
+// NewLocalNames returns a single-node Upstream whose name service holds
+// at most maxNames names; 0 sets no cap (a daemon's, shared by runs
+// capped each).
+func NewLocalNames(maxNames int) *Local {
+	return &Local{maxNames: maxNames, names: make(map[string]string), edges: make(map[uint64]*localEdges)}
 }
 
 // Fence completes at once: this node holds the whole job.
@@ -164,15 +172,19 @@ func (l *Local) Spawn(req *pmiwire.Spawn, done func(string, error)) { done("", E
 func (l *Local) Publish(name, port string, done func(error)) {
 	l.mu.Lock()
 	_, dup := l.names[name]
-	if !dup {
+	full := !dup && l.maxNames > 0 && len(l.names) >= l.maxNames
+	if !dup && !full {
 		l.names[name] = port
 	}
 	l.mu.Unlock()
-	if dup {
+	switch {
+	case dup:
 		done(fmt.Errorf("publish %q: %w", name, ErrNameExists))
-		return
+	case full:
+		done(fmt.Errorf("publish %q: %w: the job has %d names published", name, ErrQuota, l.maxNames))
+	default:
+		done(nil)
 	}
-	done(nil)
 }
 
 // Unpublish removes name.

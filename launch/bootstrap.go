@@ -178,20 +178,45 @@ func (c *Config) defaultAgent() string {
 	return name
 }
 
-// rootListenAddr is where pmirun listens for its agents.
+// rootListenAddr is where pmirun listens for its agents: the one address
+// they dial (rootDialAddr), not every interface. Only a run on daemons
+// that pmirun reaches from several of its addresses (each dials pmirun
+// back where pmirun reached it from: agents.go) listens on all of them.
 func (c *Config) rootListenAddr() string {
-	switch c.Bootstrap {
-	case "loopback":
+	switch {
+	case c.Bootstrap == "loopback":
 		return "127.0.0.1:0"
-	case "daemon":
-		if c.RootAddr == "" && allLoopback(c.Daemons) {
-			return "127.0.0.1:0"
-		}
-	}
-	if c.RootAddr != "" {
+	case c.Bootstrap == "daemon" && c.RootAddr == "" && allLoopback(c.Daemons):
+		return "127.0.0.1:0"
+	case c.RootAddr != "":
 		return net.JoinHostPort(c.RootAddr, "0")
+	case c.Bootstrap == "daemon":
+		if h := sourceAddr(c.Daemons); h != "" {
+			return net.JoinHostPort(h, "0")
+		}
+		return ":0"
 	}
-	return ":0"
+	return net.JoinHostPort(firstAddr(), "0")
+}
+
+// sourceAddr is the address of this machine that reaches every one of
+// addrs (a UDP socket connected to each, no packet sent), or "" if they
+// are reached from different addresses or one cannot be reached.
+func sourceAddr(addrs []string) string {
+	src := ""
+	for _, a := range addrs {
+		c, err := net.Dial("udp", a)
+		if err != nil {
+			return ""
+		}
+		h, _, _ := net.SplitHostPort(c.LocalAddr().String())
+		c.Close()
+		if src != "" && h != src {
+			return ""
+		}
+		src = h
+	}
+	return src
 }
 
 // allLoopback reports whether every address is a loopback IP or

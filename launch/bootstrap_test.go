@@ -197,3 +197,33 @@ func TestLauncherEnv(t *testing.T) {
 		t.Errorf("launcher environment:\n%s", env)
 	}
 }
+
+// pmirun listens for its agents on the one address it tells them to dial,
+// never on every interface, but where daemons are reached from several
+// of its addresses.
+func TestRootListenAddr(t *testing.T) {
+	first := firstAddr()
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Bootstrap: "loopback"}, "127.0.0.1:0"},
+		{Config{Bootstrap: "loopback", RootAddr: "10.1.2.3"}, "127.0.0.1:0"},
+		{Config{Bootstrap: "ssh"}, first + ":0"},
+		{Config{Bootstrap: "slurm"}, first + ":0"},
+		{Config{Bootstrap: "netns", RootAddr: "10.1.2.3"}, "10.1.2.3:0"},
+		{Config{Bootstrap: "daemon", Daemons: []string{"127.0.0.1:7070", "localhost:7071"}}, "127.0.0.1:0"},
+		{Config{Bootstrap: "daemon", Daemons: []string{"127.0.0.1:7070"}, RootAddr: "10.1.2.3"}, "10.1.2.3:0"},
+		// Daemons reached from one address (here, this machine's own):
+		// that one.
+		{Config{Bootstrap: "daemon", Daemons: []string{first + ":7070", first + ":7071"}}, first + ":0"},
+	} {
+		if got := tc.cfg.rootListenAddr(); got != tc.want {
+			t.Errorf("bootstrap %s, root addr %q, daemons %v: listen on %q, want %q",
+				tc.cfg.Bootstrap, tc.cfg.RootAddr, tc.cfg.Daemons, got, tc.want)
+		}
+	}
+	if sourceAddr([]string{"127.0.0.1:1", "no-such-host.invalid:1"}) != "" {
+		t.Error("sourceAddr of an unresolvable daemon is not empty")
+	}
+}

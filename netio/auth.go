@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 )
 
@@ -29,9 +30,33 @@ const (
 	labelAcceptor = "fastpmi netio v1 acceptor"
 )
 
+// Handshake failures a caller tells apart (both also wrap ErrAuth).
+var (
+	// errWrongProof: the peer answered, and proved no knowledge of the
+	// secret.
+	errWrongProof = errors.New("wrong proof")
+	// errHungUp: the connection ended before the peer proved itself,
+	// as a listener's does when it drops a connection under load (see
+	// listener.go); a dialer tries again.
+	errHungUp = errors.New("peer hung up")
+)
+
+// hungUp marks a send or receive error of the handshake: the connection
+// broke (errHungUp), unless ctx ended.
+func hungUp(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errHungUp, err)
+}
+
 // handshake authenticates rc in the role given by dialer. Any failure wraps
-// ErrAuth; the caller closes rc.
-func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool) error {
+// ErrAuth; the caller closes rc. An acceptor calls commit, if not nil,
+// once the peer's hello has arrived and before proving itself: after the
+// proof the dialer may hold a Conn, so the acceptor must not give up on
+// the connection then but for a failure of its own; false from commit
+// ends the handshake there.
+func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool, commit func() bool) error {
 	var hello [1 + nonceSize]byte
 	hello[0] = helloVersion
 	mine := hello[1:]
@@ -39,11 +64,11 @@ func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool) erro
 		return fmt.Errorf("authenticate: draw nonce: %w", err)
 	}
 	if err := rc.send(ctx, Frame{Type: typeHello, Payload: hello[:]}); err != nil {
-		return fmt.Errorf("authenticate: send hello: %w: %w", ErrAuth, err)
+		return fmt.Errorf("authenticate: send hello: %w: %w", ErrAuth, hungUp(ctx, err))
 	}
 	f, err := rc.Recv(ctx)
 	if err != nil {
-		return fmt.Errorf("authenticate: receive hello: %w: %w", ErrAuth, err)
+		return fmt.Errorf("authenticate: receive hello: %w: %w", ErrAuth, hungUp(ctx, err))
 	}
 	if f.Type != typeHello || len(f.Payload) != len(hello) || f.Payload[0] != helloVersion {
 		return fmt.Errorf("authenticate: bad hello (type %#04x, %d bytes): %w", f.Type, len(f.Payload), ErrAuth)
@@ -60,15 +85,18 @@ func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool) erro
 	if !dialer {
 		ours, want = labelAcceptor, labelDialer
 	}
+	if commit != nil && !commit() {
+		return fmt.Errorf("authenticate: given up before proving: %w", ErrAuth)
+	}
 	if err := rc.send(ctx, Frame{Type: typeProof, Payload: proof(secret, ours, dn, an)}); err != nil {
-		return fmt.Errorf("authenticate: send proof: %w: %w", ErrAuth, err)
+		return fmt.Errorf("authenticate: send proof: %w: %w", ErrAuth, hungUp(ctx, err))
 	}
 	f, err = rc.Recv(ctx)
 	if err != nil {
-		return fmt.Errorf("authenticate: receive proof: %w: %w", ErrAuth, err)
+		return fmt.Errorf("authenticate: receive proof: %w: %w", ErrAuth, hungUp(ctx, err))
 	}
 	if f.Type != typeProof || !hmac.Equal(f.Payload, proof(secret, want, dn, an)) {
-		return fmt.Errorf("authenticate: wrong proof (type %#04x, %d bytes): %w", f.Type, len(f.Payload), ErrAuth)
+		return fmt.Errorf("authenticate: %w (type %#04x, %d bytes): %w", errWrongProof, f.Type, len(f.Payload), ErrAuth)
 	}
 	return nil
 }

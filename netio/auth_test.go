@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,8 @@ func TestAuth(t *testing.T) {
 		t.Run("WrongSecret", func(t *testing.T) { testWrongSecret(t, be) })
 		t.Run("NoSecret", func(t *testing.T) { testNoSecret(t, be) })
 		t.Run("Silent", func(t *testing.T) { testSilentPeer(t, be) })
+		t.Run("Flood", func(t *testing.T) { testFlood(t, be) })
+		t.Run("FloodWhileDialling", func(t *testing.T) { testFloodWhileDialling(t, be) })
 	})
 }
 
@@ -120,4 +124,133 @@ func testSilentPeer(t *testing.T, be string) {
 	if !strings.Contains(log.String(), "deadline exceeded") {
 		t.Fatalf("log does not say why:\n%s", log.String())
 	}
+}
+
+// testFlood: strangers hold more connections open than a listener
+// authenticates at once, silent or sending garbage; a dialer that knows
+// the secret still gets in at once, and the refusals cost a few log
+// lines and a summary, not a line each.
+func testFlood(t *testing.T, be string) {
+	var log logBuffer
+	st := newTestTransport(t, be, func(c *Config) { c.Logger = log.logger() })
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const strangers = 3 * maxHandshakes
+	var ncs []net.Conn
+	defer func() {
+		for _, nc := range ncs {
+			nc.Close()
+		}
+	}()
+	for i := range strangers {
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatalf("stranger %d: %v", i, err)
+		}
+		ncs = append(ncs, nc)
+		if i%4 == 0 {
+			nc.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+		}
+	}
+	good := newTestTransport(t, be, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := good.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial during the flood: %v", err)
+	}
+	c.Close()
+	if c, err = ln.Accept(ctx); err != nil {
+		t.Fatalf("accept during the flood: %v", err)
+	}
+	c.Close()
+	ln.Close()
+	out := log.String()
+	if n := strings.Count(out, "refused connection"); n > int(numRefusals) {
+		t.Errorf("%d refusals logged one by one, want at most %d:\n%s", n, numRefusals, clipLog(out))
+	}
+	m := regexp.MustCompile(`refused (\d+) connections before authentication`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary of the refusals at Close:\n%s", clipLog(out))
+	}
+	// Every garbage sender is refused; the silent ones are dropped to
+	// make room or time out, at least all but maxHandshakes of them.
+	if n, _ := strconv.Atoi(m[1]); n < strangers-maxHandshakes-int(numRefusals) {
+		t.Errorf("summary counts %d refusals of %d strangers:\n%s", n, strangers, clipLog(out))
+	}
+}
+
+// testFloodWhileDialling: a stranger keeps opening silent connections
+// while peers that know the secret dial one after another; every dial
+// gets in (the listener drops the oldest waiting connection for a newer
+// one, and a dialer dropped meanwhile dials again).
+func testFloodWhileDialling(t *testing.T, be string) {
+	st := newTestTransport(t, be, nil)
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	stop := make(chan struct{})
+	flooded := make(chan int)
+	full := make(chan struct{}) // the stranger holds every handshake slot and goes on
+	go func() {
+		var ncs []net.Conn
+		defer func() {
+			for _, nc := range ncs {
+				nc.Close()
+			}
+			flooded <- len(ncs)
+		}()
+		for len(ncs) < 8*maxHandshakes {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			nc, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				return
+			}
+			ncs = append(ncs, nc)
+			if len(ncs) == 2*maxHandshakes {
+				close(full)
+			}
+		}
+		<-stop
+	}()
+	select {
+	case <-full:
+	case n := <-flooded:
+		t.Fatalf("the stranger opened only %d connections", n)
+	}
+	good := newTestTransport(t, be, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const dials = 10
+	for i := range dials {
+		c, err := good.Dial(ctx, ln.Addr().String())
+		if err != nil {
+			close(stop)
+			<-flooded
+			t.Fatalf("dial %d of %d during the flood: %v", i+1, dials, err)
+		}
+		c.Close()
+		if c, err = ln.Accept(ctx); err != nil {
+			t.Fatalf("accept %d during the flood: %v", i+1, err)
+		}
+		c.Close()
+	}
+	close(stop)
+	t.Logf("%d dials got in while a stranger opened %d connections (%d before the first dial)", dials, <-flooded, 2*maxHandshakes)
+}
+
+// clipLog keeps a failing test's log output readable.
+func clipLog(s string) string {
+	if len(s) > 4000 {
+		return s[:2000] + "\n...\n" + s[len(s)-2000:]
+	}
+	return s
 }

@@ -32,9 +32,17 @@
 // line): each end sends a fresh nonce, then HMAC-SHA256(secret, role label
 // || dialer nonce || acceptor nonce), and checks the peer's. Until then a
 // peer may send only two frames of at most 64 bytes. Dial fails with
-// ErrAuth; a listener logs the refusal (Config.Logger, with the peer's
-// address and the reason) and never returns the connection. A peer that
-// stays silent is dropped after Config.HandshakeTimeout.
+// ErrAuth; a listener never returns the connection, and logs the first
+// refusal of each kind (Config.Logger, with the peer's address and the
+// reason), then counts them and logs the counts in one line at Close (and
+// at most once a minute meanwhile). A listener authenticates at most 256
+// connections at once, dropping the oldest for a newer one (but never one
+// it has begun to prove itself to: its dialer may hold a Conn), and drops a
+// peer that has not authenticated after 2 s (or Config.HandshakeTimeout
+// if shorter): a flood of strangers' connections neither grows without
+// bound nor locks the job's agents out, and Dial tries again (8 times in
+// all, 2.5 s of pauses) when the listener hangs up before it proved
+// itself.
 //
 // # Backends
 //

@@ -30,7 +30,9 @@ type Transport interface {
 }
 
 // A Listener accepts connections that have passed authentication; peers
-// that fail it are logged and dropped, never returned.
+// that fail it are counted (the first of each kind logged) and dropped,
+// never returned; at most 256 wait to authenticate at once, the oldest
+// dropped for a newer one (listener.go).
 type Listener interface {
 	// Accept returns the next authenticated connection. It fails with
 	// ErrClosed once the listener is closed, or with ctx's error.
@@ -117,7 +119,8 @@ type Config struct {
 	// DefaultMaxFrameSize, at most MaxFrameSizeLimit).
 	MaxFrameSize int
 	// HandshakeTimeout bounds authentication of a new connection
-	// (default 10s).
+	// (default 10s); a listener gives a connection at most 2s
+	// (preAuthTimeout) whatever this says.
 	HandshakeTimeout time.Duration
 	// SendQueue is the number of bytes a Conn queues before Send blocks
 	// (io_uring backend; default 4 MiB). A frame is always accepted
@@ -296,24 +299,44 @@ func (t *transport) Listen(addr string) (Listener, error) {
 	return l, nil
 }
 
+// dialAttempts bounds the connections Dial makes to one address when the
+// listener hangs up before proving itself (it drops connections under a
+// flood: listener.go); a pause that doubles from dialRetryPause separates
+// them.
+const (
+	dialAttempts   = 8
+	dialRetryPause = 20 * time.Millisecond
+)
+
 func (t *transport) Dial(ctx context.Context, addr string) (Conn, error) {
-	rc, err := t.be.dial(ctx, addr)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
-	}
-	hctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
-	err = handshake(hctx, rc, t.cfg.Secret, true)
-	cancel()
-	if err != nil {
+	pause := dialRetryPause
+	for attempt := 1; ; attempt++ {
+		rc, err := t.be.dial(ctx, addr)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		hctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
+		err = handshake(hctx, rc, t.cfg.Secret, true, nil)
+		cancel()
+		if err == nil {
+			c, err := t.track(rc)
+			if err != nil {
+				return nil, fmt.Errorf("dial %s: %w", addr, err)
+			}
+			return c, nil
+		}
 		rc.Close()
-		t.cfg.Logger.Warn("netio: authentication failed", "peer", addr, "err", err)
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
+		if !errors.Is(err, errHungUp) || attempt == dialAttempts {
+			t.cfg.Logger.Warn("netio: authentication failed", "peer", addr, "attempts", attempt, "err", err)
+			return nil, fmt.Errorf("dial %s: %w", addr, err)
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial %s: %w (after %d attempts: %w)", addr, ctx.Err(), attempt, err)
+		}
+		pause *= 2
 	}
-	c, err := t.track(rc)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
-	}
-	return c, nil
 }
 
 // track wraps an authenticated rawConn; it closes rc if the transport is

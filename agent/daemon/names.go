@@ -21,10 +21,6 @@ import (
 // node.Name response with the same ID. The names a session published are
 // withdrawn when it ends: a run's names do not outlive it.
 
-// maxSessionNames bounds the names one session may have published at
-// once.
-const maxSessionNames = 4096
-
 // serveNames serves a name-service session whose first request is first.
 func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame) {
 	mine := map[string]bool{} // names this session published
@@ -56,8 +52,8 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 			answer("", nil)
 		case m.Name == "" || len(m.Name) > pmiwire.ValLenMax || len(m.Port) > pmiwire.ValLenMax:
 			answer("", fmt.Errorf("name %.40q, port of %d bytes: want 1..%d bytes each", m.Name, len(m.Port), pmiwire.ValLenMax))
-		case m.Op == "publish" && len(mine) >= maxSessionNames:
-			answer("", fmt.Errorf("publish %q: this run already has %d names published", m.Name, maxSessionNames))
+		case m.Op == "publish" && len(mine) >= agent.MaxNamesPerJob:
+			answer("", fmt.Errorf("publish %q: %w: this run has %d names published", m.Name, agent.ErrQuota, agent.MaxNamesPerJob))
 		case m.Op == "publish":
 			s.names.Publish(m.Name, m.Port, func(err error) {
 				if err == nil {

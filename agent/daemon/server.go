@@ -66,7 +66,7 @@ type Server struct {
 	start time.Time
 
 	conns sync.WaitGroup // one goroutine per accepted connection (and its job)
-	names *agent.Local   // the name service (names.go); safe for concurrent use
+	names *agent.Local   // the name service (names.go), each session's names capped; safe for concurrent use
 
 	mu      sync.Mutex // guards the fields below
 	jobs    map[*job]struct{}
@@ -98,7 +98,7 @@ func New(cfg Config) (*Server, error) {
 		tr.Close()
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
-	return &Server{cfg: cfg, tr: tr, ln: ln, start: time.Now(), jobs: map[*job]struct{}{}, names: agent.NewLocal()}, nil
+	return &Server{cfg: cfg, tr: tr, ln: ln, start: time.Now(), jobs: map[*job]struct{}{}, names: agent.NewLocalNames(0)}, nil
 }
 
 // NewTransport makes the transport of connections to or from a daemon:

@@ -25,7 +25,7 @@ import (
 // AgentOptions run one node of a multi-node job in its own process (pmid).
 type AgentOptions struct {
 	Index  int       // this node's index in Spec.Nodes
-	Listen string    // address to listen on for peer agents; "" = ":0"
+	Listen string    // address to listen on for peer agents; "": the address this node reaches pmirun from, port 0
 	Stdin  io.Reader // rank 0's input (node 0 only)
 	Stdout io.Writer
 	Stderr io.Writer
@@ -109,20 +109,22 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 		return fmt.Errorf("node %d: %w", a.idx, err)
 	}
 	defer a.tr.Close()
-	if listen == "" {
-		listen = ":0"
-	}
-	ln, err := a.tr.Listen(listen)
-	if err != nil {
-		return fmt.Errorf("node %d: listen for peers: %w", a.idx, err)
-	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	a.ctl, err = a.tr.Dial(dctx, spec.Root)
 	if err != nil {
 		return fmt.Errorf("node %d: connect to pmirun at %s: %w", a.idx, spec.Root, err)
 	}
+	// Peers dial this node at the address it reached pmirun from (the
+	// Hello's Addr): listen there only, not on every interface.
 	host, _, _ := net.SplitHostPort(a.ctl.LocalAddr().String())
+	if listen == "" {
+		listen = net.JoinHostPort(host, "0")
+	}
+	ln, err := a.tr.Listen(listen)
+	if err != nil {
+		return fmt.Errorf("node %d: listen for peers: %w", a.idx, err)
+	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	hn, _ := os.Hostname()
 	hello := Hello{Node: a.idx, Addr: net.JoinHostPort(host, port), Host: hn, PID: os.Getpid(),

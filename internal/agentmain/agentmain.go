@@ -42,7 +42,8 @@ node's ranks, serves their PMI, and exits when they have ended. Users run
 pmirun, not %[1]s.
 
   --node I        this agent's node index; "slurm" takes SLURM_NODEID
-  --listen ADDR   address for peer agents' links (default ":0")
+  --listen ADDR   address for peer agents' links (default: the address
+                  this node reaches pmirun from, any free port)
 
 Daemon mode: %[1]s --daemon stays up and runs the nodes of many jobs, each
 submitted by "pmirun --daemons ADDR,... --secret-file FILE", starting no

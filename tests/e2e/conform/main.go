@@ -55,6 +55,23 @@ func main() {
 			}
 			time.Sleep(30 * time.Second)
 			os.Exit(2)
+		case "namecap":
+			// Rank 0 publishes names until one is refused (at most
+			// 10,000), then looks up the first: the job goes on.
+			if me == 0 {
+				n := 0
+				var refused error
+				for ; n < 10000; n++ {
+					if refused = c.Publish(ctx, fmt.Sprintf("cap-%d", n), "port"); refused != nil {
+						break
+					}
+				}
+				p, err := c.Lookup(ctx, "cap-0")
+				fmt.Printf("r=0 namecap published=%d refused=%v\nr=0 namecap lookup=%s err=%v\n", n, refused, p, err)
+			}
+			check(c.Fence(ctx), "fence")
+			check(c.Finalize(), "finalize")
+			os.Exit(0)
 		case "noring":
 			noring = true
 		case "nowait":
