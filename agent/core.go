@@ -396,6 +396,7 @@ type Core struct {
 	kvs         map[string]string // committed job KVS (visible to get)
 	sparse      map[string]string // sparse puts, visible at once
 	nodeAttr    map[string]string
+	attrBytes   int                 // key + value bytes in nodeAttr (MaxNodeAttrBytes)
 	waits       map[string][]waiter // parked requests by "kvs:<key>" or "attr:<key>"
 	fenceSeq    uint64              // completed world fences
 	agSeq       uint64              // completed allgathers
@@ -560,6 +561,10 @@ func (c *Core) Step(op Op) error {
 	case PutNodeAttr:
 		if _, err := c.rank(o.Local); err != nil {
 			return err
+		}
+		if err := c.chargeNodeAttr(o.Key, o.Val); err != nil {
+			c.reply(to{o.Local, o.Req, ReplyPutNodeAttr}, Reply{Err: err})
+			return nil
 		}
 		c.nodeAttr[o.Key] = o.Val
 		c.release("attr:"+o.Key, o.Val)

@@ -34,6 +34,11 @@ const (
 	// the names of one run. A name service answers lookups at once, so
 	// no lookup waits (MaxPendingPerConn bounds the requests in flight).
 	MaxNamesPerJob = 4096
+	// MaxNodeAttrs and MaxNodeAttrBytes bound the node attributes the
+	// job's ranks on one agent hold (key + value bytes; a put of a key
+	// already there replaces it): MPI libraries put a few per node.
+	MaxNodeAttrs     = 1 << 16
+	MaxNodeAttrBytes = 16 << 20
 )
 
 // ErrQuota is returned (wrapped) for a request over a quota.
@@ -61,6 +66,22 @@ func checkName(name, port string) error {
 		return err
 	}
 	return checkBytes("port", port)
+}
+
+// chargeNodeAttr counts a node attribute put against the node's quota,
+// or refuses it; a put of a key already there replaces its value.
+func (c *Core) chargeNodeAttr(key, val string) error {
+	n := len(key) + len(val)
+	old, had := c.nodeAttr[key]
+	if had {
+		n -= len(key) + len(old)
+	}
+	if !had && len(c.nodeAttr) >= MaxNodeAttrs || c.attrBytes+n > MaxNodeAttrBytes {
+		return fmt.Errorf("%w: the job's ranks on this node hold %d node attributes (%d bytes); the limit is %d or %d bytes",
+			ErrQuota, len(c.nodeAttr), c.attrBytes, MaxNodeAttrs, MaxNodeAttrBytes)
+	}
+	c.attrBytes += n
+	return nil
 }
 
 // chargePut counts a put against its rank's and the node's quotas, or

@@ -69,6 +69,53 @@ func TestPutQuota(t *testing.T) {
 	c.read()
 }
 
+// The node's attributes are bounded: past MaxNodeAttrs keys a new key is
+// refused with rc≠0 (shm: an error response) while replacing one still
+// works; one too large for the byte quota is refused too.
+func TestNodeAttrQuota(t *testing.T) {
+	_, seg, _ := shmJob(t, 1)
+	r := &shmRank{t: t, r: seg.Rank(0)}
+	r.push(shm.OpHello, nil)
+	for i := range MaxNodeAttrs {
+		seq := r.push(shm.OpPutNodeAttr, shm.AppendPair(nil, fmt.Sprint("a", i), "v"))
+		r.expect(shm.OpPutNodeAttr, seq, shm.StatusOK, "")
+	}
+	seq := r.push(shm.OpPutNodeAttr, shm.AppendPair(nil, "one-more", "v"))
+	r.expect(shm.OpPutNodeAttr, seq, shm.StatusError, fmt.Sprintf("quota exceeded: the job's ranks on this node hold %d node attributes (%d bytes); the limit is %d or %d bytes",
+		MaxNodeAttrs, nodeAttrBytes(MaxNodeAttrs), MaxNodeAttrs, MaxNodeAttrBytes))
+	seq = r.push(shm.OpPutNodeAttr, shm.AppendPair(nil, "a7", "replaced"))
+	r.expect(shm.OpPutNodeAttr, seq, shm.StatusOK, "")
+	seq = r.push(shm.OpGetNodeAttr, []byte("a7"))
+	r.expect(shm.OpGetNodeAttr, seq, shm.StatusOK, "replaced")
+
+	_, cs, _ := newJob(t, 1, nil)
+	initV2(t, cs)
+	big := strings.Repeat("b", 1000)
+	for i := 0; ; i++ {
+		cs[0].v2(fmt.Sprintf("cmd=info-putnodeattr;key=k%d;value=%s;", i, big))
+		got := cs[0].read()
+		if strings.Contains(got, "rc=0;") {
+			if i > MaxNodeAttrBytes/len(big) {
+				t.Fatalf("node attribute %d of %d bytes accepted past the %d-byte quota", i, len(big), MaxNodeAttrBytes)
+			}
+			continue
+		}
+		if !strings.Contains(got, "quota exceeded") {
+			t.Fatalf("node attribute %d refused with %q, want quota exceeded", i, got)
+		}
+		break
+	}
+}
+
+// nodeAttrBytes is the bytes of node attributes a0..a(n-1), each "v".
+func nodeAttrBytes(n int) int {
+	b := 0
+	for i := range n {
+		b += len(fmt.Sprint("a", i)) + 1
+	}
+	return b
+}
+
 // A connection may have at most MaxPendingPerConn requests waiting; the
 // next is refused with rc≠0.
 func TestPendingQuota(t *testing.T) {
