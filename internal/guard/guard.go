@@ -49,8 +49,13 @@
 // serves every node and job the process runs (every job of a daemon).
 // Library code and tests never start one, so a test binary is never
 // re-executed and Add and Remove do nothing. The Guard owns the guard
-// process and one goroutine that starts and then waits for it; Stop ends
-// and waits for both.
+// process and one goroutine that starts it (Stop waits for that one).
+// Nothing waits for the guard to exit: Stop closes the pipe and returns,
+// and the guard, reading end-of-file, exits by itself (reaped by init
+// once its parent has exited). Waiting would add the guard's own
+// start-up, a Go program's (about 20 ms on the project's test machines),
+// to the end of every job shorter than that. A guard that dies early is
+// found by the next write (EPIPE), killed if need be and reaped then.
 package guard
 
 import (
@@ -81,23 +86,29 @@ const Arg = "--fastpmi-internal-guard"
 // the binary that started it even when the file was replaced since).
 const SelfExe = "/proc/self/exe"
 
-// Timings. writeTimeout bounds a registration's write when the guard has
-// stopped reading (its pipe holds thousands of records, so a live guard
-// never makes it wait); stopTimeout bounds Stop's wait for the guard to
-// read end-of-file and exit.
-const (
-	writeTimeout = 2 * time.Second
-	stopTimeout  = 2 * time.Second
-)
+// guardNice is the guard's nice value once it is exec'd: the lowest
+// priority. It must exist from the start (its process holds the pipe's
+// read end from the fork on), but its own start-up — a Go program's,
+// about 15 ms of CPU on the project's 2-core test machines — may wait
+// for idle CPU rather than take it from the job's start-up; its one task
+// at the end, a few kill calls, needs little. (Not from the fork on: the
+// child's steps before exec run while the parent holds Go's fork lock,
+// which every rank's fork waits for.)
+const guardNice = 19
+
+// writeTimeout bounds a registration's write when the guard has stopped
+// reading (its pipe holds thousands of records, so a live guard never
+// makes it wait).
+const writeTimeout = 2 * time.Second
 
 // Guard is the forking process's end of its guard: the pipe's write end
 // and the guard process.
 type Guard struct {
 	exe string
 	log *slog.Logger
-	// done is closed when the guard process has ended and been reaped,
-	// or could not start: the owner goroutine has returned.
-	done chan struct{}
+	// started is closed when the goroutine starting the guard process
+	// has returned (proc is set, or broken).
+	started chan struct{}
 
 	mu sync.Mutex // guards the fields below; held across each write
 	// w is the write end of the pipe to the guard; nil after Stop. It is
@@ -109,10 +120,8 @@ type Guard struct {
 	proc *os.Process
 	// broken is set when the guard cannot guard (it did not start, died,
 	// or stopped reading): nothing more is written, the guard process is
-	// killed if it runs, and the warning was logged once.
+	// killed and reaped if it runs, and the warning was logged once.
 	broken bool
-	// stopping is set by Stop: the guard's exit is expected.
-	stopping bool
 }
 
 // current is the process's guard (Start), or nil. Stored once by Start
@@ -147,9 +156,9 @@ func Add(pgid int) bool { return current.Load().Add(pgid) }
 // Remove ends one registration of pgid with this process's guard.
 func Remove(pgid int) { current.Load().Remove(pgid) }
 
-// Stop stops this process's guard (it kills the groups still
-// registered) and waits, boundedly, for it to exit. Call it just before
-// the process exits; Add and Remove do nothing after.
+// Stop stops this process's guard: it kills the groups still registered
+// and exits. Call it just before the process exits; Add and Remove do
+// nothing after.
 func Stop() { current.Load().Stop() }
 
 // New starts a guard: exe re-executed with Arg, on a goroutine of its
@@ -160,10 +169,10 @@ func New(exe string, log *slog.Logger) (*Guard, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &Guard{exe: exe, log: log, done: make(chan struct{})}
+	g := &Guard{exe: exe, log: log, started: make(chan struct{})}
 	r, w, err := os.Pipe() // both close-on-exec: no rank inherits them
 	if err != nil {
-		close(g.done)
+		close(g.started)
 		return g, fmt.Errorf("start guard: %w", err)
 	}
 	g.w = w
@@ -171,10 +180,9 @@ func New(exe string, log *slog.Logger) (*Guard, error) {
 	return g, nil
 }
 
-// run starts the guard process with r as its standard input, then waits
-// for it. It owns r.
+// run starts the guard process with r as its standard input. It owns r.
 func (g *Guard) run(r *os.File) {
-	defer close(g.done)
+	defer close(g.started)
 	cmd := &exec.Cmd{
 		Path:        g.exe,
 		Args:        []string{os.Args[0], Arg},
@@ -186,39 +194,44 @@ func (g *Guard) run(r *os.File) {
 	}
 	err := cmd.Start()
 	r.Close() // the guard has its copy; without one, writes fail at once
+	if err == nil {
+		// Its Go start-up runs now, on its main thread: let it wait for
+		// idle CPU (best effort; threads it already made keep their
+		// priority, and do little).
+		_ = sys.Renice(cmd.Process.Pid, guardNice)
+	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if err != nil {
 		g.failLocked(fmt.Errorf("start guard %s: %w", g.exe, err))
-		g.mu.Unlock()
 		return
 	}
 	g.proc = cmd.Process
 	if g.broken {
-		_ = g.proc.Kill() // it must not act on a registration it lacks
+		// A write failed before it ran: it must not act on a
+		// registration it lacks.
+		g.killLocked()
 	}
-	g.mu.Unlock()
-	err = cmd.Wait()
-	g.mu.Lock()
-	if !g.stopping {
-		if err == nil {
-			err = errors.New("exited")
-		}
-		g.failLocked(fmt.Errorf("guard process %d ended early: %w", cmd.Process.Pid, err))
-	}
-	g.mu.Unlock()
 }
 
-// failLocked marks the guard broken, kills its process if it runs, and
-// logs why once.
+// failLocked marks the guard broken, kills and reaps its process if it
+// runs, and logs why once.
 func (g *Guard) failLocked(err error) {
 	if g.broken {
 		return
 	}
 	g.broken = true
+	g.killLocked()
+	g.log.Info("processes the ranks start are not guarded: they may survive if this process is killed", "err", err)
+}
+
+// killLocked kills and reaps the guard process, if it was started.
+func (g *Guard) killLocked() {
 	if g.proc != nil {
 		_ = g.proc.Kill()
+		_, _ = g.proc.Wait() // at once: it is dead or dying
+		g.proc = nil
 	}
-	g.log.Info("processes the ranks start are not guarded: they may survive if this process is killed", "err", err)
 }
 
 // Add registers process group pgid; see the package-level Add. Safe on a
@@ -253,32 +266,20 @@ func (g *Guard) send(op byte, pgid int) bool {
 }
 
 // Stop closes the pipe — the guard kills the groups still registered and
-// exits — and waits for the guard process, killing it if it has not
-// exited within stopTimeout. Idempotent; safe on a nil Guard.
+// exits by itself — once the guard process has been started (or failed
+// to start); it does not wait for the guard to exit (see the package
+// comment). Idempotent; safe on a nil Guard.
 func (g *Guard) Stop() {
 	if g == nil {
 		return
 	}
+	<-g.started // so that the start is not cut off by the process's exit
 	g.mu.Lock()
-	g.stopping = true
+	defer g.mu.Unlock()
 	if g.w != nil {
 		g.w.Close()
 		g.w = nil
 	}
-	g.mu.Unlock()
-	t := time.NewTimer(stopTimeout)
-	defer t.Stop()
-	select {
-	case <-g.done:
-		return
-	case <-t.C:
-	}
-	g.mu.Lock()
-	if g.proc != nil {
-		_ = g.proc.Kill()
-	}
-	g.mu.Unlock()
-	<-g.done
 }
 
 // Main makes this process a guard when its command line is exactly

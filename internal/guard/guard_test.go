@@ -106,6 +106,13 @@ func waitIgnoring(pid int, d time.Duration) bool {
 	return false
 }
 
+// zombie reports whether pid has ended but is not reaped.
+func zombie(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	i := bytes.LastIndexByte(stat, ')')
+	return err == nil && i > 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+}
+
 // alive reports whether pid runs (a zombie has ended).
 func alive(pid int) bool {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -268,8 +275,8 @@ func groupProc(t *testing.T) (*exec.Cmd, chan struct{}) {
 }
 
 // Stop is the forker's end as far as its guard can tell: a group still
-// registered is killed, a removed one is not, and the guard has exited
-// when Stop returns. Nothing is written after Stop.
+// registered is killed, a removed one is not, and the guard exits by
+// itself. Nothing is written after Stop.
 func TestStop(t *testing.T) {
 	g, err := New(SelfExe, nil)
 	if err != nil {
@@ -289,9 +296,10 @@ func TestStop(t *testing.T) {
 		t.Fatal("the guard did not start within 20 s")
 	}
 	g.Stop()
-	if alive(guardPid) {
-		t.Errorf("the guard %d runs after Stop returned", guardPid)
+	if left := waitGone([]int{guardPid}, killBound); len(left) > 0 {
+		t.Errorf("the guard %d runs %v after Stop", guardPid, killBound)
 	}
+	g.proc.Wait() // Stop leaves the guard to its parent (init, after a command's exit)
 	select {
 	case <-keptDone:
 	case <-time.After(killBound):
@@ -318,7 +326,7 @@ func TestStartFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-g.done
+	<-g.started
 	for range 3 {
 		if g.Add(os.Getpid()) {
 			t.Fatal("Add said a group is registered with a guard that did not start")
@@ -330,7 +338,8 @@ func TestStartFails(t *testing.T) {
 	}
 }
 
-// A guard that dies is noticed (logged once) and no longer written to.
+// A guard that dies is noticed at the next write (logged once), reaped,
+// and no longer written to.
 func TestGuardDies(t *testing.T) {
 	var logb syncBuffer
 	g, err := New(SelfExe, slog.New(slog.NewTextHandler(&logb, nil)))
@@ -345,16 +354,26 @@ func TestGuardDies(t *testing.T) {
 	if err := sys.SignalProcess(pid, sys.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-g.done:
-	case <-time.After(killBound):
-		t.Fatal("the guard's death went unnoticed")
+	// Until the kernel has closed the dead guard's end of the pipe, a
+	// write still succeeds.
+	deadline := time.Now().Add(killBound)
+	for g.Add(os.Getpid()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Add still says groups are registered %v after the guard was killed", killBound)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	if g.Add(os.Getpid()) {
 		t.Error("Add said a group is registered with a dead guard")
 	}
-	if !strings.Contains(logb.String(), "ended early") {
-		t.Errorf("log does not say the guard ended: %q", logb.String())
+	if n := strings.Count(logb.String(), "not guarded"); n != 1 {
+		t.Errorf("log says %d times that survivors are not guarded, want once: %q", n, logb.String())
+	}
+	g.mu.Lock()
+	reaped := g.proc == nil
+	g.mu.Unlock()
+	if !reaped || alive(pid) || zombie(pid) {
+		t.Errorf("the dead guard %d was not reaped", pid)
 	}
 }
 

@@ -115,3 +115,13 @@ func Signal(n int) os.Signal { return syscall.Signal(n) }
 // IsExecFormat reports whether err is exec's "exec format error"
 // (ENOEXEC): the file is there but is no program this kernel runs.
 func IsExecFormat(err error) bool { return errors.Is(err, syscall.ENOEXEC) }
+
+// Renice sets the nice value of thread tid (a process's pid names its
+// main thread); raising it (a lower priority) needs no privilege for a
+// process of the same user. Threads the process made before keep theirs.
+func Renice(tid, nice int) error {
+	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
+		return errnoErr("setpriority", err)
+	}
+	return nil
+}

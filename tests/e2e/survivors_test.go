@@ -105,8 +105,20 @@ func wantGone(t *testing.T, what string, pids []int, since time.Time) {
 }
 
 // guardOf returns the pid of the guard process whose parent is pid, or
-// 0 if it has none.
+// 0 if it has none within 10 s (it starts concurrently with the job).
 func guardOf(pid int) int {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if g := findGuard(pid); g != 0 || time.Now().After(deadline) {
+			return g
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// findGuard returns the pid of the guard process whose parent is pid, or
+// 0.
+func findGuard(pid int) int {
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		c, err := strconv.Atoi(e.Name())
