@@ -295,12 +295,39 @@ func Main() {
 		os.Exit(2)
 	}
 	signal.Ignore(sys.SIGINT, sys.SIGTERM, sys.SIGHUP, sys.SIGQUIT)
-	if err := Serve(os.Stdin, killGroup); err != nil {
+	if err := Serve(&pacedReader{r: os.Stdin, pause: readPause}, killGroup); err != nil {
 		// Every group still registered was killed; the error is the
 		// forker's bug, and its stderr is /dev/null: exit non-zero.
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// readPause is how long the guard waits after a read that returned
+// records before it reads again. A writer wakes a reader only when one
+// waits in read: while records stream in (a node forking or reaping
+// thousands of ranks), the guard then wakes once per pause instead of
+// once per record — each wake-up a context switch or several on the
+// forker's machine, while the job starts. It delays the kill after its
+// forker's death by at most this much.
+const readPause = 20 * time.Millisecond
+
+// pacedReader reads r, sleeping pause before a read that follows one
+// that returned data. Idle, the guard blocks in read and wakes at the
+// first record (or end-of-file) at once.
+type pacedReader struct {
+	r     io.Reader
+	pause time.Duration
+	got   bool // the last read returned data
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	if p.got {
+		time.Sleep(p.pause)
+	}
+	n, err := p.r.Read(b)
+	p.got = n > 0
+	return n, err
 }
 
 // killGroup is the guard's kill: SIGKILL to the whole group.
