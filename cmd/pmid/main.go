@@ -29,7 +29,7 @@ import (
 )
 
 func main() {
-	guard.Main() // this binary as another pmid's guard: never returns
+	guard.Main() // run as its parent pmid's guard, it serves that and exits here
 	code := agentmain.Main("pmid", guard.SelfExe, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil)
 	pmix.Shutdown() // the PMIx server of --mpi pmix jobs, if one started
 	os.Exit(code)

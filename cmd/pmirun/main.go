@@ -34,7 +34,7 @@ import (
 )
 
 func main() {
-	guard.Main() // this binary as another pmirun's guard: never returns
+	guard.Main() // run as its parent pmirun's guard, it serves that and exits here
 	code := run()
 	guard.Stop()    // before os.Exit: every rank is reaped, nothing registered is left
 	pmix.Shutdown() // the PMIx server of --mpi pmix jobs, if one started
