@@ -119,27 +119,18 @@ func guardOf(pid int) int {
 // findGuard returns the pid of the guard process whose parent is pid, or
 // 0.
 func findGuard(pid int) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		c, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args := cmdline(c)
-		if len(args) != 2 || args[1] != guard.Arg {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		f := strings.Fields(string(stat[i+1:])) // state, ppid, ...
-		if len(f) > 1 && f[1] == n(pid) {
+	for _, c := range allChildren(pid) {
+		if isGuard(c) {
 			return c
 		}
 	}
 	return 0
+}
+
+// isGuard reports whether process pid is a guard (internal/guard).
+func isGuard(pid int) bool {
+	args := cmdline(pid)
+	return len(args) == 2 && args[1] == guard.Arg
 }
 
 // killPmirun kills r's pmirun with SIGKILL and reaps it; it returns when
