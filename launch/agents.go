@@ -12,6 +12,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent/daemon"
 	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/guard"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/netio"
 )
@@ -60,6 +61,10 @@ func (r *rootNode) agents(ctx context.Context, hosts []string) ([]agentProc, err
 // spec on its standard input.
 type procAgent struct {
 	cmd *exec.Cmd
+	// guarded says the agent's process group is registered with
+	// pmirun's guard (internal/guard) until wait has reaped it: if
+	// pmirun is killed, the agent is, and its own guard kills its ranks.
+	guarded bool
 }
 
 // start starts the bootstrap command with the spec on its stdin (then,
@@ -93,6 +98,9 @@ func (p *procAgent) start(r *rootNode, i int, out *node.Output) error {
 	cmd.Stdout, cmd.Stderr = so, se
 	cmd.SysProcAttr = sys.RankProcAttr()
 	err = cmd.Start()
+	if err == nil {
+		p.guarded = guard.Add(cmd.Process.Pid)
+	}
 	so.Close()
 	se.Close()
 	if pumpTo != nil {
@@ -116,7 +124,13 @@ func pumpAgentStdin(w *os.File, spec []byte, in io.Reader) {
 	_, _ = io.Copy(w, in)
 }
 
-func (p *procAgent) wait() error { return p.cmd.Wait() }
+func (p *procAgent) wait() error {
+	err := p.cmd.Wait()
+	if p.guarded {
+		guard.Remove(p.cmd.Process.Pid)
+	}
+	return err
+}
 
 func (p *procAgent) kill() {
 	if p.cmd.Process != nil {

@@ -372,6 +372,11 @@ func (n *Node) Start() {
 			} else {
 				ev.code, ev.msg = 1, werr.Error()
 			}
+			// Reaped: the group's id is free for reuse once its last
+			// process has gone, so its guard registration must not
+			// outlive that; if the rank left processes behind, it ends
+			// with the job (Close).
+			ev.groupGone = sys.GroupGone(p.pid)
 			n.evch <- ev
 		})
 	}
@@ -465,6 +470,9 @@ func (n *Node) Handle(ev RankEvent) {
 			return
 		}
 		p.exited = true
+		if ev.groupGone {
+			p.unguard()
+		}
 		n.rec.Mark(perf.PhaseRankExit, ev.rank)
 		// Judge once the agent has served everything the rank sent: its
 		// finalize or abort may still be in the socket or the request
@@ -571,6 +579,11 @@ func (n *Node) drain() {
 // started. Call it once Live is 0.
 func (n *Node) Close() {
 	n.drain()
+	// The job is over: processes its ranks left behind are no longer
+	// the guard's (they survive a normal end, as they always did).
+	for _, p := range n.procs {
+		p.unguard()
+	}
 	for _, f := range n.stdins {
 		f.Close() // those of ranks never started (the others' are closed)
 	}

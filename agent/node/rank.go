@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/guard"
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
@@ -38,6 +39,9 @@ type RankEvent struct {
 	msg       string // abort message or error text
 	spoke     bool
 	finalized bool
+	// groupGone (evExit) says the rank's process group had no process
+	// left once the rank was reaped: its guard registration may end.
+	groupGone bool
 }
 
 type event = RankEvent
@@ -67,6 +71,10 @@ type rankProc struct {
 	pmi    net.Conn // the agent's end of PMI_FD until Start serves it (nil after, or with PMI_PORT)
 	exited bool     // its process ended (no more signals)
 	judged bool     // its end was judged and reported (counts against Node.Live)
+	// guarded says its process group is registered with the process's
+	// guard (internal/guard): one guard.Remove is owed, made when the
+	// group is found empty at the rank's exit, or at Node.Close.
+	guarded bool
 }
 
 func describeExit(ev event) string {
@@ -203,7 +211,9 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 		closeAgentEnd()
 		return nil, err
 	}
-	p := &rankProc{rank: r, local: li, cmd: cmd, pid: cmd.Process.Pid}
+	// The rank leads its process group (sys.RankProcAttr): from now on
+	// the group dies with this process, however this process ends.
+	p := &rankProc{rank: r, local: li, cmd: cmd, pid: cmd.Process.Pid, guarded: guard.Add(cmd.Process.Pid)}
 	if agentEnd == nil {
 		return p, nil
 	}
@@ -211,9 +221,18 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	agentEnd.Close()
 	if err != nil {
 		_ = cmd.Process.Kill()
+		p.unguard()
 		return nil, fmt.Errorf("PMI connection: %w", err)
 	}
 	return p, nil
+}
+
+// unguard ends p's registration with the process's guard, if it has one.
+func (p *rankProc) unguard() {
+	if p.guarded {
+		guard.Remove(p.pid)
+		p.guarded = false
+	}
 }
 
 // serve hands p's PMI connection to the agent (Start does it once every

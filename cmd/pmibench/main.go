@@ -102,7 +102,8 @@ func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "--node" || os.Args[1] == "-node") {
 		// pmirun started this binary as the agent of a job of virtual
 		// ranks (pmid plays none: it does not link the client library).
-		os.Exit(agentmain.Main("pmibench", os.Args[1:], os.Stdin, os.Stdout, os.Stderr, virtual.Start))
+		// Its ranks are goroutines: no guard.
+		os.Exit(agentmain.Main("pmibench", "", os.Args[1:], os.Stdin, os.Stdout, os.Stderr, virtual.Start))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGINT, sys.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -25,10 +25,12 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent/pmix"
 	"github.com/fastpmi/fastpmi/internal/agentmain"
+	"github.com/fastpmi/fastpmi/internal/guard"
 )
 
 func main() {
-	code := agentmain.Main("pmid", os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil)
+	guard.Main() // run as its parent pmid's guard, it serves that and exits here
+	code := agentmain.Main("pmid", guard.SelfExe, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, nil)
 	pmix.Shutdown() // the PMIx server of --mpi pmix jobs, if one started
 	os.Exit(code)
 }

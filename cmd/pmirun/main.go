@@ -26,6 +26,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent/pmix"
 	"github.com/fastpmi/fastpmi/internal/cli"
+	"github.com/fastpmi/fastpmi/internal/guard"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/internal/version"
 	"github.com/fastpmi/fastpmi/launch"
@@ -33,7 +34,9 @@ import (
 )
 
 func main() {
+	guard.Main() // run as its parent pmirun's guard, it serves that and exits here
 	code := run()
+	guard.Stop()    // before os.Exit: every rank is reaped, nothing registered is left
 	pmix.Shutdown() // the PMIx server of --mpi pmix jobs, if one started
 	os.Exit(code)
 }
@@ -64,6 +67,12 @@ func run() int {
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if len(cfg.Daemons) == 0 {
+		// pmirun forks the ranks (fork bootstrap) or the agents: its
+		// guard kills their process groups if pmirun is killed. It
+		// starts concurrently with the job.
+		guard.Start(guard.SelfExe, cfg.Logger)
+	}
 	cfg.Stdin = os.Stdin
 	if sys.IsTerminal(os.Stdin) {
 		// Ranks run in process groups of their own, in the terminal's

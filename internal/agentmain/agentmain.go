@@ -25,6 +25,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent/daemon"
 	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/guard"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/internal/version"
 	"github.com/fastpmi/fastpmi/perf"
@@ -71,7 +72,12 @@ writes a CPU profile to FILE.nodeI.
 // Main runs the agent with args (without the program name) and returns
 // its exit code. starter, when set, plays the ranks of jobs of virtual
 // ranks (node.Spec.Virtual); an agent without one refuses such jobs.
-func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer, starter node.Starter) int {
+// guardExe, when set, is the binary to start as the agent's guard
+// (internal/guard, guard.SelfExe: the command calls guard.Main first in
+// its main) when it runs a node or a daemon, so that nothing its ranks
+// started survives the agent's SIGKILL; Main stops the guard before it
+// returns. "" starts none (ranks played as goroutines, tests).
+func Main(name, guardExe string, args []string, stdin io.Reader, stdout, stderr io.Writer, starter node.Starter) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	nodeFlag := fs.String("node", "", "")
@@ -107,7 +113,7 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 		if *statusAddr != "" {
 			return status(name, *statusAddr, *secretFile, stdout, stderr)
 		}
-		return serve(name, *listen, *secretFile, *maxJobs, stdout, stderr, starter)
+		return serve(name, guardExe, *listen, *secretFile, *maxJobs, stdout, stderr, starter)
 	case *nodeFlag == "":
 		fmt.Fprintf(stderr, "%s: want --node I|slurm [--listen ADDR] (see --help; jobs are started with pmirun)\n", name)
 		return 2
@@ -133,6 +139,12 @@ func Main(name string, args []string, stdin io.Reader, stdout, stderr io.Writer,
 			return 2
 		}
 		defer stop()
+	}
+	if guardExe != "" {
+		// Started before the spec is read: it comes up while the agent
+		// reads, connects and links.
+		guard.Start(guardExe, log)
+		defer guard.Stop()
 	}
 	br := bufio.NewReaderSize(stdin, 1<<16)
 	spec, err := node.ReadSpec(br)
@@ -169,8 +181,9 @@ func logger(stderr io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// serve runs the daemon until SIGTERM, SIGINT or SIGHUP.
-func serve(name, listen, secretFile string, maxJobs int, stdout, stderr io.Writer, starter node.Starter) int {
+// serve runs the daemon until SIGTERM, SIGINT or SIGHUP, with one
+// guard (guardExe, unless "") for the ranks of all its jobs.
+func serve(name, guardExe, listen, secretFile string, maxJobs int, stdout, stderr io.Writer, starter node.Starter) int {
 	if listen == "" || secretFile == "" {
 		fmt.Fprintf(stderr, "%s: --daemon needs --listen ADDR and --secret-file FILE (see --help)\n", name)
 		return 2
@@ -179,6 +192,10 @@ func serve(name, listen, secretFile string, maxJobs int, stdout, stderr io.Write
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
+	}
+	if guardExe != "" {
+		guard.Start(guardExe, logger(stderr).With("agent", name, "daemon", listen))
+		defer guard.Stop()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGTERM, sys.SIGINT, sys.SIGHUP)
 	defer stop()

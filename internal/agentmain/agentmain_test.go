@@ -40,7 +40,7 @@ func TestCommandLine(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := Main("pmid", tc.args, strings.NewReader(tc.stdin), &stdout, &stderr, nil)
+			code := Main("pmid", "", tc.args, strings.NewReader(tc.stdin), &stdout, &stderr, nil)
 			if code != tc.code {
 				t.Errorf("exit code %d, want %d (stderr %q)", code, tc.code, stderr.String())
 			}

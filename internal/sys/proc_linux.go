@@ -28,18 +28,40 @@ var ForwardedSignals = []os.Signal{SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SI
 // RankProcAttr returns the process attributes for a rank the launcher
 // forks: its own process group (so the launcher can signal the rank and
 // everything it started), and SIGKILL when the launcher dies (the
-// parent-death signal), so that no rank outlives a killed launcher.
+// parent-death signal), so that no rank outlives a killed launcher. The
+// parent-death signal reaches the rank only, not what the rank started;
+// the rest of its group is the guard's (internal/guard).
 func RankProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// SignalGroup sends sig to the process group pgid (the rank's group).
+// GuardProcAttr returns the process attributes for a process's guard
+// (internal/guard): a process group of its own, so that neither a
+// terminal's Ctrl-C (sent to the foreground group) nor a kill of the
+// launcher's group reaches it before the launcher acts, and no
+// parent-death signal: it must outlive its parent by the time it takes
+// to kill the ranks' groups.
+func GuardProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+// SignalGroup sends sig to the process group pgid (the rank's group). A
+// pgid below 2 is refused (EINVAL): kill(-1) would signal every process
+// the user may signal, kill(0) the caller's own group.
 func SignalGroup(pgid int, sig os.Signal) error {
 	s, ok := sig.(syscall.Signal)
-	if !ok {
+	if !ok || pgid < 2 {
 		return syscall.EINVAL
 	}
 	return unix.Kill(-pgid, s)
+}
+
+// GroupGone reports whether the process group pgid has no process left
+// (kill(-pgid, 0) answers ESRCH). Only then may a launcher forget a
+// rank's group: the kernel does not reuse a group's id while any member
+// lives, but may once the group is empty.
+func GroupGone(pgid int) bool {
+	return pgid >= 2 && errors.Is(unix.Kill(-pgid, 0), unix.ESRCH)
 }
 
 // SignalProcess sends sig to the one process pid (not its group); tests use
@@ -93,3 +115,13 @@ func Signal(n int) os.Signal { return syscall.Signal(n) }
 // IsExecFormat reports whether err is exec's "exec format error"
 // (ENOEXEC): the file is there but is no program this kernel runs.
 func IsExecFormat(err error) bool { return errors.Is(err, syscall.ENOEXEC) }
+
+// Renice sets the nice value of thread tid (a process's pid names its
+// main thread); raising it (a lower priority) needs no privilege for a
+// process of the same user. Threads the process made before keep theirs.
+func Renice(tid, nice int) error {
+	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
+		return errnoErr("setpriority", err)
+	}
+	return nil
+}

@@ -165,8 +165,21 @@ func procFDs(t *testing.T, pid int) (fds, memfds int) {
 	return fds, memfds
 }
 
-// children lists the processes whose parent is pid.
+// children lists the processes whose parent is pid, but for its guard
+// (internal/guard: one per daemon, for the daemon's life; guardOf finds
+// it).
 func children(pid int) []int {
+	var kids []int
+	for _, c := range allChildren(pid) {
+		if !isGuard(c) {
+			kids = append(kids, c)
+		}
+	}
+	return kids
+}
+
+// allChildren lists the processes whose parent is pid.
+func allChildren(pid int) []int {
 	ents, _ := os.ReadDir("/proc")
 	var kids []int
 	for _, e := range ents {
