@@ -236,12 +236,24 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table Table) e
 		} else if err == nil {
 			err = fmt.Errorf("first frame type %d", f.Type)
 		}
+		if err == nil && !want[lm.From] && lm.From >= 0 && lm.From < K && lm.From != a.idx && a.peers[lm.From] == nil {
+			// A link the KVS of a node that has started already dialled
+			// (kvsnet.go): kept, not one of the start's links.
+			a.peers[lm.From] = c
+			accept++
+			continue
+		}
 		if err != nil || !want[lm.From] || a.peers[lm.From] != nil {
 			c.Close()
 			return fmt.Errorf("peer link from %v: unexpected (%v)", c.RemoteAddr(), err)
 		}
 		a.peers[lm.From] = c
 	}
+	// The start's links carry heartbeats and are watched for silence
+	// (loop); links the KVS dials are not (pmirun watches every node):
+	// 63 links a node at 64 nodes would cost each agent 250 heartbeats a
+	// second.
+	a.watched = slices.Sorted(maps.Keys(want))
 	return nil
 }
 
@@ -288,11 +300,6 @@ func (a *agentNode) loop(ctx context.Context) error {
 	defer tick.Stop()
 	now := time.Now()
 	a.lastRx[-1] = now
-	// The links of the start (tree, ring) carry heartbeats and are
-	// watched for silence; links the KVS dials later are not (pmirun
-	// watches every node): 63 links a node at 64 nodes would cost each
-	// agent 250 heartbeats a second.
-	a.watched = slices.Sorted(maps.Keys(a.peers))
 	for _, p := range a.watched {
 		a.lastRx[p] = now
 	}
