@@ -8,7 +8,7 @@
 //	neighbours  every rank puts its key, then gets its two rank-space
 //	            neighbours' keys (the research's sparse pattern)
 //	bcast       rank 0 puts one key, every rank gets it (the dense pattern)
-//	late        the last rank puts its key 300 ms after the others asked
+//	late        after a barrier, the last rank puts its key 300 ms after the others asked
 //	            for it with a waiting get (a get before its put)
 //	stale       rank 0 puts a key, everyone reads it; after a fence rank 0
 //	            puts it again: everyone must read the new value
@@ -108,6 +108,12 @@ func run(pattern, hintName string, fence, src bool) error {
 		}
 	case "late", "late-die":
 		last := n - 1
+		// Every rank has started before the others ask and the last
+		// one's 300 ms begin: on a loaded machine starting the ranks may
+		// take longer than that.
+		if err := c.Fence(ctx); err != nil {
+			return err
+		}
 		if me == last && pattern == "late-die" {
 			time.Sleep(300 * time.Millisecond)
 			os.Exit(3)
