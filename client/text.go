@@ -452,7 +452,12 @@ func (t *textTransport) ringByKVS(ctx context.Context, val []byte) (RingResult, 
 }
 
 func (t *textTransport) jobAttr(ctx context.Context, key string) (string, bool, error) {
-	r, err := t.call(ctx, "info-getjobattr", pmiwire.Pair{Key: "key", Val: key})
+	return foundValue(t.call(ctx, "info-getjobattr", pmiwire.Pair{Key: "key", Val: key}))
+}
+
+// foundValue reads a found/value response (info-getjobattr,
+// info-getnodeattr) of call r.
+func foundValue(r *textReq, err error) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
@@ -473,15 +478,7 @@ func (t *textTransport) nodeAttr(ctx context.Context, key string, wait bool) (st
 	if wait {
 		w = "TRUE"
 	}
-	r, err := t.call(ctx, "info-getnodeattr", pmiwire.Pair{Key: "key", Val: key}, pmiwire.Pair{Key: "wait", Val: w})
-	if err != nil {
-		return "", false, err
-	}
-	if f, _ := r.resp.Get("found"); f != "TRUE" {
-		return "", false, nil
-	}
-	v, _ := r.resp.Get("value")
-	return v, true, nil
+	return foundValue(t.call(ctx, "info-getnodeattr", pmiwire.Pair{Key: "key", Val: key}, pmiwire.Pair{Key: "wait", Val: w}))
 }
 
 func (t *textTransport) publish(ctx context.Context, name, port string) error {
