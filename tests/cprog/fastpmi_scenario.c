@@ -50,6 +50,19 @@ static void joined(const char *step, const char *buf, int n)
     printf("\n");
 }
 
+/* viewed prints a zero-copy allgather's view as step's line. */
+static void viewed(const char *step, const PMIX_View *view, int n)
+{
+    printf("r=%d %s ", me, step);
+    for (int r = 0; r < n; r++) {
+        const char *v;
+        int len;
+        check(PMIX_View_get(view, r, &v, &len), "PMIX_View_get");
+        printf("%s%.*s", r ? "," : "", len, v);
+    }
+    printf("\n");
+}
+
 static void get_all(const char *step, const char *prefix, int size, int wait)
 {
     char *buf = calloc((size_t)size, PMIX_MAX_VALLEN), key[64];
@@ -166,14 +179,7 @@ int main(int argc, char **argv)
     PMIX_View view;
     snprintf(val, sizeof val, "zc-%d", me);
     check(PMIX_Allgather_view(val, (int)strlen(val), &view), "PMIX_Allgather_view");
-    printf("r=%d view ", me);
-    for (int r = 0; r < size; r++) {
-        const char *v;
-        int n;
-        check(PMIX_View_get(&view, r, &v, &n), "PMIX_View_get");
-        printf("%s%.*s", r ? "," : "", n, v);
-    }
-    printf("\n");
+    viewed("view", &view, size);
 
     /* an ifence and an iallgather outstanding together, waited for in
      * the other order */
@@ -200,14 +206,7 @@ int main(int argc, char **argv)
         check(PMIX_KVS_Ifence(&fq), "PMIX_KVS_Ifence");
         check(PMIX_Wait(fq), "PMIX_Wait(ifence)");
         check(PMIX_Wait(vq), "PMIX_Wait(iallgather view)");
-        printf("r=%d iview ", me);
-        for (int r = 0; r < size; r++) {
-            const char *v;
-            int n;
-            check(PMIX_View_get(&iv, r, &v, &n), "PMIX_View_get");
-            printf("%s%.*s", r ? "," : "", n, v);
-        }
-        printf("\n");
+        viewed("iview", &iv, size);
     }
 
     /* a put without a fence read with get-with-wait: each rank waits for
