@@ -219,6 +219,9 @@ type scaleConfig struct {
 	Backend string `json:"netio"`
 	Nodes   int    `json:"nodes"`
 	PPN     int    `json:"ppn"`
+	// Work is the compute of a workload that computes (pmirun
+	// --virtual-work; the -paper figures 10 and 11), else 0.
+	Work time.Duration `json:"work_ns,omitempty"`
 }
 
 // P is the job's size.
@@ -376,6 +379,9 @@ func (o scaleOptions) scaleArgv(pmirun string, c scaleConfig, report string) []s
 	if late, _ := o.lateFor(c.P()); late > 0 {
 		argv = append(argv, "--virtual-late", late.String())
 	}
+	if c.Work > 0 {
+		argv = append(argv, "--virtual-work", c.Work.String())
+	}
 	return append(argv, "true")
 }
 
@@ -456,6 +462,79 @@ func (o scaleOptions) scalePlan() []scaleConfig {
 	return out
 }
 
+// scaleRunner runs scale jobs one at a time, as -scale and -paper plan
+// them: the memory check, pmirun's command line and report, and a line
+// per job on stderr.
+type scaleRunner struct {
+	o       scaleOptions
+	pmirun  string
+	avail   int64  // memAvailable at the start
+	reports string // directory for pmirun's reports
+	stderr  io.Writer
+	total   int // jobs planned, for the progress lines (0: unknown)
+
+	jobs   int             // jobs run or skipped so far
+	warned map[[2]int]bool // (K, PPN) whose segments' size was warned about
+}
+
+// run runs job c, or skips it when it would not fit (-max-p, memory), and
+// says so on stderr.
+func (h *scaleRunner) run(ctx context.Context, c scaleConfig) scaleResult {
+	o, stderr := h.o, h.stderr
+	h.jobs++
+	progress := fmt.Sprintf("[%d]", h.jobs)
+	if h.total > 0 {
+		progress = fmt.Sprintf("[%d/%d]", h.jobs, h.total)
+	}
+	r := scaleResult{scaleConfig: c}
+	seg, serr := shm.Size(shm.Params{LocalRanks: c.PPN, WorldSize: c.P()})
+	r.SegBytes = seg
+	total := int64(seg) * int64(c.Nodes)
+	switch {
+	case o.maxP > 0 && c.P() > o.maxP:
+		r.Skipped = fmt.Sprintf("P=%d above -max-p", c.P())
+	case serr != nil:
+		r.Skipped = fmt.Sprintf("segment: %v", serr)
+	case h.avail > 0 && total > h.avail*3/4:
+		r.Skipped = fmt.Sprintf("%d segments of %s (%s) exceed 3/4 of the %s available", c.Nodes, mib(int64(seg)), mib(total), mib(h.avail))
+	}
+	if key := [2]int{c.Nodes, c.PPN}; !h.warned[key] && serr == nil && r.Skipped == "" {
+		h.warned[key] = true
+		if h.avail > 0 && total > h.avail/4 {
+			fmt.Fprintf(stderr, "pmibench: warning: K=%d PPN=%d: %d pre-faulted segments of %s = %s of the %s available\n",
+				c.Nodes, c.PPN, c.Nodes, mib(int64(seg)), mib(total), mib(h.avail))
+		}
+	}
+	if r.Skipped != "" {
+		fmt.Fprintf(stderr, "pmibench: %s skip %s K=%d PPN=%d %s: %s\n", progress, c.Op, c.Nodes, c.PPN, c.Backend, r.Skipped)
+		return r
+	}
+	report := filepath.Join(h.reports, fmt.Sprintf("job-%d.json", h.jobs))
+	argv := o.scaleArgv(h.pmirun, c, report)
+	if o.verbose {
+		fmt.Fprintf(stderr, "pmibench: %s\n", strings.Join(argv, " "))
+	}
+	got := runScaleJob(ctx, o, argv, c, report)
+	got.SegBytes = seg
+	if got.Err != "" {
+		fmt.Fprintf(stderr, "pmibench: %s %s K=%d PPN=%d P=%d %s: %s: %s\n", progress, c.Op, c.Nodes, c.PPN, c.P(), c.Backend, got.Err, got.StderrEnd)
+		return got
+	}
+	work := ""
+	if c.Work > 0 {
+		work = " work " + perf.FormatDuration(c.Work)
+	}
+	fmt.Fprintf(stderr, "pmibench: %s %s K=%d PPN=%d P=%d %s%s: median %s min %s tail %s span %s cpu/rank/round %s (job %s, segment %s/node)\n",
+		progress, c.Op, c.Nodes, c.PPN, c.P(), got.LinkedBy, work, perf.FormatDuration(got.Median), perf.FormatDuration(got.Min),
+		perf.FormatDuration(got.TailMed), perf.FormatDuration(got.SpanMed), perf.FormatDuration(got.CPURound),
+		perf.FormatDuration(got.Wall), mib(int64(seg)))
+	if got.Late > 0 && got.LateLast < got.Rounds {
+		fmt.Fprintf(stderr, "pmibench: warning: %s K=%d PPN=%d %s: rank 0 entered last in %d of %d rounds after waiting %s (another rank entered %s after it): raise -late\n",
+			c.Op, c.Nodes, c.PPN, c.Backend, got.LateLast, got.Rounds, perf.FormatDuration(got.Late), perf.FormatDuration(-got.LateGap))
+	}
+	return got
+}
+
 func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseScaleFlags(args, stderr)
 	root, code, done := start(err, stderr)
@@ -479,59 +558,21 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer os.RemoveAll(reports)
 
 	started := time.Now()
+	h := &scaleRunner{o: o, pmirun: pmirun, avail: avail, reports: reports, stderr: stderr, warned: map[[2]int]bool{}}
 	var results []scaleResult
 	code = 0
-	warned := map[[2]int]bool{}
-	for _, c := range o.scalePlan() {
+	plan := o.scalePlan()
+	h.total = len(plan)
+	for _, c := range plan {
 		if ctx.Err() != nil {
 			fmt.Fprintf(stderr, "pmibench: stopped early: %v\n", ctx.Err())
 			code = 1
 			break
 		}
-		r := scaleResult{scaleConfig: c}
-		seg, serr := shm.Size(shm.Params{LocalRanks: c.PPN, WorldSize: c.P()})
-		r.SegBytes = seg
-		total := int64(seg) * int64(c.Nodes)
-		switch {
-		case o.maxP > 0 && c.P() > o.maxP:
-			r.Skipped = fmt.Sprintf("P=%d above -max-p", c.P())
-		case serr != nil:
-			r.Skipped = fmt.Sprintf("segment: %v", serr)
-		case avail > 0 && total > avail*3/4:
-			r.Skipped = fmt.Sprintf("%d segments of %s (%s) exceed 3/4 of the %s available", c.Nodes, mib(int64(seg)), mib(total), mib(avail))
-		}
-		if key := [2]int{c.Nodes, c.PPN}; !warned[key] && serr == nil && r.Skipped == "" {
-			warned[key] = true
-			if avail > 0 && total > avail/4 {
-				fmt.Fprintf(stderr, "pmibench: warning: K=%d PPN=%d: %d pre-faulted segments of %s = %s of the %s available\n",
-					c.Nodes, c.PPN, c.Nodes, mib(int64(seg)), mib(total), mib(avail))
-			}
-		}
-		if r.Skipped != "" {
-			fmt.Fprintf(stderr, "pmibench: skip %s K=%d PPN=%d %s: %s\n", c.Op, c.Nodes, c.PPN, c.Backend, r.Skipped)
-			results = append(results, r)
-			continue
-		}
-		report := filepath.Join(reports, fmt.Sprintf("job-%d.json", len(results)))
-		argv := o.scaleArgv(pmirun, c, report)
-		if o.verbose {
-			fmt.Fprintf(stderr, "pmibench: %s\n", strings.Join(argv, " "))
-		}
-		got := runScaleJob(ctx, o, argv, c, report)
-		got.SegBytes = seg
-		results = append(results, got)
-		if got.Err != "" {
+		r := h.run(ctx, c)
+		results = append(results, r)
+		if r.Err != "" {
 			code = 1
-			fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: %s: %s\n", c.Op, c.Nodes, c.PPN, c.P(), c.Backend, got.Err, got.StderrEnd)
-			continue
-		}
-		fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: median %s min %s tail %s span %s cpu/rank/round %s (job %s, segment %s/node)\n",
-			c.Op, c.Nodes, c.PPN, c.P(), got.LinkedBy, perf.FormatDuration(got.Median), perf.FormatDuration(got.Min),
-			perf.FormatDuration(got.TailMed), perf.FormatDuration(got.SpanMed), perf.FormatDuration(got.CPURound),
-			perf.FormatDuration(got.Wall), mib(int64(seg)))
-		if got.Late > 0 && got.LateLast < got.Rounds {
-			fmt.Fprintf(stderr, "pmibench: warning: %s K=%d PPN=%d %s: rank 0 entered last in %d of %d rounds after waiting %s (another rank entered %s after it): raise -late\n",
-				c.Op, c.Nodes, c.PPN, c.Backend, got.LateLast, got.Rounds, perf.FormatDuration(got.Late), perf.FormatDuration(-got.LateGap))
 		}
 	}
 	if err := writeScaleTables(stdout, results, o.backends, o.markdown); err != nil {
