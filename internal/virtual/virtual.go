@@ -50,6 +50,13 @@
 // and the round's tail is the operation's own latency after its last
 // participant arrived, what a node with its own cores would see. Rank 0's
 // report counts the rounds in which it did enter last.
+//
+// The research's figures. The paper-* workloads (pmibench -paper) exchange
+// the research's MVAPICH2-like key and value by Fence or Allgather, their
+// non-blocking forms, the non-blocking forms overlapped with sleeping or
+// busy-spinning compute, and an MPI_Init-style start-up. Those that
+// compute (workWorkloads) do so for Spec.VirtualWork in every round, a
+// benchmark-only setting (pmirun --virtual-work) that the others refuse.
 package virtual
 
 import (
