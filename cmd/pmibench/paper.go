@@ -42,11 +42,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -79,18 +77,8 @@ func parsePaperFlags(args []string, stderr io.Writer) (paperOptions, error) {
 	ppns := fs.String("ppn", "256", "comma-separated ranks per agent")
 	figs := fs.String("figs", "9,10,11,12", "comma-separated figures of the research to reproduce")
 	backend := fs.String("netio", "net", "agent-link backend: net, uring, auto")
-	fs.IntVar(&o.rounds, "rounds", node.DefaultVirtualRounds, "timed rounds per job")
 	fs.DurationVar(&o.work, "work", 2*time.Millisecond, "figure 10: each rank's local init work (sleeping)")
-	fs.StringVar(&o.codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
-	fs.IntVar(&o.treeWidth, "tree-width", 0, "agent tree width (default pmirun's)")
-	fs.IntVar(&o.maxP, "max-p", 0, "skip jobs of more ranks (0 = no limit)")
-	fs.DurationVar(&o.netTimeout, "net-timeout", 60*time.Second, "pmirun --net-timeout: thousands of goroutine ranks on few CPUs starve heartbeats")
-	fs.DurationVar(&o.timeout, "timeout", 300*time.Second, "limit for one job")
-	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
-	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
-	fs.StringVar(&o.jsonPath, "json", "", "write every job's results as JSON to this file")
-	fs.StringVar(&o.plotDir, "plot", "", "draw the figures (SVG and PNG) into this `DIR`")
-	fs.BoolVar(&o.verbose, "v", false, "print each job's command line")
+	o.jobFlags(fs, "draw the figures (SVG and PNG) into this `DIR`")
 	if err := parseFlagSet(fs, args, "pmibench -paper [options]",
 		"Reproduces the research's figures 9-12 and Table II (Fence vs Allgather, overlap, MPI_Init) with goroutine ranks on loopback agents."); err != nil {
 		return o, err
@@ -116,16 +104,10 @@ func parsePaperFlags(args []string, stderr io.Writer) (paperOptions, error) {
 	switch {
 	case len(o.backends) != 1:
 		return o, fmt.Errorf("parse -netio: %q: want one backend", *backend)
-	case o.rounds < 1:
-		return o, fmt.Errorf("parse -rounds: %d is below 1", o.rounds)
 	case o.work <= 0 || o.work > node.MaxVirtualWork:
 		return o, fmt.Errorf("parse -work: %v: want more than 0 and at most %v", o.work, node.MaxVirtualWork)
-	case o.timeout <= 0 || o.netTimeout <= 0:
-		return o, errors.New("parse -timeout, -net-timeout: want positive durations")
-	case o.maxP < 0 || o.treeWidth < 0:
-		return o, errors.New("parse -max-p, -tree-width: want 0 or more")
 	}
-	return o, nil
+	return o, o.checkJobFlags()
 }
 
 func (o paperOptions) fig(n int) bool { return slices.Contains(o.figs, n) }
@@ -187,25 +169,16 @@ func runPaper(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if done {
 		return code
 	}
-	pmirun, err := findPmirun(o.pmirun, root)
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: %v\n", err)
-		return 2
+	h, code, ok := newScaleRunner(o.scaleOptions, root, stderr)
+	if !ok {
+		return code
 	}
-	avail := memAvailable()
+	defer h.close()
 	layouts := o.layouts()
+	h.total = len(layouts) * o.jobsPerLayout()
 	fmt.Fprintf(stderr, "pmibench: paper: pmirun = %s; %d CPUs, %s available; figures %v; %d jobs of %d timed rounds (+%d warm-up); netio %s; compression %s\n",
-		pmirun, runtime.NumCPU(), mib(avail), o.figs, len(layouts)*o.jobsPerLayout(), o.rounds, virtual.WarmupRounds, o.backends[0], o.codec)
-	reports, err := os.MkdirTemp("", "pmibench-paper-")
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: directory for pmirun's reports: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(reports)
-
+		h.pmirun, runtime.NumCPU(), mib(h.avail), o.figs, h.total, o.rounds, virtual.WarmupRounds, o.backends[0], o.codec)
 	started := time.Now()
-	h := &scaleRunner{o: o.scaleOptions, pmirun: pmirun, avail: avail, reports: reports, stderr: stderr,
-		total: len(layouts) * o.jobsPerLayout(), warned: map[[2]int]bool{}}
 	var results []scaleResult
 	code = 0
 	for _, l := range layouts {

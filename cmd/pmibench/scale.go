@@ -98,18 +98,8 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	ppns := fs.String("ppn", "16,64,128,256", "comma-separated ranks per agent")
 	ops := fs.String("ops", "allgather,fence,ring,iallgather", "comma-separated workloads: "+strings.Join(node.VirtualWorkloads, ", "))
 	backends := fs.String("netio", "net,uring", "comma-separated agent-link backends: net, uring, auto")
-	fs.IntVar(&o.rounds, "rounds", node.DefaultVirtualRounds, "timed rounds per job")
 	fs.StringVar(&o.late, "late", "off", "late arrival: rank 0 enters each round this long after a barrier (off, auto, or a duration)")
-	fs.StringVar(&o.codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
-	fs.IntVar(&o.treeWidth, "tree-width", 0, "agent tree width (default pmirun's)")
-	fs.IntVar(&o.maxP, "max-p", 0, "skip jobs of more ranks (0 = no limit)")
-	fs.DurationVar(&o.netTimeout, "net-timeout", 60*time.Second, "pmirun --net-timeout: thousands of goroutine ranks on few CPUs starve heartbeats")
-	fs.DurationVar(&o.timeout, "timeout", 300*time.Second, "limit for one job")
-	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
-	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
-	fs.StringVar(&o.jsonPath, "json", "", "write every job's results as JSON to this file")
-	fs.StringVar(&o.plotDir, "plot", "", "draw the scale curves (SVG and PNG) into this `DIR`")
-	fs.BoolVar(&o.verbose, "v", false, "print each job's command line")
+	o.jobFlags(fs, "draw the scale curves (SVG and PNG) into this `DIR`")
 	if err := parseFlagSet(fs, args, "pmibench -scale [options]", "Runs K loopback agents with goroutine ranks and reports time, bytes and messages per operation."); err != nil {
 		return o, err
 	}
@@ -129,15 +119,36 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	if _, err := o.lateFor(1); err != nil {
 		return o, fmt.Errorf("parse -late: %w", err)
 	}
+	return o, o.checkJobFlags()
+}
+
+// jobFlags defines the flags of the scale jobs' settings that -scale
+// and -paper share; plot is -plot's help.
+func (o *scaleOptions) jobFlags(fs *flag.FlagSet, plot string) {
+	fs.IntVar(&o.rounds, "rounds", node.DefaultVirtualRounds, "timed rounds per job")
+	fs.StringVar(&o.codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
+	fs.IntVar(&o.treeWidth, "tree-width", 0, "agent tree width (default pmirun's)")
+	fs.IntVar(&o.maxP, "max-p", 0, "skip jobs of more ranks (0 = no limit)")
+	fs.DurationVar(&o.netTimeout, "net-timeout", 60*time.Second, "pmirun --net-timeout: thousands of goroutine ranks on few CPUs starve heartbeats")
+	fs.DurationVar(&o.timeout, "timeout", 300*time.Second, "limit for one job")
+	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
+	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
+	fs.StringVar(&o.jsonPath, "json", "", "write every job's results as JSON to this file")
+	fs.StringVar(&o.plotDir, "plot", "", plot)
+	fs.BoolVar(&o.verbose, "v", false, "print each job's command line")
+}
+
+// checkJobFlags checks the values of jobFlags.
+func (o *scaleOptions) checkJobFlags() error {
 	switch {
 	case o.rounds < 1:
-		return o, fmt.Errorf("parse -rounds: %d is below 1", o.rounds)
+		return fmt.Errorf("parse -rounds: %d is below 1", o.rounds)
 	case o.timeout <= 0 || o.netTimeout <= 0:
-		return o, errors.New("parse -timeout, -net-timeout: want positive durations")
+		return errors.New("parse -timeout, -net-timeout: want positive durations")
 	case o.maxP < 0 || o.treeWidth < 0:
-		return o, errors.New("parse -max-p, -tree-width: want 0 or more")
+		return errors.New("parse -max-p, -tree-width: want 0 or more")
 	}
-	return o, nil
+	return nil
 }
 
 // lateAuto is -late auto's wait for a job of p ranks: long enough for the
@@ -477,6 +488,26 @@ type scaleRunner struct {
 	warned map[[2]int]bool // (K, PPN) whose segments' size was warned about
 }
 
+// newScaleRunner finds pmirun, reads the memory available and makes the
+// directory for pmirun's reports, which close removes; on failure it
+// says why on stderr and returns pmibench's exit code.
+func newScaleRunner(o scaleOptions, root string, stderr io.Writer) (h *scaleRunner, code int, ok bool) {
+	pmirun, err := findPmirun(o.pmirun, root)
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		return nil, 2, false
+	}
+	reports, err := os.MkdirTemp("", "pmibench-scale-")
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: directory for pmirun's reports: %v\n", err)
+		return nil, 1, false
+	}
+	return &scaleRunner{o: o, pmirun: pmirun, avail: memAvailable(), reports: reports, stderr: stderr, warned: map[[2]int]bool{}}, 0, true
+}
+
+// close removes pmirun's reports.
+func (h *scaleRunner) close() { os.RemoveAll(h.reports) }
+
 // run runs job c, or skips it when it would not fit (-max-p, memory), and
 // says so on stderr.
 func (h *scaleRunner) run(ctx context.Context, c scaleConfig) scaleResult {
@@ -541,24 +572,15 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if done {
 		return code
 	}
-	pmirun, err := findPmirun(o.pmirun, root)
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: %v\n", err)
-		return 2
+	h, code, ok := newScaleRunner(o, root, stderr)
+	if !ok {
+		return code
 	}
-	avail := memAvailable()
+	defer h.close()
 	fmt.Fprintf(stderr, "pmibench: scale: pmirun = %s; %d CPUs, %s available; %d timed rounds per job (+%d warm-up); compression %s; late arrival %s\n",
-		pmirun, runtime.NumCPU(), mib(avail), o.rounds, virtual.WarmupRounds, o.codec, o.late)
-
-	reports, err := os.MkdirTemp("", "pmibench-scale-")
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: directory for pmirun's reports: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(reports)
+		h.pmirun, runtime.NumCPU(), mib(h.avail), o.rounds, virtual.WarmupRounds, o.codec, o.late)
 
 	started := time.Now()
-	h := &scaleRunner{o: o, pmirun: pmirun, avail: avail, reports: reports, stderr: stderr, warned: map[[2]int]bool{}}
 	var results []scaleResult
 	code = 0
 	plan := o.scalePlan()

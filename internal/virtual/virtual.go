@@ -312,14 +312,7 @@ func (v virtualRank) arrive(ctx context.Context, c *client.Client) error {
 	if v.info.Rank != 0 {
 		return nil
 	}
-	t := time.NewTimer(v.late)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleepFor(ctx, v.late)
 }
 
 // An exchanged value of stamps starts with stampHeader bytes, the
@@ -982,20 +975,19 @@ func paperPut(c *client.Client, round int) error {
 	return c.Put(paperKey(c.Rank()), paperValue(c.Rank(), round), client.Dense)
 }
 
-// paperGet reads the next rank's value after the fence of round and
-// returns an error unless it is that round's.
-func paperGet(ctx context.Context, c *client.Client) (check func(round int) error, err error) {
+// paperGetNext reads the next rank's value after the fence of round,
+// calls done and checks the value.
+func paperGetNext(ctx context.Context, c *client.Client, round int, done func()) error {
 	src := (c.Rank() + 1) % c.Size()
 	v, err := c.Get(ctx, paperKey(src), client.FromRank(src))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return func(round int) error {
-		if want := paperValue(src, round); string(v) != string(want) {
-			return fmt.Errorf("get %s: %q, want %q", paperKey(src), v, want)
-		}
-		return nil
-	}, nil
+	done()
+	if want := paperValue(src, round); string(v) != string(want) {
+		return fmt.Errorf("get %s: %q, want %q", paperKey(src), v, want)
+	}
+	return nil
 }
 
 // paperFenceRound: put, Fence (or Ifence and Wait at once), get the next
@@ -1014,12 +1006,7 @@ func paperFenceRound(nonBlocking bool) virtualRound {
 		if err != nil {
 			return err
 		}
-		check, err := paperGet(ctx, c)
-		if err != nil {
-			return err
-		}
-		done()
-		return check(round)
+		return paperGetNext(ctx, c, round, done)
 	}
 }
 
@@ -1125,12 +1112,7 @@ func overlapRound(allgather bool, comp compute) func(work time.Duration) virtual
 			if err := req.Wait(ctx); err != nil {
 				return err
 			}
-			check, err := paperGet(ctx, c)
-			if err != nil {
-				return err
-			}
-			done()
-			return check(round)
+			return paperGetNext(ctx, c, round, done)
 		}
 	}
 }

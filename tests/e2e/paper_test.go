@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,22 +24,6 @@ var paperWork = map[string]bool{
 
 const paperWorkTime = 20 * time.Millisecond
 
-// lineUs reads the microsecond fields of a report line.
-func lineUs(t *testing.T, line string) map[string]float64 {
-	t.Helper()
-	us := map[string]float64{}
-	for _, f := range strings.Fields(line) {
-		if k, v, ok := strings.Cut(f, "="); ok && strings.HasSuffix(k, "_us") {
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("report %q: %s: %v", line, k, err)
-			}
-			us[k] = x
-		}
-	}
-	return us
-}
-
 func TestVirtualPaperWorkloads(t *testing.T) {
 	const nodes, ppn, rounds = 2, 8, 3
 	ops := rounds + 1           // one warm-up round
@@ -57,18 +40,10 @@ func TestVirtualPaperWorkloads(t *testing.T) {
 			}
 			r := run(t, loopbackJob(nodes, "net", append(args, "true")...))
 			r.wantCode(t, 0)
-			ls := lines(r.stdout)
-			if len(ls) != 1 {
-				t.Fatalf("want one report line from rank 0\n%s", r)
-			}
-			m := virtualLine.FindStringSubmatch(ls[0])
-			if m == nil || m[1] != op || m[2] != n(nodes*ppn) || m[3] != n(ppn) || m[4] != n(rounds) {
-				t.Fatalf("report %q: want op=%s P=%d local=%d rounds=%d\n%s", ls[0], op, nodes*ppn, ppn, rounds, r)
-			}
-			checkSpanTail(t, ls[0])
-			us := lineUs(t, ls[0])
+			line := virtualReport(t, r, op, nodes, ppn, rounds)
+			us := lineUs(t, line)
 			if w := float64(paperWorkTime / time.Microsecond); paperWork[op] && (us["min_us"] < w || us["tail_min_us"] < w) {
-				t.Errorf("report %q: a round of %vµs or a tail of %vµs, shorter than the %v of work", ls[0], us["min_us"], us["tail_min_us"], paperWorkTime)
+				t.Errorf("report %q: a round of %vµs or a tail of %vµs, shorter than the %v of work", line, us["min_us"], us["tail_min_us"], paperWorkTime)
 			}
 			var used, rr int64
 			for i, c := range r.counters(t, nodes) {
