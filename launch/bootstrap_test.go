@@ -56,7 +56,7 @@ func TestBootstraps(t *testing.T) {
 		log  string // what the fake tool must have logged
 	}{
 		{"ssh", Config{Bootstrap: "ssh", Hosts: []string{"alpha", "beta", "gamma"}}, "ssh", "alpha\nbeta\ngamma\n"},
-		{"slurm", Config{Bootstrap: "slurm"}, "srun", "--ntasks=3\n--ntasks-per-node=1\n--mpi=none\n--input=all\n--kill-on-bad-exit=1\n"},
+		{"slurm", Config{Bootstrap: "slurm"}, "srun", "--overlap\n--nodelist=n1,n2,n3\n--ntasks=3\n--ntasks-per-node=1\n--mpi=none\n--input=all\n--kill-on-bad-exit=1\n"},
 		{"loopback", Config{Bootstrap: "loopback", Nodes: 3}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
