@@ -61,10 +61,12 @@ func TestVirtualPaperWorkloads(t *testing.T) {
 			}
 		})
 	}
-	// Spinning burns CPU where sleeping leaves it idle.
+	// Spinning burns CPU where sleeping leaves it idle (by a margin
+	// that holds on a loaded machine, where a spinning agent gets only
+	// its share of the CPUs).
 	for _, x := range []string{"ifence", "iallgather"} {
 		spin, sleep := cpu["paper-"+x+"-spin"], cpu["paper-"+x+"-sleep"]
-		if spin > 0 && sleep > 0 && spin < 2*sleep {
+		if spin > 0 && sleep > 0 && spin < 1.5*sleep {
 			t.Errorf("%s: %.0fns of CPU per rank round spinning, %.0fns sleeping; want spinning to burn more", x, spin, sleep)
 		}
 	}
