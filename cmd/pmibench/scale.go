@@ -484,8 +484,9 @@ type scaleRunner struct {
 	stderr  io.Writer
 	total   int // jobs planned, for the progress lines (0: unknown)
 
-	jobs   int             // jobs run or skipped so far
-	warned map[[2]int]bool // (K, PPN) whose segments' size was warned about
+	jobs    int             // jobs run or skipped so far
+	started time.Time       // of the first job
+	warned  map[[2]int]bool // (K, PPN) whose segments' size was warned about
 }
 
 // newScaleRunner finds pmirun, reads the memory available and makes the
@@ -512,11 +513,14 @@ func (h *scaleRunner) close() { os.RemoveAll(h.reports) }
 // says so on stderr.
 func (h *scaleRunner) run(ctx context.Context, c scaleConfig) scaleResult {
 	o, stderr := h.o, h.stderr
-	h.jobs++
-	progress := fmt.Sprintf("[%d]", h.jobs)
-	if h.total > 0 {
-		progress = fmt.Sprintf("[%d/%d]", h.jobs, h.total)
+	if h.jobs++; h.jobs == 1 {
+		h.started = time.Now()
 	}
+	progress := fmt.Sprintf("[%d", h.jobs)
+	if h.total > 0 {
+		progress += fmt.Sprintf("/%d", h.total)
+	}
+	progress += fmt.Sprintf(", %s elapsed]", time.Since(h.started).Round(time.Second))
 	r := scaleResult{scaleConfig: c}
 	seg, serr := shm.Size(shm.Params{LocalRanks: c.PPN, WorldSize: c.P()})
 	r.SegBytes = seg
