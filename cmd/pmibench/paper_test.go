@@ -166,3 +166,23 @@ func TestPaperTables(t *testing.T) {
 		t.Errorf("plots of failed jobs only: no error")
 	}
 }
+
+// A job that computes passes its work to pmirun; the others pass none.
+func TestScaleArgvWork(t *testing.T) {
+	o, err := parsePaperFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := scaleConfig{Op: opIallgatherSpin, Backend: "net", Nodes: 2, PPN: 4, Work: 1500 * time.Microsecond}
+	argv := o.scaleArgv("pmirun", c, "r.json")
+	if i := slices.Index(argv, "--virtual-work"); i < 0 || argv[i+1] != "1.5ms" || !slices.Contains(argv, opIallgatherSpin) {
+		t.Errorf("argv %q: want --virtual %s --virtual-work 1.5ms", argv, opIallgatherSpin)
+	}
+	if slices.Contains(argv, "--virtual-late") {
+		t.Errorf("argv %q: a paper job is never a late arrival", argv)
+	}
+	c.Op, c.Work = opAllgather, 0
+	if argv := o.scaleArgv("pmirun", c, "r.json"); slices.Contains(argv, "--virtual-work") {
+		t.Errorf("argv %q: --virtual-work for a workload that does no work", argv)
+	}
+}
