@@ -16,7 +16,7 @@ APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client 
               libpmix-dev openmpi-bin libopenmpi-dev pkg-config
 FUZZTIME   ?= 30s
 
-.PHONY: help deps build run test test-race bench bench-scale plots fuzz check clean cprog tidy-check lib docs install install-check
+.PHONY: help deps build run test test-race bench bench-scale plots paper fuzz check clean cprog tidy-check lib docs install install-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -153,6 +153,13 @@ plots: deps build cprog ## regenerate docs/img/*.png: start-up vs N per launcher
 		-pmirun $(BIN)/pmirun -plot build/plots
 	$(BIN)/pmibench -spawn -markdown -pmirun $(BIN)/pmirun -prog $(CPROG)/pmi2_spawnbench -plot build/plots
 	mkdir -p docs/img && cp build/plots/*.png docs/img/
+
+# The research's figures 9-12 and Table II (docs/paper.md), up to
+# P = 16,384: about 10 minutes on 2 cores. The PNGs go to docs/img.
+paper: deps build ## regenerate docs/img/paper-*.png: the research's figures 9-12 and Table II (pmibench -paper, docs/paper.md)
+	$(BIN)/pmibench -paper -nodes 4,16,64 -ppn 256 -rounds 10 -netio net -markdown \
+		-pmirun $(BIN)/pmirun -json build/paper.json -plot build/plots
+	mkdir -p docs/img && cp build/plots/paper-*.png docs/img/
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

@@ -156,6 +156,10 @@ type Config struct {
 	// a machine the other ranks have left quiet. Each round's tail is
 	// then the operation's own latency after its last rank arrived.
 	VirtualLate time.Duration
+	// VirtualWork is the compute of the Virtual workload's rounds (the
+	// research's overlap and MPI_Init benchmarks; node.Spec.VirtualWork):
+	// required by node.VirtualWorkWorkloads, refused by the others.
+	VirtualWork time.Duration
 
 	// KillGrace is how long ranks get between SIGTERM and SIGKILL when the
 	// job is ended. Default 500ms.
@@ -296,6 +300,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("invalid --virtual-late %v: want 0 or more", c.VirtualLate)
 	case c.VirtualLate > 0 && c.Virtual == "":
 		return errors.New("--virtual-late needs --virtual")
+	case c.VirtualWork != 0 && c.Virtual == "":
+		return errors.New("--virtual-work needs --virtual")
+	}
+	if c.Virtual != "" {
+		if err := node.CheckVirtualWork(c.Virtual, c.VirtualWork); err != nil {
+			return fmt.Errorf("invalid --virtual-work: %w", err)
+		}
 	}
 	return nil
 }
@@ -330,7 +341,7 @@ func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
 		Apps: apps, Env: c.Env, Label: c.Label, NoShm: c.NoShm, PMIPort: c.PMIPort, MPI: c.MPI,
 		TreeWidth: c.TreeWidth, NetBackend: c.NetBackend, NetTimeout: c.NetTimeout,
 		KillGrace: c.KillGrace, DisconnectGrace: c.DisconnectGrace, Verbose: c.Verbose,
-		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate,
+		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate, VirtualWork: c.VirtualWork,
 		Trace: c.TracePath != "",
 		Wdir:  c.Wdir, EnvNone: c.EnvNone, EnvKeep: c.EnvList, Prefix: c.prefix(),
 		OutPattern: c.OutPattern, ErrPattern: c.ErrPattern, Bind: c.Bind, MapBy: c.MapBy, StdinRank: c.StdinRank,

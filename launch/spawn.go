@@ -168,7 +168,7 @@ func (s *spawnReq) childSpec(root *node.Spec, parentID string, jobno int, nodes 
 	child.Apps = s.apps
 	child.SpawnerJobID = parentID
 	child.Preput = s.req.Preput
-	child.Virtual, child.VirtualRounds, child.VirtualLate = "", 0, 0
+	child.Virtual, child.VirtualRounds, child.VirtualLate, child.VirtualWork = "", 0, 0, 0
 	// Its ranks' output files are its own: %r reads "jobno,rank" (as in
 	// its output prefixes, node.New).
 	jr := strconv.Itoa(jobno) + ",%r"

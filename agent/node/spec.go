@@ -104,6 +104,13 @@ type Spec struct {
 	Virtual       string        `json:"virtual,omitempty"`
 	VirtualRounds int           `json:"virtual_rounds,omitempty"`
 	VirtualLate   time.Duration `json:"virtual_late,omitempty"`
+	// VirtualWork is the compute of a workload in VirtualWorkWorkloads
+	// (benchmark only: the research's overlap and MPI_Init figures, see
+	// internal/virtual): how long each rank sleeps or spins between
+	// starting a non-blocking collective and waiting for it, or its local
+	// initialisation work. It is required by those workloads, at most
+	// MaxVirtualWork, and refused by every other.
+	VirtualWork time.Duration `json:"virtual_work,omitempty"`
 	// AgentProcs, when set, is each agent process's GOMAXPROCS: several
 	// agents share this machine (see launch's agentProcs). The agent's
 	// command applies it; a node never changes process-wide settings.
@@ -180,7 +187,35 @@ var bindUnits = []string{"core", "hwthread", "socket"}
 
 // VirtualWorkloads are the workloads Spec.Virtual may name (internal/virtual
 // plays them; its tests check that it plays exactly these).
-var VirtualWorkloads = []string{"allgather", "fence", "iallgather", "ring", "kvs-dense", "kvs-sparse", "kvs-dense-od", "kvs-sparse-od", "kvs-cards"}
+var VirtualWorkloads = []string{"allgather", "fence", "iallgather", "ring", "kvs-dense", "kvs-sparse", "kvs-dense-od", "kvs-sparse-od", "kvs-cards",
+	"paper-fence", "paper-ifence", "paper-allgather", "paper-iallgather",
+	"paper-ifence-sleep", "paper-ifence-spin", "paper-iallgather-sleep", "paper-iallgather-spin",
+	"paper-init-fence", "paper-init-allgather", "paper-init-iallgather"}
+
+// VirtualWorkWorkloads are the workloads of VirtualWorkloads that compute
+// for Spec.VirtualWork in every round (and need it set).
+var VirtualWorkWorkloads = []string{
+	"paper-ifence-sleep", "paper-ifence-spin", "paper-iallgather-sleep", "paper-iallgather-spin",
+	"paper-init-fence", "paper-init-allgather", "paper-init-iallgather"}
+
+// MaxVirtualWork bounds Spec.VirtualWork: a round computes at most this
+// long, so a benchmark round always ends.
+const MaxVirtualWork = time.Minute
+
+// CheckVirtualWork checks the compute work of a virtual workload: set
+// (positive, at most MaxVirtualWork) exactly for VirtualWorkWorkloads.
+func CheckVirtualWork(workload string, work time.Duration) error {
+	needs := slices.Contains(VirtualWorkWorkloads, workload)
+	switch {
+	case work < 0 || work > MaxVirtualWork:
+		return fmt.Errorf("virtual work %v: want 0 to %v", work, MaxVirtualWork)
+	case needs && work == 0:
+		return fmt.Errorf("virtual workload %q computes in every round: it needs a virtual work duration", workload)
+	case !needs && work > 0:
+		return fmt.Errorf("virtual work %v: workload %q does no work (want one of %s)", work, workload, strings.Join(VirtualWorkWorkloads, ", "))
+	}
+	return nil
+}
 
 // Validate checks a spec built by the root or read from it. It fills no
 // defaults: the root sets every field.
@@ -267,6 +302,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.VirtualRounds < 0 || s.VirtualLate < 0 {
 		return fmt.Errorf("virtual rounds %d, late arrival %v: want 0 or more", s.VirtualRounds, s.VirtualLate)
+	}
+	if err := CheckVirtualWork(s.Virtual, s.VirtualWork); err != nil {
+		return err
 	}
 	if s.KillGrace <= 0 || s.DisconnectGrace <= 0 {
 		return fmt.Errorf("kill grace %v, disconnect grace %v: want more than 0", s.KillGrace, s.DisconnectGrace)

@@ -51,7 +51,10 @@
 //
 // With -scale pmibench instead runs many loopback agents with goroutine
 // ranks and reports time, bytes and messages per collective; see scale.go.
-// With -spawn it times spawn latency and spawn rate; see spawn.go.
+// With -spawn it times spawn latency and spawn rate; see spawn.go. With
+// -paper it reproduces the research's figures 9-12 and Table II (Fence vs
+// Allgather, overlap of the non-blocking ones with compute, an
+// MPI_Init-style start-up) on the -scale harness; see paper.go.
 //
 // Example (what "make bench" runs):
 //
@@ -261,6 +264,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if rest, ok := modeArgs(args, "spawn"); ok {
 		return runSpawn(ctx, rest, stdout, stderr)
+	}
+	if rest, ok := modeArgs(args, "paper"); ok {
+		return runPaper(ctx, rest, stdout, stderr)
 	}
 	o, err := parseFlags(args, stderr)
 	root, code, done := start(err, stderr)

@@ -98,18 +98,8 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	ppns := fs.String("ppn", "16,64,128,256", "comma-separated ranks per agent")
 	ops := fs.String("ops", "allgather,fence,ring,iallgather", "comma-separated workloads: "+strings.Join(node.VirtualWorkloads, ", "))
 	backends := fs.String("netio", "net,uring", "comma-separated agent-link backends: net, uring, auto")
-	fs.IntVar(&o.rounds, "rounds", node.DefaultVirtualRounds, "timed rounds per job")
 	fs.StringVar(&o.late, "late", "off", "late arrival: rank 0 enters each round this long after a barrier (off, auto, or a duration)")
-	fs.StringVar(&o.codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
-	fs.IntVar(&o.treeWidth, "tree-width", 0, "agent tree width (default pmirun's)")
-	fs.IntVar(&o.maxP, "max-p", 0, "skip jobs of more ranks (0 = no limit)")
-	fs.DurationVar(&o.netTimeout, "net-timeout", 60*time.Second, "pmirun --net-timeout: thousands of goroutine ranks on few CPUs starve heartbeats")
-	fs.DurationVar(&o.timeout, "timeout", 300*time.Second, "limit for one job")
-	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
-	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
-	fs.StringVar(&o.jsonPath, "json", "", "write every job's results as JSON to this file")
-	fs.StringVar(&o.plotDir, "plot", "", "draw the scale curves (SVG and PNG) into this `DIR`")
-	fs.BoolVar(&o.verbose, "v", false, "print each job's command line")
+	o.jobFlags(fs, "draw the scale curves (SVG and PNG) into this `DIR`")
 	if err := parseFlagSet(fs, args, "pmibench -scale [options]", "Runs K loopback agents with goroutine ranks and reports time, bytes and messages per operation."); err != nil {
 		return o, err
 	}
@@ -129,15 +119,36 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	if _, err := o.lateFor(1); err != nil {
 		return o, fmt.Errorf("parse -late: %w", err)
 	}
+	return o, o.checkJobFlags()
+}
+
+// jobFlags defines the flags of the scale jobs' settings that -scale
+// and -paper share; plot is -plot's help.
+func (o *scaleOptions) jobFlags(fs *flag.FlagSet, plot string) {
+	fs.IntVar(&o.rounds, "rounds", node.DefaultVirtualRounds, "timed rounds per job")
+	fs.StringVar(&o.codec, "compress", "auto", "broadcast compression: auto, s2, zstd, none")
+	fs.IntVar(&o.treeWidth, "tree-width", 0, "agent tree width (default pmirun's)")
+	fs.IntVar(&o.maxP, "max-p", 0, "skip jobs of more ranks (0 = no limit)")
+	fs.DurationVar(&o.netTimeout, "net-timeout", 60*time.Second, "pmirun --net-timeout: thousands of goroutine ranks on few CPUs starve heartbeats")
+	fs.DurationVar(&o.timeout, "timeout", 300*time.Second, "limit for one job")
+	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
+	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
+	fs.StringVar(&o.jsonPath, "json", "", "write every job's results as JSON to this file")
+	fs.StringVar(&o.plotDir, "plot", "", plot)
+	fs.BoolVar(&o.verbose, "v", false, "print each job's command line")
+}
+
+// checkJobFlags checks the values of jobFlags.
+func (o *scaleOptions) checkJobFlags() error {
 	switch {
 	case o.rounds < 1:
-		return o, fmt.Errorf("parse -rounds: %d is below 1", o.rounds)
+		return fmt.Errorf("parse -rounds: %d is below 1", o.rounds)
 	case o.timeout <= 0 || o.netTimeout <= 0:
-		return o, errors.New("parse -timeout, -net-timeout: want positive durations")
+		return errors.New("parse -timeout, -net-timeout: want positive durations")
 	case o.maxP < 0 || o.treeWidth < 0:
-		return o, errors.New("parse -max-p, -tree-width: want 0 or more")
+		return errors.New("parse -max-p, -tree-width: want 0 or more")
 	}
-	return o, nil
+	return nil
 }
 
 // lateAuto is -late auto's wait for a job of p ranks: long enough for the
@@ -219,6 +230,9 @@ type scaleConfig struct {
 	Backend string `json:"netio"`
 	Nodes   int    `json:"nodes"`
 	PPN     int    `json:"ppn"`
+	// Work is the compute of a workload that computes (pmirun
+	// --virtual-work; the -paper figures 10 and 11), else 0.
+	Work time.Duration `json:"work_ns,omitempty"`
 }
 
 // P is the job's size.
@@ -376,6 +390,9 @@ func (o scaleOptions) scaleArgv(pmirun string, c scaleConfig, report string) []s
 	if late, _ := o.lateFor(c.P()); late > 0 {
 		argv = append(argv, "--virtual-late", late.String())
 	}
+	if c.Work > 0 {
+		argv = append(argv, "--virtual-work", c.Work.String())
+	}
 	return append(argv, "true")
 }
 
@@ -456,82 +473,132 @@ func (o scaleOptions) scalePlan() []scaleConfig {
 	return out
 }
 
+// scaleRunner runs scale jobs one at a time, as -scale and -paper plan
+// them: the memory check, pmirun's command line and report, and a line
+// per job on stderr.
+type scaleRunner struct {
+	o       scaleOptions
+	pmirun  string
+	avail   int64  // memAvailable at the start
+	reports string // directory for pmirun's reports
+	stderr  io.Writer
+	total   int // jobs planned, for the progress lines (0: unknown)
+
+	jobs    int             // jobs run or skipped so far
+	started time.Time       // of the first job
+	warned  map[[2]int]bool // (K, PPN) whose segments' size was warned about
+}
+
+// newScaleRunner finds pmirun, reads the memory available and makes the
+// directory for pmirun's reports, which close removes; on failure it
+// says why on stderr and returns pmibench's exit code.
+func newScaleRunner(o scaleOptions, root string, stderr io.Writer) (h *scaleRunner, code int, ok bool) {
+	pmirun, err := findPmirun(o.pmirun, root)
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: %v\n", err)
+		return nil, 2, false
+	}
+	reports, err := os.MkdirTemp("", "pmibench-scale-")
+	if err != nil {
+		fmt.Fprintf(stderr, "pmibench: directory for pmirun's reports: %v\n", err)
+		return nil, 1, false
+	}
+	return &scaleRunner{o: o, pmirun: pmirun, avail: memAvailable(), reports: reports, stderr: stderr, warned: map[[2]int]bool{}}, 0, true
+}
+
+// close removes pmirun's reports.
+func (h *scaleRunner) close() { os.RemoveAll(h.reports) }
+
+// run runs job c, or skips it when it would not fit (-max-p, memory), and
+// says so on stderr.
+func (h *scaleRunner) run(ctx context.Context, c scaleConfig) scaleResult {
+	o, stderr := h.o, h.stderr
+	if h.jobs++; h.jobs == 1 {
+		h.started = time.Now()
+	}
+	progress := fmt.Sprintf("[%d", h.jobs)
+	if h.total > 0 {
+		progress += fmt.Sprintf("/%d", h.total)
+	}
+	progress += fmt.Sprintf(", %s elapsed]", time.Since(h.started).Round(time.Second))
+	r := scaleResult{scaleConfig: c}
+	seg, serr := shm.Size(shm.Params{LocalRanks: c.PPN, WorldSize: c.P()})
+	r.SegBytes = seg
+	total := int64(seg) * int64(c.Nodes)
+	switch {
+	case o.maxP > 0 && c.P() > o.maxP:
+		r.Skipped = fmt.Sprintf("P=%d above -max-p", c.P())
+	case serr != nil:
+		r.Skipped = fmt.Sprintf("segment: %v", serr)
+	case h.avail > 0 && total > h.avail*3/4:
+		r.Skipped = fmt.Sprintf("%d segments of %s (%s) exceed 3/4 of the %s available", c.Nodes, mib(int64(seg)), mib(total), mib(h.avail))
+	}
+	if key := [2]int{c.Nodes, c.PPN}; !h.warned[key] && serr == nil && r.Skipped == "" {
+		h.warned[key] = true
+		if h.avail > 0 && total > h.avail/4 {
+			fmt.Fprintf(stderr, "pmibench: warning: K=%d PPN=%d: %d pre-faulted segments of %s = %s of the %s available\n",
+				c.Nodes, c.PPN, c.Nodes, mib(int64(seg)), mib(total), mib(h.avail))
+		}
+	}
+	if r.Skipped != "" {
+		fmt.Fprintf(stderr, "pmibench: %s skip %s K=%d PPN=%d %s: %s\n", progress, c.Op, c.Nodes, c.PPN, c.Backend, r.Skipped)
+		return r
+	}
+	report := filepath.Join(h.reports, fmt.Sprintf("job-%d.json", h.jobs))
+	argv := o.scaleArgv(h.pmirun, c, report)
+	if o.verbose {
+		fmt.Fprintf(stderr, "pmibench: %s\n", strings.Join(argv, " "))
+	}
+	got := runScaleJob(ctx, o, argv, c, report)
+	got.SegBytes = seg
+	if got.Err != "" {
+		fmt.Fprintf(stderr, "pmibench: %s %s K=%d PPN=%d P=%d %s: %s: %s\n", progress, c.Op, c.Nodes, c.PPN, c.P(), c.Backend, got.Err, got.StderrEnd)
+		return got
+	}
+	work := ""
+	if c.Work > 0 {
+		work = " work " + perf.FormatDuration(c.Work)
+	}
+	fmt.Fprintf(stderr, "pmibench: %s %s K=%d PPN=%d P=%d %s%s: median %s min %s tail %s span %s cpu/rank/round %s (job %s, segment %s/node)\n",
+		progress, c.Op, c.Nodes, c.PPN, c.P(), got.LinkedBy, work, perf.FormatDuration(got.Median), perf.FormatDuration(got.Min),
+		perf.FormatDuration(got.TailMed), perf.FormatDuration(got.SpanMed), perf.FormatDuration(got.CPURound),
+		perf.FormatDuration(got.Wall), mib(int64(seg)))
+	if got.Late > 0 && got.LateLast < got.Rounds {
+		fmt.Fprintf(stderr, "pmibench: warning: %s K=%d PPN=%d %s: rank 0 entered last in %d of %d rounds after waiting %s (another rank entered %s after it): raise -late\n",
+			c.Op, c.Nodes, c.PPN, c.Backend, got.LateLast, got.Rounds, perf.FormatDuration(got.Late), perf.FormatDuration(-got.LateGap))
+	}
+	return got
+}
+
 func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseScaleFlags(args, stderr)
 	root, code, done := start(err, stderr)
 	if done {
 		return code
 	}
-	pmirun, err := findPmirun(o.pmirun, root)
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: %v\n", err)
-		return 2
+	h, code, ok := newScaleRunner(o, root, stderr)
+	if !ok {
+		return code
 	}
-	avail := memAvailable()
+	defer h.close()
 	fmt.Fprintf(stderr, "pmibench: scale: pmirun = %s; %d CPUs, %s available; %d timed rounds per job (+%d warm-up); compression %s; late arrival %s\n",
-		pmirun, runtime.NumCPU(), mib(avail), o.rounds, virtual.WarmupRounds, o.codec, o.late)
-
-	reports, err := os.MkdirTemp("", "pmibench-scale-")
-	if err != nil {
-		fmt.Fprintf(stderr, "pmibench: directory for pmirun's reports: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(reports)
+		h.pmirun, runtime.NumCPU(), mib(h.avail), o.rounds, virtual.WarmupRounds, o.codec, o.late)
 
 	started := time.Now()
 	var results []scaleResult
 	code = 0
-	warned := map[[2]int]bool{}
-	for _, c := range o.scalePlan() {
+	plan := o.scalePlan()
+	h.total = len(plan)
+	for _, c := range plan {
 		if ctx.Err() != nil {
 			fmt.Fprintf(stderr, "pmibench: stopped early: %v\n", ctx.Err())
 			code = 1
 			break
 		}
-		r := scaleResult{scaleConfig: c}
-		seg, serr := shm.Size(shm.Params{LocalRanks: c.PPN, WorldSize: c.P()})
-		r.SegBytes = seg
-		total := int64(seg) * int64(c.Nodes)
-		switch {
-		case o.maxP > 0 && c.P() > o.maxP:
-			r.Skipped = fmt.Sprintf("P=%d above -max-p", c.P())
-		case serr != nil:
-			r.Skipped = fmt.Sprintf("segment: %v", serr)
-		case avail > 0 && total > avail*3/4:
-			r.Skipped = fmt.Sprintf("%d segments of %s (%s) exceed 3/4 of the %s available", c.Nodes, mib(int64(seg)), mib(total), mib(avail))
-		}
-		if key := [2]int{c.Nodes, c.PPN}; !warned[key] && serr == nil && r.Skipped == "" {
-			warned[key] = true
-			if avail > 0 && total > avail/4 {
-				fmt.Fprintf(stderr, "pmibench: warning: K=%d PPN=%d: %d pre-faulted segments of %s = %s of the %s available\n",
-					c.Nodes, c.PPN, c.Nodes, mib(int64(seg)), mib(total), mib(avail))
-			}
-		}
-		if r.Skipped != "" {
-			fmt.Fprintf(stderr, "pmibench: skip %s K=%d PPN=%d %s: %s\n", c.Op, c.Nodes, c.PPN, c.Backend, r.Skipped)
-			results = append(results, r)
-			continue
-		}
-		report := filepath.Join(reports, fmt.Sprintf("job-%d.json", len(results)))
-		argv := o.scaleArgv(pmirun, c, report)
-		if o.verbose {
-			fmt.Fprintf(stderr, "pmibench: %s\n", strings.Join(argv, " "))
-		}
-		got := runScaleJob(ctx, o, argv, c, report)
-		got.SegBytes = seg
-		results = append(results, got)
-		if got.Err != "" {
+		r := h.run(ctx, c)
+		results = append(results, r)
+		if r.Err != "" {
 			code = 1
-			fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: %s: %s\n", c.Op, c.Nodes, c.PPN, c.P(), c.Backend, got.Err, got.StderrEnd)
-			continue
-		}
-		fmt.Fprintf(stderr, "pmibench: %s K=%d PPN=%d P=%d %s: median %s min %s tail %s span %s cpu/rank/round %s (job %s, segment %s/node)\n",
-			c.Op, c.Nodes, c.PPN, c.P(), got.LinkedBy, perf.FormatDuration(got.Median), perf.FormatDuration(got.Min),
-			perf.FormatDuration(got.TailMed), perf.FormatDuration(got.SpanMed), perf.FormatDuration(got.CPURound),
-			perf.FormatDuration(got.Wall), mib(int64(seg)))
-		if got.Late > 0 && got.LateLast < got.Rounds {
-			fmt.Fprintf(stderr, "pmibench: warning: %s K=%d PPN=%d %s: rank 0 entered last in %d of %d rounds after waiting %s (another rank entered %s after it): raise -late\n",
-				c.Op, c.Nodes, c.PPN, c.Backend, got.LateLast, got.Rounds, perf.FormatDuration(got.Late), perf.FormatDuration(-got.LateGap))
 		}
 	}
 	if err := writeScaleTables(stdout, results, o.backends, o.markdown); err != nil {

@@ -221,6 +221,9 @@ var flagTable = []*Flag{
 	{Names: []string{"--virtual-late"}, Arg: "DURATION", Nargs: 1, Group: "benchmarking",
 		Help: "rank 0 of the --virtual workload enters every round this long after the others",
 		set:  func(p *parser, v []string) error { return duration(v[0], 0, &p.cfg.VirtualLate) }},
+	{Names: []string{"--virtual-work"}, Arg: "DURATION", Nargs: 1, Group: "benchmarking",
+		Help: "each rank of a --virtual paper-*-sleep, -spin or paper-init-* workload computes this long per round (pmibench -paper)",
+		set:  func(p *parser, v []string) error { return duration(v[0], time.Nanosecond, &p.cfg.VirtualWork) }},
 
 	// information
 	{Names: []string{"--help", "-h"}, Group: "information",

@@ -50,6 +50,13 @@
 // and the round's tail is the operation's own latency after its last
 // participant arrived, what a node with its own cores would see. Rank 0's
 // report counts the rounds in which it did enter last.
+//
+// The research's figures. The paper-* workloads (pmibench -paper) exchange
+// the research's MVAPICH2-like key and value by Fence or Allgather, their
+// non-blocking forms, the non-blocking forms overlapped with sleeping or
+// busy-spinning compute, and an MPI_Init-style start-up. Those that
+// compute (workWorkloads) do so for Spec.VirtualWork in every round, a
+// benchmark-only setting (pmirun --virtual-work) that the others refuse.
 package virtual
 
 import (
@@ -59,6 +66,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -118,14 +126,52 @@ var workloads = map[string]virtualRound{
 	// without a hint (the job's --kvs policy decides how it travels),
 	// fences, and reads every peer's card.
 	"kvs-cards": cardsRound,
+	// The research's "Non-blocking PMI Extensions" figures 9 and 12
+	// (pmibench -paper): one exchange of its MVAPICH2-like key and
+	// value (paperKey, paperValue) by each design, the non-blocking ones
+	// waited for at once.
+	"paper-fence":      paperFenceRound(false),
+	"paper-ifence":     paperFenceRound(true),
+	"paper-allgather":  paperAllgatherRound(false),
+	"paper-iallgather": paperAllgatherRound(true),
+}
+
+// workWorkloads are the workloads that compute for Spec.VirtualWork in
+// every round (node.VirtualWorkWorkloads): the research's figure 11
+// (overlap of a non-blocking exchange with sleeping or busy-spinning
+// compute) and figure 10 (an MPI_Init-style start-up).
+var workWorkloads = map[string]func(work time.Duration) virtualRound{
+	"paper-ifence-sleep":     overlapRound(false, sleepFor),
+	"paper-ifence-spin":      overlapRound(false, spinFor),
+	"paper-iallgather-sleep": overlapRound(true, sleepFor),
+	"paper-iallgather-spin":  overlapRound(true, spinFor),
+	"paper-init-fence":       initFenceRound,
+	"paper-init-allgather":   initAllgatherRound,
+	"paper-init-iallgather":  initIallgatherRound,
+}
+
+// workload returns the round of workload name with work (Spec.VirtualWork)
+// bound in, checking that work is set exactly for the workloads that
+// compute.
+func workload(name string, work time.Duration) (virtualRound, error) {
+	if err := node.CheckVirtualWork(name, work); err != nil {
+		return nil, err
+	}
+	if round, ok := workloads[name]; ok {
+		return round, nil
+	}
+	if mk, ok := workWorkloads[name]; ok {
+		return mk(work), nil
+	}
+	return nil, fmt.Errorf("unknown workload %q (want %s)", name, strings.Join(node.VirtualWorkloads, ", "))
 }
 
 // Start plays the node's ranks as goroutines: a node.Starter.
 func Start(h node.Host) (stop func(), err error) {
 	spec := h.Spec
-	round, ok := workloads[spec.Virtual]
-	if !ok {
-		return nil, fmt.Errorf("virtual ranks: unknown workload %q (want %s)", spec.Virtual, strings.Join(node.VirtualWorkloads, ", "))
+	round, err := workload(spec.Virtual, spec.VirtualWork)
+	if err != nil {
+		return nil, fmt.Errorf("virtual ranks: %w", err)
 	}
 	clk, err := newMachineClock()
 	if err != nil {
@@ -266,14 +312,7 @@ func (v virtualRank) arrive(ctx context.Context, c *client.Client) error {
 	if v.info.Rank != 0 {
 		return nil
 	}
-	t := time.NewTimer(v.late)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleepFor(ctx, v.late)
 }
 
 // An exchanged value of stamps starts with stampHeader bytes, the
@@ -889,4 +928,234 @@ func cardsRound(ctx context.Context, c *client.Client, round int, done func()) e
 		return fmt.Errorf("get %s: wrong card", key(bad))
 	}
 	return nil
+}
+
+// The research's figures ("Non-blocking PMI Extensions for Fast MPI
+// Startup", figures 9-12, pmibench -paper). Every rank exchanges one
+// value of the research's Table I/II lengths, which mimic MVAPICH2's
+// start-up: a 9-byte key (fence designs) and an 18-byte value, the same
+// value for the allgather designs (whose key is the rank itself). The
+// fence designs then read one value (the next rank's) to check the
+// exchange; the research's figure 9 leaves gets out, and reading every
+// rank's value would cost P gets per rank per round.
+
+// paperKeyLen and paperValueLen are the research's Table I lengths.
+const (
+	paperKeyLen   = 9
+	paperValueLen = 18
+)
+
+// paperKey is rank r's key: "pmi" and six decimal digits (ranks below a
+// million, far above what one machine runs).
+func paperKey(r int) string { return fmt.Sprintf("pmi%06d", r%1000000) }
+
+// paperValue is rank r's value of round k: both in hex, as an address
+// would be.
+func paperValue(r, k int) []byte {
+	return fmt.Appendf(make([]byte, 0, paperValueLen), "%08x.%08x;", uint32(r), uint32(k))
+}
+
+// checkPaperValues checks a few entries of an allgather of paperValues,
+// as checkValues does for agValues.
+func checkPaperValues(vals client.Values, rank, size, round int) error {
+	if vals.Len() != size {
+		return fmt.Errorf("result holds %d ranks, want %d", vals.Len(), size)
+	}
+	for _, r := range [...]int{0, size - 1, rank, (rank + 1) % size, (rank*7919 + round*104729) % size} {
+		if got, want := vals.At(r), paperValue(r, round); string(got) != string(want) {
+			return fmt.Errorf("value of rank %d: got %q, want %q", r, got, want)
+		}
+	}
+	return nil
+}
+
+// paperPut puts this rank's key and value for round; they travel with
+// the fence.
+func paperPut(c *client.Client, round int) error {
+	return c.Put(paperKey(c.Rank()), paperValue(c.Rank(), round), client.Dense)
+}
+
+// paperGetNext reads the next rank's value after the fence of round,
+// calls done and checks the value.
+func paperGetNext(ctx context.Context, c *client.Client, round int, done func()) error {
+	src := (c.Rank() + 1) % c.Size()
+	v, err := c.Get(ctx, paperKey(src), client.FromRank(src))
+	if err != nil {
+		return err
+	}
+	done()
+	if want := paperValue(src, round); string(v) != string(want) {
+		return fmt.Errorf("get %s: %q, want %q", paperKey(src), v, want)
+	}
+	return nil
+}
+
+// paperFenceRound: put, Fence (or Ifence and Wait at once), get the next
+// rank's value.
+func paperFenceRound(nonBlocking bool) virtualRound {
+	return func(ctx context.Context, c *client.Client, round int, done func()) error {
+		if err := paperPut(c, round); err != nil {
+			return err
+		}
+		var err error
+		if nonBlocking {
+			err = c.Ifence().Wait(ctx)
+		} else {
+			err = c.Fence(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		return paperGetNext(ctx, c, round, done)
+	}
+}
+
+// paperAllgatherRound: Allgather (or Iallgather and Wait at once) of
+// this rank's value.
+func paperAllgatherRound(nonBlocking bool) virtualRound {
+	return func(ctx context.Context, c *client.Client, round int, done func()) error {
+		v := paperValue(c.Rank(), round)
+		var vals client.Values
+		if nonBlocking {
+			req := c.Iallgather(v)
+			if err := req.Wait(ctx); err != nil {
+				return err
+			}
+			vals = req.Values()
+		} else {
+			var err error
+			if vals, err = c.Allgather(ctx, v); err != nil {
+				return err
+			}
+		}
+		done()
+		return checkPaperValues(vals, c.Rank(), c.Size(), round)
+	}
+}
+
+// compute is a rank's work between starting a non-blocking collective
+// and waiting for it (sleepFor or spinFor).
+type compute func(ctx context.Context, d time.Duration) error
+
+// sleepFor sleeps d: compute that leaves the CPU to the agent, the
+// research's first kind.
+func sleepFor(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// spinFor burns CPU until d has passed by the wall clock: the research's
+// worst case, compute that contends with the agent for the CPU. Its
+// bound is wall time, not CPU time, so a round ends after d however many
+// goroutine ranks share the CPUs. It spins in slices of spinSlice and
+// yields to the Go scheduler between them: Go preempts a goroutine that
+// never yields only after 10 ms, so without the yield one spinning rank
+// would hold its agent's CPU for that long, and the ranks behind it
+// would start their exchange (and their compute) one after another
+// instead of together, as ranks on cores of their own do. The agent's
+// goroutines still queue behind every spinning rank of their process.
+func spinFor(ctx context.Context, d time.Duration) error {
+	start := time.Now()
+	x := uint64(1)
+	for n := 1; time.Since(start) < d; n++ {
+		for t := time.Now(); time.Since(t) < spinSlice; {
+			for range 64 {
+				x = x*6364136223846793005 + 1442695040888963407
+			}
+		}
+		runtime.Gosched()
+		if n%64 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if x == 0 { // keeps the arithmetic live; this LCG (odd increment) cannot return to 0 this soon
+		return errors.New("spin: arithmetic went wrong")
+	}
+	return nil
+}
+
+// spinSlice is how long spinFor burns CPU between yields.
+const spinSlice = 20 * time.Microsecond
+
+// overlapRound (figure 11): start a non-blocking exchange (put and
+// Ifence, or Iallgather), compute for work, then Wait and read the
+// result. Overlap is judged by pmibench against the blocking design's
+// time: overlapRound's time is the blocking time plus work when nothing
+// overlaps, and work when everything does.
+func overlapRound(allgather bool, comp compute) func(work time.Duration) virtualRound {
+	return func(work time.Duration) virtualRound {
+		return func(ctx context.Context, c *client.Client, round int, done func()) error {
+			if allgather {
+				req := c.Iallgather(paperValue(c.Rank(), round))
+				if err := comp(ctx, work); err != nil {
+					return err
+				}
+				if err := req.Wait(ctx); err != nil {
+					return err
+				}
+				done()
+				return checkPaperValues(req.Values(), c.Rank(), c.Size(), round)
+			}
+			if err := paperPut(c, round); err != nil {
+				return err
+			}
+			req := c.Ifence()
+			if err := comp(ctx, work); err != nil {
+				return err
+			}
+			if err := req.Wait(ctx); err != nil {
+				return err
+			}
+			return paperGetNext(ctx, c, round, done)
+		}
+	}
+}
+
+// The MPI_Init-style start-ups (figure 10): local initialisation work
+// (sleeping work, as an MPI library's set-up of its devices) and the
+// exchange of addresses. done marks the return from "MPI_Init".
+
+// initFenceRound: work, put, Fence, get the next rank's value.
+func initFenceRound(work time.Duration) virtualRound {
+	return func(ctx context.Context, c *client.Client, round int, done func()) error {
+		if err := sleepFor(ctx, work); err != nil {
+			return err
+		}
+		return paperFenceRound(false)(ctx, c, round, done)
+	}
+}
+
+// initAllgatherRound: work, Allgather.
+func initAllgatherRound(work time.Duration) virtualRound {
+	return func(ctx context.Context, c *client.Client, round int, done func()) error {
+		if err := sleepFor(ctx, work); err != nil {
+			return err
+		}
+		return paperAllgatherRound(false)(ctx, c, round, done)
+	}
+}
+
+// initIallgatherRound: Iallgather started before the work; init returns
+// after the work (done), and the Wait is deferred past it, to where the
+// application first needs a peer's address (here: at once). The round
+// ends when Wait returned, so the next round's Iallgather never overlaps
+// this one.
+func initIallgatherRound(work time.Duration) virtualRound {
+	return func(ctx context.Context, c *client.Client, round int, done func()) error {
+		req := c.Iallgather(paperValue(c.Rank(), round))
+		if err := sleepFor(ctx, work); err != nil {
+			return err
+		}
+		done()
+		if err := req.Wait(ctx); err != nil {
+			return err
+		}
+		return checkPaperValues(req.Values(), c.Rank(), c.Size(), round)
+	}
 }

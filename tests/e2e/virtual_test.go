@@ -31,16 +31,7 @@ const stampPrefix = "stamps."
 // most those of spans, since every round's tail is at most its span).
 func checkSpanTail(t *testing.T, line string) {
 	t.Helper()
-	us := map[string]float64{}
-	for _, f := range strings.Fields(line) {
-		if k, v, ok := strings.Cut(f, "="); ok && strings.HasSuffix(k, "_us") {
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Errorf("report %q: %s: %v", line, k, err)
-			}
-			us[k] = x
-		}
-	}
+	us := lineUs(t, line)
 	for _, k := range []string{"span_median_us", "span_min_us", "tail_median_us", "tail_min_us", "tail_max_us"} {
 		if v, ok := us[k]; !ok || v <= 0 {
 			t.Errorf("report %q: %s missing or not positive", line, k)
@@ -56,6 +47,38 @@ func checkSpanTail(t *testing.T, line string) {
 	}
 }
 
+// lineUs reads the microsecond fields of a report line.
+func lineUs(t *testing.T, line string) map[string]float64 {
+	t.Helper()
+	us := map[string]float64{}
+	for _, f := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(f, "="); ok && strings.HasSuffix(k, "_us") {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Errorf("report %q: %s: %v", line, k, err)
+			}
+			us[k] = x
+		}
+	}
+	return us
+}
+
+// virtualReport is rank 0's one report line of a virtual job, checked
+// against the job (op, P, local ranks, rounds) and by checkSpanTail.
+func virtualReport(t *testing.T, r result, op string, nodes, ppn, rounds int) string {
+	t.Helper()
+	ls := lines(r.stdout)
+	if len(ls) != 1 {
+		t.Fatalf("want one report line from rank 0\n%s", r)
+	}
+	m := virtualLine.FindStringSubmatch(ls[0])
+	if m == nil || m[1] != op || m[2] != n(nodes*ppn) || m[3] != n(ppn) || m[4] != n(rounds) {
+		t.Fatalf("report %q: want op=%s P=%d local=%d rounds=%d\n%s", ls[0], op, nodes*ppn, ppn, rounds, r)
+	}
+	checkSpanTail(t, ls[0])
+	return ls[0]
+}
+
 func TestVirtualRanks(t *testing.T) {
 	const nodes, ppn, rounds = 4, 8, 5
 	ops := rounds + 1 // one warm-up round
@@ -65,15 +88,7 @@ func TestVirtualRanks(t *testing.T) {
 				r := run(t, loopbackJob(nodes, be, "--verbose", "-n", n(nodes*ppn), "--virtual", op,
 					"--virtual-rounds", n(rounds), "true"))
 				r.wantCode(t, 0)
-				ls := lines(r.stdout)
-				if len(ls) != 1 {
-					t.Fatalf("want one report line from rank 0\n%s", r)
-				}
-				m := virtualLine.FindStringSubmatch(ls[0])
-				if m == nil || m[1] != op || m[2] != n(nodes*ppn) || m[3] != n(ppn) || m[4] != n(rounds) {
-					t.Fatalf("report %q: want op=%s P=%d local=%d rounds=%d\n%s", ls[0], op, nodes*ppn, ppn, rounds, r)
-				}
-				checkSpanTail(t, ls[0])
+				virtualReport(t, r, op, nodes, ppn, rounds)
 				for i, c := range r.counters(t, nodes) {
 					if c == nil {
 						continue
