@@ -87,7 +87,8 @@ func waitProc(g *Guard, d time.Duration) int {
 // waitIgnoring waits until process pid ignores SIGHUP, SIGINT, SIGQUIT
 // and SIGTERM (its SigIgn mask in /proc), up to d.
 func waitIgnoring(pid int, d time.Duration) bool {
-	const want = 1<<(1-1) | 1<<(2-1) | 1<<(3-1) | 1<<(15-1)
+	// Signal s is bit s-1: SIGHUP 1, SIGINT 2, SIGQUIT 3, SIGTERM 15.
+	const want = 1<<0 | 1<<1 | 1<<2 | 1<<14
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
