@@ -91,10 +91,14 @@ type Config struct {
 	// KVS is the policy for keys put without a hint (remote.go).
 	KVS KVSPolicy
 
-	Upstream Upstream       // job-wide collectives and services; nil = Local
-	Events   Events         // launcher callbacks; nil = ignore
-	Logger   *slog.Logger   // nil = discard
-	Perf     *perf.Recorder // nil = no stamps
+	Upstream Upstream // job-wide collectives and services; nil = Local
+	// Events receives the agent's reports (event.go: init, finalize,
+	// abort, a lost connection, a protocol error) so the launcher can
+	// decide the job's fate; called without agent locks held, it must not
+	// block for long. nil = ignore.
+	Events func(Event)
+	Logger *slog.Logger   // nil = discard
+	Perf   *perf.Recorder // nil = no stamps
 }
 
 func (c *Config) validate() error {
@@ -139,39 +143,13 @@ func (c *Config) validate() error {
 		c.Upstream = NewLocal()
 	}
 	if c.Events == nil {
-		c.Events = NoEvents{}
+		c.Events = func(Event) {}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }
-
-// Events are the agent's reports to its launcher. Methods are called
-// without agent locks held and must not block for long.
-type Events interface {
-	// RankInit: the rank sent its first PMI command (init or fullinit).
-	RankInit(rank int)
-	// RankFinalized: the rank completed PMI finalize.
-	RankFinalized(rank int)
-	// RankDisconnected: the rank's PMI connection closed before finalize
-	// (after it spoke PMI when spoke is true).
-	RankDisconnected(rank int, spoke bool)
-	// Abort: the rank asked to abort the job.
-	Abort(rank, code int, msg string)
-	// ProtocolError: the rank sent something the agent could not frame;
-	// its connection was closed.
-	ProtocolError(rank int, err error)
-}
-
-// NoEvents ignores every event.
-type NoEvents struct{}
-
-func (NoEvents) RankInit(int)               {}
-func (NoEvents) RankFinalized(int)          {}
-func (NoEvents) RankDisconnected(int, bool) {}
-func (NoEvents) Abort(int, int, string)     {}
-func (NoEvents) ProtocolError(int, error)   {}
 
 // rankConn is the shell's side of one local rank. Fields other than the
 // constants are guarded by Agent.mu.
@@ -565,16 +543,8 @@ func (a *Agent) release(t *turn) {
 	for _, f := range t.events {
 		f()
 	}
-	ev := a.cfg.Events
 	for _, e := range t.rd.Events {
-		switch e.Kind {
-		case EventInit:
-			ev.RankInit(e.Rank)
-		case EventFinalized:
-			ev.RankFinalized(e.Rank)
-		case EventAbort:
-			ev.Abort(e.Rank, e.Code, e.Msg)
-		}
+		a.cfg.Events(e)
 	}
 	for _, u := range t.rd.Upstream {
 		a.call(u)

@@ -29,7 +29,7 @@ func newJob(t *testing.T, size int, mut func(*Config)) (*Agent, []*wireClient, *
 	for i := range local {
 		local[i] = i
 	}
-	cfg := Config{JobID: "job-1", Size: size, Local: local, Mapping: fmt.Sprintf("(vector,(0,1,%d))", size), Events: ev}
+	cfg := Config{JobID: "job-1", Size: size, Local: local, Mapping: fmt.Sprintf("(vector,(0,1,%d))", size), Events: ev.record}
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -137,41 +137,51 @@ type recEvents struct {
 // test after d.
 func (e *recEvents) waitDisconnects(t *testing.T, n int, d time.Duration) {
 	t.Helper()
+	if got := e.waitCount(func() int { return len(e.discs) }, n, d); got != n {
+		t.Fatalf("%d disconnect events after %v, want %d", got, d, n)
+	}
+}
+
+// waitFinalized waits until n finalize events arrived, failing the test
+// after d.
+func (e *recEvents) waitFinalized(t *testing.T, n int, d time.Duration) {
+	t.Helper()
+	if got := e.waitCount(func() int { return len(e.fins) }, n, d); got < n {
+		t.Fatalf("%d finalize events after %v, want %d", got, d, n)
+	}
+}
+
+// waitCount polls count (under e.mu) until it reaches n or d passes, and
+// returns its last value.
+func (e *recEvents) waitCount(count func() int, n int, d time.Duration) int {
 	deadline := time.Now().Add(d)
 	for {
 		e.mu.Lock()
-		got := len(e.discs)
+		got := count()
 		e.mu.Unlock()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d disconnect events after %v, want %d", got, d, n)
+		if got >= n || time.Now().After(deadline) {
+			return got
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-func (e *recEvents) RankInit(r int) { e.mu.Lock(); e.inits = append(e.inits, r); e.mu.Unlock() }
-func (e *recEvents) RankFinalized(r int) {
+// record is the agent's Config.Events.
+func (e *recEvents) record(ev Event) {
 	e.mu.Lock()
-	e.fins = append(e.fins, r)
-	e.mu.Unlock()
-}
-func (e *recEvents) RankDisconnected(r int, spoke bool) {
-	e.mu.Lock()
-	e.discs = append(e.discs, r)
-	e.mu.Unlock()
-}
-func (e *recEvents) Abort(r, code int, msg string) {
-	e.mu.Lock()
-	e.aborts = append(e.aborts, fmt.Sprintf("%d:%d:%s", r, code, msg))
-	e.mu.Unlock()
-}
-func (e *recEvents) ProtocolError(r int, err error) {
-	e.mu.Lock()
-	e.protos = append(e.protos, fmt.Sprintf("%d: %v", r, err))
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	switch ev.Kind {
+	case EventInit:
+		e.inits = append(e.inits, ev.Rank)
+	case EventFinalized:
+		e.fins = append(e.fins, ev.Rank)
+	case EventDisconnected:
+		e.discs = append(e.discs, ev.Rank)
+	case EventAbort:
+		e.aborts = append(e.aborts, fmt.Sprintf("%d:%d:%s", ev.Rank, ev.Code, ev.Msg))
+	case EventProtocol:
+		e.protos = append(e.protos, fmt.Sprintf("%d: %s", ev.Rank, ev.Msg))
+	}
 }
 
 func TestPMI1Conversation(t *testing.T) {
@@ -206,6 +216,8 @@ func TestPMI1Conversation(t *testing.T) {
 		c.v1("cmd=finalize")
 		c.expect("cmd=finalize_ack rc=0")
 	}
+	// Events are reported after the replies are written.
+	ev.waitFinalized(t, 2, 5*time.Second)
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
 	if len(ev.inits) != 2 || len(ev.fins) != 2 {

@@ -319,23 +319,6 @@ type Result struct {
 	Err       error
 }
 
-// EventKind is the kind of an Event.
-type EventKind uint8
-
-const (
-	EventInit EventKind = iota + 1
-	EventFinalized
-	EventAbort
-)
-
-// Event is a report for the launcher (Config.Events).
-type Event struct {
-	Kind EventKind
-	Rank int // global
-	Code int // abort
-	Msg  string
-}
-
 // Mark is a perf stamp to record: phase of global rank Rank.
 type Mark struct {
 	Phase string

@@ -81,7 +81,7 @@ func FuzzShmRequests(f *testing.F) {
 	f.Add(cat(rec(0, shm.OpPublish, 0, 0, "\x05\x00"), rec(0, shm.OpFinalize, 0, 0, ""), rec(0, shm.OpLookup, 0, 0, "s")))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		ev := &recEvents{}
-		a, err := New(Config{JobID: "job-1", Size: 3, Local: []int{0, 1}, Events: ev})
+		a, err := New(Config{JobID: "job-1", Size: 3, Local: []int{0, 1}, Events: ev.record})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -61,7 +61,7 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 		if err := sa.CheckHeader(); err != nil {
 			// No rank can be blamed: every rank maps the header writable.
 			a.log.Error("shared memory corrupt; no longer serving it", "err", err)
-			a.cfg.Events.ProtocolError(-1, err)
+			a.protocolError(-1, err)
 			return
 		}
 		a.mu.Lock()
@@ -123,7 +123,7 @@ func (a *Agent) serveRingLocked(sa *shm.Agent, i int, t *turn) bool {
 		}
 		if err != nil {
 			a.shmDead[i] = true
-			t.events = append(t.events, func() { a.cfg.Events.ProtocolError(g, err) })
+			t.events = append(t.events, func() { a.protocolError(g, err) })
 			return did
 		}
 	}
@@ -335,7 +335,7 @@ func (a *Agent) shmReply(t *turn, r *Reply) {
 			err = fmt.Errorf("push shared-memory response: %w", err)
 		}
 		a.log.Warn("shared-memory response not delivered", "rank", g, "op", op, "err", err)
-		t.events = append(t.events, func() { a.cfg.Events.ProtocolError(g, err) })
+		t.events = append(t.events, func() { a.protocolError(g, err) })
 	}
 }
 

@@ -20,7 +20,7 @@ func shmJob(t *testing.T, size int) (*Agent, *shm.Segment, *recEvents) {
 	for i := range local {
 		local[i] = i
 	}
-	a, err := New(Config{JobID: "job-1", Size: size, Local: local, Events: ev})
+	a, err := New(Config{JobID: "job-1", Size: size, Local: local, Events: ev.record})
 	if err != nil {
 		t.Fatal(err)
 	}

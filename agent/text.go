@@ -121,7 +121,7 @@ func (c *textConn) protocolError(err error) {
 	// an error rather than silence, then close.
 	c.writeLast(pmiwire.AppendV1(nil, "error", pmiwire.Pair{Key: "rc", Val: strconv.Itoa(pmiwire.RCFail)},
 		pmiwire.Pair{Key: "msg", Val: err.Error()}))
-	a.cfg.Events.ProtocolError(c.rankNum(), err)
+	a.protocolError(c.rankNum(), err)
 	c.nc.Close()
 	c.closed()
 }
@@ -148,7 +148,7 @@ func (c *textConn) closed() {
 	c.nc.Close()
 	close(c.done)
 	if report {
-		a.cfg.Events.RankDisconnected(rc.global, spoke)
+		a.cfg.Events(Event{Kind: EventDisconnected, Rank: rc.global, Spoke: spoke})
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/agent"
 )
 
 // fate decides how a job ends, from the events the nodes report. The
@@ -45,7 +45,7 @@ func rankName(jobno, r int) string {
 }
 
 // jobEvent applies one report about a rank of job jobno.
-func (f *fate) jobEvent(jobno int, e node.Event) {
+func (f *fate) jobEvent(jobno int, e agent.Event) {
 	if f.jobs == nil {
 		f.jobs = make(map[int]*jobFate)
 	}
@@ -56,10 +56,10 @@ func (f *fate) jobEvent(jobno int, e node.Event) {
 	}
 	rank := rankName(jobno, e.Rank)
 	switch e.Kind {
-	case node.EvInit:
+	case agent.EventInit:
 		j.anySpoke = true
 		f.checkSilent(jobno, j)
-	case node.EvExit:
+	case agent.EventExited:
 		switch {
 		case e.Sig != 0:
 			f.fail(&JobError{Code: 128 + e.Sig, Msg: fmt.Sprintf("%s killed by signal %d (%s)%s", rank, e.Sig, signalName(e.Sig), e.Msg)})
@@ -72,21 +72,21 @@ func (f *fate) jobEvent(jobno int, e node.Event) {
 			j.silent = append(j.silent, e.Rank)
 			f.checkSilent(jobno, j)
 		}
-	case node.EvLost:
+	case agent.EventLost:
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s closed its PMI connection before finalize and kept running", rank)})
-	case node.EvAbort:
+	case agent.EventAbort:
 		msg := fmt.Sprintf("%s called abort with exit code %d", rank, e.Code)
 		if e.Msg != "" {
 			msg += ": " + e.Msg
 		}
 		f.fail(&JobError{Code: abortExitCode(e.Code), Msg: msg})
-	case node.EvProtocol:
+	case agent.EventProtocol:
 		if e.Rank < 0 { // no rank can be blamed (a connection not yet bound, the shared segment's header)
 			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("PMI protocol error: %s", e.Msg)})
 			break
 		}
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s sent malformed PMI: %s", rank, e.Msg)})
-	case node.EvStartErr:
+	case agent.EventStartFailed:
 		code := e.Code
 		if code == 0 {
 			code = 1

@@ -154,7 +154,7 @@ func (r *forkRoot) newNode(spec *node.Spec, rec *perf.Recorder, stdin io.Reader)
 	return node.New(spec, node.Options{
 		Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr, Logger: r.cfg.Logger, Perf: rec,
 		Upstream: forkUpstream{Local: agent.NewLocal(), r: r, jobno: jobno, jobID: spec.JobID},
-		Emit:     func(e node.Event) { r.fate.jobEvent(jobno, e) },
+		Emit:     func(e agent.Event) { r.fate.jobEvent(jobno, e) },
 	})
 }
 

@@ -94,7 +94,7 @@ func (run *multiRun) jobError() *JobError {
 }
 
 // event applies a report about a rank of job jobno.
-func (run *multiRun) event(jobno int, e node.Event) {
+func (run *multiRun) event(jobno int, e agent.Event) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	run.fate.jobEvent(jobno, e)

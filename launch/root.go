@@ -571,17 +571,17 @@ func (r *rootNode) frame(fi node.FrameIn) {
 	switch fi.Frame.Type {
 	case node.FrameHeartbeat:
 	case node.FrameEvent:
-		var e node.Event
+		var e agent.Event
 		if err := node.Decode(fi.Frame.Payload, &e); err != nil {
 			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad event: %v", i, err)})
 			return
 		}
 		switch e.Kind {
-		case node.EvInit:
+		case agent.EventInit:
 			r.rec.Mark(perf.PhaseInit, e.Rank)
-		case node.EvFinalized:
+		case agent.EventFinalized:
 			r.rec.Mark(perf.PhaseFinalize, e.Rank)
-		case node.EvExit:
+		case agent.EventExited:
 			r.rec.Mark(perf.PhaseRankExit, e.Rank)
 		}
 		r.run.event(r.spec.Jobno, e)

@@ -275,7 +275,7 @@ func (a *agentNode) send(to int, f netio.Frame) {
 	a.rec.Add("net.bytes.sent", int64(len(f.Payload)))
 }
 
-func (a *agentNode) emit(e Event) {
+func (a *agentNode) emit(e agent.Event) {
 	a.send(-1, netio.Frame{Type: FrameEvent, Payload: Encode(e)})
 }
 
@@ -287,12 +287,12 @@ func (a *agentNode) loop(ctx context.Context) error {
 		Perf: a.rec, Upstream: netUpstream{a}, Emit: a.emit, Starter: a.opt.Starter,
 	})
 	if err != nil {
-		a.emit(Event{Kind: EvStartErr, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})
+		a.emit(agent.Event{Kind: agent.EventStartFailed, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})
 		a.send(-1, netio.Frame{Type: FrameDone, Payload: Encode(Done{Counters: a.rec.Counters()})})
 		return err
 	}
 	if err := a.n.Resolve(); err != nil {
-		a.emit(Event{Kind: EvStartErr, Rank: spec.Nodes[a.idx][0], Code: ExitCodeFor(err), Msg: err.Error()})
+		a.emit(agent.Event{Kind: agent.EventStartFailed, Rank: spec.Nodes[a.idx][0], Code: ExitCodeFor(err), Msg: err.Error()})
 	} else {
 		a.n.Start()
 	}

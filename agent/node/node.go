@@ -30,7 +30,7 @@ type Options struct {
 	Upstream agent.Upstream
 	// Emit receives the node's reports about its ranks, on the goroutine
 	// that calls Node's methods.
-	Emit func(Event)
+	Emit func(agent.Event)
 	// Starter, when set, plays the ranks instead of forking Spec.Prog
 	// (Spec.Virtual); nil = fork.
 	Starter Starter
@@ -119,7 +119,7 @@ func New(spec *Spec, o Options) (*Node, error) {
 		o.Perf = perf.NewRecorder()
 	}
 	if o.Emit == nil {
-		o.Emit = func(Event) {}
+		o.Emit = func(agent.Event) {}
 	}
 	ranks := spec.Nodes[o.Index]
 	var ids []string
@@ -174,7 +174,7 @@ func New(spec *Spec, o Options) (*Node, error) {
 		Preput:       preput,
 		KVS:          kvs,
 		Upstream:     o.Upstream,
-		Events:       events{n.evch},
+		Events:       func(e agent.Event) { n.evch <- event{kind: evAgent, ev: e} },
 		Logger:       o.Logger,
 		Perf:         o.Perf,
 		LateAttrs:    late,
@@ -362,15 +362,15 @@ func (n *Node) Start() {
 		n.waiters.Go(func() {
 			sys.WaitExited(p.pid) // in the poller: no thread per rank
 			werr := p.cmd.Wait()
-			ev := event{kind: evExit, rank: p.rank}
+			ev := event{kind: evExit, ev: agent.Event{Kind: agent.EventExited, Rank: p.rank}}
 			if ps := p.cmd.ProcessState; ps != nil {
 				code, sig, signaled := sys.ExitStatus(ps)
-				ev.code = code
+				ev.ev.Code = code
 				if signaled {
-					ev.sig = sig
+					ev.ev.Sig = sig
 				}
 			} else {
-				ev.code, ev.msg = 1, werr.Error()
+				ev.ev.Code, ev.ev.Msg = 1, werr.Error()
 			}
 			// Reaped: the group's id is free for reuse once its last
 			// process has gone, so its guard registration must not
@@ -388,7 +388,7 @@ func (n *Node) failStart(i int, why string) { n.failStartCode(i, 1, why) }
 
 // failStartCode is failStart with the job's exit code (ExitCodeFor).
 func (n *Node) failStartCode(i, code int, why string) {
-	n.opt.Emit(Event{Kind: EvStartErr, Rank: n.ranks[i], Code: code, Msg: why})
+	n.opt.Emit(agent.Event{Kind: agent.EventStartFailed, Rank: n.ranks[i], Code: code, Msg: why})
 	for _, r := range n.ranks[i:] {
 		n.ag.RankGone(r, "never started")
 	}
@@ -406,7 +406,9 @@ func (n *Node) startPlayed() {
 	stop, err := n.opt.Starter(Host{
 		Spec: n.spec, Ranks: n.ranks, Segment: n.shm, Agent: n.ag, Perf: n.rec,
 		Stdout: n.out.out.write, Stderr: n.out.err.write,
-		Exited: func(i, code int) { n.evch <- event{kind: evExit, rank: n.ranks[i], code: code} },
+		Exited: func(i, code int) {
+			n.evch <- event{kind: evExit, ev: agent.Event{Kind: agent.EventExited, Rank: n.ranks[i], Code: code}}
+		},
 	})
 	if err != nil {
 		for _, g := range n.ranks {
@@ -462,24 +464,25 @@ func (n *Node) Signal(sig os.Signal) {
 }
 
 // Handle judges one local event and reports it.
-func (n *Node) Handle(ev RankEvent) {
-	switch ev.kind {
+func (n *Node) Handle(re RankEvent) {
+	ev := re.ev
+	switch re.kind {
 	case evExit:
-		p := n.procs[ev.rank]
+		p := n.procs[ev.Rank]
 		if p == nil || p.exited {
 			return
 		}
 		p.exited = true
-		if ev.groupGone {
+		if re.groupGone {
 			p.unguard()
 		}
-		n.rec.Mark(perf.PhaseRankExit, ev.rank)
+		n.rec.Mark(perf.PhaseRankExit, ev.Rank)
 		// Judge once the agent has served everything the rank sent: its
 		// finalize or abort may still be in the socket or the request
 		// ring, and must be reported before the exit it preceded.
-		drained := n.ag.Drained(ev.rank)
+		drained := n.ag.Drained(ev.Rank)
 		wait := 500 * time.Millisecond // a code 0 exit: did it finalize?
-		if ev.sig != 0 || ev.code != 0 {
+		if ev.Sig != 0 || ev.Code != 0 {
 			wait = 100 * time.Millisecond // a failure: report it soon
 		}
 		n.waiters.Go(func() {
@@ -491,64 +494,66 @@ func (n *Node) Handle(ev RankEvent) {
 			case <-n.quit:
 				return
 			}
-			n.ag.Settle(ev.rank)
+			n.ag.Settle(ev.Rank)
 			j := ev
-			j.kind = evJudged
-			j.spoke, j.finalized = n.ag.RankStatus(ev.rank)
-			n.evch <- j
+			j.Spoke, j.Fin = n.ag.RankStatus(ev.Rank)
+			n.evch <- event{kind: evJudged, ev: j}
 		})
 	case evJudged:
-		p := n.procs[ev.rank]
+		p := n.procs[ev.Rank]
 		if p == nil || p.judged {
 			return
 		}
 		p.judged = true
 		n.judged++
-		if ev.sig != 0 || ev.code != 0 {
-			msg := stage(ev.spoke, ev.finalized)
-			if ev.msg != "" {
-				msg = ": " + ev.msg
+		if ev.Sig != 0 || ev.Code != 0 {
+			why := describeExit(ev)
+			msg := stage(ev.Spoke, ev.Fin)
+			if ev.Msg != "" {
+				msg = ": " + ev.Msg
 			}
-			n.opt.Emit(Event{Kind: EvExit, Rank: ev.rank, Code: ev.code, Sig: ev.sig, Msg: msg})
+			n.opt.Emit(agent.Event{Kind: agent.EventExited, Rank: ev.Rank, Code: ev.Code, Sig: ev.Sig, Msg: msg})
 			// Only now release the peers waiting for this rank: the failure
 			// is reported first, so their own exits cannot be blamed first.
-			n.ag.RankGone(ev.rank, describeExit(ev))
+			n.ag.RankGone(ev.Rank, why)
 			return
 		}
-		n.opt.Emit(Event{Kind: EvExit, Rank: ev.rank, Spoke: ev.spoke, Fin: ev.finalized})
-		if !ev.finalized {
-			n.ag.RankGone(ev.rank, "exited with code 0 without PMI finalize")
+		n.opt.Emit(agent.Event{Kind: agent.EventExited, Rank: ev.Rank, Spoke: ev.Spoke, Fin: ev.Fin})
+		if !ev.Fin {
+			n.ag.RankGone(ev.Rank, "exited with code 0 without PMI finalize")
 		}
-	case evInit:
-		n.opt.Emit(Event{Kind: EvInit, Rank: ev.rank})
-	case evFinalized:
-		n.opt.Emit(Event{Kind: EvFinalized, Rank: ev.rank})
-	case evDisconnect:
-		p := n.procs[ev.rank]
-		if p == nil || p.exited {
-			return
-		}
-		r := ev.rank
-		n.waiters.Go(func() {
-			t := time.NewTimer(n.spec.DisconnectGrace)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				n.evch <- event{kind: evDisconnectTimer, rank: r}
-			case <-n.quit:
-			}
-		})
 	case evDisconnectTimer:
-		if p := n.procs[ev.rank]; p != nil && !p.exited {
-			n.opt.Emit(Event{Kind: EvLost, Rank: ev.rank})
+		if p := n.procs[ev.Rank]; p != nil && !p.exited {
+			n.opt.Emit(agent.Event{Kind: agent.EventLost, Rank: ev.Rank})
 		}
-	case evAbort:
-		n.opt.Emit(Event{Kind: EvAbort, Rank: ev.rank, Code: ev.code, Msg: ev.msg})
-	case evProtocol:
-		n.opt.Emit(Event{Kind: EvProtocol, Rank: ev.rank, Msg: ev.msg})
 	case evTopology:
 		n.startTopology()
+	case evAgent:
+		n.agentEvent(ev)
 	}
+}
+
+// agentEvent passes on what the agent reported: a lost connection is
+// judged after a grace period (the process's exit, if it comes, explains
+// it better); the rest goes to the job's fate as it is.
+func (n *Node) agentEvent(ev agent.Event) {
+	if ev.Kind != agent.EventDisconnected {
+		n.opt.Emit(ev)
+		return
+	}
+	p := n.procs[ev.Rank]
+	if p == nil || p.exited {
+		return
+	}
+	n.waiters.Go(func() {
+		t := time.NewTimer(n.spec.DisconnectGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			n.evch <- event{kind: evDisconnectTimer, ev: agent.Event{Kind: agent.EventLost, Rank: ev.Rank}}
+		case <-n.quit:
+		}
+	})
 }
 
 // stage says where in PMI a failed rank was, from the agent's view.

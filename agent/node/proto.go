@@ -19,7 +19,7 @@ import (
 const (
 	FrameHello     uint16 = 1  // agent → root: Hello
 	FrameTable     uint16 = 2  // root → agent: Table, once every agent said hello
-	FrameEvent     uint16 = 3  // agent → root: Event (rank init, finalize, exit, abort, ...)
+	FrameEvent     uint16 = 3  // agent → root: agent.Event (rank init, finalize, exit, abort, ...)
 	FrameKill      uint16 = 4  // root → agent: Kill, end the job
 	FrameSignal    uint16 = 5  // root → agent: Signal, forward to ranks
 	FrameName      uint16 = 6  // agent → root: Name request; root → agent: Name response
@@ -64,28 +64,6 @@ type Hello struct {
 // Table gives every agent the addresses of all agents.
 type Table struct {
 	Addrs []string `json:"addrs"`
-}
-
-// Event kinds reported by agents.
-const (
-	EvInit      = "init"
-	EvFinalized = "finalized"
-	EvExit      = "exit"
-	EvAbort     = "abort"
-	EvLost      = "lost"     // PMI connection closed before finalize, process still running
-	EvProtocol  = "protocol" // malformed PMI
-	EvStartErr  = "start"    // could not start the rank
-)
-
-// Event reports something about one rank to the root.
-type Event struct {
-	Kind  string `json:"kind"`
-	Rank  int    `json:"rank"`
-	Code  int    `json:"code,omitempty"`
-	Sig   int    `json:"sig,omitempty"`
-	Msg   string `json:"msg,omitempty"`
-	Spoke bool   `json:"spoke,omitempty"`
-	Fin   bool   `json:"fin,omitempty"`
 }
 
 type Kill struct {

@@ -10,56 +10,34 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/internal/guard"
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
+// evKind is the stage of a RankEvent in the node's loop.
 type evKind uint8
 
 const (
-	evExit evKind = iota
-	evJudged
-	evInit
-	evFinalized
-	evDisconnect
-	evDisconnectTimer
-	evAbort
-	evProtocol
-	evTopology // a rank asked for the topology file (topology.go)
+	evAgent           evKind = iota // the agent reported ev (agent.Config.Events)
+	evExit                          // the rank's process was reaped: ev.Code, ev.Sig, ev.Msg
+	evJudged                        // an evExit once the agent served all the rank sent: ev.Spoke, ev.Fin
+	evDisconnectTimer               // an EventDisconnected rank still runs after the grace
+	evTopology                      // a rank asked for the topology file (topology.go)
 )
 
 // RankEvent is what a node's rank waiters and agent report to its owner's
 // loop (Node.Events), to be passed to Node.Handle; it is opaque. Handle
-// turns it into the Event the job's fate reads.
+// judges it and emits the agent.Event the job's fate reads.
 type RankEvent struct {
-	kind      evKind
-	rank      int
-	code      int    // exit or abort code
-	sig       int    // signal that killed the rank
-	msg       string // abort message or error text
-	spoke     bool
-	finalized bool
+	kind evKind
+	ev   agent.Event // Rank always; the rest as kind says
 	// groupGone (evExit) says the rank's process group had no process
 	// left once the rank was reaped: its guard registration may end.
 	groupGone bool
 }
 
 type event = RankEvent
-
-// events adapts agent callbacks to a node's event channel.
-type events struct{ ch chan<- event }
-
-func (e events) RankInit(r int)      { e.ch <- event{kind: evInit, rank: r} }
-func (e events) RankFinalized(r int) { e.ch <- event{kind: evFinalized, rank: r} }
-func (e events) RankDisconnected(r int, spoke bool) {
-	e.ch <- event{kind: evDisconnect, rank: r, spoke: spoke}
-}
-func (e events) Abort(r, code int, msg string) {
-	e.ch <- event{kind: evAbort, rank: r, code: code, msg: msg}
-}
-func (e events) ProtocolError(r int, err error) {
-	e.ch <- event{kind: evProtocol, rank: r, msg: err.Error()}
-}
 
 // rankProc is one rank's process, owned by its node (pid 0 for a played
 // rank).
@@ -77,14 +55,14 @@ type rankProc struct {
 	guarded bool
 }
 
-func describeExit(ev event) string {
-	if ev.sig != 0 {
-		return fmt.Sprintf("killed by signal %d (%s)", ev.sig, sys.SignalName(ev.sig))
+func describeExit(ev agent.Event) string {
+	if ev.Sig != 0 {
+		return fmt.Sprintf("killed by signal %d (%s)", ev.Sig, sys.SignalName(ev.Sig))
 	}
-	if ev.msg != "" {
-		return "failed: " + ev.msg
+	if ev.Msg != "" {
+		return "failed: " + ev.Msg
 	}
-	return fmt.Sprintf("exited with code %d", ev.code)
+	return fmt.Sprintf("exited with code %d", ev.Code)
 }
 
 // baseEnv is every rank's environment before the per-rank variables: the

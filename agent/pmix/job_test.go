@@ -12,15 +12,21 @@ import (
 	"github.com/fastpmi/fastpmi/tree"
 )
 
-// events records what the agent reports to its launcher.
-type events struct {
-	agent.NoEvents
-	ch chan string
-}
+// events records what the agent reports to its launcher (init,
+// finalize, abort).
+type events struct{ ch chan string }
 
-func (e events) RankInit(r int)                { e.ch <- "init " + string(rune('0'+r)) }
-func (e events) RankFinalized(r int)           { e.ch <- "finalized " + string(rune('0'+r)) }
-func (e events) Abort(r, code int, msg string) { e.ch <- "abort " + string(rune('0'+r)) + " " + msg }
+func (e events) record(ev agent.Event) {
+	r := string(rune('0' + ev.Rank))
+	switch ev.Kind {
+	case agent.EventInit:
+		e.ch <- "init " + r
+	case agent.EventFinalized:
+		e.ch <- "finalized " + r
+	case agent.EventAbort:
+		e.ch <- "abort " + r + " " + ev.Msg
+	}
+}
 
 // call hands r to j as a host callback would and waits for its result.
 func call(t *testing.T, j *Job, r *request) result {
@@ -44,7 +50,7 @@ func call(t *testing.T, j *Job, r *request) result {
 // answer.
 func TestJobRequests(t *testing.T) {
 	ev := events{ch: make(chan string, 16)}
-	a, err := agent.New(agent.Config{Size: 2, Local: []int{0, 1}, Events: ev})
+	a, err := agent.New(agent.Config{Size: 2, Local: []int{0, 1}, Events: ev.record})
 	if err != nil {
 		t.Fatal(err)
 	}
