@@ -97,3 +97,21 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTransportNewClose: a transport made and closed, as every node
+// of a job does once (a daemon once per job): with io_uring, the ring, its
+// provided buffers and its watcher.
+func BenchmarkTransportNewClose(b *testing.B) {
+	benchBackends(b, func(b *testing.B, be string) {
+		secret := []byte("0123456789abcdef0123456789abcdef")
+		for b.Loop() {
+			tr, err := New(Config{Backend: be, Secret: secret})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := tr.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -120,7 +120,7 @@ type uringBackend struct {
 	mu          sync.Mutex
 	ring        *giouring.Ring
 	br          *giouring.BufAndRing
-	bufs        []byte // provided buffers; referenced until teardown
+	bufs        []byte // provided buffers (sys.NetBufMem), mapped until teardown
 	wakeBuf     []byte // target of the watcher's eventfd reads
 	conns       map[uint64]*uconn
 	listeners   map[uint64]*ulistener
@@ -194,7 +194,9 @@ func (b *uringBackend) setup() error {
 		b.br = nil
 		return fmt.Errorf("register buffer ring: %w", err)
 	}
-	b.bufs = make([]byte, uringBufs*uringBufSize)
+	if b.bufs, err = sys.NetBufMem(uringBufs * uringBufSize); err != nil {
+		return fmt.Errorf("provided buffers: %w", err)
+	}
 	mask := giouring.BufRingMask(uringBufs)
 	for i := range uringBufs {
 		b.br.BufRingAdd(sys.BufAddr(b.bufs[i*uringBufSize:]), uringBufSize, uint16(i), mask, i)
@@ -228,19 +230,15 @@ func (b *uringBackend) teardown() {
 	} else if b.wake > 0 {
 		sys.NetCloseFD(b.wake)
 	}
-	if b.outstanding > 0 {
-		// The kernel may still own buffers: keep them alive for good
-		// rather than let the heap reuse them.
-		leakedMu.Lock()
-		leaked = append(leaked, b.bufs)
-		leakedMu.Unlock()
+	// While the kernel may still own buffers (work it did not finish),
+	// they stay mapped for good rather than let the address be reused.
+	if b.bufs != nil && b.outstanding == 0 {
+		if err := sys.NetBufMemFree(b.bufs); err != nil {
+			b.cfg.Logger.Warn("netio: release provided buffers", "err", err)
+		}
+		b.bufs = nil
 	}
 }
-
-var (
-	leakedMu sync.Mutex
-	leaked   [][]byte // buffers a ring that did not drain may still write
-)
 
 // ---- submitting and reaping ----
 

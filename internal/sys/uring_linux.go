@@ -57,6 +57,25 @@ func BufAddr(b []byte) uintptr {
 	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 }
 
+// NetBufMem maps size bytes of private anonymous memory for buffers the
+// kernel fills (io_uring's provided buffers): zero pages faulted in on
+// first use, so a large pool costs only the part a ring actually uses
+// (a Go slice of the same size is cleared whole, page by page, when it is
+// made), and outside the Go heap. Free it with NetBufMemFree once the
+// kernel can no longer write it.
+func NetBufMem(size int) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, os.NewSyscallError("mmap", err)
+	}
+	return b, nil
+}
+
+// NetBufMemFree unmaps memory from NetBufMem; nothing may use b after.
+func NetBufMemFree(b []byte) error {
+	return os.NewSyscallError("munmap", unix.Munmap(b))
+}
+
 // NetEventFD creates a non-blocking, close-on-exec eventfd.
 func NetEventFD() (int, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
