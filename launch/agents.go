@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"sync"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent/daemon"
@@ -29,7 +30,8 @@ type agentProc interface {
 	// normally). It is called once, after a successful start.
 	wait() error
 	// kill ends the agent now, its ranks with it. It may be called
-	// while wait runs.
+	// while wait runs, and on an agent never started (or whose start
+	// failed), to release what agents made for it.
 	kill()
 }
 
@@ -37,13 +39,20 @@ type agentProc interface {
 // for daemon mode one submission per daemon.
 func (r *rootNode) agents(ctx context.Context, hosts []string) ([]agentProc, error) {
 	if r.cfg.Bootstrap == "daemon" {
-		if _, err := r.run.daemonTransport(); err != nil {
+		tr, err := r.run.daemonTransport()
+		if err != nil {
 			return nil, err
 		}
+		// Connect to every daemon at once: one round of connection set-up
+		// and authentication however many nodes. A failure is start's.
 		as := make([]agentProc, len(hosts))
+		var dials sync.WaitGroup
 		for i, h := range hosts {
-			as[i] = &daemonAgent{addr: h}
+			d := &daemonAgent{addr: h}
+			as[i] = d
+			dials.Go(func() { d.dial(tr) })
 		}
+		dials.Wait()
 		return as, nil
 	}
 	cmds, err := r.cfg.agentCommands(ctx, hosts)
@@ -143,24 +152,34 @@ func (p *procAgent) kill() {
 // connection carries the node's output and rank 0's input, and the
 // daemon's Exit frame ends it; closing it ends the node.
 type daemonAgent struct {
-	addr   string
-	r      *rootNode
-	i      int
-	c      netio.Conn
-	so, se io.WriteCloser
+	addr    string
+	dialErr error      // from dial: start fails with it
+	c       netio.Conn // from dial; closed by kill, also before start
+	r       *rootNode
+	i       int
+	so, se  io.WriteCloser
 }
 
 // submitTimeout bounds connecting and submitting to a daemon.
 const submitTimeout = 10 * time.Second
 
-func (d *daemonAgent) start(r *rootNode, i int, out *node.Output) error {
-	d.r, d.i = r, i
+// dial connects to the daemon (rootNode.agents, for every node at once).
+func (d *daemonAgent) dial(tr netio.Transport) {
 	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 	defer cancel()
-	c, err := r.run.dtr.Dial(ctx, d.addr)
-	if err != nil {
-		return fmt.Errorf("connect to daemon: %w", err)
+	if d.c, d.dialErr = tr.Dial(ctx, d.addr); d.dialErr != nil {
+		d.c = nil
 	}
+}
+
+func (d *daemonAgent) start(r *rootNode, i int, out *node.Output) error {
+	d.r, d.i = r, i
+	if d.dialErr != nil {
+		return fmt.Errorf("connect to daemon: %w", d.dialErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+	defer cancel()
+	c := d.c
 	spec := *r.spec
 	if r.cfg.RootAddr == "" {
 		// The daemon reaches pmirun where pmirun reached the daemon from.
@@ -169,19 +188,16 @@ func (d *daemonAgent) start(r *rootNode, i int, out *node.Output) error {
 		spec.Root = net.JoinHostPort(host, port)
 	}
 	if err := c.Send(ctx, netio.Frame{Type: daemon.FrameSubmit, Payload: node.Encode(daemon.Submit{Node: i, Spec: &spec})}); err != nil {
-		c.Close()
 		return fmt.Errorf("submit to daemon: %w", err)
 	}
+	var err error
 	if d.so, err = out.Pipe(-1, false); err != nil {
-		c.Close()
 		return err
 	}
 	if d.se, err = out.Pipe(-1, true); err != nil {
 		d.so.Close()
-		c.Close()
 		return err
 	}
-	d.c = c
 	if i == r.spec.StdinNode() && r.cfg.Stdin != nil {
 		// Like exec.Cmd's copier of a non-file Stdin, this goroutine is
 		// not waited for: it may be blocked reading pmirun's input when

@@ -195,20 +195,40 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 		r.ln.Close()
 		return early(cfg, 2, err.Error())
 	}
-	agents, err := r.agents(ctx, hosts)
-	if err != nil {
-		r.ln.Close()
-		return early(cfg, 2, err.Error())
-	}
 	var dnames *daemonNames
+	var names sync.WaitGroup // the name-service session's set-up
+	var namesErr error
 	if cfg.Bootstrap == "daemon" {
 		// Runs on the same daemons share names: they live at the daemon
-		// of the first node.
-		if dnames, err = dialDaemonNames(ctx, run.dtr, hosts[0], cfg.NetTimeout); err != nil {
+		// of the first node. The session is set up while the nodes'
+		// connections are.
+		dtr, err := run.daemonTransport()
+		if err != nil {
 			r.ln.Close()
-			run.dtr.Close()
-			return early(cfg, 1, err.Error())
+			return early(cfg, 2, err.Error())
 		}
+		names.Go(func() { dnames, namesErr = dialDaemonNames(ctx, dtr, hosts[0], cfg.NetTimeout) })
+	}
+	agents, err := r.agents(ctx, hosts)
+	names.Wait()
+	code := 2
+	if err == nil && namesErr != nil {
+		err, code = namesErr, 1
+	}
+	if err != nil {
+		for _, a := range agents {
+			a.kill()
+		}
+		if dnames != nil {
+			dnames.Close()
+		}
+		r.ln.Close()
+		if run.dtr != nil {
+			run.dtr.Close()
+		}
+		return early(cfg, code, err.Error())
+	}
+	if dnames != nil {
 		run.names = dnames
 	}
 	r.runJob(ctx, agents)
@@ -240,6 +260,9 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 		}
 		r.links.Go(func() { r.exits <- bootExit{i, a.wait()} }) // exits holds one per agent
 		started++
+	}
+	for _, a := range agents[started:] {
+		a.kill() // one not started may hold a connection (daemon mode)
 	}
 	r.rec.Mark("agents started", -1)
 	if started == len(agents) && r.accept(ctx, r.ln, len(r.conns)) && r.started != nil {
