@@ -104,14 +104,22 @@ static void seterr(const char *fmt, ...)
             RETURN(PMI2_ERR_INIT);                                                                                     \
     } while (0)
 
+/* env_int reads a decimal from -1 to 2^30 (no sign but '-', no spaces):
+ * digits by hand, as strtol's first call faults in libc's locale tables
+ * at PMI2_Init. */
 static int env_int(const char *name, int dflt, int *bad)
 {
     const char *s = getenv(name);
     if (s == NULL || *s == '\0')
         return dflt;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end != '\0' || v < -1 || v > 1 << 30) {
+    int neg = *s == '-';
+    const char *p = s + neg;
+    long v = 0;
+    for (; *p >= '0' && *p <= '9' && v <= 1 << 30; p++)
+        v = v * 10 + (*p - '0');
+    if (neg)
+        v = -v;
+    if (*p != '\0' || p == s + neg || v < -1 || v > 1 << 30) {
         *bad = 1;
         return dflt;
     }
@@ -129,6 +137,10 @@ static int copy_out(char *buf, int max, const char *v, size_t n)
     buf[k] = '\0';
     return k == n ? 0 : -1;
 }
+
+/* set_jobid copies id into g.jobid, truncated (no printf in PMI2_Init:
+ * its first call faults in libc's formatting code). */
+static void set_jobid(const char *id) { (void)copy_out(g.jobid, (int)sizeof g.jobid, id, strlen(id)); }
 
 /* ---- text helpers ------------------------------------------------------ */
 
@@ -269,7 +281,7 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
     g.appnum = env_int("FASTPMI_APPNUM", 0, &bad);
     g.spawned = env_int("PMI_SPAWNED", 0, &bad) == 1;
     const char *j = getenv("PMI_JOBID");
-    snprintf(g.jobid, sizeof g.jobid, "%s", j ? j : "");
+    set_jobid(j ? j : "");
     if (bad) {
         seterr("bad PMI environment (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, PMI_FD, FASTPMI_SHM_FD)");
         fprintf(stderr, "libfastpmi: %s\n", g.err);
@@ -322,7 +334,7 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
             g.rank = 0;
             g.size = 1;
             if (g.jobid[0] == '\0')
-                snprintf(g.jobid, sizeof g.jobid, "singleton");
+                set_jobid("singleton");
         }
     }
     if (rc != PMI2_SUCCESS) {
@@ -330,7 +342,7 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
         RETURN(rc);
     }
     if (g.jobid[0] == '\0')
-        snprintf(g.jobid, sizeof g.jobid, "job");
+        set_jobid("job");
     g.init = 1;
     if (spawned)
         *spawned = g.spawned;

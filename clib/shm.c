@@ -332,6 +332,30 @@ static int online_cpus(void)
     return CPU_COUNT(&set);
 }
 
+/* shm_store is the process's first segment, in .bss (zero): PMI2_Init
+ * makes no allocation, whose first use sets up the heap and faults in
+ * its pages (tens of microseconds each on a loaded or virtual machine).
+ * A second segment open at once is allocated. */
+static struct fpmi_shm shm_store;
+static int shm_store_used; /* atomic: shm_store belongs to an open segment */
+
+static struct fpmi_shm *shm_alloc(void)
+{
+    if (!__atomic_exchange_n(&shm_store_used, 1, __ATOMIC_ACQ_REL))
+        return &shm_store;
+    return calloc(1, sizeof(struct fpmi_shm));
+}
+
+static void shm_free(struct fpmi_shm *s)
+{
+    if (s != &shm_store) {
+        free(s);
+        return;
+    }
+    memset(s, 0, sizeof *s);
+    __atomic_store_n(&shm_store_used, 0, __ATOMIC_RELEASE);
+}
+
 struct fpmi_shm *fpmi_shm_open(int fd, int local, int world, int live_fd, char *err, size_t errlen)
 {
     struct stat st;
@@ -349,7 +373,7 @@ struct fpmi_shm *fpmi_shm_open(int fd, int local, int world, int live_fd, char *
         fail(err, errlen, "map segment: %s", strerror(errno));
         return NULL;
     }
-    struct fpmi_shm *s = calloc(1, sizeof *s);
+    struct fpmi_shm *s = shm_alloc();
     if (s == NULL) {
         munmap(mem, size);
         fail(err, errlen, "out of memory");
@@ -389,7 +413,7 @@ struct fpmi_shm *fpmi_shm_open(int fd, int local, int world, int live_fd, char *
     return s;
 bad:
     munmap(mem, size);
-    free(s);
+    shm_free(s);
     return NULL;
 }
 
@@ -399,7 +423,7 @@ void fpmi_shm_close(struct fpmi_shm *s)
         return;
     munmap(s->mem, s->l.total);
     free(s->buf);
-    free(s);
+    shm_free(s);
 }
 
 int fpmi_shm_max_value(const struct fpmi_shm *s) { return (int)s->l.max_value; }

@@ -19,11 +19,22 @@ struct fpmi_text {
 
 #define fail fpmi_errf
 
+/* text_store is the process's first connection, in .bss: a calloc of
+ * the 16 KiB read buffer would clear (and fault in) every page of it at
+ * PMI2_Init, where a page fault costs tens of microseconds on a loaded or
+ * virtual machine; here only the pages a read fills are touched. Further
+ * connections (a second open while the first is in use) are allocated. */
+static struct fpmi_text text_store;
+static int text_store_used; /* atomic: text_store belongs to an open connection */
+
 struct fpmi_text *fpmi_text_open(int fd)
 {
-    struct fpmi_text *t = calloc(1, sizeof *t);
-    if (t != NULL)
-        t->fd = fd;
+    struct fpmi_text *t;
+    if (!__atomic_exchange_n(&text_store_used, 1, __ATOMIC_ACQ_REL))
+        t = &text_store; /* zero but for rbuf's old bytes: fpmi_text_close */
+    else if ((t = calloc(1, sizeof *t)) == NULL)
+        return NULL;
+    t->fd = fd;
     return t;
 }
 
@@ -44,7 +55,17 @@ void fpmi_text_close(struct fpmi_text *t)
         r->done = 1, r->rc = -1;
     close(t->fd);
     fpmi_buf_free(&t->wbuf);
-    free(t);
+    if (t != &text_store) {
+        free(t);
+        return;
+    }
+    /* Zero every field but the read buffer (read only below rend). */
+    t->fd = -1;
+    t->next = 0;
+    t->pending = NULL;
+    t->rstart = t->rend = 0;
+    memset(&t->wbuf, 0, sizeof t->wbuf);
+    __atomic_store_n(&text_store_used, 0, __ATOMIC_RELEASE);
 }
 
 int fpmi_text_fd(const struct fpmi_text *t) { return t->fd; }
