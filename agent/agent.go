@@ -42,6 +42,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/perf"
@@ -197,6 +198,10 @@ type Agent struct {
 	// shmFailed[i]: local rank i's response could not be pushed (it was
 	// reported once); guarded by pubMu, made on the first failure.
 	shmFailed []bool
+	// shmReads holds, for a tracer only (perf.Recorder.Tracing), when each
+	// shared-memory request not yet answered was read and by which turn
+	// (shmtrace.go); guarded by pubMu, made on the first request.
+	shmReads map[shmKey]shmRead
 }
 
 // New starts an agent for cfg.
@@ -428,6 +433,9 @@ type turn struct {
 	seg    *shm.Segment // the segment to publish in, nil without one
 	events []func()     // the front ends' own reports (protocol errors)
 
+	// seq numbers the turn (turnSeq): a shared-memory request answered
+	// by a later turn than the one that read it waited (shmtrace.go).
+	seq uint64
 	// For a tracer (perf.Recorder.Tracing), a text turn's request: when it
 	// was read (zero otherwise) and its command, which names the trace
 	// slices of the turn's direct answers.
@@ -451,7 +459,14 @@ type textOut struct {
 var turns = sync.Pool{New: func() any { return new(turn) }}
 
 // newTurn returns an empty turn; release gives it back.
-func newTurn() *turn { return turns.Get().(*turn) }
+func newTurn() *turn {
+	t := turns.Get().(*turn)
+	t.seq = turnSeq.Add(1)
+	return t
+}
+
+// turnSeq numbers turns (turn.seq).
+var turnSeq atomic.Uint64
 
 // free empties t and gives it back for reuse; t must not be used after.
 func (t *turn) free() {

@@ -104,6 +104,7 @@ func (a *Agent) serveRingLocked(sa *shm.Agent, i int, t *turn) bool {
 		}
 		if err == nil {
 			did = true
+			a.shmTraceRead(i, &m, t)
 			var op Op
 			var ref *shmRefusal
 			if op, err = a.shmOp(sa, i, m); err == nil && op != nil {
@@ -117,6 +118,7 @@ func (a *Agent) serveRingLocked(sa *shm.Agent, i int, t *turn) bool {
 			// Respond before releasing the request: Release may wake the
 			// rank, which should find its answer.
 			a.pushShmLocked(t)
+			a.shmTraceUnanswered(i, &m)
 			c.Release()
 		} else {
 			err = fmt.Errorf("request ring: %w", err)
@@ -294,6 +296,9 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 func (a *Agent) shmReply(t *turn, r *Reply) {
 	seg := t.seg
 	op, seq := uint16(r.Req.ID>>32), uint32(r.Req.ID)
+	if a.shmReads != nil {
+		a.shmTraceAnswered(t, r.Local, op, seq)
+	}
 	h := shm.Header{Op: op, Seq: seq, Flags: shm.StatusOK}
 	var payload []byte
 	switch {

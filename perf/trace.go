@@ -118,7 +118,7 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 	type life struct {
 		forked, exit, first, last time.Duration
 		hasFork, hasExit, hasReq  bool
-		spans                     bool            // request spans seen (text protocol)
+		spans                     bool            // request spans seen (text protocol or shared memory)
 		enters, dones             []time.Duration // fence enter and done marks, in order
 	}
 	lives := map[track]*life{}
@@ -200,8 +200,8 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 	for t, l := range lives {
 		body = append(body, lifeSlices(t, l.forked, l.exit, l.first, l.last, l.hasFork, l.hasExit, l.hasReq)...)
 		if !l.spans {
-			// A rank without request spans (shared memory) gets its
-			// fences from their marks: the k-th entered
+			// A rank without request spans (a recorder of marks
+			// only) gets its fences from their marks: the k-th entered
 			// to the k-th released (epochs complete in order), all of it
 			// waiting for the other ranks.
 			for i := range min(len(l.enters), len(l.dones)) {

@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 )
 
 // The request protocol between a rank and its agent over the rings. A
@@ -32,6 +33,23 @@ const (
 	OpPutNodeAttr uint16 = 15 // payload: key, value (AppendPair); response when stored
 	OpGetNodeAttr uint16 = 16 // Flags = GetWait?; payload: key; response: the value, or StatusNotFound
 )
+
+// opNames name the operations, for traces and messages.
+var opNames = [...]string{
+	OpHello: "hello", OpPut: "put", OpFence: "fence", OpAllgather: "allgather",
+	OpGet: "get", OpRing: "ring", OpJobAttr: "jobattr", OpPublish: "publish",
+	OpUnpublish: "unpublish", OpLookup: "lookup", OpAbort: "abort",
+	OpFinalize: "finalize", OpError: "error", OpSpawn: "spawn",
+	OpPutNodeAttr: "putnodeattr", OpGetNodeAttr: "getnodeattr",
+}
+
+// OpName names op ("op N" for one this version does not know).
+func OpName(op uint16) string {
+	if int(op) < len(opNames) && opNames[op] != "" {
+		return opNames[op]
+	}
+	return fmt.Sprintf("op %d", op)
+}
 
 // Put hints, in Header.Flags of OpPut.
 const (

@@ -134,6 +134,55 @@ func TestTraceSlices(t *testing.T) {
 	}
 }
 
+// Ranks on shared memory (libfastpmi over the segment) get request slices
+// too: one per request the agent reads from a rank's ring, named after
+// its operation, inside the rank's PMI slice, the fences that waited
+// holding their waiting part.
+func TestTraceShmSlices(t *testing.T) {
+	const size = 4
+	path := filepath.Join(t.TempDir(), "trace.json")
+	args := append(libArgs(t, false, "shm"), "-n", n(size), "--trace", path, prog("pmi2_test"))
+	r := run(t, job{args: args, env: []string{"PMI2_TEST_ALARM=30"}})
+	r.wantCode(t, 0)
+	tr := readTrace(t, path, r)
+	const pid = 2 // node 0
+	waited := 0
+	for rank := range size {
+		tid := rank + 1
+		s := slicesOn(tr, pid, tid)
+		if len(s["PMI"]) != 1 {
+			t.Fatalf("rank %d: %d PMI slices, want 1", rank, len(s["PMI"]))
+		}
+		pmi := s["PMI"][0]
+		for _, req := range []string{"hello", "put", "fence", "ring", "finalize"} {
+			if len(s[req]) == 0 {
+				t.Errorf("rank %d: no %s request slice", rank, req)
+				dumpTrack(t, tr, pid, tid)
+			}
+			for _, e := range s[req] {
+				if !within(e, pmi) || e.Cat != "request" {
+					t.Errorf("rank %d: request %s [%v, %v] (category %s) outside PMI [%v, %v]", rank, e.Name, e.Ts, e.End(), e.Cat, pmi.Ts, pmi.End())
+				}
+			}
+		}
+		for _, w := range s["waiting"] {
+			held := false
+			for _, f := range append(append(append(s["fence"], s["ring"]...), s["getnodeattr"]...), s["get"]...) {
+				held = held || (within(w, f) && w.Ts == f.Ts)
+			}
+			if !held {
+				t.Errorf("rank %d: waiting slice %v starts no fence, ring or get", rank, w)
+			}
+			waited++
+		}
+	}
+	// As over the text protocol: of the two fences of 4 ranks, at least
+	// 2×3 requests waited for the last rank.
+	if waited < 6 {
+		t.Errorf("%d waiting slices, want at least 6 (two fences of 4 ranks)", waited)
+	}
+}
+
 // A multi-node job's trace holds every node: each agent's events merged
 // at the root on its own process, shifted by a clock offset estimated
 // over the control link, with the estimate's error in the process label.
