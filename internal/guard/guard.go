@@ -295,6 +295,11 @@ func Main() {
 		os.Exit(2)
 	}
 	signal.Ignore(sys.SIGINT, sys.SIGTERM, sys.SIGHUP, sys.SIGQUIT)
+	// Started as /proc/self/exe, it would show as "exe" in ps: name it
+	// after its command's binary (pmirun-guard, pmid-guard).
+	if exe, err := os.Executable(); err == nil {
+		_ = sys.SetProcessName(filepath.Base(exe) + "-guard")
+	}
 	if err := Serve(&pacedReader{r: os.Stdin, pause: readPause}, killGroup); err != nil {
 		// Every group still registered was killed; the error is the
 		// forker's bug, and its stderr is /dev/null: exit non-zero.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,6 +228,21 @@ func TestForkerKilled(t *testing.T) {
 	// there.
 	if !waitIgnoring(guardPid, 20*time.Second) {
 		t.Fatalf("the guard %d does not ignore SIGHUP, SIGINT, SIGQUIT and SIGTERM after 20 s", guardPid)
+	}
+	// It names itself after its command, not "exe" (/proc/self/exe).
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Base(exe) + "-guard"
+	want = want[:min(len(want), 15)]
+	comm := ""
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && comm != want; time.Sleep(5 * time.Millisecond) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(guardPid) + "/comm")
+		comm = strings.TrimSpace(string(b))
+	}
+	if comm != want {
+		t.Errorf("the guard's name is %q, want %q", comm, want)
 	}
 	for _, sig := range []os.Signal{sys.SIGINT, sys.SIGTERM, sys.SIGHUP, sys.SIGQUIT} {
 		if err := sys.SignalGroup(guardPid, sig); err != nil {

@@ -125,3 +125,12 @@ func Renice(tid, nice int) error {
 	}
 	return nil
 }
+
+// SetProcessName sets the process's name as ps -C, top and pgrep show it
+// (the main thread's comm, at most 15 bytes; longer names are cut).
+func SetProcessName(name string) error {
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	return os.WriteFile("/proc/self/comm", []byte(name), 0)
+}
