@@ -36,9 +36,18 @@ type multiRun struct {
 	start time.Time    // the run's timeout counts from here
 	end   chan struct{}
 	// dtr connects to the daemons (daemon mode), made by the first job
-	// that needs it; only runMulti's goroutine and the jobs it starts
-	// (before it waits for them) touch it.
+	// that needs it, or to the run's hosts (hostd); only runMulti's
+	// goroutine and the jobs it starts (before it waits for them) touch
+	// it.
 	dtr netio.Transport
+	// hostd, with per-job agents, is where the command line's job's
+	// agent on each of the run's nodes takes the nodes of spawned jobs
+	// (node.Hello.Jobs): the run's hosts, which its spawned jobs are
+	// submitted to like jobs to daemons. Nil when some agent hosts none
+	// (the spawned jobs' agents are then started by the bootstrap).
+	// Written once by the first job's accept, on runMulti's goroutine,
+	// before any spawn can be asked for; read-only after.
+	hostd []string
 
 	jobs sync.WaitGroup // the spawned jobs' goroutines
 	// intr counts Ctrl-Cs; only runMulti's goroutine (the first job's
@@ -185,6 +194,17 @@ func (run *multiRun) wait() {
 			run.forward(sig)
 		}
 	}
+}
+
+// host makes the first job's agents, at addrs by node, the run's hosts
+// of its spawned jobs, reached with the run's secret.
+func (run *multiRun) host(addrs []string, secret []byte) error {
+	dtr, err := daemon.NewTransport(secret, run.cfg.Logger)
+	if err != nil {
+		return err
+	}
+	run.dtr, run.hostd = dtr, addrs
+	return nil
 }
 
 // daemonTransport connects to the daemons with their secret.
