@@ -22,7 +22,9 @@ import (
 // ranks spawn, each a rootNode served by a goroutine of its own, sharing
 // the run's hosts, transport, name service, output and fate. The first
 // failure of any job ends them all (every job's loop sees end closed and
-// kills its agents); the run is over when every job is.
+// kills its agents); the run is over when every job is. With per-job
+// agents the first job's agents run the spawned jobs too (hostd), and
+// that job keeps their links until the run is over (rootNode.hold).
 //
 // Lock order: mu only; fate's end callback runs under it and only closes
 // end.

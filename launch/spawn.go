@@ -17,7 +17,10 @@ import (
 // frame with Op "spawn"). The root makes the request a new job of the
 // run — its own job id, KVS, world and Spec.Jobno, the spawner's pre-put
 // keys in its KVS, PMI_SPAWNED — places its ranks on the run's nodes and
-// starts it there. The spawner is answered with the new job's id once
+// starts it there: in pmirun for the fork bootstrap, else by submitting
+// its nodes to the agents already on them, the daemons (--daemons) or
+// the first job's agents, which host the run's jobs (multiRun.hostd).
+// The spawner is answered with the new job's id once
 // every child has started, or with the reason none did (printed on
 // stderr too: MPI libraries show their users only a return code). A
 // failed spawn does not end the spawning job. Every job of the run then
