@@ -172,6 +172,9 @@ func (s *spawnReq) childSpec(root *node.Spec, parentID string, jobno int, nodes 
 	child.SpawnerJobID = parentID
 	child.Preput = s.req.Preput
 	child.Virtual, child.VirtualRounds, child.VirtualLate, child.VirtualWork = "", 0, 0, 0
+	// pmirun's input is the command line's job's: a spawned job reads
+	// none (no reader of it per spawn, none left blocked on it after).
+	child.StdinRank = -1
 	// Its ranks' output files are its own: %r reads "jobno,rank" (as in
 	// its output prefixes, node.New).
 	jr := strconv.Itoa(jobno) + ",%r"

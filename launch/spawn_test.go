@@ -21,7 +21,8 @@ import (
 // A parent spawning two hundred one-process jobs in a row leaks nothing:
 // while it holds on after its storm, pmirun's descriptors (sockets,
 // pipes, memfd segments), goroutines and child processes are those of a
-// storm of ten. With per-job agents (loopback) the agents host the
+// storm of ten — pmirun's input an open pipe, as a terminal would be,
+// that no spawned job reads. With per-job agents (loopback) the agents host the
 // spawned jobs, and what each agent holds at the end (--verbose: its
 // goroutines, threads, descriptors, memfds) is that of a storm of ten
 // too, and it ran every spawned job's node: no agent started for one.
@@ -49,6 +50,14 @@ func TestSpawnStormLeaksNothing(t *testing.T) {
 				cfg := tc.cfg
 				cfg.Prog, cfg.Args = prog, []string{"-storm", strconv.Itoa(k), "-hold", "2s"}
 				cfg.Stdout, cfg.Stderr, cfg.Timeout = &stdout, &stderr, 90*time.Second
+				pr, pw, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Nothing comes; the readers of the first job's input end
+				// at the end of the test.
+				t.Cleanup(func() { pw.Close(); pr.Close() })
+				cfg.Stdin = pr
 				go func() { done <- Run(context.Background(), cfg) }()
 				// Sample once the parent has said its storm is over (it then
 				// holds for 2 s); give the last children a moment to be reaped.
