@@ -249,7 +249,7 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 	}
 	r.loop(ctx, started)
 	if r.spec.Jobno == 0 && r.run.hostd != nil {
-		r.hold()
+		r.hold(ctx)
 	}
 	for _, c := range r.conns {
 		if c != nil {
@@ -264,13 +264,15 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 // hold keeps the first job's links, once its ranks have ended, until
 // every job the run spawned has: its agents host those jobs, and end
 // when pmirun closes the links. Meanwhile it heartbeats them, watches
-// them as the loop does, and forwards pmirun's signals to the jobs;
-// with --verbose it then prints what each agent holds (a leak shows).
-func (r *rootNode) hold() {
+// them as the loop does, forwards pmirun's signals to the jobs and
+// fails the run if ctx ends; with --verbose it then prints what each
+// agent holds (a leak shows).
+func (r *rootNode) hold(ctx context.Context) {
 	jobs := make(chan struct{})
 	go func() { r.run.jobs.Wait(); close(jobs) }() // ends with the jobs, waited for below
 	tick := time.NewTicker(node.Heartbeat)
 	defer tick.Stop()
+	done := ctx.Done()
 	lost := make([]bool, len(r.conns)) // the node's loss was told
 	fail := func(i int, why string) {
 		if !lost[i] && !r.run.failed() {
@@ -300,6 +302,9 @@ func (r *rootNode) hold() {
 			fail(e.i, why)
 		case sig := <-r.cfg.Signals:
 			r.run.forward(sig)
+		case <-done:
+			done = nil
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
 		case <-tick.C:
 			for i := range r.conns {
 				if r.conns[i] == nil || lost[i] {
@@ -327,7 +332,7 @@ func (r *rootNode) printHosts() {
 			continue
 		}
 		fmt.Fprintf(r.cfg.Stderr, "pmirun: node %d agent (pid %d) hosted %d spawned jobs' nodes, holds %d jobs, %d goroutines, %d threads, %d descriptors, %d memfds\n",
-			i, st.PID, st.Served+st.Refused, len(st.Jobs), st.Goroutines, st.Threads, st.FDs, st.Memfds)
+			i, st.PID, st.Served, len(st.Jobs), st.Goroutines, st.Threads, st.FDs, st.Memfds)
 	}
 }
 
