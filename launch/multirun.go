@@ -198,6 +198,13 @@ func (run *multiRun) wait() {
 	}
 }
 
+// spawned is how many jobs the run's ranks have spawned.
+func (run *multiRun) spawned() int {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	return run.jobno
+}
+
 // host makes the first job's agents, at addrs by node, the run's hosts
 // of its spawned jobs, reached with the run's secret.
 func (run *multiRun) host(addrs []string, secret []byte) error {

@@ -265,8 +265,8 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 // every job the run spawned has: its agents host those jobs, and end
 // when pmirun closes the links. Meanwhile it heartbeats them, watches
 // them as the loop does, forwards pmirun's signals to the jobs and
-// fails the run if ctx ends; with --verbose it then prints what each
-// agent holds (a leak shows).
+// fails the run if ctx ends; with --verbose, if the run spawned, it then
+// prints what each agent holds (a leak shows).
 func (r *rootNode) hold(ctx context.Context) {
 	jobs := make(chan struct{})
 	go func() { r.run.jobs.Wait(); close(jobs) }() // ends with the jobs, waited for below
@@ -283,7 +283,7 @@ func (r *rootNode) hold(ctx context.Context) {
 	for {
 		select {
 		case <-jobs:
-			if r.cfg.Verbose {
+			if r.cfg.Verbose && r.run.spawned() > 0 {
 				r.printHosts()
 			}
 			return
