@@ -321,11 +321,17 @@ func (r *rootNode) hold(ctx context.Context) {
 
 // printHosts prints, for --verbose, what each of the run's hosts holds
 // once every spawned job has ended: the jobs it hosted, its goroutines,
-// threads and descriptors.
+// threads and descriptors. A host counts a job's node as served just
+// after its Exit frame (it closes the submission first): it is asked
+// again until it runs none, for up to NetTimeout.
 func (r *rootNode) printHosts() {
 	for i, addr := range r.run.hostd {
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.NetTimeout)
 		st, err := daemon.QueryStatus(ctx, r.run.dtr, addr)
+		for err == nil && len(st.Jobs) > 0 && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+			st, err = daemon.QueryStatus(ctx, r.run.dtr, addr)
+		}
 		cancel()
 		if err != nil {
 			fmt.Fprintf(r.cfg.Stderr, "pmirun: node %d agent: %v\n", i, err)

@@ -260,6 +260,10 @@ func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
 	}
 	log := s.cfg.Logger.With("job", sub.Spec.JobID, "node", sub.Node)
 	s.run(ctx, j, log)
+	s.mu.Lock()
+	delete(s.jobs, j)
+	s.served++
+	s.mu.Unlock()
 }
 
 // run runs j's node with its input and output on the submission
@@ -342,12 +346,6 @@ func (s *Server) run(ctx context.Context, j *job, log *slog.Logger) {
 		ex.Err = err.Error()
 		log.Warn("daemon: job node ended", "err", err)
 	}
-	// Counted as served before the Exit: a status asked for after pmirun
-	// heard the node end finds it so.
-	s.mu.Lock()
-	delete(s.jobs, j)
-	s.served++
-	s.mu.Unlock()
 	s.reply(j.c, FrameExit, node.Encode(ex))
 	// Close flushes the Exit frame; the reader's Recv then fails and it
 	// closes input, which ends the forwarder.
