@@ -38,7 +38,9 @@ func TestSpawnStormLeaksNothing(t *testing.T) {
 		held
 		agents []agentHeld // loopback: what each agent held at the end
 	}
-	now := func() held { return held{fds: countFDs(t), goroutines: runtime.NumGoroutine(), children: countChildren()} }
+	now := func() held {
+		return held{fds: countFDs(t), goroutines: runtime.NumGoroutine(), children: countChildren()}
+	}
 	for _, tc := range []struct {
 		name string
 		cfg  Config
