@@ -36,8 +36,17 @@ type agentProc interface {
 }
 
 // agents returns the agents of a job on hosts: bootstrap processes, or
-// for daemon mode one submission per daemon.
+// for daemon mode one submission per daemon, or for a spawned job of a
+// run whose first job's agents host its jobs (multiRun.hostd) one
+// submission to each of those on the job's nodes.
 func (r *rootNode) agents(ctx context.Context, hosts []string) ([]agentProc, error) {
+	if r.spec.Jobno > 0 && r.run.hostd != nil {
+		as := make([]agentProc, len(hosts))
+		for i, n := range r.at {
+			as[i] = &daemonAgent{addr: r.run.hostd[n]}
+		}
+		return as, nil
+	}
 	if r.cfg.Bootstrap == "daemon" {
 		tr, err := r.run.daemonTransport()
 		if err != nil {
@@ -148,7 +157,8 @@ func (p *procAgent) kill() {
 }
 
 // daemonAgent is node i of the job submitted to the daemon at addr
-// (pmid --daemon): no process starts but the ranks. The submission
+// (pmid --daemon, or the agent hosting the run's jobs on that node):
+// no process starts but the ranks. The submission
 // connection carries the node's output and rank 0's input, and the
 // daemon's Exit frame ends it; closing it ends the node.
 type daemonAgent struct {
@@ -181,8 +191,9 @@ func (d *daemonAgent) start(r *rootNode, i int, out *node.Output) error {
 	defer cancel()
 	c := d.c
 	spec := *r.spec
-	if r.cfg.RootAddr == "" {
-		// The daemon reaches pmirun where pmirun reached the daemon from.
+	if r.cfg.Bootstrap == "daemon" && r.cfg.RootAddr == "" {
+		// The daemon reaches pmirun where pmirun reached the daemon from
+		// (a run's host dials the address its first job's agent did).
 		host, _, _ := net.SplitHostPort(c.LocalAddr().String())
 		_, port, _ := net.SplitHostPort(spec.Root)
 		spec.Root = net.JoinHostPort(host, port)

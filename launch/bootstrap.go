@@ -34,7 +34,10 @@ import (
 //
 // An agent gets the job Spec, including the job secret, on its standard
 // input, never on a command line; what follows the spec on node 0's
-// standard input is rank 0's.
+// standard input is rank 0's. The agents a bootstrap starts for the
+// command line's job also run the jobs the run spawns (its Hello names
+// where they take them: node.Hello.Jobs), so a spawn starts no agent;
+// they end when the run does.
 
 // agentProcs is the GOMAXPROCS of each of k agents that share this
 // machine (loopback and netns bootstraps): its share of the CPUs, at least
@@ -115,11 +118,12 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 			cmds = append(cmds, exec.CommandContext(ctx, ssh[0], argv...))
 		}
 	case "slurm":
-		// One step of the allocation, an agent on each of hosts (a
-		// spawned job's nodes are a subset). Slurm numbers a step's
-		// nodes (SLURM_NODEID) in the allocation's order, which hosts
-		// keep. --overlap: a spawned job's step runs beside its parent's,
-		// which holds the nodes' CPUs.
+		// One step of the allocation, an agent on each of hosts. Slurm
+		// numbers a step's nodes (SLURM_NODEID) in the allocation's
+		// order, which hosts keep. A spawned job runs in the first job's
+		// agents (multiRun.hostd); only when they cannot host it does it
+		// get a step of its own, on a subset of the nodes: --overlap
+		// lets it run beside its parent's, which holds the nodes' CPUs.
 		n := strconv.Itoa(len(hosts))
 		cmds = append(cmds, exec.CommandContext(ctx, "srun", "--overlap", "--nodelist="+strings.Join(hosts, ","),
 			"--nodes="+n, "--ntasks="+n, "--ntasks-per-node=1",

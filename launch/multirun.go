@@ -22,7 +22,9 @@ import (
 // ranks spawn, each a rootNode served by a goroutine of its own, sharing
 // the run's hosts, transport, name service, output and fate. The first
 // failure of any job ends them all (every job's loop sees end closed and
-// kills its agents); the run is over when every job is.
+// kills its agents); the run is over when every job is. With per-job
+// agents the first job's agents run the spawned jobs too (hostd), and
+// that job keeps their links until the run is over (rootNode.hold).
 //
 // Lock order: mu only; fate's end callback runs under it and only closes
 // end.
@@ -36,9 +38,18 @@ type multiRun struct {
 	start time.Time    // the run's timeout counts from here
 	end   chan struct{}
 	// dtr connects to the daemons (daemon mode), made by the first job
-	// that needs it; only runMulti's goroutine and the jobs it starts
-	// (before it waits for them) touch it.
+	// that needs it, or to the run's hosts (hostd); only runMulti's
+	// goroutine and the jobs it starts (before it waits for them) touch
+	// it.
 	dtr netio.Transport
+	// hostd, with per-job agents, is where the command line's job's
+	// agent on each of the run's nodes takes the nodes of spawned jobs
+	// (node.Hello.Jobs): the run's hosts, which its spawned jobs are
+	// submitted to like jobs to daemons. Nil when some agent hosts none
+	// (the spawned jobs' agents are then started by the bootstrap).
+	// Written once by the first job's accept, on runMulti's goroutine,
+	// before any spawn can be asked for; read-only after.
+	hostd []string
 
 	jobs sync.WaitGroup // the spawned jobs' goroutines
 	// intr counts Ctrl-Cs; only runMulti's goroutine (the first job's
@@ -185,6 +196,24 @@ func (run *multiRun) wait() {
 			run.forward(sig)
 		}
 	}
+}
+
+// spawned is how many jobs the run's ranks have spawned.
+func (run *multiRun) spawned() int {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	return run.jobno
+}
+
+// host makes the first job's agents, at addrs by node, the run's hosts
+// of its spawned jobs, reached with the run's secret.
+func (run *multiRun) host(addrs []string, secret []byte) error {
+	dtr, err := daemon.NewTransport(secret, run.cfg.Logger)
+	if err != nil {
+		return err
+	}
+	run.dtr, run.hostd = dtr, addrs
+	return nil
 }
 
 // daemonTransport connects to the daemons with their secret.

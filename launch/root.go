@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/daemon"
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/netio"
@@ -270,6 +271,9 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 		r.started = nil
 	}
 	r.loop(ctx, started)
+	if r.spec.Jobno == 0 && r.run.hostd != nil {
+		r.hold(ctx)
+	}
 	for _, c := range r.conns {
 		if c != nil {
 			c.Close() // the agents end once their links close
@@ -278,6 +282,87 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 	r.reap(agents[:started])
 	close(r.quit)
 	r.links.Wait()
+}
+
+// hold keeps the first job's links, once its ranks have ended, until
+// every job the run spawned has: its agents host those jobs, and end
+// when pmirun closes the links. Meanwhile it heartbeats them, watches
+// them as the loop does, forwards pmirun's signals to the jobs and
+// fails the run if ctx ends; with --verbose, if the run spawned, it then
+// prints what each agent holds (a leak shows).
+func (r *rootNode) hold(ctx context.Context) {
+	jobs := make(chan struct{})
+	go func() { r.run.jobs.Wait(); close(jobs) }() // ends with the jobs, waited for below
+	tick := time.NewTicker(node.Heartbeat)
+	defer tick.Stop()
+	done := ctx.Done()
+	lost := make([]bool, len(r.conns)) // the node's loss was told
+	fail := func(i int, why string) {
+		if !lost[i] && !r.run.failed() {
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %s", i, r.hosts[i], why)})
+		}
+		lost[i] = true
+	}
+	for {
+		select {
+		case <-jobs:
+			if r.cfg.Verbose && r.run.spawned() > 0 {
+				r.printHosts()
+			}
+			return
+		case fi := <-r.in:
+			if fi.Err != nil {
+				fail(fi.From, fi.Err.Error())
+				continue
+			}
+			r.lastRx[fi.From] = time.Now()
+		case e := <-r.exits:
+			r.gone[e.i] = true
+			why := "agent exited"
+			if e.err != nil {
+				why = "agent " + e.err.Error()
+			}
+			fail(e.i, why)
+		case sig := <-r.cfg.Signals:
+			r.run.forward(sig)
+		case <-done:
+			done = nil
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
+		case <-tick.C:
+			for i := range r.conns {
+				if r.conns[i] == nil || lost[i] {
+					continue
+				}
+				r.send(i, netio.Frame{Type: node.FrameHeartbeat})
+				if time.Since(r.lastRx[i]) > r.cfg.NetTimeout {
+					fail(i, fmt.Sprintf("no message for %v", r.cfg.NetTimeout))
+				}
+			}
+		}
+	}
+}
+
+// printHosts prints, for --verbose, what each of the run's hosts holds
+// once every spawned job has ended: the jobs it hosted, its goroutines,
+// threads and descriptors. A host counts a job's node as served just
+// after its Exit frame (it closes the submission first): it is asked
+// again until it runs none, for up to NetTimeout.
+func (r *rootNode) printHosts() {
+	for i, addr := range r.run.hostd {
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.NetTimeout)
+		st, err := daemon.QueryStatus(ctx, r.run.dtr, addr)
+		for err == nil && len(st.Jobs) > 0 && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+			st, err = daemon.QueryStatus(ctx, r.run.dtr, addr)
+		}
+		cancel()
+		if err != nil {
+			fmt.Fprintf(r.cfg.Stderr, "pmirun: node %d agent: %v\n", i, err)
+			continue
+		}
+		fmt.Fprintf(r.cfg.Stderr, "pmirun: node %d agent (pid %d) hosted %d spawned jobs' nodes, holds %d jobs, %d goroutines, %d threads, %d descriptors, %d memfds\n",
+			i, st.PID, st.Served, len(st.Jobs), st.Goroutines, st.Threads, st.FDs, st.Memfds)
+	}
 }
 
 // startFailed ends a job whose agents did not all start: a spawned job's
@@ -369,6 +454,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 		}
 	})
 	addrs := make([]string, k)
+	jobs := make([]string, k) // where each agent hosts the run's spawned jobs
 	got := 0
 	for got < k {
 		select {
@@ -384,6 +470,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 			}
 			r.conns[h.h.Node] = h.c
 			addrs[h.h.Node] = h.h.Addr
+			jobs[h.h.Node] = h.h.Jobs
 			got++
 			if r.cfg.Verbose {
 				fmt.Fprintf(r.cfg.Stderr, "pmirun: node %d (%s, pid %d) up at %s, %d ranks, links over %s\n",
@@ -400,6 +487,11 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 	}
 	connected = true
 	r.rec.Mark("agents connected", -1)
+	if r.spec.Jobno == 0 && r.cfg.Bootstrap != "daemon" && !slices.Contains(jobs, "") {
+		if err := r.run.host(jobs, r.spec.Secret); err != nil {
+			r.cfg.Logger.Warn("the agents cannot host spawned jobs", "err", err)
+		}
+	}
 	table := node.Encode(node.Table{Addrs: addrs})
 	now := time.Now()
 	for i, c := range r.conns {

@@ -17,7 +17,10 @@ import (
 // frame with Op "spawn"). The root makes the request a new job of the
 // run — its own job id, KVS, world and Spec.Jobno, the spawner's pre-put
 // keys in its KVS, PMI_SPAWNED — places its ranks on the run's nodes and
-// starts it there. The spawner is answered with the new job's id once
+// starts it there: in pmirun for the fork bootstrap, else by submitting
+// its nodes to the agents already on them, the daemons (--daemons) or
+// the first job's agents, which host the run's jobs (multiRun.hostd).
+// The spawner is answered with the new job's id once
 // every child has started, or with the reason none did (printed on
 // stderr too: MPI libraries show their users only a return code). A
 // failed spawn does not end the spawning job. Every job of the run then
@@ -169,6 +172,9 @@ func (s *spawnReq) childSpec(root *node.Spec, parentID string, jobno int, nodes 
 	child.SpawnerJobID = parentID
 	child.Preput = s.req.Preput
 	child.Virtual, child.VirtualRounds, child.VirtualLate, child.VirtualWork = "", 0, 0, 0
+	// pmirun's input is the command line's job's: a spawned job reads
+	// none (no reader of it per spawn, none left blocked on it after).
+	child.StdinRank = -1
 	// Its ranks' output files are its own: %r reads "jobno,rank" (as in
 	// its output prefixes, node.New).
 	jr := strconv.Itoa(jobno) + ",%r"

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,41 +21,126 @@ import (
 // A parent spawning two hundred one-process jobs in a row leaks nothing:
 // while it holds on after its storm, pmirun's descriptors (sockets,
 // pipes, memfd segments), goroutines and child processes are those of a
-// storm of ten.
+// storm of ten — pmirun's input an open pipe, as a terminal would be,
+// that no spawned job reads. With per-job agents (loopback) the agents
+// host the spawned jobs, and what each agent holds at the end (--verbose:
+// its goroutines, descriptors, memfds) is that of a storm of ten too, and
+// they ran every spawned job's node: no agent started for one. (Threads
+// are logged, not compared: Go keeps the threads it once needed.)
 func TestSpawnStormLeaksNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a spawning program")
 	}
 	prog := buildProg(t, "spawnprog", "github.com/fastpmi/fastpmi/tests/e2e/spawnprog")
-	type sample struct{ fds, goroutines, children int }
-	storm := func(k int) sample {
-		var stdout, stderr lockedBuffer
-		done := make(chan error, 1)
-		go func() {
-			done <- Run(context.Background(), Config{Size: 1, Prog: prog, Args: []string{"-storm", strconv.Itoa(k), "-hold", "2s"},
-				Stdout: &stdout, Stderr: &stderr, Timeout: 90 * time.Second})
-		}()
-		// Sample once the parent has said its storm is over (it then
-		// holds for 2 s); give the last children a moment to be reaped.
-		deadline := time.Now().Add(80 * time.Second)
-		for !strings.Contains(stdout.String(), "storm ok") {
-			if time.Now().After(deadline) {
-				t.Fatalf("storm of %d did not end\nstderr: %s", k, stderr.String())
+	pmid := buildProg(t, "pmid", "github.com/fastpmi/fastpmi/cmd/pmid")
+	type held struct{ fds, goroutines, children int }
+	type sample struct {
+		held
+		agents []agentHeld // loopback: what each agent held at the end
+	}
+	now := func() held {
+		return held{fds: countFDs(t), goroutines: runtime.NumGoroutine(), children: countChildren()}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"fork", Config{Size: 1}},
+		{"loopback", Config{Size: 2, Bootstrap: "loopback", Nodes: 2, PmidPath: pmid, Verbose: true, NetTimeout: 15 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			storm := func(k int) sample {
+				var stdout, stderr lockedBuffer
+				done := make(chan error, 1)
+				cfg := tc.cfg
+				const hold = 5 * time.Second
+				cfg.Prog, cfg.Args = prog, []string{"-storm", strconv.Itoa(k), "-hold", hold.String()}
+				cfg.Stdout, cfg.Stderr, cfg.Timeout = &stdout, &stderr, 90*time.Second
+				pr, pw, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Nothing comes; the readers of the first job's input end
+				// at the end of the test.
+				t.Cleanup(func() { pw.Close(); pr.Close() })
+				cfg.Stdin = pr
+				go func() { done <- Run(context.Background(), cfg) }()
+				// Sample once the parent has said its storm is over (it then
+				// holds): once the last children are reaped — pmirun's own
+				// children are then the first job's ranks (fork) or agents
+				// (loopback) — and two samples 100 ms apart agree, or just
+				// before the hold ends on a loaded machine.
+				deadline := time.Now().Add(80 * time.Second)
+				for !strings.Contains(stdout.String(), "storm ok") {
+					if time.Now().After(deadline) {
+						t.Fatalf("storm of %d did not end\nstderr: %s", k, stderr.String())
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				first := cfg.Size
+				if cfg.Bootstrap == "loopback" {
+					first = cfg.Nodes
+				}
+				var s sample
+				for by := time.Now().Add(hold - time.Second); ; {
+					time.Sleep(100 * time.Millisecond)
+					h := now()
+					if h == s.held && h.children <= first || time.Now().After(by) {
+						s.held = h
+						break
+					}
+					s.held = h
+				}
+				if err := <-done; err != nil {
+					t.Fatalf("storm of %d: %v\nstderr: %s", k, err, stderr.String())
+				}
+				if cfg.Bootstrap == "loopback" {
+					s.agents = agentsHeld(t, stderr.String(), cfg.Nodes)
+					if got := s.agents[0].hosted + s.agents[1].hosted; got != k {
+						t.Errorf("the agents hosted %d spawned jobs' nodes, want all %d\nstderr: %s", got, k, stderr.String())
+					}
+				}
+				return s
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		time.Sleep(500 * time.Millisecond)
-		s := sample{fds: countFDs(t), goroutines: runtime.NumGoroutine(), children: countChildren()}
-		if err := <-done; err != nil {
-			t.Fatalf("storm of %d: %v\nstderr: %s", k, err, stderr.String())
-		}
-		return s
+			small, big := storm(10), storm(200)
+			t.Logf("after 10 spawns: %+v; after 200: %+v", small, big)
+			if big.fds > small.fds+8 || big.goroutines > small.goroutines+16 || big.children > small.children {
+				t.Errorf("200 spawns hold %+v, 10 hold %+v: finished jobs' resources are not released", big, small)
+			}
+			for i := range big.agents {
+				b, s := big.agents[i], small.agents[i]
+				if b.goroutines > s.goroutines+4 || b.fds > s.fds+4 || b.memfds > s.memfds {
+					t.Errorf("agent of node %d after 200 spawns holds %+v, after 10 %+v: hosted jobs' resources are not released", i, b, s)
+				}
+			}
+		})
 	}
-	small, big := storm(10), storm(200)
-	t.Logf("after 10 spawns: %+v; after 200: %+v", small, big)
-	if big.fds > small.fds+8 || big.goroutines > small.goroutines+16 || big.children > small.children {
-		t.Errorf("200 spawns hold %+v, 10 hold %+v: finished jobs' resources are not released", big, small)
+}
+
+// agentHeld is what an agent said it held at the end of a run (pmirun
+// --verbose).
+type agentHeld struct{ hosted, goroutines, threads, fds, memfds int }
+
+// agentsHeld reads the agents' lines from pmirun's --verbose stderr.
+func agentsHeld(t *testing.T, stderr string, nodes int) []agentHeld {
+	t.Helper()
+	rx := regexp.MustCompile(`(?m)^pmirun: node (\d+) agent \(pid \d+\) hosted (\d+) spawned jobs' nodes, holds 0 jobs, (\d+) goroutines, (\d+) threads, (\d+) descriptors, (\d+) memfds$`)
+	held := make([]agentHeld, nodes)
+	ms := rx.FindAllStringSubmatch(stderr, -1)
+	if len(ms) != nodes {
+		t.Fatalf("%d agents said what they held at the end, want %d\nstderr: %s", len(ms), nodes, stderr)
 	}
+	for _, m := range ms {
+		v := make([]int, len(m))
+		for j := 1; j < len(m); j++ {
+			v[j], _ = strconv.Atoi(m[j])
+		}
+		if v[1] >= nodes {
+			t.Fatalf("agent line of node %d: the run has %d", v[1], nodes)
+		}
+		held[v[1]] = agentHeld{hosted: v[2], goroutines: v[3], threads: v[4], fds: v[5], memfds: v[6]}
+	}
+	return held
 }
 
 // buildProg builds package pkg into the test's directory.

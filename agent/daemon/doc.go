@@ -22,6 +22,11 @@
 // that job. Running jobs are bounded (Config.MaxJobs) and so are frames
 // (MaxFrame).
 //
+// Scoped to a run. A per-job pmid runs a Server too, for the rest of its
+// run (internal/agentmain's runHost): its secret is the run's, pmirun
+// submits to it the nodes of the jobs the run spawns on its host, and it
+// ends with the pmid, when the run does.
+//
 // Ownership. Serve owns every goroutine of the server: one per
 // connection, and for a job its input forwarder and reader; it returns
 // only after all of them, and every job's ranks, have ended. Cancelling

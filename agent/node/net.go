@@ -32,6 +32,13 @@ type AgentOptions struct {
 	Logger *slog.Logger
 	// Starter, when set, plays the ranks in this process (Spec.Virtual).
 	Starter Starter
+	// HostJobs, when set, makes this node's process host the run's
+	// spawned jobs as well (a per-job pmid, internal/agentmain): it is
+	// called once, before the Hello, with the host of the address the
+	// node reaches pmirun from, and returns where the process takes
+	// those jobs' nodes (Hello.Jobs). An error is logged and the node
+	// runs without: pmirun then starts agents for its spawns.
+	HostJobs func(host string) (addr string, err error)
 }
 
 // agentNode is one node of a multi-node job, on its own goroutine (run):
@@ -129,6 +136,12 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 	hn, _ := os.Hostname()
 	hello := Hello{Node: a.idx, Addr: net.JoinHostPort(host, port), Host: hn, PID: os.Getpid(),
 		NetBE: a.tr.Backend().Name, Ranks: len(spec.Nodes[a.idx])}
+	if a.opt.HostJobs != nil {
+		if hello.Jobs, err = a.opt.HostJobs(host); err != nil {
+			a.log.Warn("cannot host the run's spawned jobs", "err", err)
+			hello.Jobs = ""
+		}
+	}
 	if err := a.ctl.Send(dctx, netio.Frame{Type: FrameHello, Payload: Encode(hello)}); err != nil {
 		return fmt.Errorf("node %d: hello: %w", a.idx, err)
 	}

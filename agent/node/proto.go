@@ -59,6 +59,11 @@ type Hello struct {
 	NetBE  string `json:"netio"`
 	Ranks  int    `json:"ranks"`
 	Reason string `json:"reason,omitempty"`
+	// Jobs, from an agent of the command line's job started per job, is
+	// where its process takes the nodes of the jobs the run spawns on its
+	// host (a daemon scoped to the run, agent/daemon's protocol); "" when
+	// it takes none.
+	Jobs string `json:"jobs,omitempty"`
 }
 
 // Table gives every agent the addresses of all agents.

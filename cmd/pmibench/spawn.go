@@ -29,8 +29,9 @@ import (
 //
 // Each is measured with per-job agents and with running daemons, on one
 // node (the fork bootstrap: the agent inside pmirun; one daemon) and on
-// -nodes nodes (loopback agents, one per node, started for each job; as
-// many daemons), alternating the two ways -rounds times.
+// -nodes nodes (loopback agents, one per node, started for the parent
+// job and running its spawned jobs too; as many daemons), alternating
+// the two ways -rounds times.
 
 // spawnOptions are spawn mode's parsed command line.
 type spawnOptions struct {

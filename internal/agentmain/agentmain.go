@@ -2,8 +2,9 @@
 // and pmibench's when pmirun starts it as the agent of a job of virtual
 // ranks. Per job (--node), it parses the flags a bootstrap passes, reads
 // the job's spec from standard input, applies the spec's process-wide
-// settings (this process serves one job), and runs the node until its
-// ranks have ended. As a daemon (--daemon) it serves many jobs' nodes,
+// settings (this process serves one run), and runs the node until the
+// run has ended, hosting the node's share of the jobs the run spawns
+// (host.go). As a daemon (--daemon) it serves many jobs' nodes,
 // submitted by pmirun --daemons, until SIGTERM (package agent/daemon);
 // --status asks a running daemon how it is.
 package agentmain
@@ -39,8 +40,9 @@ const Usage = `%[1]s --node I|slurm [--listen ADDR]
 %[1]s is a node agent of a fastpmi job, started by pmirun's bootstraps
 (ssh, Slurm, netns, loopback): it reads the job's spec and secret from its
 standard input, connects to pmirun and to its peer agents, forks the
-node's ranks, serves their PMI, and exits when they have ended. Users run
-pmirun, not %[1]s.
+node's ranks and serves their PMI. It also runs the node's share of every
+job the run spawns (MPI_Comm_spawn), so a spawn starts no process but the
+children, and exits when the run has ended. Users run pmirun, not %[1]s.
 
   --node I        this agent's node index; "slurm" takes SLURM_NODEID
   --listen ADDR   address for peer agents' links (default: the address
@@ -165,7 +167,18 @@ func Main(name, guardExe string, args []string, stdin io.Reader, stdout, stderr 
 	if idx == spec.StdinNode() {
 		o.Stdin = br
 	}
-	if err := node.RunAgent(ctx, spec, o); err != nil {
+	// The command line's job's agents host the jobs the run spawns; an
+	// agent pmirun starts for a spawned job (when hosting could not be
+	// set up) hosts none.
+	host := &runHost{secret: spec.Secret, log: log, starter: starter}
+	if spec.Jobno == 0 {
+		o.HostJobs = host.listen
+	}
+	err = node.RunAgent(ctx, spec, o)
+	if herr := host.close(); herr != nil {
+		log.Warn("host of the run's jobs", "err", herr)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err) // the error names the node
 		return 1
 	}

@@ -190,16 +190,17 @@ func TestNetnsSlurm(t *testing.T) {
 			})
 		})
 	}
-	// Spawn: each child job's agents are one more step of the allocation
-	// (srun --overlap) on the child's nodes: all of them, or (2 + 1
-	// children) the first three.
+	// Spawn: each child job runs on the child's nodes — all of them, or
+	// (2 + 1 children) the first three — in the agents the allocation's
+	// step started for the first job: no step starts for a spawn.
 	for _, kids := range []int{2 * hostCount, 2} {
 		t.Run(fmt.Sprintf("spawn/%d", kids), func(t *testing.T) {
-			j := s.job(cl, "net", "--label", "-n", n(hostCount), prog("pmi2_spawn"))
+			j := s.job(cl, "net", "--verbose", "--label", "-n", n(hostCount), prog("pmi2_spawn"))
 			j.env = append(j.env, "SPAWN_N="+n(kids))
 			r := run(t, j)
 			r.wantCode(t, 0)
 			r.wantSpawn(t, hostCount, kids)
+			r.wantHosted(t, hostCount, 1)
 		})
 	}
 }

@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,20 +180,21 @@ func (r result) wantSpawn(t *testing.T, parents, kids int) {
 }
 
 // Spawn across test hosts: the children are spread over every host (two
-// per host and one more), started by the agents there; both link
-// backends.
+// per host and one more), started by the agents already there (no agent
+// starts for the spawn); both link backends.
 func TestSpawnNetns(t *testing.T) {
 	for _, hosts := range []int{1, 2, 4} {
 		t.Run(fmt.Sprintf("hosts=%d", hosts), func(t *testing.T) {
 			cl := newClusterOf(t, hosts)
 			for _, be := range backends {
 				t.Run(be, func(t *testing.T) {
-					j := cl.job(be, "--label", "-n", n(hosts), prog("pmi2_spawn"))
+					j := cl.job(be, "--verbose", "--label", "-n", n(hosts), prog("pmi2_spawn"))
 					kids := 2 * hosts
 					j.env = []string{"SPAWN_N=" + n(kids)}
 					r := run(t, j)
 					r.wantCode(t, 0)
 					r.wantSpawn(t, hosts, kids)
+					r.wantHosted(t, hosts, 1)
 				})
 			}
 			t.Run("refused", func(t *testing.T) {
@@ -208,6 +211,99 @@ func TestSpawnNetns(t *testing.T) {
 				r.wantCode(t, 7)
 				r.wantMessage(t, `^pmirun: job 1 rank 0 exited with code 7`)
 			})
+		})
+	}
+}
+
+// wantHosted checks pmirun's --verbose lines: each of the run's nodes
+// was brought up once by the command line's job's agents and once more
+// for each of the jobs spawned (every node of this run's spawned jobs
+// came up in a process of those agents: the spawns started no agent),
+// and at the end those agents had run spawned jobs' nodes and held none.
+func (r result) wantHosted(t *testing.T, nodes, spawned int) {
+	t.Helper()
+	up := regexp.MustCompile(`^pmirun: node (\d+) \(.*, pid (\d+)\) up at `)
+	var pids []string // in the order the nodes came up: the first job's first
+	for _, l := range r.pmirunLines() {
+		if m := up.FindStringSubmatch(l); m != nil {
+			pids = append(pids, m[2])
+		}
+	}
+	if len(pids) <= nodes {
+		t.Fatalf("%d nodes came up, want the first job's %d and its spawned jobs'\n%s", len(pids), nodes, r)
+	}
+	agents := map[string]bool{}
+	for _, p := range pids[:nodes] {
+		agents[p] = true
+	}
+	for _, p := range pids[nodes:] {
+		if !agents[p] {
+			t.Errorf("a spawned job's node came up in pid %s, not in one of the run's agents %v: the spawn started an agent\n%s", p, pids[:nodes], r)
+			break
+		}
+	}
+	host := regexp.MustCompile(`^pmirun: node (\d+) agent \(pid (\d+)\) hosted (\d+) spawned jobs' nodes, holds 0 jobs,`)
+	hosted, lines := 0, 0
+	for _, l := range r.pmirunLines() {
+		if m := host.FindStringSubmatch(l); m != nil {
+			lines++
+			k, _ := strconv.Atoi(m[3])
+			hosted += k
+			if !agents[m[2]] {
+				t.Errorf("node %s's host has pid %s, not one of the first job's agents %v", m[1], m[2], pids[:nodes])
+			}
+		}
+	}
+	if lines != nodes || hosted < spawned || hosted != len(pids)-nodes {
+		t.Errorf("%d agents say they hosted %d spawned jobs' nodes; want %d agents, %d nodes (of at least %d jobs)\n%s",
+			lines, hosted, nodes, len(pids)-nodes, spawned, r)
+	}
+}
+
+// With per-job agents (loopback and netns bootstraps), the agents of the
+// command line's job run its spawned jobs: while a parent spawns
+// one-process children that sleep until the end, the run has as many
+// agent processes as nodes, however many jobs run; at the end every
+// spawned job's node came up in one of them.
+func TestSpawnStartsNoAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		nodes int
+		job   func(t *testing.T) job
+	}{
+		{"loopback", 2, func(*testing.T) job { return loopbackJob(2, "net", "--verbose", "-n", "2") }},
+		{"netns", 2, func(t *testing.T) job { return newClusterOf(t, 2).job("net", "--verbose", "-n", "2") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := tc.job(t)
+			j.args = append(j.args, prog("pmi2_spawnbench"), "rate", "3")
+			rj := start(t, j)
+			// Sample while the children of several spawns sleep: pmirun,
+			// the agents, their guards and the parent ranks are 8.
+			deadline := time.Now().Add(20 * time.Second)
+			for len(marked(rj.marker)) < 12 {
+				if time.Now().After(deadline) {
+					t.Fatalf("only %d processes of the run after 20 s: the spawns do not run", len(marked(rj.marker)))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			var agents []int
+			for _, pid := range marked(rj.marker) {
+				if cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); bytes.Contains(cl, []byte("\x00--node\x00")) {
+					agents = append(agents, pid)
+				}
+			}
+			r := rj.wait()
+			r.wantCode(t, 0)
+			if len(agents) != tc.nodes {
+				t.Errorf("%d agent processes while spawned jobs ran, want the run's %d:%s", len(agents), tc.nodes, describe(agents))
+			}
+			m := regexp.MustCompile(`(?m)^spawn_rate (\d+) `).FindStringSubmatch(r.stdout)
+			if m == nil {
+				t.Fatalf("no spawn rate line\n%s", r)
+			}
+			spawns, _ := strconv.Atoi(m[1])
+			r.wantHosted(t, tc.nodes, spawns)
 		})
 	}
 }

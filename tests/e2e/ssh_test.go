@@ -173,6 +173,16 @@ func TestNetnsSSH(t *testing.T) {
 			})
 		})
 	}
+	// Spawn: the children, on every host, run in the agents ssh started
+	// for the first job; no ssh session starts for the spawn.
+	t.Run("spawn", func(t *testing.T) {
+		j := h.job(cl, "net", hosts, "--verbose", "--label", "-n", n(hostCount), prog("pmi2_spawn"))
+		j.env = []string{"SPAWN_N=" + n(2*hostCount)}
+		r := run(t, j)
+		r.wantCode(t, 0)
+		r.wantSpawn(t, hostCount, 2*hostCount)
+		r.wantHosted(t, hostCount, 1)
+	})
 	// A host without sshd ends the job with ssh's error, naming the
 	// host, instead of waiting for it.
 	t.Run("unreachable", func(t *testing.T) {
