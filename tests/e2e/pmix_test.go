@@ -157,6 +157,25 @@ func TestOpenMPIPublishLookup(t *testing.T) {
 	}
 }
 
+// Without --mpi, a program that links Open MPI (libmpi.so.40) or OpenPMIx
+// (libpmix.so) is served PMIx; an MPMD job whose programs link PMIx and a
+// PMI library both is refused before anything starts, whatever --mpi
+// says: their collectives cannot meet (docs/pmix.md). MPICH and libpmi2
+// programs stay PMI (every other test runs them without --mpi).
+func TestMPIDetect(t *testing.T) {
+	r := run(t, job{args: []string{"--verbose", "-n", "2", prog("ompi_allreduce")}, timeout: 90 * time.Second})
+	r.wantCode(t, 0)
+	r.wantAllreduce(t, 2)
+	r.wantMessage(t, `^pmirun: --mpi pmix \(detected: \S*ompi_allreduce links libmpi\.so\.40\)$`)
+	for _, mpi := range [][]string{nil, {"--mpi", "pmix"}} {
+		args := append(slices.Clone(mpi), "-n", "2", prog("pmix_bench"), ":", "-n", "2", prog("pmi2_test"))
+		r := run(t, job{args: args})
+		r.wantCode(t, 2)
+		r.wantMessage(t, `^pmirun: \S*pmix_bench links libpmix\.so\.2 \(PMIx\) and \S*pmi2_test links libpmi2\.so\.0 \(PMI\): one job's ranks cannot mix PMI and PMIx`)
+		r.wantFaster(t, 10*time.Second)
+	}
+}
+
 // A bad --mpi value is refused before anything starts (a build without
 // PMIx support refuses pmix too; agent/pmix tests the stub's error).
 func TestOpenMPIBadFlag(t *testing.T) {
