@@ -70,8 +70,8 @@ func programKind(path string) (progKind, string) {
 // link PMIx and PMI both: their collectives cannot meet (docs/pmix.md,
 // "Mixing PMI and PMIx ranks"). It returns what it found, for --verbose.
 func (c *Config) detectMPI() (string, error) {
-	if c.Virtual != "" {
-		return "", nil
+	if c.Virtual != "" || (c.MPI != "" && len(c.Apps) == 0) {
+		return "", nil // no programs, or one whose interface --mpi names
 	}
 	apps := c.Apps
 	if c.Prog != "" {
