@@ -12,7 +12,7 @@
  *              "rank R: get of rank V failed: ERR" and goes on (exit 0);
  *   killed     it raises SIGKILL 1 s after the fence; the others wait in
  *              their get (PMIX_TIMEOUT 30 s) and exit 1 if it fails;
- *   timeout    it sleeps 3 s after the fence, then finalizes; the others
+ *   timeout    it sleeps 5 s after the fence, then finalizes; the others
  *              get its key with PMIX_TIMEOUT 1 s and print
  *              "rank R: get of rank V: STATUS after S s".
  *
@@ -150,7 +150,7 @@ int main(int argc, char **argv)
             raise(SIGKILL);
         }
         if (strcmp(mode, "timeout") == 0)
-            sleep(3);
+            sleep(5);
         if ((rc = PMIx_Finalize(NULL, 0)) != PMIX_SUCCESS)
             die("finalize", rc);
         return 0;
