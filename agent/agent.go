@@ -183,9 +183,10 @@ type Agent struct {
 	listeners []net.Listener
 	seg       *shm.Segment // shared-memory segment served, or nil (also nil once closed)
 	shmDead   []bool       // local ranks whose request ring broke the protocol: not read again (shm.go)
-	ext       func(Reply)  // the external front end's replies (external.go), or nil; set once
-	// answers holds the done callbacks of ServeGet requests by the ID the
-	// core echoes in UpAnswer; answerSeq numbers them.
+	ext       External     // the external front end (external.go), or nil; set once
+	// answers holds the done callbacks of ServeGet and ServeRankData
+	// requests by the ID the core echoes in UpAnswer; answerSeq numbers
+	// them.
 	answers   map[uint64]func(val string, found bool, err error)
 	answerSeq uint64
 
@@ -429,7 +430,7 @@ type turn struct {
 	text   []textOut    // in order: direct answers, then core replies
 	shm    []Reply      // replies to shared-memory requests
 	ext    []Reply      // replies to the external front end's requests
-	extFn  func(Reply)  // where they go (Agent.ext when the turn was taken)
+	extFE  External     // where they and rd.Asks go (Agent.ext when the turn was taken)
 	seg    *shm.Segment // the segment to publish in, nil without one
 	events []func()     // the front ends' own reports (protocol errors)
 
@@ -476,7 +477,7 @@ func (t *turn) free() {
 	clear(t.events)
 	clear(t.ext)
 	t.text, t.shm, t.events, t.seg, t.self, t.final = t.text[:0], t.shm[:0], t.events[:0], nil, nil, false
-	t.ext, t.extFn = t.ext[:0], nil
+	t.ext, t.extFE = t.ext[:0], nil
 	t.read, t.cmd = time.Time{}, ""
 	turns.Put(t)
 }
@@ -487,6 +488,7 @@ func (t *turn) take(a *Agent) {
 	n := len(t.rd.Replies)
 	a.core.TakeReady(&t.rd)
 	t.seg = a.seg
+	t.extFE = a.ext
 	for _, r := range t.rd.Replies[n:] {
 		switch r.Req.Via {
 		case ViaText:
@@ -504,7 +506,6 @@ func (t *turn) take(a *Agent) {
 			t.shm = append(t.shm, r)
 		case ViaExternal:
 			t.ext = append(t.ext, r)
-			t.extFn = a.ext
 		}
 	}
 }
@@ -534,9 +535,9 @@ func (a *Agent) release(t *turn) {
 			o.b = o.rq.encode(&o.r)
 		}
 	}
-	if t.extFn != nil {
+	if t.extFE != nil {
 		for i := range t.ext {
-			t.extFn(t.ext[i])
+			t.extFE.Reply(t.ext[i])
 		}
 	}
 	if t.seg != nil {
@@ -568,6 +569,13 @@ func (a *Agent) release(t *turn) {
 		if f := a.cfg.LateAttrs[k]; f != nil {
 			f()
 		}
+	}
+	for _, ask := range t.rd.Asks {
+		if t.extFE == nil {
+			a.step(RankDataDone{ID: ask.ID, Err: ErrNoExternal})
+			continue
+		}
+		t.extFE.AskRankData(ask.ID, ask.Rank)
 	}
 	t.free()
 }
@@ -634,6 +642,10 @@ func (a *Agent) call(u UpCall) {
 		up.Fetch(u.Name, u.Src, u.Wait, func(val string, found bool, err error) {
 			a.step(FetchDone{ID: u.ID, Found: found, Val: val, Err: err})
 		})
+	case UpRankData:
+		up.FetchRankData(u.Src, func(val string, found bool, err error) {
+			a.step(RankDataDone{ID: u.ID, Found: found, Val: val, Err: err})
+		})
 	case UpAnswer:
 		a.mu.Lock()
 		done := a.answers[u.ID]
@@ -661,6 +673,24 @@ func (a *Agent) ServeGet(key string, src int, wait, final bool, done func(val st
 	id := a.answerSeq
 	a.answers[id] = done
 	if err := a.core.Step(ServeGet{ID: id, Key: key, Src: src, Wait: wait, Final: final}); err != nil {
+		delete(a.answers, id)
+		a.mu.Unlock()
+		done("", false, err)
+		return
+	}
+	a.finishLocked(newTurn())
+}
+
+// ServeRankData answers another node's request for the data of rank, a
+// rank of this node (see ServeRankData the operation, rankdata.go); done
+// gets the answer, on some goroutine, once. Without an external front end
+// there is none.
+func (a *Agent) ServeRankData(rank int, done func(val string, found bool, err error)) {
+	a.mu.Lock()
+	a.answerSeq++
+	id := a.answerSeq
+	a.answers[id] = done
+	if err := a.core.Step(ServeRankData{ID: id, Rank: rank}); err != nil {
 		delete(a.answers, id)
 		a.mu.Unlock()
 		done("", false, err)

@@ -278,12 +278,13 @@ const (
 	UpUnpublish
 	UpLookup
 	UpSpawn
-	UpPlace  // a sparse put to place for other nodes: Name, Port (the value), Owner
-	UpFetch  // a get for another node's key: ID, Name (the key), Src, Wait; answered by FetchDone
-	UpAnswer // the answer to ServeGet ID: Found, Port (the value), Err
+	UpPlace    // a sparse put to place for other nodes: Name, Port (the value), Owner
+	UpFetch    // a get for another node's key: ID, Name (the key), Src, Wait; answered by FetchDone
+	UpAnswer   // the answer to ServeGet or ServeRankData ID: Found, Port (the value), Err
+	UpRankData // rank Src's data, from its node: ID; answered by RankDataDone (rankdata.go)
 )
 
-var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn", "place", "fetch", "answer"}
+var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn", "place", "fetch", "answer", "rankdata"}
 
 func (k UpKind) String() string { return upNames[k] }
 
@@ -301,7 +302,7 @@ type UpCall struct {
 	Port   string         // a port; a value (place, answer)
 	Spawn  *pmiwire.Spawn // spawn: the request as the rank sent it
 	Owner  int            // place: the rank that put the key
-	Src    int            // fetch: the rank that put the key, or -1
+	Src    int            // fetch: the rank that put the key, or -1; rank data: the rank
 	Wait   bool           // fetch: wait for the key to be put
 	Found  bool           // answer
 	Err    error          // answer
@@ -330,7 +331,8 @@ type Mark struct {
 // publishing Results: an allgather's values may be views of input slots
 // that a rank reuses once its epoch is published), publish Results, report
 // Events, make the Upstream calls, ask for the late job attributes in
-// Wants (read for the first time).
+// Wants (read for the first time), ask the external front end for the
+// rank data in Asks (rankdata.go).
 type Ready struct {
 	Marks    []Mark
 	Replies  []Reply
@@ -338,11 +340,12 @@ type Ready struct {
 	Events   []Event
 	Upstream []UpCall
 	Wants    []string
+	Asks     []Ask
 }
 
 // Empty reports whether rd has nothing to do.
 func (rd *Ready) Empty() bool {
-	return len(rd.Marks)+len(rd.Replies)+len(rd.Results)+len(rd.Events)+len(rd.Upstream)+len(rd.Wants) == 0
+	return len(rd.Marks)+len(rd.Replies)+len(rd.Results)+len(rd.Events)+len(rd.Upstream)+len(rd.Wants)+len(rd.Asks) == 0
 }
 
 // rankState is one local rank as the core sees it.
@@ -406,6 +409,10 @@ type Core struct {
 	autoSparse   int                 // fences whose unhinted puts went sparse (Stats)
 	placeRefused int                 // placed puts refused over the node's quota (Stats)
 
+	// rankData are the rank-data requests on their way, by call ID
+	// (rankdata.go).
+	rankData map[uint64]*rankData
+
 	// puts and putBytes are the node's put volume so far (limits.go).
 	puts, putBytes int
 }
@@ -438,6 +445,7 @@ func NewCore(cfg *Config, ringOffset, ringSize int) *Core {
 		remote:    make(map[string]cached),
 		fetches:   make(map[fetchKey]*fetch),
 		fetchByID: make(map[uint64]*fetch),
+		rankData:  make(map[uint64]*rankData),
 	}
 	for _, kv := range cfg.Preput {
 		c.kvs[kv.Key] = kv.Val
@@ -476,6 +484,7 @@ func (c *Core) TakeReady(rd *Ready) {
 	rd.Events = append(rd.Events, c.rd.Events...)
 	rd.Upstream = append(rd.Upstream, c.rd.Upstream...)
 	rd.Wants = append(rd.Wants, c.rd.Wants...)
+	rd.Asks = append(rd.Asks, c.rd.Asks...)
 	c.rd.reset()
 }
 
@@ -488,8 +497,9 @@ func (rd *Ready) reset() {
 	clear(rd.Events)
 	clear(rd.Upstream)
 	clear(rd.Wants)
+	clear(rd.Asks)
 	rd.Marks, rd.Replies, rd.Results = rd.Marks[:0], rd.Replies[:0], rd.Results[:0]
-	rd.Events, rd.Upstream, rd.Wants = rd.Events[:0], rd.Upstream[:0], rd.Wants[:0]
+	rd.Events, rd.Upstream, rd.Wants, rd.Asks = rd.Events[:0], rd.Upstream[:0], rd.Wants[:0], rd.Asks[:0]
 }
 
 // Errors of Step: the operation breaks the protocol and changed nothing.
@@ -639,6 +649,7 @@ func (c *Core) Step(op Op) error {
 		rs.gone = true
 		if !rs.finalized {
 			c.peerGone(rs, o.Why)
+			c.failRankData(rs.global, fmt.Errorf("rank %d %s: %w", rs.global, o.Why, ErrNoRankData))
 		}
 	case FenceDone:
 		c.epochFinished(o.Epoch, kindFence, o.KVs, nil, o.Err)
@@ -658,6 +669,12 @@ func (c *Core) Step(op Op) error {
 		return c.placeKV(o)
 	case FetchDone:
 		c.fetchDone(o)
+	case GetRankData:
+		return c.getRankData(o)
+	case ServeRankData:
+		c.serveRankData(o)
+	case RankDataDone:
+		c.rankDataDone(o)
 	case Shutdown:
 		if !c.closed {
 			c.closed = true
@@ -666,6 +683,7 @@ func (c *Core) Step(op Op) error {
 			c.failCalls(err)
 			c.failLate(err)
 			c.failFetches(err)
+			c.failRankData(-1, err)
 		}
 	default:
 		return fmt.Errorf("unknown operation %T", op)

@@ -9,8 +9,26 @@ import (
 // not speak (agent/pmix: OpenPMIx's server library, whose host callbacks
 // it turns into operations). It steps the core with typed operations like
 // text.go and shm.go do, naming its requests Req{Via: ViaExternal, ID:
-// its own}, and gets the replies to them through the function it
+// its own}, and gets the replies to them through the External it
 // attached. One agent has at most one external front end.
+
+// External is an external front end, as the agent calls it. Both methods
+// are called while a turn is carried out: they must not block and must
+// not call the Agent.
+type External interface {
+	// Reply gets every Reply to a request with Req.Via ViaExternal, once,
+	// in order, while the turn that made it publishes its shared-memory
+	// part (under the agent's publishing lock): it must copy what it
+	// keeps of Reply.Values (views of buffers reused once the turn ends).
+	Reply(Reply)
+	// AskRankData asks for the data the front end holds for local rank
+	// (global) rank, for this node's GetRankData or another node's
+	// (rankdata.go): the front end answers, once, by stepping
+	// RankDataDone{ID: id} (StepExternal), when it has the data or knows
+	// there is none. It is called after the turn published, without agent
+	// locks.
+	AskRankData(id uint64, rank int)
+}
 
 // ViaExternal is Req.Via for requests of the external front end.
 const ViaExternal uint8 = ViaShm + 1
@@ -18,13 +36,10 @@ const ViaExternal uint8 = ViaShm + 1
 // ErrNoExternal is returned by StepExternal before AttachExternal.
 var ErrNoExternal = errors.New("agent: no external front end attached")
 
-// AttachExternal makes reply the receiver of every Reply to a request
-// with Req.Via ViaExternal. reply is called once per reply, in order,
-// while the turn that made it publishes its shared-memory part (under
-// the agent's publishing lock): it must copy what it keeps of
-// Reply.Values (views of buffers reused once the turn ends), must not
-// block, and must not call the Agent.
-func (a *Agent) AttachExternal(reply func(Reply)) error {
+// AttachExternal makes ext the agent's external front end: the receiver
+// of every Reply to a request with Req.Via ViaExternal, and of the
+// agent's requests for rank data.
+func (a *Agent) AttachExternal(ext External) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ext != nil {
@@ -33,7 +48,7 @@ func (a *Agent) AttachExternal(reply func(Reply)) error {
 	if a.closed {
 		return ErrClosed
 	}
-	a.ext = reply
+	a.ext = ext
 	return nil
 }
 

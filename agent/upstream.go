@@ -63,6 +63,11 @@ type Upstream interface {
 	// (remote.go).
 	Place(key, val string, owner int)
 	Fetch(key string, src int, wait bool, done func(val string, found bool, err error))
+	// FetchRankData asks rank's node for the data its external front end
+	// holds for rank (rankdata.go; PMIx's direct modex): found is false
+	// when the front end has none. The core calls it only for a rank of
+	// another node.
+	FetchRankData(rank int, done func(val string, found bool, err error))
 }
 
 // ErrNoSpawn is Local's answer to a spawn: a job without a launcher
@@ -162,6 +167,12 @@ func (l *Local) Place(key, val string, owner int) {}
 // Fetch finds nothing: a Local job has no other node.
 func (l *Local) Fetch(key string, src int, wait bool, done func(string, bool, error)) {
 	done("", false, nil)
+}
+
+// FetchRankData fails: every rank of a Local job is on its node, whose
+// own front end the core asks.
+func (l *Local) FetchRankData(rank int, done func(string, bool, error)) {
+	done("", false, fmt.Errorf("rank data of rank %d: no other node", rank))
 }
 
 // Spawn fails: a Local job has no launcher to start children.

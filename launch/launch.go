@@ -112,8 +112,12 @@ type Config struct {
 	// a PMI_FD socketpair.
 	PMIPort bool
 	// MPI is what ranks are served over besides PMI-1/PMI-2: "pmix"
-	// serves PMIx too (Open MPI; node.MPIPMIx); "" or "pmi" PMI only.
+	// serves PMIx too (Open MPI; node.MPIPMIx); "pmi" PMI only; ""
+	// detects it from the programs (mpidetect.go), PMI unless one links
+	// PMIx.
 	MPI string
+	// mpiFound says what detectMPI found, for --verbose ("" if nothing).
+	mpiFound string
 	// NoShm turns the shared-memory segment off: ranks get only PMI_FD
 	// (or PMI_PORT).
 	NoShm bool
@@ -204,6 +208,11 @@ func (c *Config) validate() error {
 	if len(c.EnvList) > 0 {
 		c.EnvNone = true
 	}
+	found, err := c.detectMPI()
+	if err != nil {
+		return err
+	}
+	c.mpiFound = found
 	if err := node.CheckMPI(c.MPI); err != nil {
 		return err
 	}

@@ -51,6 +51,9 @@ func Run(ctx context.Context, cfg Config) (jobErr error) {
 	if err := cfg.validate(); err != nil {
 		return early(cfg, 2, err.Error())
 	}
+	if cfg.Verbose && cfg.mpiFound != "" {
+		fmt.Fprintf(cfg.Stderr, "pmirun: --mpi %s\n", cfg.mpiFound)
+	}
 	if cfg.multiNode() {
 		return runMulti(ctx, cfg, job)
 	}

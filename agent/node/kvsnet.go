@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
@@ -30,17 +31,20 @@ const FrameKVS uint16 = 13
 
 // KVSMsg is one on-demand KVS message.
 type KVSMsg struct {
-	Op string `json:"op"` // KVSPlace, KVSAck, KVSGet or KVSVal
+	Op string `json:"op"` // KVSPlace, KVSAck, KVSGet, KVSVal, KVSRankData or KVSRankVal
 	ID uint64 `json:"id"` // the sender's id for a place or get; echoed by its ack or val
 	// Puts are a place's puts: what a node placed at one destination
 	// since its last message there (one frame and one ack for all).
 	Puts  []KVSPut `json:"puts,omitempty"`
 	Key   string   `json:"key,omitempty"`   // get, val
 	Val   string   `json:"val,omitempty"`   // val
-	Src   int      `json:"src,omitempty"`   // get: the rank that put the key, or -1
+	Src   int      `json:"src,omitempty"`   // get: the rank that put the key, or -1; rank data: the rank
 	Wait  bool     `json:"wait,omitempty"`  // get: wait for the put
-	Found bool     `json:"found,omitempty"` // val
-	Err   string   `json:"err,omitempty"`   // ack, val: the request failed
+	Found bool     `json:"found,omitempty"` // val, rank val
+	Err   string   `json:"err,omitempty"`   // ack, val, rank val: the request failed
+	// Blob is a rank val's data: bytes of any value (JSON carries it as
+	// base64; a string would lose what is not UTF-8).
+	Blob []byte `json:"blob,omitempty"`
 }
 
 // KVSPut is one placed put: its key, value and the rank that put it.
@@ -60,6 +64,11 @@ const (
 	KVSAck   = "ack"
 	KVSGet   = "get"
 	KVSVal   = "val"
+	// KVSRankData asks the node of rank Src for the data its external
+	// front end holds for it (agent/rankdata.go, PMIx's direct modex);
+	// KVSRankVal answers it.
+	KVSRankData = "rankdata"
+	KVSRankVal  = "rankval"
 )
 
 // Check refuses a message no agent or pmirun sends: an unknown
@@ -89,6 +98,16 @@ func (m *KVSMsg) Check(size int) error {
 		}
 		if m.Src < -1 || m.Src >= size {
 			return fmt.Errorf("KVS %s: rank %d outside the job's %d", m.Op, m.Src, size)
+		}
+		return nil
+	case KVSRankData:
+		if m.Src < 0 || m.Src >= size {
+			return fmt.Errorf("KVS rank data of rank %d, job of %d", m.Src, size)
+		}
+		return nil
+	case KVSRankVal:
+		if len(m.Blob) > agent.MaxRankDataBytes {
+			return fmt.Errorf("KVS rank data of %d bytes, want at most %d", len(m.Blob), agent.MaxRankDataBytes)
 		}
 		return nil
 	}
@@ -331,7 +350,16 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 			}
 			a.post(func() { a.sendKVS(from, r) })
 		})
-	case KVSVal:
+	case KVSRankData:
+		a.rec.Add("kvs.rankdata.served", 1)
+		a.n.Agent().ServeRankData(m.Src, func(val string, found bool, err error) {
+			r := KVSMsg{Op: KVSRankVal, ID: m.ID, Blob: []byte(val), Found: found}
+			if err != nil {
+				r.Err = err.Error()
+			}
+			a.post(func() { a.sendKVS(from, r) })
+		})
+	case KVSVal, KVSRankVal:
 		f, ok := a.kvs.fetches[m.ID]
 		if !ok {
 			return
@@ -341,7 +369,11 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 		if m.Err != "" {
 			err = errors.New(m.Err)
 		}
-		f(m.Val, m.Found, err)
+		val := m.Val
+		if m.Op == KVSRankVal {
+			val = string(m.Blob)
+		}
+		f(val, m.Found, err)
 	}
 }
 
@@ -487,6 +519,32 @@ func (u netUpstream) Fetch(key string, src int, wait bool, done func(string, boo
 		a.kvs.fetches[id] = done
 		a.rec.Add("kvs.fetches.sent", 1)
 		a.sendKVS(to, KVSMsg{Op: KVSGet, ID: id, Key: key, Src: src, Wait: wait})
+	})
+}
+
+// FetchRankData asks rank's node for the rank's data (agent.Upstream):
+// straight there whatever the strategy, the only node that holds it.
+func (u netUpstream) FetchRankData(rank int, done func(string, bool, error)) {
+	a := u.a
+	a.post(func() {
+		if a.dead != nil {
+			done("", false, a.dead)
+			return
+		}
+		if !a.kvs.rt.named(rank) {
+			done("", false, fmt.Errorf("rank data of rank %d, job of %d", rank, a.spec.Size))
+			return
+		}
+		to := a.kvs.rt.rankNode[rank]
+		if to == a.idx {
+			a.n.Agent().ServeRankData(rank, done)
+			return
+		}
+		a.kvs.seq++
+		id := a.kvs.seq
+		a.kvs.fetches[id] = done
+		a.rec.Add("kvs.rankdata.sent", 1)
+		a.sendKVS(to, KVSMsg{Op: KVSRankData, ID: id, Src: rank})
 	})
 }
 

@@ -12,14 +12,18 @@
 // ranks), one registered client per rank (PMIx_server_register_client
 // and PMIx_server_setup_fork, Job.Env, before the rank is forked). The
 // server library's host callbacks — client connected, finalized, abort,
-// fence, publish, lookup, unpublish — run on PMIx's progress thread: they
-// copy their request and hand it to the Job's worker goroutine, which
+// fence, direct modex, publish, lookup, unpublish — run on PMIx's
+// progress thread: they copy their request and hand it to the Job's
+// worker goroutine, which
 // steps the agent's core (agent.StepExternal) as init, finalize, abort,
 // an allgather epoch (the fence: the node's collected data is the first
 // local rank's value, every node's data concatenated in rank order comes
-// back) and name operations; the replies complete the callbacks.
-// Direct modex answers "not supported" (Open MPI 4.1 exchanges all its
-// data in the fence; docs/pmix.md).
+// back) and name operations; the replies complete the callbacks. A
+// direct modex (a client's get of a rank of another node that no fence
+// carried) is the agent's GetRankData: the agent of the rank's node asks
+// its Job (agent.External.AskRankData), which asks the server library
+// (PMIx_server_dmodex_request, answered once the rank committed) and
+// hands the blob back; docs/pmix.md.
 //
 // The C side is built only with the pmix build tag (make adds it when
 // pkg-config finds OpenPMIx); without it NewJob returns ErrNotSupported

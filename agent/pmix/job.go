@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
 )
@@ -19,6 +20,9 @@ var errNotFound = errors.New("pmix: not found")
 
 // errJobClosed refuses or fails requests once the Job is closed.
 var errJobClosed = errors.New("pmix: job ended")
+
+// errTimeout fails a direct modex whose PMIX_TIMEOUT passed.
+var errTimeout = errors.New("pmix: timed out")
 
 // Config is one job's share of a node, as PMIx needs it.
 type Config struct {
@@ -90,16 +94,28 @@ const (
 	reqPublish
 	reqLookup
 	reqUnpublish
+	reqDmodex // a client's get of another node's rank: its data (rank), within timeout
+	// The agent's side of a direct modex on the rank's node (rank data):
+	reqAsk      // the agent asks for local rank's data (id)
+	reqRankData // the server library's answer to reqAsk id, or a marker's (rank -1)
 )
 
-// request is one host callback of the server library, copied out of C.
+// request is one host callback of the server library, copied out of C,
+// or one of the agent's requests for rank data and the library's answer.
 type request struct {
 	kind reqKind
-	rank int      // the calling rank (global); fences: none
+	rank int      // the calling rank (global); fences: none; direct modex, ask: the rank whose data
 	code int      // abort
 	msg  string   // abort
-	data []byte   // fence: the node's collected data
+	data []byte   // fence: the node's collected data; rank data: the rank's
 	strs []string // publish: key, value, ...; lookup, unpublish: keys
+	// Direct modex: how long the client waits (PMIX_TIMEOUT), 0 for ever.
+	timeout time.Duration
+	// Ask, rank data: the agent's request id, or a marker's sequence
+	// number (rank -1); the library's answer: found, or its error.
+	id    uint64
+	found bool
+	err   error
 	// done completes the request in C (calls its PMIx callback); called
 	// exactly once, from any goroutine, never under the Job's locks.
 	done func(result)
@@ -118,6 +134,9 @@ type pending struct {
 	left  int // replies still to come
 	err   error
 	found []string
+	// deadline fails a direct modex with errTimeout if no reply came by
+	// then; zero for ever.
+	deadline time.Time
 }
 
 // slot is one agent request of a pending request: a fence's, or one
@@ -151,6 +170,21 @@ type Job struct {
 
 	wake chan struct{} // one token: the queue has work, or closed is set
 	done chan struct{} // closed when the worker has returned
+
+	// Worker only: the agent's requests for rank data the server library
+	// has not answered yet, by the agent's id; the local ranks whose
+	// client finalized (every commit of theirs is in the library); the
+	// number of requests made to the library so far.
+	asks      map[uint64]ask
+	finalized map[int]bool
+	libSeq    uint64
+}
+
+// ask is one of the agent's requests for rank data, made to the server
+// library as its request number seq.
+type ask struct {
+	rank int
+	seq  uint64
 }
 
 // registry maps namespaces to their Jobs, for the host callbacks.
@@ -169,9 +203,11 @@ func NewJob(cfg Config) (*Job, error) {
 	}
 	j := &Job{
 		cfg: cfg, local: cfg.Nodes[cfg.Index],
-		pending: make(map[uint64]slot),
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		pending:   make(map[uint64]slot),
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		asks:      make(map[uint64]ask),
+		finalized: make(map[int]bool),
 	}
 	registry.mu.Lock()
 	if registry.jobs[cfg.Nspace] != nil {
@@ -187,7 +223,7 @@ func NewJob(cfg Config) (*Job, error) {
 	}
 	registry.jobs[cfg.Nspace] = j
 	registry.mu.Unlock()
-	if err := cfg.Agent.AttachExternal(j.reply); err != nil {
+	if err := cfg.Agent.AttachExternal((*external)(j)); err != nil {
 		j.unregister()
 		return nil, fmt.Errorf("pmix: %w", err)
 	}
@@ -252,10 +288,17 @@ func (j *Job) signal() {
 }
 
 // run is the worker: it serves the queue until Close, then fails what is
-// left.
+// left. It also fails the direct modex requests whose timeout passed.
 func (j *Job) run() {
 	defer close(j.done)
-	for range j.wake {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-j.wake:
+		case <-timer.C:
+		}
 		j.mu.Lock()
 		q, closed := j.queue, j.closed
 		j.queue = nil
@@ -265,16 +308,7 @@ func (j *Job) run() {
 			for _, r := range q {
 				r.done(result{err: err})
 			}
-			j.mu.Lock()
-			var left []*pending
-			for _, id := range slices.Sorted(maps.Keys(j.pending)) {
-				if p := j.pending[id].p; !slices.Contains(left, p) {
-					left = append(left, p)
-				}
-				delete(j.pending, id)
-			}
-			j.mu.Unlock()
-			for _, p := range left {
+			for _, p := range j.takePending(func(*pending) bool { return true }) {
 				p.req.done(result{err: err})
 			}
 			return
@@ -282,7 +316,47 @@ func (j *Job) run() {
 		for _, r := range q {
 			j.serve(r)
 		}
+		now := time.Now()
+		for _, p := range j.takePending(func(p *pending) bool { return !p.deadline.IsZero() && !now.Before(p.deadline) }) {
+			p.req.done(result{err: errTimeout})
+		}
+		if next := j.nextDeadline(); !next.IsZero() {
+			timer.Reset(time.Until(next))
+		}
 	}
+}
+
+// takePending forgets the pending requests that match and returns them,
+// in the order of their first agent request.
+func (j *Job) takePending(match func(*pending) bool) []*pending {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []*pending
+	for _, id := range slices.Sorted(maps.Keys(j.pending)) {
+		p := j.pending[id].p
+		if !match(p) {
+			continue
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+		delete(j.pending, id)
+	}
+	return out
+}
+
+// nextDeadline is the earliest deadline of a pending request, zero if
+// none has one.
+func (j *Job) nextDeadline() time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var next time.Time
+	for _, s := range j.pending {
+		if d := s.p.deadline; !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
+	}
+	return next
 }
 
 // expect records r as waiting for n replies and returns the Req of
@@ -291,6 +365,9 @@ func (j *Job) expect(r *request, n int) []agent.Req {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	p := &pending{req: r, left: n}
+	if r.timeout > 0 {
+		p.deadline = time.Now().Add(r.timeout)
+	}
 	reqs := make([]agent.Req, n)
 	for i := range reqs {
 		j.nextID++
@@ -320,8 +397,18 @@ func (j *Job) drop(reqs []agent.Req, err error) {
 // serve steps the agent with one request.
 func (j *Job) serve(r *request) {
 	a := j.cfg.Agent
-	if r.kind == reqFence {
+	switch r.kind {
+	case reqFence:
 		j.fence(r)
+		return
+	case reqDmodex:
+		j.dmodex(r)
+		return
+	case reqAsk:
+		j.ask(r)
+		return
+	case reqRankData:
+		j.rankData(r)
 		return
 	}
 	l := a.LocalIndex(r.rank)
@@ -335,6 +422,7 @@ func (j *Job) serve(r *request) {
 		err = a.StepExternal(agent.Init{Local: l})
 	case reqFinalized:
 		err = a.StepExternal(agent.Finalize{Local: l, Req: agent.Req{Via: agent.ViaExternal}})
+		j.finalize(r.rank)
 	case reqAbort:
 		msg := r.msg
 		if len(msg) > maxAbortMsg {
@@ -368,6 +456,93 @@ func (j *Job) fence(r *request) {
 	}
 	if err := j.cfg.Agent.StepExternal(ops...); err != nil {
 		j.drop(reqs, err)
+	}
+}
+
+// dmodex asks the agent for the data of r.rank, a rank of another node
+// (a direct modex): the agent fetches it from that node's Job (ask),
+// and the blob goes back to the server library as the rank's data.
+func (j *Job) dmodex(r *request) {
+	if r.rank < 0 || r.rank >= j.cfg.Size {
+		r.done(result{err: fmt.Errorf("pmix: direct modex of rank %d, job of %d", r.rank, j.cfg.Size)})
+		return
+	}
+	reqs := j.expect(r, 1)
+	if err := j.cfg.Agent.StepExternal(agent.GetRankData{Req: reqs[0], Rank: r.rank}); err != nil {
+		j.drop(reqs, err)
+	}
+}
+
+// ask hands the agent's request for local rank r.rank's data to the
+// server library, which answers once the rank committed its data (at
+// once if it has): rankData takes the answer. Once a rank finalized,
+// every commit of its is in the library, so a request the library
+// cannot answer then never will be: a marker request follows it
+// (finalize).
+func (j *Job) ask(r *request) {
+	j.libSeq++
+	j.asks[r.id] = ask{rank: r.rank, seq: j.libSeq}
+	if err := rankDataRequest(j.cfg.Nspace, r.rank, r.id); err != nil {
+		delete(j.asks, r.id)
+		j.stepRankData(agent.RankDataDone{ID: r.id, Err: err})
+		return
+	}
+	if j.finalized[r.rank] {
+		j.mark(r.rank)
+	}
+}
+
+// finalize notes that rank's client finalized, and marks its requests
+// the library has not answered.
+func (j *Job) finalize(rank int) {
+	j.finalized[rank] = true
+	for _, a := range j.asks {
+		if a.rank == rank {
+			j.mark(rank)
+			return
+		}
+	}
+}
+
+// mark makes a marker request for rank: one for the namespace's job
+// data, which the library answers at once, and after every request made
+// before it (it runs them in order on its progress thread). When its
+// answer comes, a request for rank made before it and still unanswered
+// will not be: rank finalized without the data (rankData).
+func (j *Job) mark(rank int) {
+	j.libSeq++
+	if err := rankDataRequest(j.cfg.Nspace, -1, j.libSeq<<32|uint64(rank)); err != nil {
+		j.cfg.Logger.Warn("pmix: marker request", "rank", rank, "err", err)
+	}
+}
+
+// rankData takes the server library's answer to an ask, or a marker's.
+func (j *Job) rankData(r *request) {
+	if r.rank < 0 {
+		seq, rank := r.id>>32, int(r.id&0xffffffff)
+		var ops []agent.Op
+		for _, id := range slices.Sorted(maps.Keys(j.asks)) {
+			if a := j.asks[id]; a.rank == rank && a.seq < seq {
+				delete(j.asks, id)
+				ops = append(ops, agent.RankDataDone{ID: id})
+			}
+		}
+		j.stepRankData(ops...)
+		return
+	}
+	if _, ok := j.asks[r.id]; !ok {
+		return // the agent gave up on it (the rank ended)
+	}
+	delete(j.asks, r.id)
+	j.stepRankData(agent.RankDataDone{ID: r.id, Found: r.found, Val: string(r.data), Err: r.err})
+}
+
+func (j *Job) stepRankData(ops ...agent.Op) {
+	if len(ops) == 0 {
+		return
+	}
+	if err := j.cfg.Agent.StepExternal(ops...); err != nil {
+		j.cfg.Logger.Warn("pmix: rank data", "err", err)
 	}
 }
 
@@ -412,8 +587,20 @@ func (j *Job) names(r *request, l int) {
 	}
 }
 
-// reply is the agent's external front end (Agent.AttachExternal): it
-// completes a request once its last reply is in.
+// external is the Job as the agent's external front end
+// (Agent.AttachExternal).
+type external Job
+
+// Reply completes a request once its last reply is in.
+func (e *external) Reply(rp agent.Reply) { (*Job)(e).reply(rp) }
+
+// AskRankData queues the agent's request for a local rank's data for the
+// worker (ask). A closed Job drops it: the agent fails it as it closes.
+func (e *external) AskRankData(id uint64, rank int) {
+	(*Job)(e).enqueueInternal(&request{kind: reqAsk, rank: rank, id: id})
+}
+
+// reply completes a request once its last reply is in.
 func (j *Job) reply(rp agent.Reply) {
 	j.mu.Lock()
 	s, ok := j.pending[rp.Req.ID]
@@ -432,6 +619,19 @@ func (j *Job) reply(rp agent.Reply) {
 			for _, v := range rp.Values {
 				res.data = append(res.data, v...) // a copy: Values are views
 			}
+		}
+		p.req.done(res)
+		return
+	case agent.ReplyGet: // a direct modex's
+		delete(j.pending, rp.Req.ID)
+		j.mu.Unlock()
+		switch {
+		case rp.Err != nil:
+			res.err = rp.Err
+		case !rp.Found:
+			res.err = errNotFound
+		default:
+			res.data = []byte(rp.Val)
 		}
 		p.req.done(res)
 		return
@@ -457,4 +657,20 @@ func (j *Job) reply(rp agent.Reply) {
 		res.err = errNotFound
 	}
 	p.req.done(res)
+}
+
+// enqueueInternal hands the worker a request of the agent's or an answer
+// of the server library's to one (rank data), unbounded: the agent's
+// requests are bounded by the other nodes' clients' direct modex
+// requests, which their own Jobs bound. A closed Job drops it.
+func (j *Job) enqueueInternal(r *request) {
+	r.done = func(result) {}
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return
+	}
+	j.queue = append(j.queue, r)
+	j.mu.Unlock()
+	j.signal()
 }

@@ -171,3 +171,96 @@ type stuck struct{ agent.Upstream }
 
 func (stuck) Allgather(uint64, []tree.Entry, func([][]byte, error)) {}
 func (stuck) RingLayout(local int) (int, int)                       { return 0, local }
+
+// remoteData is an Upstream whose other node holds rank data: the
+// ranks in data are answered (found or not), the others never.
+type remoteData struct {
+	*agent.Local
+	data map[int]*string
+}
+
+func (u remoteData) FetchRankData(rank int, done func(string, bool, error)) {
+	v, ok := u.data[rank]
+	switch {
+	case ok && v != nil:
+		done(*v, true, nil)
+	case ok:
+		done("", false, nil)
+	}
+}
+
+// A direct modex against a real agent and the real server library. On
+// the requesting node: the rank's data comes back as the blob, a rank
+// without data is not found, and a request whose PMIX_TIMEOUT passes
+// fails with errTimeout. On the rank's node: the agent's request for a
+// registered rank that never committed waits in the server library
+// until the rank finalizes; it is then answered "not found", as is a
+// request made after the rank finalized.
+func TestJobDirectModex(t *testing.T) {
+	blob := "kv\x00blob"
+	up := remoteData{Local: agent.NewLocal(), data: map[int]*string{2: &blob, 3: nil}}
+	a, err := agent.New(agent.Config{Size: 4, Local: []int{0, 1}, Upstream: up})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	j, err := NewJob(Config{Agent: a, Nspace: "job-dmodex", Size: 4, Nodes: [][]int{{0, 1}, {2}, {3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+
+	if res := call(t, j, &request{kind: reqDmodex, rank: 2}); res.err != nil || string(res.data) != blob {
+		t.Errorf("direct modex of rank 2: %q, %v", res.data, res.err)
+	}
+	if res := call(t, j, &request{kind: reqDmodex, rank: 3}); !errors.Is(res.err, errNotFound) {
+		t.Errorf("direct modex of rank 3, which has no data: %q, %v; want errNotFound", res.data, res.err)
+	}
+	if res := call(t, j, &request{kind: reqDmodex, rank: 4}); res.err == nil {
+		t.Error("direct modex of rank 4 of 4 succeeded")
+	}
+	// Rank 2's node never answers now.
+	delete(up.data, 2)
+	start := time.Now()
+	if res := call(t, j, &request{kind: reqDmodex, rank: 2, timeout: 200 * time.Millisecond}); !errors.Is(res.err, errTimeout) {
+		t.Errorf("direct modex past its timeout: %q, %v; want errTimeout", res.data, res.err)
+	} else if time.Since(start) < 200*time.Millisecond {
+		t.Errorf("timed out after %v, before its 200 ms", time.Since(start))
+	}
+
+	// Rank 1's node: this one. Rank 1 never connected, so never
+	// committed: the library holds the request.
+	type answer struct {
+		val   string
+		found bool
+		err   error
+	}
+	serve := func() chan answer {
+		ch := make(chan answer, 1)
+		a.ServeRankData(1, func(val string, found bool, err error) { ch <- answer{val, found, err} })
+		return ch
+	}
+	before := serve()
+	select {
+	case an := <-before:
+		t.Fatalf("rank data of a rank that did not commit: %+v", an)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if res := call(t, j, &request{kind: reqFinalized, rank: 1}); res.err != nil {
+		t.Fatal(res.err)
+	}
+	for _, name := range []string{"before", "after"} {
+		ch := before
+		if name == "after" {
+			ch = serve()
+		}
+		select {
+		case an := <-ch:
+			if an.found || an.err != nil {
+				t.Errorf("request %s rank 1 finalized: %+v, want not found", name, an)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("request %s rank 1 finalized: not answered", name)
+		}
+	}
+}

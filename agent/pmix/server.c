@@ -122,17 +122,42 @@ static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
     return queued(rc);
 }
 
+// dmodex asks for the data of a rank of another node, which only that
+// node's server library holds: Go fetches it through the agent, from the
+// rank's node (rank_data below answers there). A PMIX_TIMEOUT the client
+// gave is the host's to apply (the server library sets none on the
+// request it hands over).
 static pmix_status_t dmodex(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
                             pmix_modex_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)proc;
-    (void)info;
-    (void)ninfo;
-    (void)cbfunc;
-    (void)cbdata;
-    // Open MPI 4.1 exchanges everything in its fence (full modex); a
-    // direct modex would need the on-demand get path (docs/pmix.md).
-    return PMIX_ERR_NOT_SUPPORTED;
+    if (proc->rank == PMIX_RANK_WILDCARD || proc->rank == PMIX_RANK_UNDEF)
+        return PMIX_ERR_NOT_SUPPORTED; // job data: every node registered the namespace itself
+    int timeout = 0;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (!PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT))
+            continue;
+        switch (info[i].value.type) {
+        case PMIX_INT:
+            timeout = info[i].value.data.integer;
+            break;
+        case PMIX_INT32:
+            timeout = info[i].value.data.int32;
+            break;
+        case PMIX_UINT32:
+            timeout = info[i].value.data.uint32 > 0x7fffffff ? 0x7fffffff : (int)info[i].value.data.uint32;
+            break;
+        default:
+            break;
+        }
+    }
+    fpx_cb *cb = newcb(cbdata);
+    if (cb == NULL)
+        return PMIX_ERR_NOMEM;
+    cb->modex = cbfunc;
+    int rc = fpxRequest(FPX_DMODEX, (char *)proc->nspace, proc->rank, timeout, NULL, NULL, 0, cb);
+    if (rc != 0)
+        free(cb);
+    return queued(rc);
 }
 
 static pmix_status_t publish(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
@@ -211,6 +236,46 @@ static pmix_server_module_t module = {
     .lookup = lookup,
     .unpublish = unpublish,
 };
+
+// --- rank data: a local rank's data for another node --------------------
+
+typedef struct {
+    char nspace[PMIX_MAX_NSLEN + 1];
+    unsigned long long id;
+    int rank; // -1: a wildcard request (job data), which Go uses as a marker
+} rank_data_req;
+
+static void rank_data_done(pmix_status_t status, char *data, size_t sz, void *cbdata)
+{
+    rank_data_req *rq = cbdata;
+    if (sz > 0x7fffffff) {
+        status = PMIX_ERR_NOMEM;
+        sz = 0;
+    }
+    fpxRankData(rq->nspace, rq->id, rq->rank, status, data, (int)sz);
+    free(rq);
+}
+
+// fpx_rank_data asks the server library for the data local rank (of
+// nspace) committed, or with rank -1 for the namespace's job data; the
+// answer reaches Go's fpxRankData with id, on PMIx's progress thread,
+// once the rank committed (never, if it never does). The library runs
+// such requests on its progress thread in the order they are made.
+int fpx_rank_data(const char *nspace, int rank, unsigned long long id)
+{
+    rank_data_req *rq = calloc(1, sizeof(*rq));
+    if (rq == NULL)
+        return PMIX_ERR_NOMEM;
+    PMIX_LOAD_NSPACE(rq->nspace, nspace);
+    rq->id = id;
+    rq->rank = rank;
+    pmix_proc_t proc;
+    PMIX_LOAD_PROCID(&proc, nspace, rank < 0 ? PMIX_RANK_WILDCARD : (pmix_rank_t)rank);
+    pmix_status_t rc = PMIx_server_dmodex_request(&proc, rank_data_done, rq);
+    if (rc != PMIX_SUCCESS)
+        free(rq);
+    return rc;
+}
 
 // --- completions, called from Go ---------------------------------------
 

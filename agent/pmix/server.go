@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Supported reports whether this build serves PMIx ranks.
@@ -173,8 +174,42 @@ func status(err error) C.int {
 		return C.PMIX_SUCCESS
 	case errors.Is(err, errNotFound):
 		return C.PMIX_ERR_NOT_FOUND
+	case errors.Is(err, errTimeout):
+		return C.PMIX_ERR_TIMEOUT
 	}
 	return C.PMIX_ERROR
+}
+
+// rankDataRequest asks the server library for the data local rank
+// committed (rank -1: the namespace's job data); fpxRankData gets the
+// answer, with id.
+func rankDataRequest(nspace string, rank int, id uint64) error {
+	c := C.CString(nspace)
+	defer C.fpx_free(c)
+	if rc := C.fpx_rank_data(c, C.int(rank), C.ulonglong(id)); rc != C.PMIX_SUCCESS {
+		return fmt.Errorf("pmix: PMIx_server_dmodex_request: %w", statusErr(rc))
+	}
+	return nil
+}
+
+//export fpxRankData
+func fpxRankData(nspace *C.char, id C.ulonglong, rank C.int, st C.int, data *C.char, n C.int) {
+	j := lookupJob(C.GoString(nspace))
+	if j == nil {
+		return
+	}
+	r := &request{kind: reqRankData, id: uint64(id), rank: int(rank)}
+	switch st {
+	case C.PMIX_SUCCESS:
+		r.found = true
+		if n > 0 {
+			r.data = []byte(C.GoStringN(data, n)) // every byte, NULs too
+		}
+	case C.PMIX_ERR_NOT_FOUND:
+	default:
+		r.err = fmt.Errorf("pmix: rank %d's data: %w", int(rank), statusErr(st))
+	}
+	j.enqueueInternal(r)
 }
 
 //export fpxRequest
@@ -200,6 +235,11 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 		if n > 0 {
 			r.data = []byte(C.GoStringN(msg, n))
 		}
+	case C.FPX_DMODEX:
+		r.kind = reqDmodex
+		if code > 0 {
+			r.timeout = time.Duration(code) * time.Second
+		}
 	case C.FPX_PUBLISH, C.FPX_LOOKUP, C.FPX_UNPUBLISH:
 		r.kind = map[C.int]reqKind{C.FPX_PUBLISH: reqPublish, C.FPX_LOOKUP: reqLookup, C.FPX_UNPUBLISH: reqUnpublish}[kind]
 		for i := 0; i < int(n); i++ {
@@ -209,7 +249,7 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 		return C.PMIX_ERR_NOT_SUPPORTED
 	}
 	switch r.kind {
-	case reqFence:
+	case reqFence, reqDmodex:
 		r.done = func(res result) {
 			var p *C.char
 			if len(res.data) > 0 {

@@ -14,6 +14,7 @@ enum {
     FPX_PUBLISH,
     FPX_LOOKUP,
     FPX_UNPUBLISH,
+    FPX_DMODEX,
 };
 
 // fpx_cb is one request's completion: the PMIx callback to call and its
@@ -47,6 +48,7 @@ const char *fpx_error(int status);
 int fpx_register_nspace(const fpx_job *j);
 void fpx_deregister_nspace(const char *nspace);
 int fpx_register_client(const char *nspace, int rank, int uid, int gid, char ***env);
+int fpx_rank_data(const char *nspace, int rank, unsigned long long id);
 void fpx_free_env(char **env);
 char *fpx_env_at(char **env, int i);
 

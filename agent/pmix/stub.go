@@ -5,11 +5,12 @@ package pmix
 // Supported reports whether this build serves PMIx ranks.
 const Supported = false
 
-func serverAcquire() error                    { return ErrNotSupported }
-func serverRelease()                          {}
-func registerNspace(*Config) error            { return ErrNotSupported }
-func deregisterNspace(string)                 {}
-func clientEnv(string, int) ([]string, error) { return nil, ErrNotSupported }
+func serverAcquire() error                      { return ErrNotSupported }
+func serverRelease()                            {}
+func registerNspace(*Config) error              { return ErrNotSupported }
+func deregisterNspace(string)                   {}
+func clientEnv(string, int) ([]string, error)   { return nil, ErrNotSupported }
+func rankDataRequest(string, int, uint64) error { return ErrNotSupported }
 
 // Shutdown does nothing: this build has no server.
 func Shutdown() {}

@@ -55,7 +55,7 @@ var flagTable = []*Flag{
 		Help: "who reads pmirun's standard input: a rank number (default 0), all, or none (like srun --input)",
 		set:  func(p *parser, v []string) error { return stdinRank(v[0], &p.cfg.StdinRank) }},
 	{Names: []string{"--mpi"}, Arg: "TYPE", Nargs: 1, Group: "job", Choices: []string{node.MPIPMI, node.MPIPMIx},
-		Help: "what ranks may speak: pmi (PMI-1/PMI-2, the default) or pmix (PMIx as well, for Open MPI; needs a build with PMIx support)",
+		Help: "what ranks may speak: pmi (PMI-1/PMI-2) or pmix (PMIx as well, for Open MPI; needs a build with PMIx support); default: pmix if a program links Open MPI or OpenPMIx, else pmi",
 		set:  func(p *parser, v []string) error { p.cfg.MPI = v[0]; return nil }},
 	{Names: []string{"--usize"}, Arg: "N", Nargs: 1, Group: "job",
 		Help: "universe size answered to get_universe_size (default -1, unlimited)",

@@ -62,13 +62,14 @@ var cprogs = []struct {
 	{"pmi2_appnum", []string{"gcc"}, []string{"-lpmi2"}, ""},
 	{"pmi2_spawnbench", []string{"gcc"}, []string{"-lpmi2"}, ""},
 	{"pmi2_cost", []string{"gcc"}, []string{"-lpmi2", "-ldl"}, ""},
-	{"pmix_bench", []string{"gcc"}, nil, ""}, // with pkgConfig's flags
+	{"pmix_bench", []string{"gcc"}, nil, ""},  // with pkgConfig's flags
+	{"pmix_dmodex", []string{"gcc"}, nil, ""}, // with pkgConfig's flags
 	{"exit_early", []string{"gcc"}, nil, ""},
 }
 
 // pkgConfig names the pkg-config package whose compile and link flags a
 // program of cprogs needs.
-var pkgConfig = map[string]string{"pmix_bench": "pmix"}
+var pkgConfig = map[string]string{"pmix_bench": "pmix", "pmix_dmodex": "pmix"}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fastpmi-e2e-")

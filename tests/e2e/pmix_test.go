@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -124,6 +125,25 @@ func TestPMIxClient(t *testing.T) {
 	}
 }
 
+// asyncModex are the Open MPI settings under which no rank's data travels
+// with a fence: MPI_Init's modex is asynchronous, and a fence collects
+// nothing; a rank reads each peer's business card by PMIx_Get when it
+// first talks to it, which for a peer on another node is a direct modex.
+var asyncModex = []string{"--env", "OMPI_MCA_pmix_base_async_modex=1", "--env", "OMPI_MCA_pmix_base_collect_data=0"}
+
+// On one node a get of a peer's key is served by the node's server
+// library itself (no direct modex): Open MPI with an asynchronous modex,
+// and OpenPMIx's own client reading every peer's key after fences that
+// collect nothing (TestOpenMPIMultiNode runs both across hosts).
+func TestPMIxDirectModex(t *testing.T) {
+	r := run(t, ompiJob(4, append(asyncModex, prog("ompi_allreduce"))...))
+	r.wantCode(t, 0)
+	r.wantAllreduce(t, 4)
+	r = run(t, ompiJob(4, "--env", "FASTPMI_BENCH_VERBOSE=1", prog("pmix_dmodex")))
+	r.wantCode(t, 0)
+	r.wantOneLine(t, `^pmix_dmodex ok N=4$`)
+}
+
 // MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name reach pmirun's
 // name service through the PMIx server's publish, lookup and unpublish;
 // the program checks the value, and that a lookup after unpublish fails.
@@ -134,6 +154,25 @@ func TestOpenMPIPublishLookup(t *testing.T) {
 			r.wantCode(t, 0)
 			r.wantRankLines(t, size, func(rank int) string { return fmt.Sprintf("pubname ok rank %d", rank) })
 		})
+	}
+}
+
+// Without --mpi, a program that links Open MPI (libmpi.so.40) or OpenPMIx
+// (libpmix.so) is served PMIx; an MPMD job whose programs link PMIx and a
+// PMI library both is refused before anything starts, whatever --mpi
+// says: their collectives cannot meet (docs/pmix.md). MPICH and libpmi2
+// programs stay PMI (every other test runs them without --mpi).
+func TestMPIDetect(t *testing.T) {
+	r := run(t, job{args: []string{"--verbose", "-n", "2", prog("ompi_allreduce")}, timeout: 90 * time.Second})
+	r.wantCode(t, 0)
+	r.wantAllreduce(t, 2)
+	r.wantMessage(t, `^pmirun: --mpi pmix \(detected: \S*ompi_allreduce links libmpi\.so\.40\)$`)
+	for _, mpi := range [][]string{nil, {"--mpi", "pmix"}} {
+		args := append(slices.Clone(mpi), "-n", "2", prog("pmix_bench"), ":", "-n", "2", prog("pmi2_test"))
+		r := run(t, job{args: args})
+		r.wantCode(t, 2)
+		r.wantMessage(t, `^pmirun: \S*pmix_bench links libpmix\.so\.2 \(PMIx\) and \S*pmi2_test links libpmi2\.so\.0 \(PMI\): one job's ranks cannot mix PMI and PMIx`)
+		r.wantFaster(t, 10*time.Second)
 	}
 }
 
@@ -171,6 +210,57 @@ func TestOpenMPIMultiNode(t *testing.T) {
 		r.wantCode(t, 0)
 		r.wantOneLine(t, `^pmix_bench ok N=16$`)
 	})
+	// Direct modex: no fence carries the data, so a rank's PMIx_Get of a
+	// peer on another host goes to that host's agent, whose server library
+	// answers with the peer's data (kvs.rankdata.* count the requests).
+	t.Run("async-modex/N=8", func(t *testing.T) {
+		j := cl.job("net", append(append([]string{"--mpi", "pmix", "--verbose"}, asyncModex...), "-n", "8", prog("ompi_allreduce"))...)
+		j.timeout = 90 * time.Second
+		r := run(t, j)
+		r.wantCode(t, 0)
+		r.wantAllreduce(t, 8)
+		r.wantNoORTE(t)
+		served := int64(0)
+		for _, c := range r.counters(t, 4) {
+			served += c["kvs.rankdata.served"]
+		}
+		if served == 0 {
+			t.Errorf("no node served rank data: the business cards did not come by direct modex\n%s", r)
+		}
+	})
+	t.Run("pmix_dmodex/N=8", func(t *testing.T) {
+		r := run(t, cl.job("net", "--mpi", "pmix", "--env", "FASTPMI_BENCH_VERBOSE=1", "-n", "8", prog("pmix_dmodex")))
+		r.wantCode(t, 0)
+		r.wantOneLine(t, `^pmix_dmodex ok N=8$`)
+	})
+	// Rank 5 (host 2, with rank 4) puts nothing. When it finalizes, a get
+	// of its key from another host is answered "not found" (rank 4's is
+	// its own server's business: a local peer's key it waits 2 s for);
+	// with a PMIX_TIMEOUT, the get fails when it passes; when it is
+	// killed, the job ends naming it, its readers waiting until then.
+	t.Run("pmix_dmodex/finalized", func(t *testing.T) {
+		r := run(t, cl.job("net", "--mpi", "pmix", "-n", "8", prog("pmix_dmodex"), "finalized", "5"))
+		r.wantCode(t, 0)
+		r.wantReaders(t, 8, 5, func(rank int) string {
+			if rank == 4 {
+				return `^rank 4: get of rank 5 failed: (TIMEOUT|NOT-FOUND)$`
+			}
+			return fmt.Sprintf(`^rank %d: get of rank 5 failed: NOT-FOUND$`, rank)
+		})
+	})
+	t.Run("pmix_dmodex/timeout", func(t *testing.T) {
+		r := run(t, cl.job("net", "--mpi", "pmix", "-n", "8", prog("pmix_dmodex"), "timeout", "5"))
+		r.wantCode(t, 0)
+		r.wantReaders(t, 8, 5, func(rank int) string {
+			return fmt.Sprintf(`^rank %d: get of rank 5: TIMEOUT after \d+ s$`, rank)
+		})
+	})
+	t.Run("pmix_dmodex/killed", func(t *testing.T) {
+		r := run(t, cl.job("net", "--mpi", "pmix", "-n", "8", prog("pmix_dmodex"), "killed", "5"))
+		r.wantCode(t, 128+9)
+		r.wantMessage(t, `\brank 5 killed by signal 9 \(SIGKILL\) after PMI init, before finalize`)
+		r.wantFaster(t, 30*time.Second)
+	})
 	// A rank on another host than pmirun's killed before init, or after it
 	// while every other rank waits in a fence, ends the job naming it.
 	for _, tc := range []struct {
@@ -186,6 +276,29 @@ func TestOpenMPIMultiNode(t *testing.T) {
 			r.wantMessage(t, fmt.Sprintf(`\brank %d killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.stage))
 			r.wantFaster(t, 30*time.Second)
 		})
+	}
+}
+
+// wantReaders checks pmix_dmodex's output in a victim mode: one line per
+// rank of size but victim, matching the pattern re gives for it.
+func (r result) wantReaders(t *testing.T, size, victim int, re func(rank int) string) {
+	t.Helper()
+	got := map[int]string{}
+	for _, l := range lines(r.stdout) {
+		var rank int
+		if _, err := fmt.Sscanf(l, "rank %d:", &rank); err != nil || rank < 0 || rank >= size || rank == victim || got[rank] != "" {
+			t.Errorf("unexpected line %q\n%s", l, r)
+			return
+		}
+		got[rank] = l
+	}
+	for rank := range size {
+		if rank == victim {
+			continue
+		}
+		if !regexp.MustCompile(re(rank)).MatchString(got[rank]) {
+			t.Errorf("rank %d printed %q, want %s\n%s", rank, got[rank], re(rank), r)
+		}
 	}
 }
 

@@ -1,0 +1,175 @@
+/* pmix_dmodex: a PMIx client whose peers' data is read by direct modex.
+ * Every rank puts a key (PMIX_GLOBAL, 2000 bytes: more than a PMI value
+ * may hold), commits, fences WITHOUT collecting data, and reads every
+ * peer's key: a peer on another node is served by a direct modex from
+ * that node's server. Then a second round: a second key put, committed
+ * and fenced the same way, and read again, so data committed after a
+ * first direct modex is fetched afresh. Each value is checked.
+ *
+ * pmix_dmodex [MODE VICTIM]: rank VICTIM puts nothing, and
+ *   finalized  it finalizes and exits 0 after the fence; every other rank's
+ *              get of its key must fail, not hang: the rank prints
+ *              "rank R: get of rank V failed: ERR" and goes on (exit 0);
+ *   killed     it raises SIGKILL 1 s after the fence; the others wait in
+ *              their get (PMIX_TIMEOUT 30 s) and exit 1 if it fails;
+ *   timeout    it sleeps 5 s after the fence, then finalizes; the others
+ *              get its key with PMIX_TIMEOUT 1 s and print
+ *              "rank R: get of rank V: STATUS after S s".
+ *
+ * Rank 0 prints "pmix_dmodex ok N=<n>" when FASTPMI_BENCH_VERBOSE is set
+ * and the default mode passed on it. Errors go to stderr, exit 1. */
+#include <pmix.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VALLEN 2000
+
+static pmix_proc_t me;
+
+static void value_of(char *buf, const char *key, pmix_rank_t r)
+{
+    int n = snprintf(buf, VALLEN + 1, "%s-of-rank-%u-", key, r);
+    for (int i = n; i < VALLEN; i++)
+        buf[i] = 'a' + (char)((i * 7 + r) % 26);
+    buf[VALLEN] = '\0';
+}
+
+static void die(const char *what, pmix_status_t rc)
+{
+    fprintf(stderr, "pmix_dmodex: rank %u: %s: %s\n", me.rank, what, PMIx_Error_string(rc));
+    exit(1);
+}
+
+static void put(const char *key)
+{
+    static char v[VALLEN + 1];
+    pmix_value_t val;
+    pmix_status_t rc;
+    value_of(v, key, me.rank);
+    val.type = PMIX_STRING;
+    val.data.string = v;
+    if ((rc = PMIx_Put(PMIX_GLOBAL, key, &val)) != PMIX_SUCCESS || (rc = PMIx_Commit()) != PMIX_SUCCESS)
+        die("put/commit", rc);
+}
+
+/* fence without data: nobody's key travels with it */
+static void fence(void)
+{
+    pmix_proc_t all;
+    pmix_info_t info;
+    bool collect = false;
+    pmix_status_t rc;
+    PMIX_LOAD_PROCID(&all, me.nspace, PMIX_RANK_WILDCARD);
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    if ((rc = PMIx_Fence(&all, 1, &info, 1)) != PMIX_SUCCESS)
+        die("fence", rc);
+}
+
+static pmix_status_t get(pmix_rank_t r, const char *key, int timeout, pmix_value_t **got)
+{
+    pmix_proc_t p;
+    pmix_info_t info;
+    PMIX_LOAD_PROCID(&p, me.nspace, r);
+    if (timeout <= 0)
+        return PMIx_Get(&p, key, NULL, 0, got);
+    PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout, PMIX_INT);
+    return PMIx_Get(&p, key, &info, 1, got);
+}
+
+static void check_all(uint32_t size, const char *key)
+{
+    char want[VALLEN + 1];
+    pmix_value_t *got = NULL;
+    pmix_status_t rc;
+    for (uint32_t i = 1; i <= size; i++) {
+        pmix_rank_t r = (me.rank + i) % size; /* the next ranks first: most are remote */
+        if ((rc = get(r, key, 0, &got)) != PMIX_SUCCESS) {
+            fprintf(stderr, "pmix_dmodex: rank %u: get %s of rank %u: %s\n", me.rank, key, r, PMIx_Error_string(rc));
+            exit(1);
+        }
+        value_of(want, key, r);
+        if (got->type != PMIX_STRING || strcmp(got->data.string, want) != 0) {
+            fprintf(stderr, "pmix_dmodex: rank %u: rank %u's %s is wrong\n", me.rank, r, key);
+            exit(1);
+        }
+        PMIX_VALUE_RELEASE(got);
+    }
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    pmix_proc_t wild;
+    pmix_value_t *got = NULL;
+    pmix_status_t rc;
+    const char *mode = argc > 2 ? argv[1] : NULL;
+    pmix_rank_t victim = argc > 2 ? (pmix_rank_t)atoi(argv[2]) : 0;
+
+    alarm(60);
+    if ((rc = PMIx_Init(&me, NULL, 0)) != PMIX_SUCCESS) {
+        fprintf(stderr, "pmix_dmodex: PMIx_Init: %s\n", PMIx_Error_string(rc));
+        return 1;
+    }
+    PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
+    if ((rc = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &got)) != PMIX_SUCCESS)
+        die("get job size", rc);
+    uint32_t size = got->data.uint32;
+    PMIX_VALUE_RELEASE(got);
+
+    if (mode == NULL) {
+        put("fastpmi.dmodex.a");
+        fence();
+        check_all(size, "fastpmi.dmodex.a");
+        put("fastpmi.dmodex.b");
+        fence();
+        check_all(size, "fastpmi.dmodex.b");
+        fence(); /* nobody leaves while another may still read its data */
+        if ((rc = PMIx_Finalize(NULL, 0)) != PMIX_SUCCESS)
+            die("finalize", rc);
+        if (me.rank == 0 && getenv("FASTPMI_BENCH_VERBOSE") != NULL)
+            printf("pmix_dmodex ok N=%u\n", size);
+        return 0;
+    }
+
+    if (me.rank != victim)
+        put("fastpmi.dmodex.a");
+    fence();
+    if (me.rank == victim) {
+        if (strcmp(mode, "killed") == 0) {
+            sleep(1);
+            raise(SIGKILL);
+        }
+        if (strcmp(mode, "timeout") == 0)
+            sleep(5);
+        if ((rc = PMIx_Finalize(NULL, 0)) != PMIX_SUCCESS)
+            die("finalize", rc);
+        return 0;
+    }
+    double t0 = now();
+    int timeout = strcmp(mode, "killed") == 0 ? 30 : strcmp(mode, "timeout") == 0 ? 1 : 0;
+    rc = get(victim, "fastpmi.dmodex.a", timeout, &got);
+    if (rc == PMIX_SUCCESS) {
+        fprintf(stderr, "pmix_dmodex: rank %u: got rank %u's key, which it never put\n", me.rank, victim);
+        return 1;
+    }
+    if (strcmp(mode, "killed") == 0)
+        die("get of the victim's key", rc);
+    if (strcmp(mode, "timeout") == 0)
+        printf("rank %u: get of rank %u: %s after %.0f s\n", me.rank, victim, PMIx_Error_string(rc), now() - t0);
+    else
+        printf("rank %u: get of rank %u failed: %s\n", me.rank, victim, PMIx_Error_string(rc));
+    fflush(stdout);
+    if ((rc = PMIx_Finalize(NULL, 0)) != PMIX_SUCCESS)
+        die("finalize", rc);
+    return 0;
+}
