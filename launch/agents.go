@@ -41,28 +41,18 @@ type agentProc interface {
 // submission to each of those on the job's nodes.
 func (r *rootNode) agents(ctx context.Context, hosts []string) ([]agentProc, error) {
 	if r.spec.Jobno > 0 && r.run.hostd != nil {
-		as := make([]agentProc, len(hosts))
+		addrs := make([]string, len(r.at))
 		for i, n := range r.at {
-			as[i] = &daemonAgent{addr: r.run.hostd[n]}
+			addrs[i] = r.run.hostd[n]
 		}
-		return as, nil
+		return dialDaemons(r.run.dtr, addrs), nil
 	}
 	if r.cfg.Bootstrap == "daemon" {
 		tr, err := r.run.daemonTransport()
 		if err != nil {
 			return nil, err
 		}
-		// Connect to every daemon at once: one round of connection set-up
-		// and authentication however many nodes. A failure is start's.
-		as := make([]agentProc, len(hosts))
-		var dials sync.WaitGroup
-		for i, h := range hosts {
-			d := &daemonAgent{addr: h}
-			as[i] = d
-			dials.Go(func() { d.dial(tr) })
-		}
-		dials.Wait()
-		return as, nil
+		return dialDaemons(tr, hosts), nil
 	}
 	cmds, err := r.cfg.agentCommands(ctx, hosts)
 	if err != nil {
@@ -73,6 +63,21 @@ func (r *rootNode) agents(ctx context.Context, hosts []string) ([]agentProc, err
 		as[i] = &procAgent{cmd: c}
 	}
 	return as, nil
+}
+
+// dialDaemons returns a daemonAgent for each address, connected to every
+// one at once: one round of connection set-up and authentication however
+// many nodes. A failure to connect is the agent's start's.
+func dialDaemons(tr netio.Transport, addrs []string) []agentProc {
+	as := make([]agentProc, len(addrs))
+	var dials sync.WaitGroup
+	for i, addr := range addrs {
+		d := &daemonAgent{addr: addr}
+		as[i] = d
+		dials.Go(func() { d.dial(tr) })
+	}
+	dials.Wait()
+	return as
 }
 
 // procAgent is an agent started as a process by a bootstrap, with the
