@@ -164,3 +164,23 @@ func TestRunSlurm(t *testing.T) {
 	}
 	wantSlurmGone(t, stderr.String())
 }
+
+// A job that stops answering is ended once the stall passes, with what
+// it printed before; one that answers in time is not.
+func TestRunJobStall(t *testing.T) {
+	o := spawnOptions{timeout: 2 * time.Minute}
+	argv := []string{"/bin/sh", "-c", "echo spawn_us 1 100; exec sleep 100"}
+	t0 := time.Now()
+	out, _, stalled, err := runJobStall(context.Background(), o, argv, nil, 2*time.Second)
+	if !stalled || err == nil || string(out) != "spawn_us 1 100\n" {
+		t.Errorf("stalled %v, err %v, out %q: want a stall after the first line", stalled, err, out)
+	}
+	if d := time.Since(t0); d > time.Minute {
+		t.Errorf("stalled job ended after %v", d)
+	}
+	argv = []string{"/bin/sh", "-c", "echo a; sleep 1; echo b"}
+	out, _, stalled, err = runJobStall(context.Background(), o, argv, nil, 30*time.Second)
+	if stalled || err != nil || string(out) != "a\nb\n" {
+		t.Errorf("stalled %v, err %v, out %q: want a\\nb\\n", stalled, err, out)
+	}
+}
