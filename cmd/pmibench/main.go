@@ -1,5 +1,6 @@
-// Command pmibench times pmirun against MPICH's Hydra (mpiexec) side by
-// side on the same workloads.
+// Command pmibench times pmirun against MPICH's Hydra (mpiexec), and
+// with -slurm and -ompi against Slurm's srun and Open MPI's mpirun, side
+// by side on the same workloads.
 //
 //	pmibench [-runs 10] [-warmup 1] [-n 1,4,16,64,128] [-workload pmi2,hello]
 //	         [-pmirun PATH] [-mpiexec PATH|none] [-pmi2-prog PATH] [-hello-prog PATH]
@@ -184,7 +185,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.lib, "lib", "", "directory of another libpmi2.so.0 (e.g. build/lib, libfastpmi): adds a first column, pmirun with ranks loading it (LD_LIBRARY_PATH) over shared memory (FASTPMI_TRANSPORT=shm)")
 	fs.StringVar(&o.mpi, "mpi", "", "pmirun's --mpi for every job (pmix: Open MPI programs; compare with Open MPI's mpirun as -mpiexec)")
 	fs.IntVar(&o.daemonNodes, "daemon-nodes", 2, "with -daemon: daemons, and loopback agents per job (fewer when N is smaller)")
-	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec, alternating runs."); err != nil {
+	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec (and, with -slurm and -ompi, Slurm's srun and Open MPI's mpirun), alternating runs."); err != nil {
 		return o, err
 	}
 	var err error
