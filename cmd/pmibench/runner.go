@@ -217,6 +217,12 @@ func (r *Runner) Once(ctx context.Context, l Launcher, n int, w Workload) Sample
 	start := time.Now()
 	err := cmd.Run()
 	wall := time.Since(start)
+	if ctx.Err() != nil && cmd.Process != nil {
+		// Ended early: what the launcher left in its group goes too (srun
+		// keeps a helper child that may outlive it by a moment). The group
+		// id stays the launcher's while any member lives.
+		_ = sys.SignalGroup(cmd.Process.Pid, sys.SIGKILL)
+	}
 
 	if err == nil {
 		s.Wall = wall

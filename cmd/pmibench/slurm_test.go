@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,14 +72,28 @@ func wantSlurmGone(t *testing.T, stderr string) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("%s left behind (%v)", dir, err)
 	}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		for _, f := range []string{"cmdline", "environ"} {
-			if raw, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(raw, []byte(dir)) {
-				t.Errorf("process %s still running: %q", filepath.Base(p), bytes.ReplaceAll(raw, []byte{0}, []byte{' '}))
-				break
+	// A process that is ending may still be seen for a moment: each must
+	// be gone within a generous bound.
+	left := func() (out []string) {
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, p := range procs {
+			for _, f := range []string{"cmdline", "environ"} {
+				if raw, err := os.ReadFile(filepath.Join(p, f)); err == nil && bytes.Contains(raw, []byte(dir)) {
+					cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+					out = append(out, fmt.Sprintf("%s %q", filepath.Base(p), bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))
+					break
+				}
 			}
 		}
+		return out
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for procs := left(); len(procs) > 0; procs = left() {
+		if time.Now().After(deadline) {
+			t.Errorf("still running 30s after pmibench ended: %s", strings.Join(procs, ", "))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if !strings.Contains(stderr, "pmibench: slurm: stopped") {
 		t.Errorf("no stop reported:\n%s", stderr)
