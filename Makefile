@@ -16,7 +16,7 @@ APT_PKGS   := mpich libmpich-dev libpmi2-0-dev iproute2 gcc make openssh-client 
               libpmix-dev openmpi-bin libopenmpi-dev pkg-config
 FUZZTIME   ?= 30s
 
-.PHONY: help deps build run test test-race bench bench-scale plots paper fuzz check clean cprog tidy-check lib docs install install-check
+.PHONY: help deps build run test test-race bench bench-ompi bench-scale plots paper fuzz check clean cprog tidy-check lib docs install install-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -135,9 +135,14 @@ test: deps tidy-check lib install-check ## install what is needed and run every 
 test-race: ## every package's tests under the race detector
 	$(GO) test $(LDFLAGS) -count=1 -race -timeout 20m ./...
 
-bench: deps build cprog ## pmirun vs Hydra side by side, and the Go benchmarks
-	$(BIN)/pmibench -n 1,4,16,64,128 -runs 10 -pmirun $(BIN)/pmirun \
+# -slurm starts a one-node Slurm for the run (root; stopped at the end).
+bench: deps build cprog ## pmirun vs Hydra vs Slurm (srun --mpi=pmi2) side by side
+	$(BIN)/pmibench -n 1,4,16,64,128 -runs 10 -pmirun $(BIN)/pmirun -slurm \
 		-pmi2-prog $(CPROG)/pmi2_bench -hello-prog $(CPROG)/mpi_hello
+
+bench-ompi: deps build cprog ## Open MPI hello and the PMIx workload: pmirun --mpi pmix vs srun --mpi=pmix vs Open MPI's mpirun (docs/pmix.md)
+	$(BIN)/pmibench -mpi pmix -mpiexec none -ompi /usr/bin/mpirun.openmpi -slurm -workload hello,pmix \
+		-hello-prog $(CPROG)/ompi_hello -n 1,16,64,128 -runs 5 -markdown -pmirun $(BIN)/pmirun
 
 bench-scale: build ## scale benchmark: loopback agents x goroutine ranks to P=16384, both backends (docs/scale.md)
 	$(BIN)/pmibench -scale -nodes 4,16,64 -ppn 16,64,128,256 -rounds 10 -netio net,uring -markdown \
@@ -147,12 +152,14 @@ bench-scale: build ## scale benchmark: loopback agents x goroutine ranks to P=16
 
 # The README's figures: pmibench draws SVG and PNG into build/plots; the
 # PNGs are what docs/img keeps.
-plots: deps build cprog ## regenerate docs/img/*.png: start-up vs N per launcher, pmirun's phases, scale curves, spawn latency
-	$(BIN)/pmibench -n 1,4,16,64,128 -runs 5 -pmirun $(BIN)/pmirun \
+plots: deps build cprog ## regenerate docs/img/*.png: start-up vs N per launcher (Hydra, Slurm, Open MPI), pmirun's phases, scale curves, spawn latency
+	$(BIN)/pmibench -n 1,4,16,64,128 -workload true,pmi2,hello -runs 5 -pmirun $(BIN)/pmirun -slurm -ompi /usr/bin/mpirun.openmpi \
 		-pmi2-prog $(CPROG)/pmi2_bench -hello-prog $(CPROG)/mpi_hello -markdown -plot build/plots
+	$(BIN)/pmibench -mpi pmix -mpiexec none -ompi /usr/bin/mpirun.openmpi -slurm -workload hello,pmix \
+		-hello-prog $(CPROG)/ompi_hello -n 1,16,64,128 -runs 5 -markdown -pmirun $(BIN)/pmirun -plot build/plots
 	$(BIN)/pmibench -scale -nodes 4,16 -ppn 16,64,256 -rounds 10 -netio net,uring -markdown \
 		-pmirun $(BIN)/pmirun -plot build/plots
-	$(BIN)/pmibench -spawn -markdown -pmirun $(BIN)/pmirun -prog $(CPROG)/pmi2_spawnbench -plot build/plots
+	$(BIN)/pmibench -spawn -slurm -timeout 120s -markdown -pmirun $(BIN)/pmirun -prog $(CPROG)/pmi2_spawnbench -plot build/plots
 	mkdir -p docs/img && cp build/plots/*.png docs/img/
 
 # The research's figures 9-12 and Table II (docs/paper.md), up to

@@ -1,9 +1,11 @@
-// Command pmibench times pmirun against MPICH's Hydra (mpiexec) side by
-// side on the same workloads.
+// Command pmibench times pmirun against MPICH's Hydra (mpiexec), and
+// with -slurm and -ompi against Slurm's srun and Open MPI's mpirun, side
+// by side on the same workloads.
 //
 //	pmibench [-runs 10] [-warmup 1] [-n 1,4,16,64,128] [-workload pmi2,hello]
 //	         [-pmirun PATH] [-mpiexec PATH|none] [-pmi2-prog PATH] [-hello-prog PATH]
 //	         [-timeout 60s] [-markdown] [-json FILE] [-plot DIR] [-v] [-lib DIR]
+//	         [-slurm] [-ompi PATH [-ompi-hello-prog PATH]] [-mpi pmix [-pmix-prog PATH]]
 //
 // With -lib DIR (a directory holding a libpmi2.so.0, such as libfastpmi's
 // build/lib) a first column runs pmirun with its ranks loading that
@@ -48,6 +50,20 @@
 // "-bind-to none" when the launcher accepts it (pmirun does not bind
 // either), and names the column "hydra" only if the help text says Hydra,
 // else "mpiexec".
+//
+// With -slurm pmibench starts a one-node Slurm of its own (munged,
+// slurmctld and slurmd in a PID namespace, as the tests start theirs; see
+// slurm.go) and adds a column "slurm": "srun --mpi=pmi2 --overcommit -n N
+// PROG", each run a whole Slurm job; Slurm is stopped when pmibench ends,
+// whatever ends it. With -ompi PATH (Open MPI's mpirun) a column
+// "ompi-mpirun*" runs the hello workload with -ompi-hello-prog (default
+// build/cprog/ompi_hello: the same source built with Open MPI): a
+// different MPI, so wall time only, marked "*". With -mpi pmix (Open MPI
+// programs: pmirun --mpi pmix, srun --mpi=pmix) the column is
+// "ompi-mpirun" and runs every workload's program as is; workload "pmix"
+// runs -pmix-prog (default build/cprog/pmix_bench, a PMIx client doing
+// put, commit, fence and a get of every rank's key). The table has one
+// ratio column per peer: the first launcher's median over the peer's.
 //
 // With -scale pmibench instead runs many loopback agents with goroutine
 // ranks and reports time, bytes and messages per collective; see scale.go.
@@ -95,6 +111,8 @@ const (
 	defaultHelloProg = "build/cprog/mpi_hello"
 	defaultTrueProg  = "build/cprog/true_static"
 	defaultFloor     = "build/cprog/forkfloor"
+	defaultPMIxProg  = "build/cprog/pmix_bench"
+	defaultOmpiHello = "build/cprog/ompi_hello"
 )
 
 func main() {
@@ -134,6 +152,10 @@ type options struct {
 	daemonNodes  int
 	lib          string // a libpmi2.so.0 directory (libfastpmi): its own pmirun column, first
 	mpi          string // pmirun's --mpi ("" = its default)
+	pmixProg     string
+	slurm        bool   // start a local Slurm and add its srun column
+	ompi         string // Open MPI's mpirun: a column of its own ("" = none)
+	ompiHello    string // the hello source built with Open MPI, for -ompi without -mpi pmix
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -143,11 +165,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.runs, "runs", 10, "timed runs per launcher, N and workload")
 	fs.IntVar(&o.warmup, "warmup", 1, "untimed runs per launcher before the timed ones")
 	nList := fs.String("n", "1,4,16,64,128", "comma-separated rank counts")
-	wList := fs.String("workload", "pmi2,hello", "comma-separated workloads: pmi2, hello, true")
+	wList := fs.String("workload", "pmi2,hello", "comma-separated workloads: pmi2, hello, true, pmix (with -mpi pmix)")
 	fs.StringVar(&o.pmirun, "pmirun", "", "pmirun binary (default "+defaultPmirun+" under the repo root, else pmirun in PATH)")
 	fs.StringVar(&o.mpiexec, "mpiexec", "", `Hydra's mpiexec (default mpiexec.hydra, else mpiexec, in PATH; "none" to skip)`)
 	fs.StringVar(&o.pmi2Prog, "pmi2-prog", "", "program of the pmi2 workload (default "+defaultPMI2Prog+" under the repo root)")
 	fs.StringVar(&o.helloProg, "hello-prog", "", "program of the hello workload (default "+defaultHelloProg+" under the repo root)")
+	fs.StringVar(&o.pmixProg, "pmix-prog", "", "program of the pmix workload (default "+defaultPMIxProg+" under the repo root)")
+	fs.BoolVar(&o.slurm, "slurm", false, "start a one-node Slurm (munged, slurmctld, slurmd; root) for the run and add a column: srun --mpi=pmi2 (--mpi=pmix with -mpi pmix); stopped at the end")
+	fs.StringVar(&o.ompi, "ompi", "", "Open MPI's mpirun (e.g. mpirun.openmpi): adds a column; without -mpi pmix it runs the hello workload only, with -ompi-hello-prog (a different MPI: wall time only)")
+	fs.StringVar(&o.ompiHello, "ompi-hello-prog", "", "the hello program built with Open MPI, for -ompi without -mpi pmix (default "+defaultOmpiHello+" under the repo root)")
 	fs.StringVar(&o.trueProg, "true-prog", "", "program of the true workload (default "+defaultTrueProg+" under the repo root)")
 	fs.StringVar(&o.floor, "floor", "", `fork+exec floor launcher for the true workload (default `+defaultFloor+` under the repo root when built; "none" to skip)`)
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "limit for one run")
@@ -159,7 +185,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.lib, "lib", "", "directory of another libpmi2.so.0 (e.g. build/lib, libfastpmi): adds a first column, pmirun with ranks loading it (LD_LIBRARY_PATH) over shared memory (FASTPMI_TRANSPORT=shm)")
 	fs.StringVar(&o.mpi, "mpi", "", "pmirun's --mpi for every job (pmix: Open MPI programs; compare with Open MPI's mpirun as -mpiexec)")
 	fs.IntVar(&o.daemonNodes, "daemon-nodes", 2, "with -daemon: daemons, and loopback agents per job (fewer when N is smaller)")
-	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec, alternating runs."); err != nil {
+	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec (and, with -slurm and -ompi, Slurm's srun and Open MPI's mpirun), alternating runs."); err != nil {
 		return o, err
 	}
 	var err error
@@ -305,6 +331,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
 		return 2
+	case hydra == "" && (o.slurm || o.ompi != ""):
+		note("no Hydra mpiexec (mpiexec.hydra or mpiexec in PATH, or -mpiexec): no Hydra column")
 	case hydra == "":
 		note("no Hydra mpiexec (mpiexec.hydra or mpiexec in PATH, or -mpiexec): timing pmirun alone")
 	default:
@@ -314,6 +342,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if l.Name != "hydra" {
 			note("%s does not say it is Hydra: its column is named %q", hydra, l.Name)
+		}
+		launchers = append(launchers, l)
+	}
+
+	if o.ompi != "" {
+		l, err := ompiLauncher(o, root)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			return 2
+		}
+		if l.Prog != "" {
+			note("%s runs %s, Open MPI's build of the hello workload's source: a different MPI than the other columns (wall time only)", l.Name, l.Prog)
 		}
 		launchers = append(launchers, l)
 	}
@@ -349,6 +389,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		default:
 			note("no fork+exec floor (%s: run make cprog): the true workload runs without it", defaultFloor)
 		}
+	}
+
+	if o.slurm {
+		// Last before the runs: a usage error above starts no daemon.
+		// The column goes after Hydra's, before Open MPI's and the floor.
+		sl, err := startSlurm(ctx, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			return 1
+		}
+		defer sl.stop(stderr)
+		at := slices.IndexFunc(launchers, func(l Launcher) bool { return strings.HasPrefix(l.Name, "ompi-mpirun") || l.Name == "floor" })
+		if at < 0 {
+			at = len(launchers)
+		}
+		launchers = slices.Insert(launchers, at, sl.launcher(o.mpi))
 	}
 
 	var reportPath string
@@ -426,7 +482,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		code = 1
 	}
 	if o.plotDir != "" {
-		files, err := writeLauncherPlots(o.plotDir, rows, samples, phases, names)
+		prefix := ""
+		if o.mpi == "pmix" {
+			prefix = "ompi-" // beside the MPICH figures of the same workload names
+		}
+		files, err := writeLauncherPlots(o.plotDir, prefix, rows, samples, phases, names)
 		if err != nil {
 			fmt.Fprintf(stderr, "pmibench: %v\n", err)
 			code = 1
@@ -441,7 +501,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Workloads: workloads, Notes: notes, Samples: samples, Phases: phases,
 		}
 		for _, l := range launchers {
-			rep.Launchers = append(rep.Launchers, reportLauncher{Name: l.Name, Path: l.Path, Args: l.Args})
+			rep.Launchers = append(rep.Launchers, reportLauncher{Name: l.Name, Path: l.Path, Args: l.Args, Prog: l.Prog, Only: l.Only})
 		}
 		if err := writeJSONFile(o.jsonPath, rep); err != nil {
 			fmt.Fprintf(stderr, "pmibench: %v\n", err)
@@ -537,6 +597,33 @@ func lastLauncher(ls []Launcher, w string) string {
 	return name
 }
 
+// ompiLauncher is Open MPI's mpirun (-ompi), oversubscribed and unbound
+// like the other launchers, allowed to run as root. Without -mpi pmix the
+// workloads are MPICH's or libpmi2's, which it cannot start as one job:
+// it runs only the hello workload, with Open MPI's build of its source,
+// and its column name says so ("*").
+func ompiLauncher(o options, root string) (Launcher, error) {
+	p, err := exec.LookPath(o.ompi)
+	if err == nil {
+		p, err = filepath.Abs(p)
+	}
+	if err != nil {
+		return Launcher{}, fmt.Errorf("find -ompi: %w", err)
+	}
+	l := Launcher{Name: "ompi-mpirun", Path: p, Args: []string{"--allow-run-as-root", "--oversubscribe", "--bind-to", "none"}}
+	if o.mpi == "pmix" {
+		return l, nil
+	}
+	if !slices.Contains(o.workloads, "hello") {
+		return Launcher{}, errors.New("-ompi without -mpi pmix runs the hello workload only: add it to -workload")
+	}
+	if l.Prog, err = resolveProg(o.ompiHello, defaultOmpiHello, root); err != nil {
+		return Launcher{}, fmt.Errorf("find -ompi-hello-prog: %w (run make cprog)", err)
+	}
+	l.Name, l.Only = "ompi-mpirun*", "hello"
+	return l, nil
+}
+
 // findMpiexec returns the Hydra launcher to use, or "" for none.
 func findMpiexec(given string) (string, error) {
 	switch given {
@@ -605,8 +692,13 @@ func resolveWorkloads(o options, root string) ([]Workload, error) {
 			given, def, flagName = o.helloProg, defaultHelloProg, "-hello-prog"
 		case "true":
 			given, def, flagName = o.trueProg, defaultTrueProg, "-true-prog"
+		case "pmix":
+			if o.mpi != "pmix" {
+				return nil, errors.New("parse -workload: workload pmix needs -mpi pmix (its ranks speak PMIx only)")
+			}
+			given, def, flagName = o.pmixProg, defaultPMIxProg, "-pmix-prog"
 		default:
-			return nil, fmt.Errorf("parse -workload: unknown workload %q (want pmi2, hello or true)", name)
+			return nil, fmt.Errorf("parse -workload: unknown workload %q (want pmi2, hello, true or pmix)", name)
 		}
 		prog, err := resolveProg(given, def, root)
 		if err != nil {

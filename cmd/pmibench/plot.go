@@ -50,7 +50,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // time over N of every launcher (min–max as error bars), and pmirun's
 // phases at each N (the median of each phase over its runs). It returns
 // the files written.
-func writeLauncherPlots(dir string, rows []Row, samples []Sample, phases map[int]map[string]time.Duration, launchers []string) ([]string, error) {
+func writeLauncherPlots(dir, prefix string, rows []Row, samples []Sample, phases map[int]map[string]time.Duration, launchers []string) ([]string, error) {
 	var files []string
 	var workloads []string
 	for _, r := range rows {
@@ -79,7 +79,7 @@ func writeLauncherPlots(dir string, rows []Row, samples []Sample, phases map[int
 		if err != nil {
 			return files, err
 		}
-		got, err := benchplot.Save(p, dir, "startup-"+w)
+		got, err := benchplot.Save(p, dir, "startup-"+prefix+w)
 		files = append(files, got...)
 		if err != nil {
 			return files, err
@@ -121,7 +121,7 @@ func writeLauncherPlots(dir string, rows []Row, samples []Sample, phases map[int
 		if err != nil {
 			return files, err
 		}
-		got, err = benchplot.Save(p, dir, "phases-"+w)
+		got, err = benchplot.Save(p, dir, "phases-"+prefix+w)
 		files = append(files, got...)
 		if err != nil {
 			return files, err

@@ -54,7 +54,7 @@ func TestWritePlots(t *testing.T) {
 		}
 	}
 	names := []string{"pmirun", "hydra"}
-	files, err := writeLauncherPlots(dir, Summarize(samples, names), samples, phases, names)
+	files, err := writeLauncherPlots(dir, "", Summarize(samples, names), samples, phases, names)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,11 +30,15 @@ type Row struct {
 // Ratio is the median of the first launcher over that of the second
 // (pmirun/hydra), or 0 when there are fewer than two launchers or either
 // has no successful run.
-func (r Row) Ratio() float64 {
-	if len(r.Cells) < 2 || r.Cells[0].Stats.N == 0 || r.Cells[1].Stats.N == 0 {
+func (r Row) Ratio() float64 { return r.RatioTo(1) }
+
+// RatioTo is the median of the first launcher over that of launcher i,
+// or 0 when either has no successful run.
+func (r Row) RatioTo(i int) float64 {
+	if i < 1 || i >= len(r.Cells) || r.Cells[0].Stats.N == 0 || r.Cells[i].Stats.N == 0 {
 		return 0
 	}
-	return float64(r.Cells[0].Stats.Median) / float64(r.Cells[1].Stats.Median)
+	return float64(r.Cells[0].Stats.Median) / float64(r.Cells[i].Stats.Median)
 }
 
 // Summarize groups samples into rows, one per (workload, N), ordered by
@@ -86,15 +90,16 @@ func Summarize(samples []Sample, launchers []string) []Row {
 }
 
 // Table lays rows out as a header and cells: workload, N, each launcher's
-// median, the ratio of the first two medians, each launcher's min and max,
-// and the number of failed runs.
+// median, the ratio of the first launcher's median to each other's (one
+// column per peer, side by side), each launcher's min and max, and the
+// number of failed runs.
 func Table(rows []Row, launchers []string) (header []string, body [][]string) {
 	header = []string{"workload", "N"}
 	for _, l := range launchers {
 		header = append(header, l+" median")
 	}
-	if len(launchers) >= 2 {
-		header = append(header, launchers[0]+"/"+launchers[1])
+	for _, l := range launchers[min(1, len(launchers)):] {
+		header = append(header, launchers[0]+"/"+l)
 	}
 	for _, l := range launchers {
 		header = append(header, l+" min", l+" max")
@@ -107,9 +112,9 @@ func Table(rows []Row, launchers []string) (header []string, body [][]string) {
 			line = append(line, perf.FormatDuration(c.Stats.Median))
 			failed += c.Failed
 		}
-		if len(launchers) >= 2 {
+		for i := 1; i < len(r.Cells); i++ {
 			ratio := "-"
-			if q := r.Ratio(); q > 0 {
+			if q := r.RatioTo(i); q > 0 {
 				ratio = fmt.Sprintf("%.2fx", q)
 			}
 			line = append(line, ratio)
@@ -166,6 +171,8 @@ type reportLauncher struct {
 	Name string   `json:"name"`
 	Path string   `json:"path"`
 	Args []string `json:"args,omitempty"`
+	Prog string   `json:"prog,omitempty"` // instead of the workload's
+	Only string   `json:"only,omitempty"` // the one workload it runs
 }
 
 // WriteJSON writes rep as indented JSON.

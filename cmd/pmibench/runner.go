@@ -26,6 +26,13 @@ type Launcher struct {
 	// Only, when set, names the one workload this launcher runs (the
 	// fork+exec floor serves no PMI: it runs the "true" workload only).
 	Only string
+	// Prog, when set, replaces the workload's program: another MPI's
+	// build of the same source (Open MPI's mpirun cannot start an MPICH
+	// program as one job), a column of wall time only.
+	Prog string
+	// Env, when set, is the launcher's whole environment (srun's names
+	// the local Slurm's configuration); nil is pmibench's own.
+	Env []string `json:"-"`
 }
 
 // runs reports whether l runs workload w.
@@ -39,7 +46,11 @@ func (l Launcher) Argv(n int, w Workload) []string {
 	if l.NodeArgs != nil {
 		argv = append(argv, l.NodeArgs(n)...)
 	}
-	argv = append(argv, "-n", strconv.Itoa(n), w.Prog)
+	prog := w.Prog
+	if l.Prog != "" {
+		prog = l.Prog
+	}
+	argv = append(argv, "-n", strconv.Itoa(n), prog)
 	if args, ok := w.ArgsFor[l.Name]; ok {
 		return append(argv, args...)
 	}
@@ -197,12 +208,21 @@ func (r *Runner) Once(ctx context.Context, l Launcher, n int, w Workload) Sample
 	}
 	argv := l.Argv(n, w)
 	cmd := newCmd(ctx, argv)
+	if l.Env != nil {
+		cmd.Env = l.Env
+	}
 	tail := &tailBuffer{max: stderrTail}
 	cmd.Stderr = tail
 
 	start := time.Now()
 	err := cmd.Run()
 	wall := time.Since(start)
+	if ctx.Err() != nil && cmd.Process != nil {
+		// Ended early: what the launcher left in its group goes too (srun
+		// keeps a helper child that may outlive it by a moment). The group
+		// id stays the launcher's while any member lives.
+		_ = sys.SignalGroup(cmd.Process.Pid, sys.SIGKILL)
+	}
 
 	if err == nil {
 		s.Wall = wall

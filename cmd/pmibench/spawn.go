@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/benchplot"
@@ -32,6 +33,16 @@ import (
 // -nodes nodes (loopback agents, one per node, started for the parent
 // job and running its spawned jobs too; as many daemons), alternating
 // the two ways -rounds times.
+//
+// With -slurm a third way joins the one-node rows: the same program under
+// "srun --mpi=pmi2" on a one-node Slurm pmibench starts (slurm.go), its
+// PMI2_Job_Spawn served by Slurm's pmi2 plugin, which runs one more srun
+// per spawn for a new step of the job. That srun takes its options from
+// the environment pmibench gives the parent's: SLURM_OVERLAP=1 (without
+// it Slurm 22.05 gives the parent step every CPU of the job and the
+// spawned step waits for them forever) and SLURM_OVERCOMMIT=1 (children
+// beyond the node's CPUs). Its launch column is "srun -n SIZE ... noop",
+// a new job each.
 
 // spawnOptions are spawn mode's parsed command line.
 type spawnOptions struct {
@@ -45,6 +56,7 @@ type spawnOptions struct {
 	timeout  time.Duration
 	markdown bool
 	plotDir  string
+	slurm    bool
 }
 
 const defaultSpawnProg = "build/cprog/pmi2_spawnbench"
@@ -66,6 +78,7 @@ func parseSpawnFlags(args []string, stderr io.Writer) (spawnOptions, error) {
 	fs.DurationVar(&o.timeout, "timeout", 300*time.Second, "limit for one run")
 	fs.BoolVar(&o.markdown, "markdown", false, "print the tables as markdown")
 	fs.StringVar(&o.plotDir, "plot", "", "write the latency figure (spawn-latency.svg and .png) to `DIR`")
+	fs.BoolVar(&o.slurm, "slurm", false, "start a one-node Slurm (root) and add a row: the same program under srun --mpi=pmi2, Slurm's PMI-2 spawn")
 	if err := parseFlagSet(fs, args, "pmibench -spawn [options]", "Times spawn latency and spawn rate with per-job agents and with daemons."); err != nil {
 		return o, err
 	}
@@ -88,19 +101,30 @@ func parseSpawnFlags(args []string, stderr io.Writer) (spawnOptions, error) {
 // running the parent job there.
 type spawnSetup struct {
 	nodes int
-	way   string   // "per-job" or "daemon"
-	args  []string // pmirun's arguments before -n
+	way   string   // "per-job", "daemon" or "slurm"
+	path  string   // the launcher: pmirun, or srun
+	args  []string // the launcher's arguments before -n
+	env   []string // the launcher's environment; nil: pmibench's
 }
 
 // spawnRow is what was measured of one setup.
 type spawnRow struct {
 	setup   spawnSetup
 	latency map[int][]time.Duration // by child size: every timed spawn
-	launch  map[int][]time.Duration // by job size: pmirun's wall time for a job of noop ranks
+	launch  map[int][]time.Duration // by job size: the launcher's wall time for a job of noop ranks
+	hung    map[int]int             // by child size: spawns that never returned (Slurm)
 	spawns  int                     // rate test
 	secs    float64
 	errs    []string
+	// vs, when set, is the row this one is compared with in the tables:
+	// slow is the slower way (latency slow/fast, rate fast/slow).
+	vs *spawnRatio
 }
+
+// spawnRatio names the two rows of a comparison.
+type spawnRatio struct{ slow, fast *spawnRow }
+
+func (q *spawnRatio) label() string { return q.slow.setup.way + "/" + q.fast.setup.way }
 
 func runSpawn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseSpawnFlags(args, stderr)
@@ -127,29 +151,50 @@ func runSpawn(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer ds.stop(stderr)
 	secret := []string{"--secret-file", ds.secret}
-	pairs := [][2]spawnSetup{
-		{{1, "per-job", nil}, {1, "daemon", append([]string{"--daemons", ds.addrs[0]}, secret...)}},
-		{{o.nodes, "per-job", []string{"--bootstrap", "loopback", "--nodes", strconv.Itoa(o.nodes)}},
-			{o.nodes, "daemon", append([]string{"--daemons", strings.Join(ds.addrs, ",")}, secret...)}},
+	groups := [][]spawnSetup{
+		{{1, "per-job", pmirun, nil, nil}, {1, "daemon", pmirun, append([]string{"--daemons", ds.addrs[0]}, secret...), nil}},
+		{{o.nodes, "per-job", pmirun, []string{"--bootstrap", "loopback", "--nodes", strconv.Itoa(o.nodes)}, nil},
+			{o.nodes, "daemon", pmirun, append([]string{"--daemons", strings.Join(ds.addrs, ",")}, secret...), nil}},
+	}
+	if o.slurm {
+		sl, err := startSlurm(ctx, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			return 1
+		}
+		defer sl.stop(stderr)
+		l := sl.launcher("")
+		env := append(slices.Clone(l.Env), "SLURM_OVERLAP=1", "SLURM_OVERCOMMIT=1")
+		groups[0] = append(groups[0], spawnSetup{1, "slurm", l.Path, l.Args, env})
 	}
 	var rows []*spawnRow
-	for _, pair := range pairs {
-		a := &spawnRow{setup: pair[0], latency: map[int][]time.Duration{}, launch: map[int][]time.Duration{}}
-		b := &spawnRow{setup: pair[1], latency: map[int][]time.Duration{}, launch: map[int][]time.Duration{}}
-		rows = append(rows, a, b)
+	for _, group := range groups {
+		var gr []*spawnRow
+		for _, setup := range group {
+			gr = append(gr, &spawnRow{setup: setup, latency: map[int][]time.Duration{}, launch: map[int][]time.Duration{}, hung: map[int]int{}})
+		}
+		// daemon against per-job agents; Slurm against the daemon.
+		gr[1].vs = &spawnRatio{slow: gr[0], fast: gr[1]}
+		if len(gr) > 2 {
+			gr[2].vs = &spawnRatio{slow: gr[2], fast: gr[1]}
+		}
+		rows = append(rows, gr...)
 		for round := 0; round < o.rounds && ctx.Err() == nil; round++ {
 			for _, size := range o.sizes {
-				for _, row := range []*spawnRow{a, b} {
+				for _, row := range gr {
 					fmt.Fprintf(stderr, "pmibench: %d node(s), %s: round %d, spawns of %d\n", row.setup.nodes, row.setup.way, round+1, size)
-					row.measureLatency(ctx, o, pmirun, prog, size)
-					row.measureLaunch(ctx, o, pmirun, prog, size)
+					row.measureLatency(ctx, o, prog, size)
+					row.measureLaunch(ctx, o, prog, size)
 				}
 			}
 		}
 		if o.rateTime > 0 {
-			for _, row := range []*spawnRow{a, b} {
+			for _, row := range gr {
+				if ctx.Err() != nil {
+					break
+				}
 				fmt.Fprintf(stderr, "pmibench: %d node(s), %s: spawn rate for %v\n", row.setup.nodes, row.setup.way, o.rateTime)
-				row.measureRate(ctx, o, pmirun, prog)
+				row.measureRate(ctx, o, prog)
 			}
 		}
 	}
@@ -177,55 +222,147 @@ func runSpawn(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return code
 }
 
-// argv is pmirun's command line for the setup's parent job.
-func (r *spawnRow) argv(pmirun, prog string, progArgs ...string) []string {
-	argv := append([]string{pmirun}, r.setup.args...)
+// argv is the command line of the setup's parent job.
+func (r *spawnRow) argv(prog string, progArgs ...string) []string {
+	argv := append([]string{r.setup.path}, r.setup.args...)
 	argv = append(argv, "-n", strconv.Itoa(r.setup.nodes), prog)
 	return append(argv, progArgs...)
 }
 
-// runJob runs argv and returns its standard output.
-func runJob(ctx context.Context, o spawnOptions, argv []string) ([]byte, time.Duration, error) {
+// runJob runs argv in env (nil: pmibench's) and returns its standard
+// output.
+func runJob(ctx context.Context, o spawnOptions, argv, env []string) ([]byte, time.Duration, error) {
+	out, wall, _, err := runJobStall(ctx, o, argv, env, 0)
+	return out, wall, err
+}
+
+// slurmSpawnStall is how long a spawn under Slurm may take before it
+// counts as hung: Slurm 22.05's PMI2_Job_Spawn sometimes never returns,
+// its children's srun long gone (docs/spawn.md).
+const slurmSpawnStall = 30 * time.Second
+
+// runJobStall is runJob that also ends the job, returning stalled, when
+// stall (> 0) passes without a new line of output; the output so far is
+// returned with any error.
+func runJobStall(ctx context.Context, o spawnOptions, argv, env []string, stall time.Duration) (out []byte, wall time.Duration, stalled bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	cmd := ExecCommand(ctx, argv)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Env = env
+	stdout := &lineClock{last: time.Now()}
+	var errb tailBuffer
+	errb.max = stderrTail
+	cmd.Stdout, cmd.Stderr = stdout, &errb
 	t0 := time.Now()
-	err := cmd.Run()
-	wall := time.Since(t0)
-	if err != nil {
-		return nil, wall, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, lastLines(errb.String(), 3))
+	if err := cmd.Start(); err != nil {
+		return nil, 0, false, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
 	}
-	return out.Bytes(), wall, nil
-}
-
-func (r *spawnRow) measureLatency(ctx context.Context, o spawnOptions, pmirun, prog string, size int) {
-	const untimed = 2
-	out, _, err := runJob(ctx, o, r.argv(pmirun, prog, "latency", strconv.Itoa(size), strconv.Itoa(o.count+untimed)))
-	if err != nil {
-		r.errs = append(r.errs, err.Error())
-		return
-	}
-	var got []time.Duration
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		var n int
-		var us float64
-		if _, err := fmt.Sscanf(sc.Text(), "spawn_us %d %f", &n, &us); err == nil && n == size {
-			got = append(got, time.Duration(us*float64(time.Microsecond)))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }() // received below
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for err == nil {
+		select {
+		case err = <-done:
+			if err == nil {
+				return stdout.bytes(), time.Since(t0), false, nil
+			}
+		case <-tick.C:
+			if stall > 0 && !stalled && stdout.since() > stall {
+				stalled = true
+				cancel()
+			}
 		}
 	}
-	if len(got) != o.count+untimed {
-		r.errs = append(r.errs, fmt.Sprintf("spawns of %d: %d timings, want %d", size, len(got), o.count+untimed))
-		return
+	wall = time.Since(t0)
+	return stdout.bytes(), wall, stalled, fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, lastLines(errb.String(), 3))
+}
+
+// lineClock collects a job's standard output and when its last line
+// ended. The command's copier writes to it from its own goroutine.
+type lineClock struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer // guarded by mu
+	last time.Time    // guarded by mu: the last newline written, or the start
+}
+
+func (c *lineClock) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.buf.Write(p)
+	if bytes.IndexByte(p, '\n') >= 0 {
+		c.last = time.Now()
 	}
-	r.latency[size] = append(r.latency[size], got[untimed:]...)
+	return len(p), nil
+}
+
+func (c *lineClock) since() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Since(c.last)
+}
+
+func (c *lineClock) bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.buf.Bytes())
+}
+
+// spawnAttempts bounds the jobs a Slurm row runs for one size and round
+// when spawns hang.
+const spawnAttempts = 3
+
+// measureLatency runs the latency test once: -count timed spawns of size
+// children after two untimed ones. Under Slurm a spawn may hang: the job
+// is ended slurmSpawnStall after its last answer, the hang counted, the
+// timings before it kept, and a new job asks for the rest (at most
+// spawnAttempts jobs).
+func (r *spawnRow) measureLatency(ctx context.Context, o spawnOptions, prog string, size int) {
+	const untimed = 2
+	var stall time.Duration
+	attempts := 1
+	if r.setup.way == "slurm" {
+		stall, attempts = slurmSpawnStall, spawnAttempts
+	}
+	var got []time.Duration
+	for range attempts {
+		want := o.count - len(got)
+		if want <= 0 || ctx.Err() != nil {
+			break
+		}
+		out, _, stalled, err := runJobStall(ctx, o, r.argv(prog, "latency", strconv.Itoa(size), strconv.Itoa(want+untimed)), r.setup.env, stall)
+		var these []time.Duration
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			var n int
+			var us float64
+			if _, err := fmt.Sscanf(sc.Text(), "spawn_us %d %f", &n, &us); err == nil && n == size {
+				these = append(these, time.Duration(us*float64(time.Microsecond)))
+			}
+		}
+		if len(these) > untimed {
+			got = append(got, these[untimed:]...)
+		}
+		switch {
+		case stalled:
+			r.hung[size]++
+		case err != nil:
+			r.errs = append(r.errs, err.Error())
+			return
+		case len(these) != want+untimed:
+			r.errs = append(r.errs, fmt.Sprintf("spawns of %d: %d timings, want %d", size, len(these), want+untimed))
+			return
+		}
+	}
+	if r.hung[size] > 0 {
+		r.errs = append(r.errs, fmt.Sprintf("spawns of %d: %d hung (no answer within %v), %d of %d timed spawns done", size, r.hung[size], stall, len(got), o.count))
+	}
+	r.latency[size] = append(r.latency[size], got...)
 }
 
 // measureLaunch times a job of size noop ranks launched the same way
 // (its nodes as many as the setup's, at most one per rank).
-func (r *spawnRow) measureLaunch(ctx context.Context, o spawnOptions, pmirun, prog string, size int) {
+func (r *spawnRow) measureLaunch(ctx context.Context, o spawnOptions, prog string, size int) {
 	setup := *r
 	setup.setup.nodes = min(r.setup.nodes, size)
 	args := slices.Clone(r.setup.args)
@@ -237,17 +374,27 @@ func (r *spawnRow) measureLaunch(ctx context.Context, o spawnOptions, pmirun, pr
 			args[i+1] = strings.Join(strings.Split(args[i+1], ",")[:setup.setup.nodes], ",")
 		}
 	}
-	argv := append([]string{pmirun}, args...)
+	argv := append([]string{r.setup.path}, args...)
 	argv = append(argv, "-n", strconv.Itoa(size), prog, "noop")
-	if _, wall, err := runJob(ctx, o, argv); err != nil {
+	if _, wall, err := runJob(ctx, o, argv, r.setup.env); err != nil {
 		r.errs = append(r.errs, err.Error())
 	} else {
 		r.launch[size] = append(r.launch[size], wall)
 	}
 }
 
-func (r *spawnRow) measureRate(ctx context.Context, o spawnOptions, pmirun, prog string) {
-	out, _, err := runJob(ctx, o, r.argv(pmirun, prog, "rate", strconv.FormatFloat(o.rateTime.Seconds(), 'f', 3, 64)))
+// measureRate runs the rate test; under Slurm a job whose output has
+// not come slurmSpawnStall after the test's end is ended as hung.
+func (r *spawnRow) measureRate(ctx context.Context, o spawnOptions, prog string) {
+	var stall time.Duration
+	if r.setup.way == "slurm" {
+		stall = o.rateTime + slurmSpawnStall
+	}
+	out, _, stalled, err := runJobStall(ctx, o, r.argv(prog, "rate", strconv.FormatFloat(o.rateTime.Seconds(), 'f', 3, 64)), r.setup.env, stall)
+	if stalled {
+		r.errs = append(r.errs, fmt.Sprintf("rate test hung: no answer %v after its end", slurmSpawnStall))
+		return
+	}
 	if err != nil {
 		r.errs = append(r.errs, err.Error())
 		return
@@ -274,8 +421,9 @@ func msText(d time.Duration) string {
 }
 
 // writeSpawnTables prints the latency table (median ms of one spawn, and
-// of a launch of the same size) and the rate table, with each daemon
-// row's ratio to the per-job row above it.
+// of a launch of the same size) and the rate table, with each compared
+// row's ratio (per-job/daemon under a daemon row, slurm/daemon under
+// Slurm's): how many times faster the faster way is.
 func writeSpawnTables(w io.Writer, o spawnOptions, rows []*spawnRow) {
 	row := func(cells ...string) {
 		if o.markdown {
@@ -292,21 +440,33 @@ func writeSpawnTables(w io.Writer, o spawnOptions, rows []*spawnRow) {
 	if o.markdown {
 		row(slices.Repeat([]string{"---"}, len(head))...)
 	}
-	for i, r := range rows {
+	for _, r := range rows {
 		spawn := []string{strconv.Itoa(r.setup.nodes), r.setup.way, "spawn ms (median)"}
 		launch := []string{strconv.Itoa(r.setup.nodes), r.setup.way, "launch ms (median)"}
-		ratio := []string{strconv.Itoa(r.setup.nodes), r.setup.way, "spawn, per-job/daemon"}
+		var ratio []string
+		if r.vs != nil {
+			ratio = []string{strconv.Itoa(r.setup.nodes), r.setup.way, "spawn, " + r.vs.label()}
+		}
 		for _, s := range o.sizes {
 			m := medianOf(r.latency[s])
-			spawn = append(spawn, fmt.Sprintf("%s (%s–%s)", msText(m), msText(slices.Min(append(r.latency[s], m))), msText(slices.Max(append(r.latency[s], m)))))
+			cell := fmt.Sprintf("%s (%s–%s)", msText(m), msText(slices.Min(append(r.latency[s], m))), msText(slices.Max(append(r.latency[s], m))))
+			if h := r.hung[s]; h > 0 {
+				cell += fmt.Sprintf(" [%d hung]", h)
+			}
+			spawn = append(spawn, cell)
 			launch = append(launch, msText(medianOf(r.launch[s])))
-			if i%2 == 1 && m > 0 {
-				ratio = append(ratio, fmt.Sprintf("%.2f", float64(medianOf(rows[i-1].latency[s]))/float64(m)))
+			if r.vs != nil {
+				slow, fast := medianOf(r.vs.slow.latency[s]), medianOf(r.vs.fast.latency[s])
+				q := "-"
+				if slow > 0 && fast > 0 {
+					q = fmt.Sprintf("%.2f", float64(slow)/float64(fast))
+				}
+				ratio = append(ratio, q)
 			}
 		}
 		row(spawn...)
 		row(launch...)
-		if i%2 == 1 {
+		if r.vs != nil {
 			row(ratio...)
 		}
 	}
@@ -314,20 +474,24 @@ func writeSpawnTables(w io.Writer, o spawnOptions, rows []*spawnRow) {
 		return
 	}
 	fmt.Fprintln(w)
-	row("nodes", "agents", "spawns", "seconds", "spawns/s", "daemon/per-job")
+	row("nodes", "agents", "spawns", "seconds", "spawns/s", "faster/slower")
 	if o.markdown {
 		row(slices.Repeat([]string{"---"}, 6)...)
 	}
-	for i, r := range rows {
-		rate := 0.0
-		if r.secs > 0 {
-			rate = float64(r.spawns) / r.secs
+	rateOf := func(r *spawnRow) float64 {
+		if r.secs <= 0 {
+			return 0
 		}
+		return float64(r.spawns) / r.secs
+	}
+	for _, r := range rows {
 		ratio := ""
-		if i%2 == 1 && rows[i-1].secs > 0 && rate > 0 {
-			ratio = fmt.Sprintf("%.2f", rate/(float64(rows[i-1].spawns)/rows[i-1].secs))
+		if r.vs != nil {
+			if slow, fast := rateOf(r.vs.slow), rateOf(r.vs.fast); slow > 0 && fast > 0 {
+				ratio = fmt.Sprintf("%.2f (%s/%s)", fast/slow, r.vs.fast.setup.way, r.vs.slow.setup.way)
+			}
 		}
-		row(strconv.Itoa(r.setup.nodes), r.setup.way, strconv.Itoa(r.spawns), fmt.Sprintf("%.2f", r.secs), fmt.Sprintf("%.1f", rate), ratio)
+		row(strconv.Itoa(r.setup.nodes), r.setup.way, strconv.Itoa(r.spawns), fmt.Sprintf("%.2f", r.secs), fmt.Sprintf("%.1f", rateOf(r)), ratio)
 	}
 }
 
