@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/slurmconf"
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
@@ -159,39 +161,22 @@ func (s *localSlurm) writeConfig() error {
 	if err != nil {
 		return err
 	}
-	conf := strings.Join([]string{
+	conf := strings.Join(append(slices.Clone(slurmconf.Fixed),
 		"ClusterName=pmibench",
-		"SlurmctldHost=" + slurmNode + "(127.0.0.1)",
-		"SlurmctldPort=" + strconv.Itoa(ports[0]),
-		"SlurmdPort=" + strconv.Itoa(ports[1]),
-		"SlurmUser=root",
-		"SlurmdUser=root",
-		"AuthType=auth/munge",
-		"CredType=cred/munge",
-		"AuthInfo=socket=" + s.path("munge.sock"),
-		"StateSaveLocation=" + s.path("state"),
-		"SlurmdSpoolDir=" + s.path("spool"),
-		"SlurmctldPidFile=" + s.path("slurmctld.pid"),
-		"SlurmdPidFile=" + s.path("slurmd.pid"),
-		"SlurmctldLogFile=" + s.path("slurmctld.log"),
-		"SlurmdLogFile=" + s.path("slurmd.log"),
-		"ProctrackType=proctrack/linuxproc",
-		"TaskPlugin=task/none",
-		"MpiDefault=none",
-		"SwitchType=switch/none",
-		"SchedulerType=sched/builtin",
-		"SelectType=select/linear",
-		"ReturnToService=2",
-		"JobAcctGatherType=jobacct_gather/none",
-		"AccountingStorageType=accounting_storage/none",
-		"JobCompType=jobcomp/none",
-		"MailProg=/bin/true",
+		"SlurmctldHost="+slurmNode+"(127.0.0.1)",
+		"SlurmctldPort="+strconv.Itoa(ports[0]),
+		"SlurmdPort="+strconv.Itoa(ports[1]),
+		"AuthInfo=socket="+s.path("munge.sock"),
+		"StateSaveLocation="+s.path("state"),
+		"SlurmdSpoolDir="+s.path("spool"),
+		"SlurmctldPidFile="+s.path("slurmctld.pid"),
+		"SlurmdPidFile="+s.path("slurmd.pid"),
+		"SlurmctldLogFile="+s.path("slurmctld.log"),
+		"SlurmdLogFile="+s.path("slurmd.log"),
 		fmt.Sprintf("NodeName=%s NodeAddr=127.0.0.1 CPUs=%d State=UNKNOWN", slurmNode, runtime.NumCPU()),
 		"PartitionName=bench Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-	}, "\n") + "\n"
-	// No cgroups: slurmd loads the cgroup/v1 plugin (22.05 always loads
-	// one) over an empty directory and never uses it.
-	cgroup := "CgroupPlugin=cgroup/v1\nCgroupMountpoint=" + s.path("cgroup") + "\nCgroupAutomount=no\n"
+	), "\n") + "\n"
+	cgroup := slurmconf.Cgroup(s.path("cgroup"))
 	for name, text := range map[string]string{"slurm.conf": conf, "cgroup.conf": cgroup} {
 		if err := os.WriteFile(s.path(name), []byte(text), 0o644); err != nil {
 			return err

@@ -8,9 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/slurmconf"
 )
 
 // The Slurm bootstrap on a real Slurm: a munged for the test (its own key
@@ -78,35 +81,18 @@ func startSlurm(t *testing.T, cl *cluster) slurmCluster {
 		}
 		nodes = append(nodes, fmt.Sprintf("NodeName=%s NodeAddr=%s CPUs=1 State=UNKNOWN", h.Name, h.Addr))
 	}
-	conf := strings.Join(append([]string{
+	conf := strings.Join(append(append(slices.Clone(slurmconf.Fixed),
 		"ClusterName=fastpmi",
 		fmt.Sprintf("SlurmctldHost=%s(%s)", cl.c.Hosts[0].Name, cl.c.Hosts[0].Addr),
-		"SlurmUser=root",
-		"SlurmdUser=root",
-		"AuthType=auth/munge",
-		"CredType=cred/munge",
-		"AuthInfo=socket=" + sock,
-		"StateSaveLocation=" + path("state"),
-		"SlurmdSpoolDir=" + filepath.Join(dir, "spool", "%n"),
-		"SlurmctldPidFile=" + path("slurmctld.pid"),
-		"SlurmdPidFile=" + path("slurmd.%n.pid"),
-		"SlurmctldLogFile=" + path("slurmctld.log"),
-		"SlurmdLogFile=" + path("slurmd.%n.log"),
-		"ProctrackType=proctrack/linuxproc",
-		"TaskPlugin=task/none",
-		"MpiDefault=none",
-		"SwitchType=switch/none",
-		"SchedulerType=sched/builtin",
-		"SelectType=select/linear",
-		"ReturnToService=2",
-		"JobAcctGatherType=jobacct_gather/none",
-		"AccountingStorageType=accounting_storage/none",
-		"JobCompType=jobcomp/none",
-		"MailProg=/bin/true",
-	}, append(nodes, "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP")...), "\n") + "\n"
-	// No cgroups: the slurmds load the cgroup/v1 plugin (22.05 always
-	// loads one) over an empty directory and never use it.
-	cgroup := "CgroupPlugin=cgroup/v1\nCgroupMountpoint=" + path("cgroup") + "\nCgroupAutomount=no\n"
+		"AuthInfo=socket="+sock,
+		"StateSaveLocation="+path("state"),
+		"SlurmdSpoolDir="+filepath.Join(dir, "spool", "%n"),
+		"SlurmctldPidFile="+path("slurmctld.pid"),
+		"SlurmdPidFile="+path("slurmd.%n.pid"),
+		"SlurmctldLogFile="+path("slurmctld.log"),
+		"SlurmdLogFile="+path("slurmd.%n.log"),
+	), append(nodes, "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP")...), "\n") + "\n"
+	cgroup := slurmconf.Cgroup(path("cgroup"))
 	for name, text := range map[string]string{"slurm.conf": conf, "cgroup.conf": cgroup} {
 		if err := os.WriteFile(path(name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
