@@ -78,6 +78,32 @@ func TestLastRankWithoutFinalize(t *testing.T) {
 	}
 }
 
+// A rank that closes its PMI connection after init, before finalize, and
+// goes on running is judged lost once the disconnect grace has passed: the
+// job ends naming it, without waiting for the process (which would sleep
+// for minutes), on one node and on loopback nodes (the verdict then
+// travels from the agent to pmirun).
+func TestRankClosesPMIAndKeepsRunning(t *testing.T) {
+	const script = `printf 'cmd=init pmi_version=1 pmi_subversion=1\n' >&$PMI_FD; read -r l <&$PMI_FD
+if [ "$PMI_RANK" = 1 ]; then exec {PMI_FD}>&-; exec sleep 300; fi
+printf 'cmd=barrier_in\n' >&$PMI_FD; read -r l <&$PMI_FD; exec sleep 300`
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"one node", nil},
+		{"loopback nodes", []string{"--bootstrap", "loopback", "--nodes", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{}, tc.args...), "-n", "2", "bash", "-c", script)
+			r := run(t, job{args: args, timeout: 60 * time.Second})
+			r.wantCode(t, 1)
+			r.wantMessage(t, `\brank 1 closed its PMI connection before finalize and kept running\b`)
+			r.wantFaster(t, 30*time.Second)
+		})
+	}
+}
+
 // The hand-written PMI-1 client works when nobody fails: this is what makes
 // the failures above meaningful.
 func TestRankFailureControl(t *testing.T) {
