@@ -518,13 +518,13 @@ func (n *Node) Handle(re RankEvent) {
 			n.ag.RankGone(ev.Rank, why)
 			return
 		}
-		n.opt.Emit(agent.Event{Kind: agent.EventExited, Rank: ev.Rank, Spoke: ev.Spoke, Fin: ev.Fin})
+		n.opt.Emit(ev) // a clean exit: kind, rank, how far it got in PMI
 		if !ev.Fin {
 			n.ag.RankGone(ev.Rank, "exited with code 0 without PMI finalize")
 		}
 	case evDisconnectTimer:
 		if p := n.procs[ev.Rank]; p != nil && !p.exited {
-			n.opt.Emit(agent.Event{Kind: agent.EventLost, Rank: ev.Rank})
+			n.opt.Emit(ev) // the EventLost the timer was armed with
 		}
 	case evTopology:
 		n.startTopology()
