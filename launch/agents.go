@@ -255,7 +255,7 @@ func (d *daemonAgent) wait() error {
 		case daemon.FrameStderr:
 			_, _ = d.se.Write(f.Payload)
 		case daemon.FrameNotice:
-			var n daemon.Notice
+			var n node.Ending
 			_ = node.Decode(f.Payload, &n)
 			select {
 			case d.r.notices <- bootExit{d.i, fmt.Errorf("%s", n.Msg)}:

@@ -700,6 +700,14 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			r.rec.Mark(perf.PhaseRankExit, e.Rank)
 		}
 		r.run.event(r.spec.Jobno, e)
+	case node.FrameEnding:
+		var e node.Ending
+		if err := node.Decode(fi.Frame.Payload, &e); err != nil {
+			e.Msg = err.Error()
+		}
+		if !r.done[i] && !r.killed {
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %s", i, r.hosts[i], e.Msg)})
+		}
 	case node.FrameClock:
 		var c node.Clock
 		if node.Decode(fi.Frame.Payload, &c) == nil {

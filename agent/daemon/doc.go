@@ -31,5 +31,7 @@
 // connection, and for a job its input forwarder and reader; it returns
 // only after all of them, and every job's ranks, have ended. Cancelling
 // Serve's context (SIGTERM in pmid) stops accepting, tells each job's
-// pmirun the daemon is shutting down (a Notice), and ends every job.
+// pmirun the daemon is shutting down (node.Ending: on the submission, and
+// from the node on its link to pmirun ahead of its ranks' events), and
+// ends every job.
 package daemon

@@ -18,7 +18,7 @@ const (
 	FrameStdin    uint16 = 0x104 // client → daemon: rank 0's input
 	FrameStdinEOF uint16 = 0x105 // client → daemon: rank 0's input ended
 	FrameKill     uint16 = 0x106 // client → daemon: end the job's ranks now
-	FrameNotice   uint16 = 0x107 // daemon → client: Notice, the daemon ends the job (shutdown)
+	FrameNotice   uint16 = 0x107 // daemon → client: node.Ending, the daemon ends the job (shutdown)
 	FrameExit     uint16 = 0x108 // daemon → client, last frame: Exit
 	FrameName     uint16 = 0x109 // client → daemon, first frame and after: node.Name request; daemon → client: its response (names.go)
 )
@@ -42,11 +42,6 @@ type Submit struct {
 // could not run or finish the node.
 type Exit struct {
 	Err string `json:"err,omitempty"`
-}
-
-// Notice tells pmirun that the daemon is ending its node of the job.
-type Notice struct {
-	Msg string `json:"msg"`
 }
 
 // Status is a daemon's answer to a status request (pmid --status).

@@ -80,7 +80,7 @@ type job struct {
 	spec   *node.Spec
 	idx    int
 	c      netio.Conn
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc // a *node.Ending cause is told to pmirun
 	start  time.Time
 }
 
@@ -115,8 +115,9 @@ func NewTransport(secret []byte, log *slog.Logger) (netio.Transport, error) {
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Serve accepts connections until ctx ends, then shuts down: it stops
-// accepting, sends each job's pmirun a Notice, ends every job's ranks and
-// waits for every goroutine it started. It returns nil after a shutdown.
+// accepting, tells each job's pmirun why (node.Ending), ends every job's
+// ranks and waits for every goroutine it started. It returns nil after a
+// shutdown.
 func (s *Server) Serve(ctx context.Context) error {
 	// Jobs are not children of ctx: they end after their pmirun was told.
 	jctx, cancelJobs := context.WithCancel(context.Background())
@@ -139,17 +140,20 @@ func (s *Server) Serve(ctx context.Context) error {
 		jobs = append(jobs, j)
 	}
 	s.mu.Unlock()
+	why := &node.Ending{Msg: "daemon shutting down"}
+	if h, err := os.Hostname(); err == nil {
+		why.Msg = "daemon on " + h + " shutting down"
+	}
 	var tell sync.WaitGroup
 	for _, j := range jobs {
 		tell.Go(func() {
-			msg := "daemon shutting down"
-			if h, err := os.Hostname(); err == nil {
-				msg = "daemon on " + h + " shutting down"
-			}
+			// On the submission, for a node not yet linked to pmirun; the
+			// node itself says it again on its link to pmirun, ahead of
+			// the events of the ranks it ends.
 			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = j.c.Send(sctx, netio.Frame{Type: FrameNotice, Payload: node.Encode(Notice{Msg: msg})})
+			_ = j.c.Send(sctx, netio.Frame{Type: FrameNotice, Payload: node.Encode(why)})
 			cancel()
-			j.cancel()
+			j.cancel(why)
 		})
 	}
 	tell.Wait()
@@ -241,8 +245,8 @@ func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
 		s.refuse(c, err.Error())
 		return
 	}
-	ctx, cancel := context.WithCancel(jctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(jctx)
+	defer cancel(nil)
 	j := &job{spec: sub.Spec, idx: sub.Node, c: c, cancel: cancel, start: time.Now()}
 	s.mu.Lock()
 	busy, closing := len(s.jobs) >= s.cfg.MaxJobs, s.closing
@@ -306,7 +310,7 @@ func (s *Server) run(ctx context.Context, j *job, log *slog.Logger) {
 		for {
 			f, err := j.c.Recv(context.Background())
 			if err != nil {
-				j.cancel()
+				j.cancel(nil)
 				return
 			}
 			switch f.Type {
@@ -323,7 +327,7 @@ func (s *Server) run(ctx context.Context, j *job, log *slog.Logger) {
 					close(input)
 				}
 			case FrameKill:
-				j.cancel()
+				j.cancel(nil)
 			default:
 				log.Warn("daemon: unexpected frame on a submission", "type", f.Type)
 			}

@@ -317,6 +317,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 		a.lastRx[p] = now
 	}
 	rootLost := false
+	ending := false // ctx is done and the root was told why
 	for a.n.Live() > 0 {
 		select {
 		case ev := <-a.n.Events():
@@ -364,6 +365,13 @@ func (a *agentNode) loop(ctx context.Context) error {
 		case <-a.n.KillTimer():
 			a.n.KillNow()
 		case <-ctx.Done():
+			if !ending {
+				ending = true
+				var e *Ending
+				if errors.As(context.Cause(ctx), &e) {
+					a.send(-1, netio.Frame{Type: FrameEnding, Payload: Encode(e)})
+				}
+			}
 			a.n.Kill()
 		}
 	}

@@ -31,7 +31,20 @@ const (
 	FrameClock     uint16 = 12 // agent → root: Clock probe; root → agent: the probe answered (traced jobs)
 	// FrameKVS = 13 (kvsnet.go)
 	FrameWaiting uint16 = 14 // agent → root: Waiting, when it changes
+	FrameEnding  uint16 = 15 // agent → root: Ending, before the node ends its ranks for a reason of its own
 )
+
+// Ending is why a node ends its ranks on its own (its daemon shuts
+// down). As the cause of RunAgent's context (context.WithCancelCause) it
+// makes the node send it to the root (FrameEnding) before it ends its
+// ranks: on the link that carries their events, so the root learns why
+// before it hears of the first rank ended, and blames the node, not that
+// rank.
+type Ending struct {
+	Msg string `json:"msg"`
+}
+
+func (e *Ending) Error() string { return e.Msg }
 
 // Waiting is a node's part of the job-wide deadlock check: All says every
 // live rank of the node waits in its agent and nothing the node sent for
