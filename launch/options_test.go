@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -246,6 +247,13 @@ func startRecording(t *testing.T, n int, ignoreIntTerm bool) (sigs chan os.Signa
 		script = `trap '' INT TERM; `
 	}
 	script += `echo ready; while :; do sleep 0.05; done`
+	// Catch the forwarded signals as pmirun's main does: the ranks then
+	// start with their default dispositions even when this process was
+	// started with some ignored (under nohup, or as a shell's background
+	// job), which a shell rank could not trap.
+	caught := make(chan os.Signal, 1)
+	signal.Notify(caught, sys.ForwardedSignals...)
+	t.Cleanup(func() { signal.Stop(caught) })
 	sigs, out, errb, done = make(chan os.Signal, 8), &syncBuffer{}, &syncBuffer{}, make(chan error, 1)
 	cfg := Config{Size: n, Prog: "sh", Label: true, Args: []string{"-c", script},
 		Stdout: out, Stderr: errb, Signals: sigs, Timeout: 60 * time.Second}
