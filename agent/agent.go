@@ -629,11 +629,11 @@ func (a *Agent) call(u UpCall) {
 			a.step(RingEdgeDone{Epoch: u.Epoch, ToLeft: u.ToLeft, Value: v, Err: err})
 		})
 	case UpPublish:
-		up.Publish(u.Name, u.Port, func(err error) { a.step(NameDone{ID: u.ID, Err: err}) })
+		up.Publish(u.Name, u.Port, u.Once, func(err error) { a.step(NameDone{ID: u.ID, Err: err}) })
 	case UpUnpublish:
 		up.Unpublish(u.Name, func(err error) { a.step(NameDone{ID: u.ID, Err: err}) })
 	case UpLookup:
-		up.Lookup(u.Name, func(port string, err error) { a.step(NameDone{ID: u.ID, Port: port, Err: err}) })
+		up.Lookup(u.Name, u.Linger, func(port string, err error) { a.step(NameDone{ID: u.ID, Port: port, Err: err}) })
 	case UpSpawn:
 		up.Spawn(u.Spawn, func(jobID string, err error) { a.step(SpawnDone{ID: u.ID, JobID: jobID, Err: err}) })
 	case UpPlace:

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/pmiwire"
@@ -128,6 +129,13 @@ type (
 		Req        Req
 		Op         NameOp
 		Name, Port string
+		// What PMIx adds (the text protocols and the Go client send
+		// neither): Once (publish) withdraws the name at its first
+		// lookup that finds it (PMIX_PERSIST_FIRST_READ); Wait (lookup)
+		// is how long a lookup of a name not yet published waits for
+		// it, 0 answering at once (PMIX_WAIT; at most MaxNameWait).
+		Once bool
+		Wait time.Duration
 	}
 	// Spawn asks the launcher to start a new job (spawn.go); the rank is
 	// answered with the new job's id once the Upstream has started it.
@@ -304,6 +312,8 @@ type UpCall struct {
 	Owner  int            // place: the rank that put the key
 	Src    int            // fetch: the rank that put the key, or -1; rank data: the rank
 	Wait   bool           // fetch: wait for the key to be put
+	Once   bool           // publish: withdrawn at its first lookup (Name.Once)
+	Linger time.Duration  // lookup: how long to wait for the name (Name.Wait)
 	Found  bool           // answer
 	Err    error          // answer
 }

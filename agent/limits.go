@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
@@ -31,9 +32,13 @@ const (
 	MaxPortLen = pmiwire.ValLenMax
 	// MaxNamesPerJob bounds the names a job (with the jobs it spawned,
 	// which share its name service) has published at once; on daemons,
-	// the names of one run. A name service answers lookups at once, so
-	// no lookup waits (MaxPendingPerConn bounds the requests in flight).
+	// the names of one run. It also bounds the lookups waiting for a
+	// name at once (PMIx's PMIX_WAIT), in the same way.
 	MaxNamesPerJob = 4096
+	// MaxNameWait bounds how long a lookup waits for a name to be
+	// published (PMIx's PMIX_WAIT; Open MPI's connect/accept asks for
+	// 600 s); then it fails as a name not found.
+	MaxNameWait = time.Hour
 	// MaxNodeAttrs and MaxNodeAttrBytes bound the node attributes the
 	// job's ranks on one agent hold (key + value bytes; a put of a key
 	// already there replaces it): MPI libraries put a few per node.

@@ -157,7 +157,7 @@ func TestNameLimits(t *testing.T) {
 // sets no cap.
 func TestNameCap(t *testing.T) {
 	publish := func(l *Local, name string) (err error) {
-		l.Publish(name, "p", func(e error) { err = e })
+		l.Publish(name, "p", false, func(e error) { err = e })
 		return err
 	}
 	l := NewLocal()

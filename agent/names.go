@@ -35,11 +35,11 @@ func (c *Core) name(o Name) {
 	u := UpCall{ID: c.newCall(t), Name: o.Name}
 	switch o.Op {
 	case NamePublish:
-		u.Kind, u.Port = UpPublish, o.Port
+		u.Kind, u.Port, u.Once = UpPublish, o.Port, o.Once
 	case NameUnpublish:
 		u.Kind = UpUnpublish
 	default:
-		u.Kind = UpLookup
+		u.Kind, u.Linger = UpLookup, min(max(o.Wait, 0), MaxNameWait)
 	}
 	c.up(u)
 }

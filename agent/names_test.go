@@ -27,7 +27,7 @@ func newHeldNames() heldNames {
 	return heldNames{Local: NewLocal(), calls: make(chan heldCall, 16)}
 }
 
-func (h heldNames) Publish(name, port string, done func(error)) {
+func (h heldNames) Publish(name, port string, once bool, done func(error)) {
 	h.calls <- heldCall{op: "publish", name: name, port: port, done: func(_ string, err error) { done(err) }}
 }
 
@@ -35,7 +35,7 @@ func (h heldNames) Unpublish(name string, done func(error)) {
 	h.calls <- heldCall{op: "unpublish", name: name, done: func(_ string, err error) { done(err) }}
 }
 
-func (h heldNames) Lookup(name string, done func(string, error)) {
+func (h heldNames) Lookup(name string, wait time.Duration, done func(string, error)) {
 	h.calls <- heldCall{op: "lookup", name: name, done: done}
 }
 

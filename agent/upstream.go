@@ -3,7 +3,9 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/tree"
@@ -45,9 +47,12 @@ type Upstream interface {
 	// wait for the launcher (a multi-node job asks pmirun), so they answer
 	// through done like the collectives. Lookup and Unpublish of a name
 	// that is not published fail with an error wrapping ErrNameNotFound.
-	Publish(name, port string, done func(error))
+	// A name published once is withdrawn by the first lookup that finds
+	// it; a lookup with wait > 0 of a name not yet published waits up to
+	// wait for it to be (Name.Once, Name.Wait: PMIx's).
+	Publish(name, port string, once bool, done func(error))
 	Unpublish(name string, done func(error))
-	Lookup(name string, done func(port string, err error))
+	Lookup(name string, wait time.Duration, done func(port string, err error))
 	// Spawn starts the job req asks for (pmiwire.Spawn: the commands,
 	// their sizes, arguments, info keys and the keys to pre-put in the
 	// new job's KVS) and reports its job id once every child has been
@@ -84,13 +89,33 @@ var (
 // Local is the Upstream of a job that runs on one node: collectives
 // complete as soon as the node's part is in, and the name service is a
 // map. It is also the root's name service in multi-node jobs. Its name
-// service answers on the caller's goroutine before the method returns.
+// service answers on the caller's goroutine before the method returns,
+// but for a lookup that waits for a name: that one is answered by the
+// Publish that brings the name (on the publisher's goroutine), by its
+// timer when its wait is over, or by Close.
 type Local struct {
-	maxNames int // names published at once; 0: no cap. Read-only.
+	maxNames int // names published at once, and lookups waiting at once; 0: no cap. Read-only.
 
-	mu    sync.Mutex
-	names map[string]string      // guarded by mu; at most maxNames
-	edges map[uint64]*localEdges // ring edges waiting for their pair, guarded by mu
+	mu sync.Mutex
+	// Guarded by mu.
+	names  map[string]localName    // at most maxNames
+	waits  map[string][]*localWait // lookups waiting for a name, in arrival order
+	nwaits int                     // len of every waits list; at most maxNames
+	closed bool                    // Close was called: no lookup waits any more
+	edges  map[uint64]*localEdges  // ring edges waiting for their pair
+}
+
+// localName is a published name.
+type localName struct {
+	port string
+	once bool // withdrawn by the first lookup that finds it
+}
+
+// localWait is a lookup waiting for its name; timer ends the wait. It is
+// answered exactly once, by whoever takes it out of Local.waits.
+type localWait struct {
+	done  func(port string, err error)
+	timer *time.Timer
 }
 
 // NewLocal returns a single-node Upstream whose name service holds at
@@ -101,7 +126,25 @@ func NewLocal() *Local { return NewLocalNames(MaxNamesPerJob) }
 // at most maxNames names; 0 sets no cap (a daemon's, shared by runs
 // capped each).
 func NewLocalNames(maxNames int) *Local {
-	return &Local{maxNames: maxNames, names: make(map[string]string), edges: make(map[uint64]*localEdges)}
+	return &Local{maxNames: maxNames, names: make(map[string]localName), waits: make(map[string][]*localWait),
+		edges: make(map[uint64]*localEdges)}
+}
+
+// Close answers every lookup still waiting for its name as not found
+// and stops their timers; a later lookup answers at once. Its owner (the
+// run, the daemon) calls it as it ends. Idempotent.
+func (l *Local) Close() {
+	l.mu.Lock()
+	l.closed = true
+	waits := l.waits
+	l.waits, l.nwaits = make(map[string][]*localWait), 0
+	l.mu.Unlock()
+	for name, ws := range waits {
+		for _, w := range ws {
+			w.timer.Stop()
+			w.done("", fmt.Errorf("lookup %q: %w (the name service closed)", name, ErrNameNotFound))
+		}
+	}
 }
 
 // Fence completes at once: this node holds the whole job.
@@ -179,13 +222,24 @@ func (l *Local) FetchRankData(rank int, done func(string, bool, error)) {
 func (l *Local) Spawn(req *pmiwire.Spawn, done func(string, error)) { done("", ErrNoSpawn) }
 
 // Publish records name → port; publishing a name twice is an error, as in
-// MPI_Publish_name.
-func (l *Local) Publish(name, port string, done func(error)) {
+// MPI_Publish_name. Lookups waiting for the name get it first: all of
+// them, or with once the first one only, which withdraws it.
+func (l *Local) Publish(name, port string, once bool, done func(error)) {
 	l.mu.Lock()
 	_, dup := l.names[name]
 	full := !dup && l.maxNames > 0 && len(l.names) >= l.maxNames
+	var found []*localWait
 	if !dup && !full {
-		l.names[name] = port
+		found = l.waits[name]
+		if once && len(found) > 1 {
+			l.waits[name], found = found[1:], found[:1]
+		} else {
+			delete(l.waits, name)
+		}
+		l.nwaits -= len(found)
+		if !once || len(found) == 0 {
+			l.names[name] = localName{port: port, once: once}
+		}
 	}
 	l.mu.Unlock()
 	switch {
@@ -195,6 +249,10 @@ func (l *Local) Publish(name, port string, done func(error)) {
 		done(fmt.Errorf("publish %q: %w: the job has %d names published", name, ErrQuota, l.maxNames))
 	default:
 		done(nil)
+	}
+	for _, w := range found {
+		w.timer.Stop()
+		w.done(port, nil)
 	}
 }
 
@@ -211,14 +269,54 @@ func (l *Local) Unpublish(name string, done func(error)) {
 	done(nil)
 }
 
-// Lookup reports the port published under name.
-func (l *Local) Lookup(name string, done func(port string, err error)) {
+// Lookup reports the port published under name; with wait > 0, a name
+// not yet published is waited for (at most MaxNameWait), and not found
+// only once the wait is over.
+func (l *Local) Lookup(name string, wait time.Duration, done func(port string, err error)) {
 	l.mu.Lock()
 	p, ok := l.names[name]
-	l.mu.Unlock()
-	if !ok {
-		done("", fmt.Errorf("lookup %q: %w", name, ErrNameNotFound))
+	if ok && p.once {
+		delete(l.names, name)
+	}
+	full := l.maxNames > 0 && l.nwaits >= l.maxNames
+	if ok || wait <= 0 || l.closed || full {
+		l.mu.Unlock()
+		switch {
+		case ok:
+			done(p.port, nil)
+		case wait > 0 && full:
+			done("", fmt.Errorf("lookup %q: %w: %d lookups wait for names", name, ErrQuota, l.maxNames))
+		default:
+			done("", fmt.Errorf("lookup %q: %w", name, ErrNameNotFound))
+		}
 		return
 	}
-	done(p, nil)
+	w := &localWait{done: done}
+	w.timer = time.AfterFunc(min(wait, MaxNameWait), func() {
+		if l.dropWait(name, w) {
+			done("", fmt.Errorf("lookup %q: %w after waiting %v", name, ErrNameNotFound, min(wait, MaxNameWait)))
+		}
+	})
+	l.waits[name] = append(l.waits[name], w)
+	l.nwaits++
+	l.mu.Unlock()
+}
+
+// dropWait takes w out of the lookups waiting for name, and reports
+// whether it was still there (then its caller answers it).
+func (l *Local) dropWait(name string, w *localWait) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ws := l.waits[name]
+	i := slices.Index(ws, w)
+	if i < 0 {
+		return false
+	}
+	if ws = slices.Delete(ws, i, i+1); len(ws) == 0 {
+		delete(l.waits, name)
+	} else {
+		l.waits[name] = ws
+	}
+	l.nwaits--
+	return true
 }

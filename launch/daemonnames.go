@@ -16,9 +16,10 @@ import (
 // nameService is the run's name service: agent.Local in pmirun, or, for a
 // run on daemons, daemonNames. Its callbacks may run on any goroutine.
 type nameService interface {
-	Publish(name, port string, done func(error))
+	Publish(name, port string, once bool, done func(error))
 	Unpublish(name string, done func(error))
-	Lookup(name string, done func(port string, err error))
+	Lookup(name string, wait time.Duration, done func(port string, err error))
+	Close()
 }
 
 // daemonNames is a name-service session with the daemon of a run's first
@@ -113,19 +114,20 @@ func (d *daemonNames) call(m node.Name, done func(node.Name)) {
 		expire(fmt.Sprintf("name service: %v", err))
 		return
 	}
-	time.AfterFunc(d.timeout, func() { expire("name service: no answer from the daemon") })
+	// A lookup that waits for its name gives the daemon that much longer.
+	time.AfterFunc(d.timeout+m.Wait, func() { expire("name service: no answer from the daemon") })
 }
 
-func (d *daemonNames) Publish(name, port string, done func(error)) {
-	d.call(node.Name{Op: "publish", Name: name, Port: port}, func(r node.Name) { done(daemonNameErr("publish", name, r)) })
+func (d *daemonNames) Publish(name, port string, once bool, done func(error)) {
+	d.call(node.Name{Op: "publish", Name: name, Port: port, Once: once}, func(r node.Name) { done(daemonNameErr("publish", name, r)) })
 }
 
 func (d *daemonNames) Unpublish(name string, done func(error)) {
 	d.call(node.Name{Op: "unpublish", Name: name}, func(r node.Name) { done(daemonNameErr("unpublish", name, r)) })
 }
 
-func (d *daemonNames) Lookup(name string, done func(string, error)) {
-	d.call(node.Name{Op: "lookup", Name: name}, func(r node.Name) { done(r.Port, daemonNameErr("lookup", name, r)) })
+func (d *daemonNames) Lookup(name string, wait time.Duration, done func(string, error)) {
+	d.call(node.Name{Op: "lookup", Name: name, Wait: wait}, func(r node.Name) { done(r.Port, daemonNameErr("lookup", name, r)) })
 }
 
 func daemonNameErr(op, name string, m node.Name) error {

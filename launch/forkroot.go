@@ -69,12 +69,12 @@ type forkUpstream struct {
 	jobID string
 }
 
-func (u forkUpstream) Publish(name, port string, done func(error)) {
-	u.r.names.Publish(name, port, done)
+func (u forkUpstream) Publish(name, port string, once bool, done func(error)) {
+	u.r.names.Publish(name, port, once, done)
 }
 func (u forkUpstream) Unpublish(name string, done func(error)) { u.r.names.Unpublish(name, done) }
-func (u forkUpstream) Lookup(name string, done func(string, error)) {
-	u.r.names.Lookup(name, done)
+func (u forkUpstream) Lookup(name string, wait time.Duration, done func(string, error)) {
+	u.r.names.Lookup(name, wait, done)
 }
 
 // Spawn hands the request to the root's loop.
@@ -135,6 +135,7 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	n.Start()
 	r.loop(ctx)
 	close(r.quit)
+	r.names.Close()
 	r.closers.Wait()
 	r.first.n.RecordMemory()
 	for _, j := range r.jobs {
@@ -278,7 +279,7 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 			}
 		}
 		return nil
-	}, root.Wdir)
+	}, []int{0}, root.Wdir)
 	if err != nil {
 		return "", err
 	}

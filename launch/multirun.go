@@ -253,7 +253,7 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 		return nil, nil, errors.New("the run is ending")
 	}
 	root := parent.spec
-	sr, err := newSpawnReq(req, run.hostIndex, root.Wdir)
+	sr, err := newSpawnReq(req, run.hostIndex, parent.at, root.Wdir)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -234,9 +234,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	}
 	r.runJob(ctx, agents)
 	run.wait()
-	if dnames != nil {
-		dnames.Close()
-	}
+	run.names.Close() // the daemons' session, or pmirun's own names
 	tr.Close()
 	if run.dtr != nil {
 		run.dtr.Close()
@@ -732,7 +730,9 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		if err := node.Decode(fi.Frame.Payload, &m); err != nil {
 			return
 		}
-		// Local answers before it returns, so reply runs on this goroutine.
+		// The name service answers before it returns (on this
+		// goroutine), but for a lookup that waits for its name and a
+		// spawn: those answer from another goroutine, later.
 		reply := func(port string, err error) {
 			resp := node.Name{ID: m.ID, Op: "", Name: m.Name, Port: port}
 			if errors.Is(err, agent.ErrNameNotFound) {
@@ -745,11 +745,11 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		noPort := func(err error) { reply("", err) }
 		switch m.Op {
 		case "publish":
-			r.run.names.Publish(m.Name, m.Port, noPort)
+			r.run.names.Publish(m.Name, m.Port, m.Once, noPort)
 		case "unpublish":
 			r.run.names.Unpublish(m.Name, noPort)
 		case "lookup":
-			r.run.names.Lookup(m.Name, reply)
+			r.run.names.Lookup(m.Name, min(max(m.Wait, 0), agent.MaxNameWait), reply)
 		case "spawn":
 			r.run.spawn(context.Background(), r, m.Spawn, reply)
 		default:

@@ -35,6 +35,14 @@ const (
 	infoHost     = "host"     // the node every child of the command runs on
 	infoHosts    = "hosts"    // comma-separated nodes the children are spread over
 	infoHostfile = "hostfile" // a file naming those nodes, one per line
+	// infoNodes is fastpmi's own: with the value "node", every child of
+	// the command runs on the node of the spawning job, which must run
+	// on one node (host, hosts or hostfile must include it). A PMIx
+	// spawn asks for it (agent/pmix): Open MPI's parent and children
+	// connect, which the server libraries complete by themselves only
+	// among the ranks of one node, and fastpmi serves no connect across
+	// nodes yet.
+	infoNodes = "fastpmi_nodes"
 )
 
 // spawnReq is a spawn request as the root places it.
@@ -46,8 +54,9 @@ type spawnReq struct {
 }
 
 // newSpawnReq checks req against the run: hostNames are the run's nodes
-// (for the fork bootstrap, this machine's names for node 0).
-func newSpawnReq(req *pmiwire.Spawn, hostNames func(name string) []int, wdir string) (*spawnReq, error) {
+// (for the fork bootstrap, this machine's names for node 0), parent the
+// run's nodes that the spawning job uses.
+func newSpawnReq(req *pmiwire.Spawn, hostNames func(name string) []int, parent []int, wdir string) (*spawnReq, error) {
 	if req == nil || len(req.Cmds) == 0 {
 		return nil, fmt.Errorf("spawn request with no command")
 	}
@@ -59,10 +68,20 @@ func newSpawnReq(req *pmiwire.Spawn, hostNames func(name string) []int, wdir str
 		if s.size += c.MaxProcs; s.size > node.MaxRanks {
 			return nil, fmt.Errorf("spawn of more than %d processes", node.MaxRanks)
 		}
-		app := node.App{Prog: c.Exe, Args: c.Args, Size: c.MaxProcs}
+		app := node.App{Prog: c.Exe, Args: c.Args, Size: c.MaxProcs, Env: c.Env}
 		var names []string
+		withParent := false
 		for _, p := range c.Info {
 			switch p.Key {
+			case infoNodes:
+				if p.Val != "node" {
+					return nil, fmt.Errorf("command %d (%s): info %s=%q: want \"node\"", i, c.Exe, infoNodes, p.Val)
+				}
+				if len(parent) != 1 {
+					return nil, fmt.Errorf("command %d (%s): a PMIx spawn (info %s=node) from a job on %d nodes is not served: "+
+						"parent and children connect, which is served only among the ranks of one node", i, c.Exe, infoNodes, len(parent))
+				}
+				withParent = true
 			case infoWdir:
 				app.Wdir = p.Val
 			case infoPath:
@@ -91,6 +110,16 @@ func newSpawnReq(req *pmiwire.Spawn, hostNames func(name string) []int, wdir str
 			for _, n := range ns {
 				if !slices.Contains(s.hosts[i], n) {
 					s.hosts[i] = append(s.hosts[i], n)
+				}
+			}
+		}
+		if withParent {
+			if s.hosts[i] == nil {
+				s.hosts[i] = slices.Clone(parent)
+			} else {
+				s.hosts[i] = slices.DeleteFunc(s.hosts[i], func(n int) bool { return !slices.Contains(parent, n) })
+				if len(s.hosts[i]) == 0 {
+					return nil, fmt.Errorf("command %d (%s): none of its hosts is the spawning job's node (info %s=node)", i, c.Exe, infoNodes)
 				}
 			}
 		}

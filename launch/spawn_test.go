@@ -228,8 +228,8 @@ func countChildren() int {
 }
 
 // Children are placed round robin over the run's nodes, command after
-// command, within the nodes a command's host keys allow; with loads,
-// least loaded first.
+// command, within the nodes a command's host keys allow (fastpmi_nodes:
+// the spawning job's one node); with loads, least loaded first.
 func TestSpawnPlacement(t *testing.T) {
 	hosts := []string{"a", "b", "c"}
 	index := func(h string) []int {
@@ -257,8 +257,11 @@ func TestSpawnPlacement(t *testing.T) {
 		{"hosts key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "hosts", Val: "c,a"}}}), nil, "[[1] [] [0 2]]"},
 		{"hostfile key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "hostfile", Val: hf}}}), nil, "[[1] [] [0 2]]"},
 		{"least loaded", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2}), []int{5, 0, 3}, "[[] [0] [1]]"},
+		// The spawning job runs on node 1.
+		{"parent's node", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "fastpmi_nodes", Val: "node"}}}), nil, "[[] [0 1 2] []]"},
+		{"parent's node among hosts", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2, Info: []pmiwire.Pair{{Key: "hosts", Val: "c,b"}, {Key: "fastpmi_nodes", Val: "node"}}}), nil, "[[] [0 1] []]"},
 	} {
-		sr, err := newSpawnReq(tc.req, index, "")
+		sr, err := newSpawnReq(tc.req, index, []int{1}, "")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -272,9 +275,16 @@ func TestSpawnPlacement(t *testing.T) {
 		req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 0}),
 		req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 1, Info: []pmiwire.Pair{{Key: "host", Val: "nosuchhost"}}}),
 		req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 1, Info: []pmiwire.Pair{{Key: "hostfile", Val: "/nonexistent/hostfile"}}}),
+		req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 1, Info: []pmiwire.Pair{{Key: "host", Val: "c"}, {Key: "fastpmi_nodes", Val: "node"}}}),
+		req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 1, Info: []pmiwire.Pair{{Key: "fastpmi_nodes", Val: "all"}}}),
 	} {
-		if _, err := newSpawnReq(bad, index, ""); err == nil {
+		if _, err := newSpawnReq(bad, index, []int{1}, ""); err == nil {
 			t.Errorf("spawn request %+v accepted", bad)
 		}
+	}
+	// fastpmi_nodes=node from a job on two nodes: refused, saying why.
+	onNode := req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 1, Info: []pmiwire.Pair{{Key: "fastpmi_nodes", Val: "node"}}})
+	if _, err := newSpawnReq(onNode, index, []int{0, 1}, ""); err == nil || !strings.Contains(err.Error(), "from a job on 2 nodes is not served") {
+		t.Errorf("fastpmi_nodes=node from a job on 2 nodes: %v", err)
 	}
 }

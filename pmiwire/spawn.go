@@ -19,6 +19,11 @@ type SpawnCmd struct {
 	MaxProcs int
 	Args     []string // argv[1:], in order
 	Info     []Pair   // info keys (host, wdir, path, ...)
+	// Env holds "NAME=value" variables for the children of this command.
+	// The text protocols carry none (ParseSpawn leaves it empty); a PMIx
+	// spawn does (pmix_app_t's env: Open MPI passes the parent's port
+	// and MCA parameters there).
+	Env []string
 }
 
 // ParseSpawn turns a decoded spawn request of either framing into a Spawn,

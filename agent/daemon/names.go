@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 
 	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/node"
@@ -19,13 +22,28 @@ import (
 // request, Op "open" at once (the daemon drops connections silent for
 // long) — and sends node.Name requests on it, each answered by a
 // node.Name response with the same ID. The names a session published are
-// withdrawn when it ends: a run's names do not outlive it.
+// withdrawn when it ends: a run's names do not outlive it (a name
+// published to go at its first lookup, node.Name.Once, may have gone
+// before).
 
 // serveNames serves a name-service session whose first request is first.
+// Requests are answered in order, at once, but for lookups that wait for
+// their name: those are answered when the name comes (from the
+// publisher's goroutine), when their wait is over or when the daemon's
+// name service closes, whichever is first — possibly after the session
+// ended, when the answer is dropped. A session has at most
+// agent.MaxNamesPerJob names published and lookups waiting.
 func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame) {
-	mine := map[string]bool{} // names this session published
+	var mu sync.Mutex
+	// Guarded by mu: the names this session published, and its lookups
+	// still waiting.
+	mine := map[string]bool{}
+	waiting := 0
 	defer func() {
-		for name := range mine {
+		mu.Lock()
+		names := slices.Collect(maps.Keys(mine))
+		mu.Unlock()
+		for _, name := range names {
 			s.names.Unpublish(name, func(error) {})
 		}
 	}()
@@ -36,44 +54,65 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 			s.cfg.Logger.Warn("daemon: bad name request", "peer", c.RemoteAddr(), "type", f.Type, "err", err)
 			return
 		}
-		resp := node.Name{ID: m.ID, Name: m.Name}
 		answer := func(port string, err error) {
-			resp.Port = port
+			resp := node.Name{ID: m.ID, Name: m.Name, Port: port}
 			switch {
 			case errors.Is(err, agent.ErrNameNotFound):
 				resp.NotFound = true
 			case err != nil:
 				resp.Err = err.Error()
 			}
+			s.reply(c, FrameName, node.Encode(resp))
 		}
 		noPort := func(err error) { answer("", err) }
+		mu.Lock()
+		published, waits := len(mine), waiting
+		mu.Unlock()
 		switch {
 		case m.Op == "open":
 			answer("", nil)
 		case m.Name == "" || len(m.Name) > pmiwire.ValLenMax || len(m.Port) > pmiwire.ValLenMax:
 			answer("", fmt.Errorf("name %.40q, port of %d bytes: want 1..%d bytes each", m.Name, len(m.Port), pmiwire.ValLenMax))
-		case m.Op == "publish" && len(mine) >= agent.MaxNamesPerJob:
+		case m.Op == "publish" && published >= agent.MaxNamesPerJob:
 			answer("", fmt.Errorf("publish %q: %w: this run has %d names published", m.Name, agent.ErrQuota, agent.MaxNamesPerJob))
 		case m.Op == "publish":
-			s.names.Publish(m.Name, m.Port, func(err error) {
+			s.names.Publish(m.Name, m.Port, m.Once, func(err error) {
 				if err == nil {
+					mu.Lock()
 					mine[m.Name] = true
+					mu.Unlock()
 				}
 				noPort(err)
 			})
 		case m.Op == "unpublish":
 			s.names.Unpublish(m.Name, func(err error) {
 				if err == nil {
+					mu.Lock()
 					delete(mine, m.Name)
+					mu.Unlock()
 				}
 				noPort(err)
 			})
+		case m.Op == "lookup" && m.Wait > 0 && waits >= agent.MaxNamesPerJob:
+			answer("", fmt.Errorf("lookup %q: %w: this run has %d lookups waiting", m.Name, agent.ErrQuota, agent.MaxNamesPerJob))
 		case m.Op == "lookup":
-			s.names.Lookup(m.Name, answer) // agent.Local answers before it returns
+			wait := min(m.Wait, agent.MaxNameWait)
+			if wait > 0 {
+				mu.Lock()
+				waiting++
+				mu.Unlock()
+			}
+			s.names.Lookup(m.Name, wait, func(port string, err error) {
+				if wait > 0 {
+					mu.Lock()
+					waiting--
+					mu.Unlock()
+				}
+				answer(port, err)
+			})
 		default:
 			answer("", fmt.Errorf("unknown name operation %q", m.Op))
 		}
-		s.reply(c, FrameName, node.Encode(resp))
 		var err error
 		if f, err = c.Recv(ctx); err != nil {
 			return

@@ -158,6 +158,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	tell.Wait()
 	cancelJobs()
+	s.names.Close() // lookups still waiting for a name are answered
 	s.conns.Wait()
 	return s.tr.Close()
 }

@@ -804,7 +804,8 @@ type nameWait struct {
 const nameGrace = 5 * time.Second
 
 // name sends the name request m to pmirun from the node's loop; done gets
-// the answer there.
+// the answer there. A lookup that waits for its name (m.Wait) gives
+// pmirun that much longer to answer.
 func (u netUpstream) name(m Name, done func(Name)) {
 	u.a.ops <- func() {
 		a := u.a
@@ -814,7 +815,7 @@ func (u netUpstream) name(m Name, done func(Name)) {
 		}
 		a.nameID++
 		m.ID = a.nameID
-		a.names[m.ID] = nameWait{done: done, deadline: time.Now().Add(a.spec.NetTimeout + nameGrace)}
+		a.names[m.ID] = nameWait{done: done, deadline: time.Now().Add(a.spec.NetTimeout + nameGrace + m.Wait)}
 		a.send(-1, netio.Frame{Type: FrameName, Payload: Encode(m)})
 	}
 }
@@ -830,16 +831,16 @@ func (a *agentNode) expireNames(now time.Time) {
 	}
 }
 
-func (u netUpstream) Publish(name, port string, done func(error)) {
-	u.name(Name{Op: "publish", Name: name, Port: port}, func(r Name) { done(nameErr(r)) })
+func (u netUpstream) Publish(name, port string, once bool, done func(error)) {
+	u.name(Name{Op: "publish", Name: name, Port: port, Once: once}, func(r Name) { done(nameErr(r)) })
 }
 
 func (u netUpstream) Unpublish(name string, done func(error)) {
 	u.name(Name{Op: "unpublish", Name: name}, func(r Name) { done(nameErr(r)) })
 }
 
-func (u netUpstream) Lookup(name string, done func(string, error)) {
-	u.name(Name{Op: "lookup", Name: name}, func(r Name) { done(r.Port, nameErr(r)) })
+func (u netUpstream) Lookup(name string, wait time.Duration, done func(string, error)) {
+	u.name(Name{Op: "lookup", Name: name, Wait: wait}, func(r Name) { done(r.Port, nameErr(r)) })
 }
 
 // Spawn asks pmirun to start the job; its answer carries the job id.

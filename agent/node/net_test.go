@@ -41,19 +41,19 @@ func TestNetUpstreamNames(t *testing.T) {
 		a.frame(FrameIn{From: -1, Frame: netio.Frame{Type: FrameName, Payload: Encode(m)}})
 	}
 
-	u.Lookup("svc", note("lookup"))
-	u.Publish("late", "p", noPort("publish"))
+	u.Lookup("svc", 0, note("lookup"))
+	u.Publish("late", "p", false, noPort("publish"))
 	runOps()
 	answer(Name{ID: 1, Name: "svc", Port: "p1"})
 	a.expireNames(time.Now()) // before the deadline: nothing
 	a.expireNames(time.Now().Add(a.spec.NetTimeout + nameGrace + time.Millisecond))
 	answer(Name{ID: 2, Name: "late"}) // too late: dropped
 	u.Unpublish("svc", noPort("unpublish"))
-	u.Lookup("none", note("lookup none"))
+	u.Lookup("none", 0, note("lookup none"))
 	runOps()
 	answer(Name{ID: 4, Name: "none", NotFound: true})
 	a.failLink(-1, errors.New("reset"))
-	u.Lookup("after", note("lookup after"))
+	u.Lookup("after", 0, note("lookup after"))
 	runOps()
 
 	want := []string{

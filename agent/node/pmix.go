@@ -54,7 +54,7 @@ func (n *Node) startPMIx() error {
 	j, err := pmix.NewJob(pmix.Config{
 		Agent: n.ag, Nspace: n.spec.JobID, Size: n.spec.Size, Usize: n.spec.Usize,
 		Nodes: n.spec.Nodes, Index: n.opt.Index, Hostname: host, Appnum: appnum,
-		Logger: n.opt.Logger,
+		Spawned: n.spec.SpawnerJobID != "", Logger: n.opt.Logger,
 	})
 	if err != nil {
 		return err

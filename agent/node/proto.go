@@ -106,6 +106,9 @@ type Name struct {
 	Err   string         `json:"err,omitempty"`
 	// NotFound marks a lookup or unpublish of an unknown name.
 	NotFound bool `json:"notfound,omitempty"`
+	// Once (publish) and Wait (lookup) are agent.Name's (PMIx's).
+	Once bool          `json:"once,omitempty"`
+	Wait time.Duration `json:"wait,omitempty"`
 }
 
 // Clock is a clock probe of a traced job: the agent sends Seq and Sent

@@ -127,6 +127,12 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	renv := make([]string, len(n.env), len(n.env)+len(app.Env)+4)
 	copy(renv, n.env)
 	renv = append(renv, app.Env...)
+	if n.pmixDir != "" {
+		// A spawned Open MPI job's commands carry its parent's variables
+		// (Open MPI copies its OMPI_MCA_* into them), this directory's
+		// among them: the parent's goes with the parent's node.
+		renv = append(renv, ompiShmDirVar+"="+n.pmixDir)
+	}
 	if app.Path != "" {
 		renv = setEnv(renv, "PATH", app.Path)
 	}

@@ -12,13 +12,17 @@
 // ranks), one registered client per rank (PMIx_server_register_client
 // and PMIx_server_setup_fork, Job.Env, before the rank is forked). The
 // server library's host callbacks — client connected, finalized, abort,
-// fence, direct modex, publish, lookup, unpublish — run on PMIx's
+// fence, direct modex, publish, lookup, unpublish, spawn — run on PMIx's
 // progress thread: they copy their request and hand it to the Job's
-// worker goroutine, which
-// steps the agent's core (agent.StepExternal) as init, finalize, abort,
-// an allgather epoch (the fence: the node's collected data is the first
-// local rank's value, every node's data concatenated in rank order comes
-// back) and name operations; the replies complete the callbacks. A
+// worker goroutine, which steps the agent's core (agent.StepExternal) as
+// init, finalize, abort, an allgather epoch (the fence: the node's
+// collected data is the first local rank's value, every node's data
+// concatenated in rank order comes back), name operations (a publish that
+// goes with its first lookup, a lookup that waits for its name: Open
+// MPI's connect/accept exchange) and a spawn (the children on the
+// spawning job's node, whose server library then completes their
+// connect with the parent by itself); the replies complete the
+// callbacks. A
 // direct modex (a client's get of a rank of another node that no fence
 // carried) is the agent's GetRankData: the agent of the rank's node asks
 // its Job (agent.External.AskRankData), which asks the server library

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // ErrNotSupported is returned by NewJob from a build without the pmix tag.
@@ -38,7 +40,9 @@ type Config struct {
 	// Appnum gives each global rank's application number (MPMD index);
 	// nil means 0 for all.
 	Appnum []int
-	Logger *slog.Logger
+	// Spawned says the job was started by a spawn (PMIX_SPAWNED).
+	Spawned bool
+	Logger  *slog.Logger
 }
 
 func (c *Config) validate() error {
@@ -95,6 +99,7 @@ const (
 	reqLookup
 	reqUnpublish
 	reqDmodex // a client's get of another node's rank: its data (rank), within timeout
+	reqSpawn  // a client's spawn: the new job (spawn)
 	// The agent's side of a direct modex on the rank's node (rank data):
 	reqAsk      // the agent asks for local rank's data (id)
 	reqRankData // the server library's answer to reqAsk id, or a marker's (rank -1)
@@ -110,7 +115,11 @@ type request struct {
 	data []byte   // fence: the node's collected data; rank data: the rank's
 	strs []string // publish: key, value, ...; lookup, unpublish: keys
 	// Direct modex: how long the client waits (PMIX_TIMEOUT), 0 for ever.
+	// Lookup: how long it waits for its names to be published (PMIX_WAIT),
+	// 0 answering at once.
 	timeout time.Duration
+	once    bool           // publish: the names go at their first lookup (PMIX_PERSIST_FIRST_READ)
+	spawn   *pmiwire.Spawn // spawn: the apps
 	// Ask, rank data: the agent's request id, or a marker's sequence
 	// number (rank -1); the library's answer: found, or its error.
 	id    uint64
@@ -123,9 +132,10 @@ type request struct {
 
 // result completes a request.
 type result struct {
-	err   error
-	data  []byte   // fence: every node's collected data
-	found []string // lookup: key, value, ... of the names found
+	err    error
+	data   []byte   // fence: every node's collected data
+	found  []string // lookup: key, value, ... of the names found
+	nspace string   // spawn: the new job's namespace (its job id)
 }
 
 // pending is a request waiting for the agent's replies.
@@ -432,8 +442,29 @@ func (j *Job) serve(r *request) {
 	case reqPublish, reqLookup, reqUnpublish:
 		j.names(r, l)
 		return
+	case reqSpawn:
+		j.spawn(r, l)
+		return
 	}
 	r.done(result{err: err})
+}
+
+// spawn asks the launcher for the new job, its children on this node:
+// Open MPI's parent and children then connect (PMIx_Connect), which the
+// server library completes by itself when every participant is its own
+// client, and which would wait for ever otherwise (fastpmi has no connect
+// host callback: no connect across nodes yet). So the children go to the
+// spawning job's node (fastpmi_nodes=node), and the launcher refuses the
+// spawn, saying why, when that job runs on more than one node.
+func (j *Job) spawn(r *request, l int) {
+	for i := range r.spawn.Cmds {
+		c := &r.spawn.Cmds[i]
+		c.Info = append(c.Info, pmiwire.Pair{Key: "fastpmi_nodes", Val: "node"})
+	}
+	reqs := j.expect(r, 1)
+	if err := j.cfg.Agent.StepExternal(agent.Spawn{Local: l, Req: reqs[0], Spawn: r.spawn}); err != nil {
+		j.drop(reqs, err)
+	}
 }
 
 // maxAbortMsg bounds an abort message passed on to the launcher.
@@ -570,16 +601,20 @@ func (j *Job) names(r *request, l int) {
 		}
 		reqs = j.expect(r, len(r.strs)/2)
 		for i, rq := range reqs {
-			ops = append(ops, agent.Name{Local: l, Req: rq, Op: agent.NamePublish, Name: r.strs[2*i], Port: r.strs[2*i+1]})
+			ops = append(ops, agent.Name{Local: l, Req: rq, Op: agent.NamePublish, Name: r.strs[2*i], Port: r.strs[2*i+1], Once: r.once})
 		}
 	case reqLookup, reqUnpublish:
 		op := agent.NameLookup
 		if r.kind == reqUnpublish {
 			op = agent.NameUnpublish
 		}
+		// A waiting lookup's timeout is the name service's, not the
+		// Job's: expect sets no deadline for it.
+		wait := r.timeout
+		r.timeout = 0
 		reqs = j.expect(r, len(r.strs))
 		for i, rq := range reqs {
-			ops = append(ops, agent.Name{Local: l, Req: rq, Op: op, Name: r.strs[i]})
+			ops = append(ops, agent.Name{Local: l, Req: rq, Op: op, Name: r.strs[i], Wait: wait})
 		}
 	}
 	if err := j.cfg.Agent.StepExternal(ops...); err != nil {
@@ -635,6 +670,11 @@ func (j *Job) reply(rp agent.Reply) {
 		}
 		p.req.done(res)
 		return
+	case agent.ReplySpawn:
+		delete(j.pending, rp.Req.ID)
+		j.mu.Unlock()
+		p.req.done(result{err: rp.Err, nspace: rp.Val})
+		return
 	case agent.ReplyName:
 		if rp.Err != nil && p.err == nil && p.req.kind != reqLookup {
 			p.err = rp.Err // a lookup's failed names are names not found
@@ -673,4 +713,103 @@ func (j *Job) enqueueInternal(r *request) {
 	j.queue = append(j.queue, r)
 	j.mu.Unlock()
 	j.signal()
+}
+
+// Spawn requests as the server library hands them over (server.c's
+// spawn): per app, cmd, maxprocs, cwd, then three counted lists — argc
+// and argv[1..argc], envc and env, 2·ninfo and ninfo pairs of key and
+// value — each count in decimal.
+
+// PMIx info keys of an app that a spawn honours, as fastpmi's own spawn
+// info keys (launch/spawn.go); any other is ignored, as Hydra does.
+var spawnInfo = map[string]string{
+	"pmix.wdir":     "wdir",
+	"pmix.host":     "hosts",
+	"pmix.hostfile": "hostfile",
+	"pmix.prefix":   "", // where Open MPI is installed on the nodes: the same here
+}
+
+// parseApps turns napps apps flattened as strs into a spawn request.
+func parseApps(strs []string, napps int) (*pmiwire.Spawn, error) {
+	next := func(what string) (string, error) {
+		if len(strs) == 0 {
+			return "", fmt.Errorf("pmix spawn: %s missing", what)
+		}
+		s := strs[0]
+		strs = strs[1:]
+		return s, nil
+	}
+	count := func(what string, max int) (int, error) {
+		s, err := next(what)
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > max {
+			return 0, fmt.Errorf("pmix spawn: %s %q: want 0..%d", what, s, max)
+		}
+		return n, nil
+	}
+	list := func(what string) ([]string, error) {
+		n, err := count(what, len(strs))
+		if err != nil {
+			return nil, err
+		}
+		l := slices.Clone(strs[:n])
+		strs = strs[n:]
+		return l, nil
+	}
+	sp := &pmiwire.Spawn{}
+	for a := range napps {
+		var c pmiwire.SpawnCmd
+		var err error
+		if c.Exe, err = next("cmd"); err != nil {
+			return nil, err
+		}
+		if c.Exe == "" {
+			return nil, fmt.Errorf("pmix spawn: app %d has no command", a)
+		}
+		if c.MaxProcs, err = count("maxprocs", 1<<30); err != nil {
+			return nil, err
+		}
+		if c.MaxProcs < 1 {
+			return nil, fmt.Errorf("pmix spawn: app %d (%s): %d processes, want at least 1", a, c.Exe, c.MaxProcs)
+		}
+		cwd, err := next("cwd")
+		if err != nil {
+			return nil, err
+		}
+		if c.Args, err = list("argv"); err != nil {
+			return nil, err
+		}
+		if c.Env, err = list("env"); err != nil {
+			return nil, err
+		}
+		pairs, err := list("info")
+		if err != nil {
+			return nil, err
+		}
+		if len(pairs)%2 != 0 {
+			return nil, fmt.Errorf("pmix spawn: app %d: odd info list", a)
+		}
+		wdir := cwd
+		for i := 0; i+1 < len(pairs); i += 2 {
+			key, ok := spawnInfo[pairs[i]]
+			switch {
+			case !ok || key == "":
+			case key == "wdir":
+				wdir = pairs[i+1]
+			default:
+				c.Info = append(c.Info, pmiwire.Pair{Key: key, Val: pairs[i+1]})
+			}
+		}
+		if wdir != "" {
+			c.Info = append(c.Info, pmiwire.Pair{Key: "wdir", Val: wdir})
+		}
+		sp.Cmds = append(sp.Cmds, c)
+	}
+	if len(strs) != 0 {
+		return nil, fmt.Errorf("pmix spawn: %d strings after the last app", len(strs))
+	}
+	return sp, nil
 }

@@ -4,11 +4,13 @@ package pmix
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/tree"
 )
 
@@ -263,4 +265,85 @@ func TestJobDirectModex(t *testing.T) {
 			t.Fatalf("request %s rank 1 finalized: not answered", name)
 		}
 	}
+}
+
+// spawner is an Upstream whose launcher records the spawn requests it is
+// handed and answers each with a job id.
+type spawner struct {
+	*agent.Local
+	reqs chan *pmiwire.Spawn
+}
+
+func (u spawner) Spawn(req *pmiwire.Spawn, done func(string, error)) {
+	u.reqs <- req
+	done("child-job", nil)
+}
+
+// PMIx's additions to the name service (Open MPI's connect/accept
+// exchange): a lookup that waits is answered by the publish that brings
+// its name, a name published once goes with its first lookup, and a
+// wait that passes is "not found". A spawn reaches the launcher with its
+// apps' arguments, environment and info, its children on the spawning
+// job's node.
+func TestJobNamesAndSpawn(t *testing.T) {
+	up := spawner{Local: agent.NewLocal(), reqs: make(chan *pmiwire.Spawn, 1)}
+	defer up.Close()
+	a, err := agent.New(agent.Config{Size: 2, Local: []int{0, 1}, Upstream: up})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	j, err := NewJob(Config{Agent: a, Nspace: "job-spawn", Size: 2, Nodes: [][]int{{0, 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+
+	waiting := make(chan result, 1)
+	if err := j.enqueue(&request{kind: reqLookup, rank: 1, strs: []string{"port:accept"}, timeout: 30 * time.Second,
+		done: func(r result) { waiting <- r }}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-waiting:
+		t.Fatalf("a waiting lookup answered before the publish: %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if res := call(t, j, &request{kind: reqPublish, rank: 0, strs: []string{"port:accept", "0:1:2"}, once: true}); res.err != nil {
+		t.Fatalf("publish: %v", res.err)
+	}
+	select {
+	case r := <-waiting:
+		if r.err != nil || len(r.found) != 2 || r.found[1] != "0:1:2" {
+			t.Errorf("waiting lookup: %q, %v", r.found, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the publish did not answer the waiting lookup")
+	}
+	if res := call(t, j, &request{kind: reqLookup, rank: 1, strs: []string{"port:accept"}}); !errors.Is(res.err, errNotFound) {
+		t.Errorf("a name published once, found by a waiting lookup, found again: %q, %v", res.found, res.err)
+	}
+	start := time.Now()
+	if res := call(t, j, &request{kind: reqLookup, rank: 1, strs: []string{"never"}, timeout: 200 * time.Millisecond}); !errors.Is(res.err, errNotFound) {
+		t.Errorf("lookup past its wait: %q, %v; want errNotFound", res.found, res.err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Errorf("a lookup waiting 200ms answered after %v", d)
+	}
+
+	sp, err := parseApps([]string{"./prog", "3", "/work", "1", "child", "1", "OMPI_PARENT_PORT=p:1", "2", "pmix.mapby", "slot"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := call(t, j, &request{kind: reqSpawn, rank: 0, spawn: sp})
+	if res.err != nil || res.nspace != "child-job" {
+		t.Fatalf("spawn: %q, %v", res.nspace, res.err)
+	}
+	got := <-up.reqs
+	want := &pmiwire.Spawn{Cmds: []pmiwire.SpawnCmd{{Exe: "./prog", MaxProcs: 3, Args: []string{"child"}, Env: []string{"OMPI_PARENT_PORT=p:1"},
+		Info: []pmiwire.Pair{{Key: "wdir", Val: "/work"}, {Key: "fastpmi_nodes", Val: "node"}}}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the launcher got %+v, want %+v", got, want)
+	}
+
 }

@@ -8,6 +8,7 @@
 // which Go calls from its own goroutines.
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pmix.h>
@@ -122,6 +123,26 @@ static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
     return queued(rc);
 }
 
+// timeout_of is the PMIX_TIMEOUT in info, in seconds (0: none).
+static int timeout_of(const pmix_info_t info[], size_t ninfo)
+{
+    for (size_t i = 0; i < ninfo; i++) {
+        if (!PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT))
+            continue;
+        switch (info[i].value.type) {
+        case PMIX_INT:
+            return info[i].value.data.integer > 0 ? info[i].value.data.integer : 0;
+        case PMIX_INT32:
+            return info[i].value.data.int32 > 0 ? info[i].value.data.int32 : 0;
+        case PMIX_UINT32:
+            return info[i].value.data.uint32 > 0x7fffffff ? 0x7fffffff : (int)info[i].value.data.uint32;
+        default:
+            return 0;
+        }
+    }
+    return 0;
+}
+
 // dmodex asks for the data of a rank of another node, which only that
 // node's server library holds: Go fetches it through the agent, from the
 // rank's node (rank_data below answers there). A PMIX_TIMEOUT the client
@@ -132,24 +153,7 @@ static pmix_status_t dmodex(const pmix_proc_t *proc, const pmix_info_t info[], s
 {
     if (proc->rank == PMIX_RANK_WILDCARD || proc->rank == PMIX_RANK_UNDEF)
         return PMIX_ERR_NOT_SUPPORTED; // job data: every node registered the namespace itself
-    int timeout = 0;
-    for (size_t i = 0; i < ninfo; i++) {
-        if (!PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT))
-            continue;
-        switch (info[i].value.type) {
-        case PMIX_INT:
-            timeout = info[i].value.data.integer;
-            break;
-        case PMIX_INT32:
-            timeout = info[i].value.data.int32;
-            break;
-        case PMIX_UINT32:
-            timeout = info[i].value.data.uint32 > 0x7fffffff ? 0x7fffffff : (int)info[i].value.data.uint32;
-            break;
-        default:
-            break;
-        }
-    }
+    int timeout = timeout_of(info, ninfo);
     fpx_cb *cb = newcb(cbdata);
     if (cb == NULL)
         return PMIX_ERR_NOMEM;
@@ -160,31 +164,117 @@ static pmix_status_t dmodex(const pmix_proc_t *proc, const pmix_info_t info[], s
     return queued(rc);
 }
 
+// Published values are strings in the name service. A string is
+// published as it is (so MPI_Lookup_name of a PMI rank finds the port of
+// a PMIx rank); a byte object — Open MPI's allreduce of the communicator
+// id across a connect/accept bridge exchanges one — as bo_prefix and its
+// bytes in hex, and turned back into a byte object by a lookup.
+static const char bo_prefix[] = "pmix-bo:";
+enum { bo_max = 4096 }; // bytes of a byte object; the name service bounds the string further
+
+static char *bo_encode(const pmix_byte_object_t *bo)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (bo->size > bo_max)
+        return NULL;
+    size_t n = sizeof(bo_prefix) - 1;
+    char *s = malloc(n + 2 * bo->size + 1);
+    if (s == NULL)
+        return NULL;
+    memcpy(s, bo_prefix, n);
+    for (size_t i = 0; i < bo->size; i++) {
+        unsigned char c = (unsigned char)bo->bytes[i];
+        s[n++] = hex[c >> 4];
+        s[n++] = hex[c & 15];
+    }
+    s[n] = '\0';
+    return s;
+}
+
+static int unhex(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+// bo_decode loads v with the byte object s encodes, and reports whether
+// s is one (else v is untouched).
+static int bo_decode(const char *s, pmix_value_t *v)
+{
+    size_t n = sizeof(bo_prefix) - 1;
+    if (strncmp(s, bo_prefix, n) != 0)
+        return 0;
+    s += n;
+    size_t len = strlen(s);
+    if (len % 2 != 0 || len / 2 > bo_max)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (unhex(s[i]) < 0)
+            return 0;
+    char *b = malloc(len / 2 + 1);
+    if (b == NULL)
+        return 0;
+    for (size_t i = 0; i < len / 2; i++)
+        b[i] = (char)(unhex(s[2 * i]) << 4 | unhex(s[2 * i + 1]));
+    v->type = PMIX_BYTE_OBJECT;
+    v->data.bo.bytes = b; // freed with the value
+    v->data.bo.size = len / 2;
+    return 1;
+}
+
+// publish hands over the names as key, value, ...; code is 1 when they
+// are to go at their first lookup (PMIX_PERSIST_FIRST_READ: Open MPI's
+// connect/accept exchange), else 0: they stay until unpublished. Values
+// are strings and byte objects; anything else is not supported.
 static pmix_status_t publish(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
                              pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
     size_t n = 0;
-    for (size_t i = 0; i < ninfo; i++)
+    int once = 0;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (PMIX_CHECK_KEY(&info[i], PMIX_PERSISTENCE)) {
+            once = info[i].value.type == PMIX_PERSIST && info[i].value.data.persist == PMIX_PERSIST_FIRST_READ;
+            continue;
+        }
         if (!PMIX_CHECK_RESERVED_KEY(info[i].key))
             n++;
+    }
     if (n == 0)
         return PMIX_ERR_BAD_PARAM;
-    // keys and values alternate in one NULL-ended array: key, value, ...
+    // keys and values alternate in one NULL-ended array: key, value, ...;
+    // enc holds the values encoded here, freed after the hand-over.
     char **kv = calloc(2 * n + 1, sizeof(char *));
-    if (kv == NULL)
-        return PMIX_ERR_NOMEM;
-    size_t k = 0;
+    char **enc = calloc(n, sizeof(char *));
+    pmix_status_t rc = PMIX_ERR_NOMEM;
+    if (kv == NULL || enc == NULL)
+        goto out;
+    size_t k = 0, e = 0;
     for (size_t i = 0; i < ninfo; i++) {
         if (PMIX_CHECK_RESERVED_KEY(info[i].key))
             continue;
-        if (info[i].value.type != PMIX_STRING || info[i].value.data.string == NULL) {
-            free(kv);
-            return PMIX_ERR_NOT_SUPPORTED; // names publish strings (ports), nothing else
-        }
+        const pmix_value_t *v = &info[i].value;
         kv[k++] = (char *)info[i].key;
-        kv[k++] = info[i].value.data.string;
+        if (v->type == PMIX_STRING && v->data.string != NULL) {
+            kv[k++] = v->data.string;
+        } else if (v->type == PMIX_BYTE_OBJECT) {
+            if ((enc[e] = bo_encode(&v->data.bo)) == NULL) {
+                rc = v->data.bo.size > bo_max ? PMIX_ERR_BAD_PARAM : PMIX_ERR_NOMEM;
+                goto out;
+            }
+            kv[k++] = enc[e++];
+        } else {
+            rc = PMIX_ERR_NOT_SUPPORTED;
+            goto out;
+        }
     }
-    pmix_status_t rc = op_request(FPX_PUBLISH, proc, 0, NULL, kv, (int)(2 * n), cbfunc, cbdata);
+    rc = op_request(FPX_PUBLISH, proc, once, NULL, kv, (int)(2 * n), cbfunc, cbdata);
+out:
+    for (size_t i = 0; enc != NULL && i < n; i++)
+        free(enc[i]);
+    free(enc);
     free(kv);
     return rc;
 }
@@ -197,11 +287,16 @@ static int count(char **keys)
     return n;
 }
 
+// lookup hands over the keys; code is -1 for an answer at once, else the
+// lookup waits until every key is published (PMIX_WAIT, whatever its
+// value), for code seconds (PMIX_TIMEOUT; 0: for ever).
 static pmix_status_t lookup(const pmix_proc_t *proc, char **keys, const pmix_info_t info[], size_t ninfo,
                             pmix_lookup_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)info;
-    (void)ninfo; // PMIX_WAIT is not served: a lookup answers at once
+    int wait = -1;
+    for (size_t i = 0; i < ninfo; i++)
+        if (PMIX_CHECK_KEY(&info[i], PMIX_WAIT))
+            wait = timeout_of(info, ninfo);
     int n = count(keys);
     if (n == 0)
         return PMIX_ERR_BAD_PARAM;
@@ -209,7 +304,7 @@ static pmix_status_t lookup(const pmix_proc_t *proc, char **keys, const pmix_inf
     if (cb == NULL)
         return PMIX_ERR_NOMEM;
     cb->lookup = cbfunc;
-    int rc = fpxRequest(FPX_LOOKUP, (char *)proc->nspace, proc->rank, 0, NULL, keys, n, cb);
+    int rc = fpxRequest(FPX_LOOKUP, (char *)proc->nspace, proc->rank, wait, NULL, keys, n, cb);
     if (rc != 0)
         free(cb);
     return queued(rc);
@@ -226,6 +321,93 @@ static pmix_status_t unpublish(const pmix_proc_t *proc, char **keys, const pmix_
     return op_request(FPX_UNPUBLISH, proc, 0, NULL, keys, n, cbfunc, cbdata);
 }
 
+// strlist collects strings for Go (fpxRequest's strs), growing as it
+// goes; ok is 0 once an allocation failed.
+typedef struct {
+    char **s;
+    int n, cap, ok;
+} strlist;
+
+static void add(strlist *l, const char *s)
+{
+    if (!l->ok)
+        return;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        char **p = realloc(l->s, (size_t)cap * sizeof(char *));
+        if (p == NULL) {
+            l->ok = 0;
+            return;
+        }
+        l->s = p;
+        l->cap = cap;
+    }
+    l->s[l->n++] = (char *)(s != NULL ? s : "");
+}
+
+// spawn hands over the apps as strings, per app: cmd, maxprocs, cwd,
+// argc, argv[1..argc], envc, env[0..envc-1], 2·ninfo and ninfo pairs of
+// key and value (the string-valued info keys only: host, hostfile,
+// wdir, ...; Go ignores the keys it does not serve, as Hydra does). The
+// job-level info (Open MPI's personality, mapping directives) is not
+// served. The numbers are written into bufs, which live until fpxRequest
+// returned (it copies what it keeps).
+static pmix_status_t spawn(const pmix_proc_t *proc, const pmix_info_t job_info[], size_t ninfo,
+                           const pmix_app_t apps[], size_t napps, pmix_spawn_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)job_info;
+    (void)ninfo;
+    if (napps == 0 || napps > 1024)
+        return PMIX_ERR_BAD_PARAM;
+    char (*num)[4][16] = calloc(napps, sizeof(*num));
+    if (num == NULL)
+        return PMIX_ERR_NOMEM;
+    strlist l = {.ok = 1};
+    for (size_t a = 0; a < napps; a++) {
+        const pmix_app_t *app = &apps[a];
+        int argc = 0, envc = 0, nstr = 0;
+        while (app->argv != NULL && app->argv[argc] != NULL)
+            argc++;
+        while (app->env != NULL && app->env[envc] != NULL)
+            envc++;
+        for (size_t i = 0; i < app->ninfo; i++)
+            if (app->info[i].value.type == PMIX_STRING && app->info[i].value.data.string != NULL)
+                nstr++;
+        snprintf(num[a][0], sizeof(num[a][0]), "%d", app->maxprocs);
+        snprintf(num[a][1], sizeof(num[a][1]), "%d", argc > 0 ? argc - 1 : 0);
+        snprintf(num[a][2], sizeof(num[a][2]), "%d", envc);
+        snprintf(num[a][3], sizeof(num[a][3]), "%d", 2 * nstr);
+        add(&l, app->cmd != NULL ? app->cmd : (argc > 0 ? app->argv[0] : NULL));
+        add(&l, num[a][0]);
+        add(&l, app->cwd);
+        add(&l, num[a][1]);
+        for (int i = 1; i < argc; i++)
+            add(&l, app->argv[i]);
+        add(&l, num[a][2]);
+        for (int i = 0; i < envc; i++)
+            add(&l, app->env[i]);
+        add(&l, num[a][3]);
+        for (size_t i = 0; i < app->ninfo; i++) {
+            if (app->info[i].value.type != PMIX_STRING || app->info[i].value.data.string == NULL)
+                continue;
+            add(&l, app->info[i].key);
+            add(&l, app->info[i].value.data.string);
+        }
+    }
+    pmix_status_t rc = PMIX_ERR_NOMEM;
+    fpx_cb *cb = l.ok ? newcb(cbdata) : NULL;
+    if (cb != NULL) {
+        cb->spawn = cbfunc;
+        int r = fpxRequest(FPX_SPAWN, (char *)proc->nspace, proc->rank, (int)napps, NULL, l.s, l.n, cb);
+        if (r != 0)
+            free(cb);
+        rc = queued(r);
+    }
+    free(l.s);
+    free(num);
+    return rc;
+}
+
 static pmix_server_module_t module = {
     .client_connected = client_connected,
     .client_finalized = client_finalized,
@@ -235,6 +417,7 @@ static pmix_server_module_t module = {
     .publish = publish,
     .lookup = lookup,
     .unpublish = unpublish,
+    .spawn = spawn,
 };
 
 // --- rank data: a local rank's data for another node --------------------
@@ -316,7 +499,8 @@ void fpx_lookup_done(fpx_cb *cb, int status, const char *nspace, char **kv, int 
         for (size_t i = 0; i < npd; i++) {
             PMIX_LOAD_PROCID(&pd[i].proc, nspace, PMIX_RANK_WILDCARD);
             PMIX_LOAD_KEY(pd[i].key, kv[2 * i]);
-            PMIX_VALUE_LOAD(&pd[i].value, kv[2 * i + 1], PMIX_STRING);
+            if (!bo_decode(kv[2 * i + 1], &pd[i].value))
+                PMIX_VALUE_LOAD(&pd[i].value, kv[2 * i + 1], PMIX_STRING);
         }
     } else {
         npd = 0;
@@ -324,6 +508,14 @@ void fpx_lookup_done(fpx_cb *cb, int status, const char *nspace, char **kv, int 
     cb->lookup(status, pd, npd, cb->cbdata);
     if (pd != NULL)
         PMIX_PDATA_FREE(pd, npd);
+    free(cb);
+}
+
+void fpx_spawn_done(fpx_cb *cb, int status, const char *nspace)
+{
+    pmix_nspace_t ns;
+    PMIX_LOAD_NSPACE(ns, status == PMIX_SUCCESS ? nspace : NULL);
+    cb->spawn(status, ns, cb->cbdata);
     free(cb);
 }
 
@@ -403,7 +595,7 @@ int fpx_register_nspace(const fpx_job *j)
         free(nodemap);
         return rc;
     }
-    size_t njob = 13;
+    size_t njob = 14;
     size_t ninfo = njob + (size_t)j->size;
     pmix_info_t *info;
     PMIX_INFO_CREATE(info, ninfo);
@@ -421,6 +613,8 @@ int fpx_register_nspace(const fpx_job *j)
     load_rank(&info[k++], PMIX_LOCALLDR, (pmix_rank_t)j->leader);
     load_u32(&info[k++], PMIX_NODEID, (uint32_t)j->node);
     PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, j->hostnames[j->node], PMIX_STRING);
+    bool spawned = j->spawned != 0;
+    PMIX_INFO_LOAD(&info[k++], PMIX_SPAWNED, &spawned, PMIX_BOOL);
     for (int r = 0; r < j->size; r++) {
         pmix_data_array_t *da;
         PMIX_DATA_ARRAY_CREATE(da, 8, PMIX_INFO);

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
 )
 
 // Supported reports whether this build serves PMIx ranks.
@@ -130,6 +132,9 @@ func registerNspace(cfg *Config) error {
 		nodelist: cs(strings.Join(hosts, ",")), ppn: cs(strings.Join(ppn, ";")), peers: cs(ppn[cfg.Index]),
 		hostnames: chosts, nodeof: nodeOf, lrank: lrank, appnum: appnum, apprank: apprank,
 	}
+	if cfg.Spawned {
+		j.spawned = 1
+	}
 	defer func() {
 		for _, p := range []*C.char{j.nspace, j.nodelist, j.ppn, j.peers} {
 			C.fpx_free(p)
@@ -242,9 +247,22 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 		}
 	case C.FPX_PUBLISH, C.FPX_LOOKUP, C.FPX_UNPUBLISH:
 		r.kind = map[C.int]reqKind{C.FPX_PUBLISH: reqPublish, C.FPX_LOOKUP: reqLookup, C.FPX_UNPUBLISH: reqUnpublish}[kind]
-		for i := 0; i < int(n); i++ {
-			r.strs = append(r.strs, C.GoString(C.fpx_str_at(strs, C.int(i))))
+		r.strs = goStrings(strs, n)
+		switch {
+		case kind == C.FPX_PUBLISH:
+			r.once = code == 1
+		case kind == C.FPX_LOOKUP && code == 0:
+			r.timeout = agent.MaxNameWait // PMIX_WAIT without a timeout
+		case kind == C.FPX_LOOKUP && code > 0:
+			r.timeout = min(time.Duration(code)*time.Second, agent.MaxNameWait)
 		}
+	case C.FPX_SPAWN:
+		sp, err := parseApps(goStrings(strs, n), int(code))
+		if err != nil {
+			j.cfg.Logger.Warn("pmix: refused spawn", "rank", int(rank), "err", err)
+			return C.PMIX_ERR_BAD_PARAM
+		}
+		r.kind, r.spawn = reqSpawn, sp
 	default:
 		return C.PMIX_ERR_NOT_SUPPORTED
 	}
@@ -257,6 +275,12 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 				defer C.fpx_free(p)
 			}
 			C.fpx_modex_done(cb, status(res.err), p, C.int(len(res.data)))
+		}
+	case reqSpawn:
+		r.done = func(res result) {
+			cns := C.CString(res.nspace)
+			defer C.fpx_free(cns)
+			C.fpx_spawn_done(cb, status(res.err), cns)
 		}
 	case reqLookup:
 		r.done = func(res result) {
@@ -279,6 +303,15 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 		return C.PMIX_ERR_NOT_FOUND
 	}
 	return 0
+}
+
+// goStrings copies C's n strings.
+func goStrings(strs **C.char, n C.int) []string {
+	out := make([]string, 0, int(n))
+	for i := 0; i < int(n); i++ {
+		out = append(out, C.GoString(C.fpx_str_at(strs, C.int(i))))
+	}
+	return out
 }
 
 //export fpxWholeJob

@@ -15,6 +15,7 @@ enum {
     FPX_LOOKUP,
     FPX_UNPUBLISH,
     FPX_DMODEX,
+    FPX_SPAWN,
 };
 
 // fpx_cb is one request's completion: the PMIx callback to call and its
@@ -23,6 +24,7 @@ typedef struct {
     pmix_op_cbfunc_t op;
     pmix_modex_cbfunc_t modex;
     pmix_lookup_cbfunc_t lookup;
+    pmix_spawn_cbfunc_t spawn;
     void *cbdata;
 } fpx_cb;
 
@@ -36,11 +38,13 @@ typedef struct {
     const char *peers;    // "0,1": ranks of this node
     char **hostnames;
     const int *nodeof, *lrank, *appnum, *apprank;
+    int spawned; // the job was started by a spawn (PMIX_SPAWNED)
 } fpx_job;
 
 void fpx_op_done(fpx_cb *cb, int status);
 void fpx_modex_done(fpx_cb *cb, int status, const char *data, int n);
 void fpx_lookup_done(fpx_cb *cb, int status, const char *nspace, char **kv, int n);
+void fpx_spawn_done(fpx_cb *cb, int status, const char *nspace);
 
 int fpx_init(const char *tmpdir);
 int fpx_finalize(void);

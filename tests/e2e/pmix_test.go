@@ -346,3 +346,61 @@ func TestOpenMPIDaemons(t *testing.T) {
 		}
 	}
 }
+
+// MPI_Comm_spawn and MPI_Comm_spawn_multiple under Open MPI: the PMIx
+// spawn host callback starts the children as a new job of the run
+// (registered with the same server library before they fork), whose
+// ranks find their parent through the name service (a publish that goes
+// with its first lookup, a lookup that waits for it) and connect to it.
+// Each child checks its world and appnum and reports to the parent's
+// rank 0 (tests/cprog/ompi_spawn.c), round after round; nothing is left
+// in /dev/shm. On running daemons no process other than the ranks
+// starts. A spawn from a job on several nodes is refused with a reason
+// (their connect is not served yet) instead of hanging.
+func TestOpenMPISpawn(t *testing.T) {
+	rounds := func(r result, n, rounds int, apps string) {
+		t.Helper()
+		want := map[string]int{}
+		for i := range rounds {
+			want[fmt.Sprintf("round %d: %d children answered, appnums %s", i, n, apps)] = 1
+		}
+		r.wantLines(t, want)
+	}
+	t.Run("spawn", func(t *testing.T) {
+		before, _ := filepath.Glob("/dev/shm/fastpmi-ompi-*")
+		r := run(t, ompiJob(2, prog("ompi_spawn"), "2", "3"))
+		r.wantCode(t, 0)
+		rounds(r, 2, 3, "2 0")
+		r.wantNoORTE(t)
+		after, _ := filepath.Glob("/dev/shm/fastpmi-ompi-*")
+		for _, d := range after {
+			if !slices.Contains(before, d) {
+				t.Errorf("left behind: %s", d)
+			}
+		}
+	})
+	t.Run("multiple", func(t *testing.T) {
+		r := run(t, ompiJob(1, prog("ompi_spawn"), "3", "2", "multiple"))
+		r.wantCode(t, 0)
+		rounds(r, 3, 2, "1 2")
+	})
+	t.Run("daemon", func(t *testing.T) {
+		secret := newSecret(t)
+		d := startDaemon(t, nil, "127.0.0.1:0", secret)
+		r := run(t, job{args: []string{"--daemons", d.addr, "--secret-file", secret, "--mpi", "pmix", "-n", "2", prog("ompi_spawn"), "2", "2"},
+			timeout: 90 * time.Second})
+		r.wantCode(t, 0)
+		rounds(r, 2, 2, "2 0")
+		if code := d.stop(t, 10*time.Second); code != 0 {
+			t.Errorf("pmid --daemon exited %d; stderr:\n%s", code, d.stderr.String())
+		}
+	})
+	t.Run("two nodes", func(t *testing.T) {
+		r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "--mpi", "pmix", "-n", "2", prog("ompi_spawn"), "1", "1"},
+			timeout: 90 * time.Second})
+		if r.code == 0 {
+			t.Fatalf("a PMIx spawn from a job on two nodes succeeded\n%s", r)
+		}
+		r.wantMessage(t, `^pmirun: spawn requested by job 0 failed: .*a PMIx spawn .* from a job on 2 nodes is not served`)
+	})
+}
