@@ -332,6 +332,7 @@ func (n *Node) Start() {
 		n.failStart(0, "no program resolved")
 		return
 	}
+	reserveThreads()
 	tracing := n.rec.Tracing()
 	started := make([]*rankProc, 0, len(n.ranks))
 	defer func() {

@@ -1,0 +1,51 @@
+package node
+
+import (
+	"runtime"
+	"sync"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
+)
+
+// threadReserve is how many OS threads a process that forks ranks makes
+// before its first rank, where a limit counts threads (a pids cgroup, or
+// RLIMIT_NPROC): the Go runtime makes a thread when every one it has is
+// busy (a fork, a read that blocks), and failing to is fatal (under cgo,
+// SIGABRT), so a job whose ranks fill the cgroup while the rest are still
+// forked must not need a new thread then. The runtime keeps idle threads
+// and reuses them. launch's pids check reserves room for them.
+const threadReserve = 8
+
+var reserveOnce sync.Once
+
+// reserveThreads makes the process's thread reserve, once, where a limit
+// counts threads.
+func reserveThreads() {
+	reserveOnce.Do(func() {
+		if _, ok := sys.TaskRoom(); !ok {
+			if lim, err := sys.ProcessLimit(); err != nil || lim == 0 {
+				return
+			}
+		}
+		holdThreads(threadReserve)
+	})
+}
+
+// holdThreads has n goroutines locked to n OS threads at once, then lets
+// them go: the runtime makes the threads it lacks, and keeps them idle.
+func holdThreads(n int) {
+	var locked, done sync.WaitGroup
+	release := make(chan struct{})
+	locked.Add(n)
+	for range n {
+		done.Go(func() {
+			runtime.LockOSThread()
+			locked.Done()
+			<-release
+			runtime.UnlockOSThread()
+		})
+	}
+	locked.Wait()
+	close(release)
+	done.Wait()
+}
