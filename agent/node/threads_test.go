@@ -27,21 +27,13 @@ func threads(t *testing.T) int {
 	return 0
 }
 
-// holdThreads leaves the process with at least n threads, idle for the
-// runtime to reuse: asking again reuses them (the runtime may make one
-// of its own meanwhile, no more).
+// holdThreads leaves the process with at least n threads once its
+// goroutines are gone: the threads stay, idle, for the runtime to reuse
+// (a goroutine that ended still locked would take its thread with it).
 func TestHoldThreads(t *testing.T) {
-	before := threads(t)
-	n := before + 4
+	n := threads(t) + 4
 	holdThreads(n)
-	after := threads(t)
-	if after < n {
-		t.Errorf("%d threads after holding %d, had %d", after, n, before)
-	}
-	for range 3 {
-		holdThreads(n)
-	}
-	if again := threads(t); again > after+1 {
-		t.Errorf("holding %d three times more made %d more threads", n, again-after)
+	if got := threads(t); got < n {
+		t.Errorf("%d threads after holding %d", got, n)
 	}
 }
