@@ -177,3 +177,32 @@ func TestVerbose(t *testing.T) {
 		t.Errorf("start-up summary printed without --verbose\n%s", r)
 	}
 }
+
+// Every rank leads a session and a process group of its own (as under
+// Hydra): the launcher signals the group, and where the kernel schedules
+// by session (autogroup) each rank is a group of its own; no rank has a
+// controlling terminal. Each rank prints its pid, process group and
+// session from /proc (the fields after the command's closing parenthesis).
+func TestRankSession(t *testing.T) {
+	r := run(t, job{args: []string{"-n", "3", "-l", "sh", "-c",
+		`s=$(cat /proc/$$/stat); s=${s##*) }; set -- $s; echo "pid=$$ pgrp=$3 sid=$4 tty=$5"`}})
+	r.wantCode(t, 0)
+	re := regexp.MustCompile(`^\[(\d)\] pid=(\d+) pgrp=(\d+) sid=(\d+) tty=(-?\d+)$`)
+	seen := map[string]bool{}
+	for _, l := range lines(r.stdout) {
+		m := re.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("unexpected line %q\n%s", l, r)
+		}
+		seen[m[1]] = true
+		if m[2] != m[3] || m[2] != m[4] {
+			t.Errorf("rank %s: pid %s, process group %s, session %s: want one number\n%s", m[1], m[2], m[3], m[4], r)
+		}
+		if m[5] != "0" {
+			t.Errorf("rank %s has a controlling terminal (tty_nr %s)", m[1], m[5])
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("%d ranks reported, want 3\n%s", len(seen), r)
+	}
+}
