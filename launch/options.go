@@ -172,12 +172,13 @@ func (c *Config) prefix() string {
 }
 
 // launcherThreads is how many more threads pmirun may create while it
-// starts a job, and agentTasks what a loopback agent (pmid) takes: its
-// process and threads. Both are generous: a cgroup that is this close to
-// its limit would fail the job mid-start instead.
+// starts a job (the reserve a node makes before it forks), and agentTasks
+// what a loopback agent (pmid) takes: its process and threads. Both are
+// generous: a cgroup that is this close to its limit would fail the job
+// mid-start instead.
 const (
-	launcherThreads = 8
-	agentTasks      = 16
+	launcherThreads = node.ThreadReserve
+	agentTasks      = node.ThreadReserve + 8
 )
 
 // validateLimits refuses a job this machine's limits cannot start, at

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -370,5 +372,55 @@ func TestMarkDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Mark+Add allocate %v times per call", allocs)
+	}
+}
+
+// A rank's fork is a slice of its own track before its life, not a
+// request; a rank whose first request came before its forker noticed the
+// fork's end (the forker's thread ran late) has its life start at that
+// request and its fork end there.
+func TestChromeTraceForks(t *testing.T) {
+	r := NewRecorderFor(0, true)
+	t0 := r.Start()
+	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	// Rank 0: forked 1-2 ms, first request at 3 ms.
+	r.Span(SliceFork, 0, ms(1), ms(2))
+	r.MarkAt(PhaseRankForked, 0, ms(2))
+	r.Request("get", 0, ms(3), ms(3), ms(3.5))
+	// Rank 1: forked from 1.2 ms, its end noticed at 5 ms, first request
+	// at 4 ms.
+	r.Span(SliceFork, 1, ms(1.2), ms(5))
+	r.MarkAt(PhaseRankForked, 1, ms(5))
+	r.Request("get", 1, ms(4), ms(4), ms(6))
+	var buf bytes.Buffer
+	if err := r.WriteChromeTrace(&buf); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := perftest.Check(buf.Bytes())
+	if err != nil {
+		t.Fatalf("trace fails the format check: %v\n%s", err, buf.String())
+	}
+	want := map[string][2]float64{ // rank's fork, life and PMI: start and end (µs)
+		"0 fork": {1000, 2000}, "0 rank 0": {2000, 3500}, "0 PMI": {3000, 3500},
+		"1 fork": {1200, 4000}, "1 rank 1": {4000, 6000}, "1 PMI": {4000, 6000},
+	}
+	got := 0
+	for rank := range 2 {
+		for _, e := range tr.On(TracePID(0), TraceTID(rank)) {
+			w, ok := want[strconv.Itoa(rank)+" "+e.Name]
+			if e.Ph != "X" || !ok {
+				continue
+			}
+			got++
+			if math.Abs(e.Ts-w[0]) > 1 || math.Abs(e.End()-w[1]) > 1 {
+				t.Errorf("rank %d: %s [%v, %v], want %v", rank, e.Name, e.Ts, e.End(), w)
+			}
+			if e.Name == SliceFork && e.Cat != CatRank {
+				t.Errorf("rank %d: fork slice of category %q, want %q", rank, e.Cat, CatRank)
+			}
+		}
+	}
+	if got != len(want) {
+		t.Errorf("%d of the %d slices found\n%s", got, len(want), buf.String())
 	}
 }

@@ -21,8 +21,10 @@ import (
 //     merged node, its clock offset and the offset's error as a label);
 //   - tid TraceTID(rank): 0 for the agent (or the root), rank+1 for a rank.
 //
-// A rank's track holds nested duration slices: "rank N" for its whole
-// life (fork to exit), inside it "exec" (fork to its first PMI request),
+// A rank's track holds its "fork" (the agent's fork and exec of it, a
+// Span named SliceFork: ranks are forked several at once) and then
+// nested duration slices: "rank N" for its whole life (forked to exit),
+// inside it "exec" (forked to its first PMI request),
 // "PMI" (first request read to last reply written) and "exit" (last reply
 // to the process reaped); inside "PMI" one slice per request named after
 // its command, and inside a request that had to wait for other ranks a
@@ -54,6 +56,7 @@ func TraceTID(rank int) int {
 
 // Slice names and categories of the rank tracks (see the layout above).
 const (
+	SliceFork    = "fork" // a Span on a rank's track: its fork, before its life
 	SliceExec    = "exec"
 	SlicePMI     = "PMI"
 	SliceExit    = "exit"
@@ -120,12 +123,13 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 		hasFork, hasExit, hasReq  bool
 		spans                     bool            // request spans seen (text protocol or shared memory)
 		enters, dones             []time.Duration // fence enter and done marks, in order
+		fork                      int             // index in body of its fork slice, or -1
 	}
 	lives := map[track]*life{}
 	lifeOf := func(t track) *life {
 		l := lives[t]
 		if l == nil {
-			l = &life{}
+			l = &life{fork: -1}
 			lives[t] = l
 		}
 		return l
@@ -151,6 +155,12 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 			te.Cat, te.Ph, te.Dur = CatSpan, "X", &d
 			if e.Arg != "" {
 				te.Args = map[string]any{e.Arg: e.Value}
+			}
+			if e.Rank >= 0 && e.Name == SliceFork {
+				te.Cat = CatRank
+				lifeOf(t).fork = len(body)
+				body = append(body, te)
+				continue
 			}
 			if e.Rank >= 0 {
 				l := lifeOf(t)
@@ -198,6 +208,19 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 		}
 	}
 	for t, l := range lives {
+		if l.hasFork && l.hasReq && l.first < l.forked {
+			// The forker noticed the fork's end after the rank had
+			// spoken (its thread ran late): the life starts no later
+			// than its first request, and the fork ends there.
+			l.forked = l.first
+		}
+		if l.fork >= 0 && l.hasFork {
+			f := &body[l.fork]
+			if d := micros(l.forked) - f.Ts; d < *f.Dur {
+				d = max(d, 0)
+				f.Dur = &d
+			}
+		}
 		body = append(body, lifeSlices(t, l.forked, l.exit, l.first, l.last, l.hasFork, l.hasExit, l.hasReq)...)
 		if !l.spans {
 			// A rank without request spans (a recorder of marks

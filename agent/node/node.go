@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -321,8 +322,10 @@ func (n *Node) wdir(ai int) string { return n.spec.Apps[ai].workDir(n.spec.Wdir)
 // their PMI connections to the agent: no rank is served before every rank
 // is forked, so on a machine with fewer CPUs than ranks the ranks that
 // are up wait in their first PMI read instead of taking the CPU from the
-// forks still to come (docs/benchmarks.md). A rank that cannot start is
-// reported and the ranks after it are not started. Call Resolve first.
+// forks still to come (docs/benchmarks.md). Up to forkers ranks are
+// forked at once. A rank that cannot start is reported, and no rank after
+// it is started (those already forked are ended with the job). Call
+// Resolve first.
 func (n *Node) Start() {
 	if n.opt.Starter != nil {
 		n.startPlayed()
@@ -333,33 +336,20 @@ func (n *Node) Start() {
 		return
 	}
 	reserveThreads()
-	tracing := n.rec.Tracing()
-	started := make([]*rankProc, 0, len(n.ranks))
-	defer func() {
-		for _, p := range started {
-			n.serve(p)
+	forks := n.forkAll()
+	failed := -1
+	for i, f := range forks {
+		if f.err != nil && failed < 0 {
+			failed = i
 		}
-	}()
-	for i, g := range n.ranks {
-		var t0 time.Time
-		if tracing {
-			t0 = time.Now()
+		p := f.p
+		if p == nil {
+			continue
 		}
-		p, err := n.startRank(g, i)
-		if err != nil {
-			why := err.Error()
-			if sys.IsProcessLimit(err) {
-				why += " (no room for another process: see ulimit -u and the pids cgroup's pids.max)"
-			}
-			n.failStartCode(i, ExitCodeFor(err), why)
-			return
-		}
-		n.procs[g] = p
-		started = append(started, p)
-		if tracing {
-			n.rec.SpanArg("fork", perf.AgentRank, t0, time.Now(), "rank", int64(g))
-		}
-		n.rec.Mark(perf.PhaseRankForked, g)
+		n.procs[p.rank] = p
+		// On the rank's own track, before its life: forks overlap.
+		n.rec.Span(perf.SliceFork, p.rank, f.t0, f.t1)
+		n.rec.MarkAt(perf.PhaseRankForked, p.rank, f.t1)
 		n.waiters.Go(func() {
 			sys.WaitExited(p.pid) // in the poller: no thread per rank
 			werr := p.cmd.Wait()
@@ -381,6 +371,69 @@ func (n *Node) Start() {
 			n.evch <- ev
 		})
 	}
+	if failed >= 0 {
+		err := forks[failed].err
+		why := err.Error()
+		if sys.IsProcessLimit(err) {
+			why += " (no room for another process: see ulimit -u and the pids cgroup's pids.max)"
+		}
+		n.opt.Emit(agent.Event{Kind: agent.EventStartFailed, Rank: n.ranks[failed], Code: ExitCodeFor(err), Msg: why})
+		for i, f := range forks[failed:] {
+			if f.p == nil { // the ranks that started are judged when they end
+				n.ag.RankGone(n.ranks[failed+i], "never started")
+			}
+		}
+	}
+	for _, f := range forks {
+		if f.p != nil {
+			n.serve(f.p)
+		}
+	}
+}
+
+// forkers is how many ranks a node forks at once. A fork returns once
+// the child has exec'd (Go forks with CLONE_VFORK), and the child runs as
+// a scheduling group of its own (its session): on a busy machine several
+// forks in flight overlap those waits, which one after the other made
+// "ranks forked" the longest phase of a job (docs/benchmarks.md).
+const forkers = 4
+
+// forked is one rank's fork: its process, or why it did not start, and
+// when the fork began and ended (for the trace).
+type forked struct {
+	p      *rankProc
+	err    error
+	t0, t1 time.Time
+}
+
+// forkAll forks the node's ranks, up to forkers at once, and returns
+// each one's result by local index. Once a fork failed no other begins;
+// forks already under way finish. The result of a rank not tried has
+// neither p nor err.
+func (n *Node) forkAll() []forked {
+	out := make([]forked, len(n.ranks))
+	var next atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range min(forkers, len(n.ranks)) {
+		wg.Go(func() {
+			for !stop.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= len(n.ranks) {
+					return
+				}
+				f := &out[i]
+				f.t0 = time.Now()
+				f.p, f.err = n.startRank(n.ranks[i], i)
+				f.t1 = time.Now()
+				if f.err != nil {
+					stop.Store(true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // failStart reports that local rank i could not start, and releases the

@@ -7,14 +7,15 @@ import (
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
-// threadReserve is how many OS threads a process that forks ranks makes
+// ThreadReserve is how many OS threads a process that forks ranks makes
 // before its first rank, where a limit counts threads (a pids cgroup, or
 // RLIMIT_NPROC): the Go runtime makes a thread when every one it has is
-// busy (a fork, a read that blocks), and failing to is fatal (under cgo,
-// SIGABRT), so a job whose ranks fill the cgroup while the rest are still
-// forked must not need a new thread then. The runtime keeps idle threads
-// and reuses them. launch's pids check reserves room for them.
-const threadReserve = 8
+// busy (a fork — forkers at once —, a read that blocks), and failing to
+// is fatal (under cgo, SIGABRT), so a job whose ranks fill the cgroup
+// while the rest are still forked must not need a new thread then. The
+// runtime keeps idle threads and reuses them. launch's pids check counts
+// them.
+const ThreadReserve = forkers + 8
 
 var reserveOnce sync.Once
 
@@ -27,7 +28,7 @@ func reserveThreads() {
 				return
 			}
 		}
-		holdThreads(threadReserve)
+		holdThreads(ThreadReserve)
 	})
 }
 
