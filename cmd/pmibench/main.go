@@ -49,6 +49,7 @@
 // left out with a note. pmibench reads "mpiexec -h" once: it passes
 // "-bind-to none" when the launcher accepts it (pmirun does not bind
 // either), and names the column "hydra" only if the help text says Hydra,
+// "pmirun-B" for another pmirun build (to time two builds side by side),
 // else "mpiexec".
 //
 // With -slurm pmibench starts a one-node Slurm of its own (munged,
@@ -667,7 +668,12 @@ func probeMpiexec(ctx context.Context, path string) (Launcher, error) {
 // mpiexec from its -h text.
 func mpiexecOptions(help string) (name string, args []string) {
 	name = "mpiexec"
-	if strings.Contains(strings.ToLower(help), "hydra") {
+	switch {
+	case strings.HasPrefix(strings.TrimSpace(help), "usage: pmirun"):
+		// Another pmirun build, timed against the one under test (its
+		// help names Hydra too).
+		return "pmirun-B", nil
+	case strings.Contains(strings.ToLower(help), "hydra"):
 		name = "hydra"
 	}
 	for _, line := range strings.Split(help, "\n") {

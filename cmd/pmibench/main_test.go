@@ -102,6 +102,11 @@ Usage: ./mpiexec [global opts] [local opts for exec1] [exec1] [exec1 args] : ...
 	if name, args := mpiexecOptions("mpiexec (Open MPI)\n  --bind-to <arg0>  Policy\n"); name != "mpiexec" || args != nil {
 		t.Errorf("other help: %q %q", name, args)
 	}
+	// Another pmirun build as the second launcher: its help names Hydra,
+	// but it is not.
+	if name, args := mpiexecOptions("usage: pmirun [options] program [args...]\n\nlike Hydra's mpiexec\n"); name != "pmirun-B" || args != nil {
+		t.Errorf("pmirun help: %q %q", name, args)
+	}
 	if name, args := mpiexecOptions(""); name != "mpiexec" || args != nil {
 		t.Errorf("empty help: %q %q", name, args)
 	}
