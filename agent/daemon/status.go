@@ -1,10 +1,10 @@
 package daemon
 
 import (
-	"bufio"
 	"os"
-	"strconv"
 	"strings"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // procCounts counts this process's open descriptors, its memfd segments
@@ -21,16 +21,8 @@ func procCounts() (fds, memfds, threads int) {
 		}
 		fds-- // the directory ReadDir had open
 	}
-	if f, err := os.Open("/proc/self/status"); err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "Threads:"); ok {
-				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-					threads = n
-				}
-			}
-		}
+	if n, err := sys.Threads(0); err == nil {
+		threads = n
 	}
 	return fds, memfds, threads
 }

@@ -1,30 +1,19 @@
 package node
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // threads counts this process's OS threads.
 func threads(t *testing.T) int {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
+	n, err := sys.Threads(0)
 	if err != nil {
-		t.Skip("no /proc/self/status")
+		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no Threads line in /proc/self/status")
-	return 0
+	return n
 }
 
 // holdThreads leaves the process with at least n threads once its

@@ -167,3 +167,26 @@ func WaitExited(pid int) {
 		return err != nil || info.Signo != 0
 	})
 }
+
+// Threads returns the number of threads of process pid (0: this one),
+// from the Threads line of its /proc status.
+func Threads(pid int) (int, error) {
+	path := "/proc/self/status"
+	if pid != 0 {
+		path = "/proc/" + strconv.Itoa(pid) + "/status"
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return 0, fmt.Errorf("%s: Threads %q: %w", path, v, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: no Threads line", path)
+}

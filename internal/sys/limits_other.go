@@ -44,3 +44,6 @@ func FileLimit() (uint64, error) { return 0, ErrNotSupported }
 
 // WaitExited returns at once off Linux: the caller's Wait blocks.
 func WaitExited(pid int) {}
+
+// Threads is not known off Linux.
+func Threads(pid int) (int, error) { return 0, ErrNotSupported }

@@ -284,15 +284,9 @@ func TestRankWaitersHoldNoThreads(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // every waiter has begun waiting
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(j.cmd.Process.Pid) + "/status")
+	threads, err := sys.Threads(j.cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
-	}
-	threads := -1
-	for _, l := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			threads, _ = strconv.Atoi(strings.TrimSpace(v))
-		}
 	}
 	j.cmd.Process.Signal(sys.SIGTERM)
 	r := j.wait()

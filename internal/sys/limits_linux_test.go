@@ -1,0 +1,23 @@
+//go:build linux
+
+package sys
+
+import (
+	"os"
+	"testing"
+)
+
+// Threads reads a process's thread count: this one's, by 0 or by its
+// pid; a process that does not exist is an error.
+func TestThreads(t *testing.T) {
+	n, err := Threads(0)
+	if err != nil || n < 1 {
+		t.Fatalf("Threads(0) = %d, %v", n, err)
+	}
+	if m, err := Threads(os.Getpid()); err != nil || m < 1 {
+		t.Errorf("Threads(own pid) = %d, %v", m, err)
+	}
+	if _, err := Threads(1 << 30); err == nil {
+		t.Error("Threads of a pid that does not exist: no error")
+	}
+}
