@@ -55,6 +55,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -65,6 +66,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/internal/virtual"
 	"github.com/fastpmi/fastpmi/jobreport"
 	"github.com/fastpmi/fastpmi/perf"
@@ -437,19 +439,11 @@ func lastLines(s string, n int) string {
 // memAvailable is MemAvailable from /proc/meminfo in bytes, or 0 where it
 // cannot be read (the memory check is then skipped).
 func memAvailable() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
+	b, err := sys.MemAvailable()
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return 0
+	return int64(min(b, math.MaxInt64))
 }
 
 // scalePlan lists the jobs in the order they run: by P, then K, then op,
