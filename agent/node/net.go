@@ -132,9 +132,8 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 	if err != nil {
 		return fmt.Errorf("node %d: listen for peers: %w", a.idx, err)
 	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	hn, _ := os.Hostname()
-	hello := Hello{Node: a.idx, Addr: net.JoinHostPort(host, port), Host: hn, PID: os.Getpid(),
+	hello := Hello{Node: a.idx, Addr: announceAddr(listen, host, ln.Addr().String()), Host: hn, PID: os.Getpid(),
 		NetBE: a.tr.Backend().Name, Ranks: len(spec.Nodes[a.idx])}
 	if a.opt.HostJobs != nil {
 		if hello.Jobs, err = a.opt.HostJobs(host); err != nil {
@@ -174,6 +173,21 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 		a.recv.Wait()
 	}()
 	return a.loop(ctx)
+}
+
+// announceAddr is where peers dial a node that listens on listen (bound
+// to bound) and reached pmirun from ctlHost: the host it was told to
+// listen on, or for a wildcard (or none) the one it reached pmirun from,
+// with the port it got.
+func announceAddr(listen, ctlHost, bound string) string {
+	_, port, _ := net.SplitHostPort(bound)
+	host := ctlHost
+	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // setup builds the tree and ring state and the links to peer agents: the

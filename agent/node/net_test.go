@@ -70,3 +70,20 @@ func TestNetUpstreamNames(t *testing.T) {
 		t.Fatalf("%d name requests left waiting", len(a.names))
 	}
 }
+
+// A node announces the host it was told to listen on, or for a wildcard
+// (or no --listen) the one it reached pmirun from, with its bound port.
+func TestAnnounceAddr(t *testing.T) {
+	for _, tc := range []struct{ listen, ctl, bound, want string }{
+		{"", "10.0.0.2", "10.0.0.2:4001", "10.0.0.2:4001"},
+		{"10.1.0.2:7000", "10.0.0.2", "10.1.0.2:7000", "10.1.0.2:7000"},
+		{":7000", "10.0.0.2", "[::]:7000", "10.0.0.2:7000"},
+		{"0.0.0.0:0", "10.0.0.2", "0.0.0.0:4002", "10.0.0.2:4002"},
+		{"[::]:0", "fd00::2", "[::]:4003", "[fd00::2]:4003"},
+		{"node7:7000", "10.0.0.2", "10.1.0.7:7000", "node7:7000"},
+	} {
+		if got := announceAddr(tc.listen, tc.ctl, tc.bound); got != tc.want {
+			t.Errorf("announceAddr(%q, %q, %q) = %q, want %q", tc.listen, tc.ctl, tc.bound, got, tc.want)
+		}
+	}
+}

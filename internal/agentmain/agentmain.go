@@ -45,8 +45,9 @@ job the run spawns (MPI_Comm_spawn), so a spawn starts no process but the
 children, and exits when the run has ended. Users run pmirun, not %[1]s.
 
   --node I        this agent's node index; "slurm" takes SLURM_NODEID
-  --listen ADDR   address for peer agents' links (default: the address
-                  this node reaches pmirun from, any free port)
+  --listen ADDR   address for peer agents' links, announced to them
+                  (default, and the host of a wildcard ADDR: the address
+                  this node reaches pmirun from; any free port)
 
 Daemon mode: %[1]s --daemon stays up and runs the nodes of many jobs, each
 submitted by "pmirun --daemons ADDR,... --secret-file FILE", starting no
