@@ -177,8 +177,18 @@ func testFlood(t *testing.T, be string) {
 	}
 	// Every garbage sender is refused; the silent ones are dropped to
 	// make room or time out, at least all but maxHandshakes of them.
-	if n, _ := strconv.Atoi(m[1]); n < strangers-maxHandshakes-int(numRefusals) {
+	n, _ := strconv.Atoi(m[1])
+	if n < strangers-maxHandshakes-int(numRefusals) {
 		t.Errorf("summary counts %d refusals of %d strangers:\n%s", n, strangers, clipLog(out))
+	}
+	// Refused says what the summaries say (the one at Close the last).
+	total := 0
+	for _, m := range regexp.MustCompile(`refused (\d+) connections before authentication`).FindAllStringSubmatch(out, -1) {
+		k, _ := strconv.Atoi(m[1])
+		total += k
+	}
+	if got := ln.Refused(); got != int64(total) || got > strangers {
+		t.Errorf("Refused() = %d, the summaries count %d, of %d strangers", got, total, strangers)
 	}
 }
 

@@ -97,6 +97,15 @@ func (r *refusals) add(log *slog.Logger, addr, peer net.Addr, why refusal, err e
 	}
 }
 
+// total is how many connections were refused so far.
+func (r *refusals) total() int64 {
+	var n int64
+	for why := range numRefusals {
+		n += r.count[why].Load()
+	}
+	return n
+}
+
 // summary logs the refusals not yet summarised, if any, in one line.
 func (r *refusals) summary(log *slog.Logger, addr net.Addr) {
 	r.mu.Lock()
@@ -286,6 +295,8 @@ func (l *listener) Accept(ctx context.Context) (Conn, error) {
 }
 
 func (l *listener) Addr() net.Addr { return l.raw.addr() }
+
+func (l *listener) Refused() int64 { return l.refused.total() }
 
 func (l *listener) Close() error {
 	l.once.Do(func() {

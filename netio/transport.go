@@ -39,6 +39,10 @@ type Listener interface {
 	Accept(ctx context.Context) (Conn, error)
 	// Addr is the address listened on (with the port chosen for ":0").
 	Addr() net.Addr
+	// Refused is how many connections the listener has dropped before
+	// they authenticated (silent, a wrong proof, something else spoken,
+	// or dropped for a newer one: docs/security.md).
+	Refused() int64
 	// Close stops listening, drops connections still being authenticated
 	// or not yet accepted, and waits for the listener's goroutines. It is
 	// idempotent.

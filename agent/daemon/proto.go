@@ -46,17 +46,20 @@ type Exit struct {
 
 // Status is a daemon's answer to a status request (pmid --status).
 type Status struct {
-	PID        int           `json:"pid"`
-	Addr       string        `json:"addr"`
-	Uptime     time.Duration `json:"uptime_ns"`
-	MaxJobs    int           `json:"max_jobs"`
-	Jobs       []JobStatus   `json:"jobs"`
-	Served     uint64        `json:"served"`  // submissions run to their end
-	Refused    uint64        `json:"refused"` // submissions refused
-	Goroutines int           `json:"goroutines"`
-	Threads    int           `json:"threads"` // -1 where unknown
-	FDs        int           `json:"fds"`     // open descriptors (this status connection's included); -1 where unknown
-	Memfds     int           `json:"memfds"`  // of which memfd segments; -1 where unknown
+	PID     int           `json:"pid"`
+	Addr    string        `json:"addr"`
+	Uptime  time.Duration `json:"uptime_ns"`
+	MaxJobs int           `json:"max_jobs"`
+	Jobs    []JobStatus   `json:"jobs"`
+	Served  uint64        `json:"served"`  // submissions run to their end
+	Refused uint64        `json:"refused"` // submissions refused
+	// Strangers is how many connections were dropped before they
+	// authenticated (netio.Listener.Refused).
+	Strangers  int64 `json:"strangers"`
+	Goroutines int   `json:"goroutines"`
+	Threads    int   `json:"threads"` // -1 where unknown
+	FDs        int   `json:"fds"`     // open descriptors (this status connection's included); -1 where unknown
+	Memfds     int   `json:"memfds"`  // of which memfd segments; -1 where unknown
 }
 
 // JobStatus is one running job's node.

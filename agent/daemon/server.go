@@ -171,6 +171,7 @@ func (s *Server) Status() Status {
 		st.Jobs = append(st.Jobs, JobStatus{JobID: j.spec.JobID, Node: j.idx, Ranks: len(j.spec.Nodes[j.idx]), Running: time.Since(j.start)})
 	}
 	st.Served, st.Refused = s.served, s.refused
+	st.Strangers = s.ln.Refused()
 	s.mu.Unlock()
 	st.Goroutines = runtime.NumGoroutine()
 	st.FDs, st.Memfds, st.Threads = procCounts()

@@ -63,7 +63,8 @@ it exits 0.
                       if group or others can read it or another user owns it
   --max-jobs N        jobs run at once; more are refused (default 64)
   --status ADDR       print a running daemon's status (jobs, served,
-                      goroutines, threads, descriptors, memfds) as JSON
+                      strangers dropped, goroutines, threads,
+                      descriptors, memfds) as JSON
 
   --version           print the version and VCS revision
   --help              print this help

@@ -283,8 +283,9 @@ func strangers(t *testing.T, addr string, n int) []net.Conn {
 
 // A stranger holding 1,000 connections to each of two daemons, silent or
 // sending garbage, does not keep pmirun from submitting a job to them:
-// the job runs, and each daemon logs a few refusal lines and a summary
-// when it stops, not a line per connection. Before, the silent
+// the job runs, pmid --status counts the strangers dropped, and each
+// daemon logs a few refusal lines and a summary when it stops, not a line
+// per connection. Before, the silent
 // connections took every handshake slot of a daemon for 10 s and
 // pmirun's own connection was refused.
 func TestDaemonFlood(t *testing.T) {
@@ -296,8 +297,11 @@ func TestDaemonFlood(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for _, d := range p.d {
-		cs = append(cs, strangers(t, d.addr, perDaemon)...)
+	opened := make([]int, len(p.d))
+	for i, d := range p.d {
+		c := strangers(t, d.addr, perDaemon)
+		opened[i] = len(c)
+		cs = append(cs, c...)
 	}
 	if len(cs) < perDaemon {
 		t.Fatalf("the flood opened %d connections", len(cs))
@@ -305,6 +309,15 @@ func TestDaemonFlood(t *testing.T) {
 	r := run(t, p.job("-n", "4", prog("mpi_allreduce")))
 	r.wantCode(t, 0)
 	r.wantAllreduce(t, 4)
+	// pmid --status counts the strangers it dropped: all but those still
+	// in a handshake slot (256, silent ones whose 2 s are not over), at
+	// most every one.
+	for i, d := range p.d {
+		n := int64(opened[i])
+		if st := d.status(t, p.secret); st.Strangers < n-256-8 || st.Strangers > n {
+			t.Errorf("daemon %s counts %d strangers dropped, of %d", d.addr, st.Strangers, n)
+		}
+	}
 	for _, d := range p.d {
 		if code := d.stop(t, 20*time.Second); code != 0 {
 			t.Errorf("daemon %s exited %d", d.addr, code)
