@@ -284,7 +284,9 @@ func (j *Job) Close() {
 	registry.mu.Lock()
 	delete(registry.jobs, j.cfg.Nspace)
 	registry.mu.Unlock()
-	deregisterNspace(j.cfg.Nspace)
+	if err := deregisterNspace(j.cfg.Nspace); err != nil {
+		j.cfg.Logger.Warn("pmix: job end", "err", err)
+	}
 	registry.mu.Lock()
 	serverRelease()
 	registry.mu.Unlock()

@@ -7,10 +7,12 @@
 // on it, and nothing waits for PMIx but the blocking helpers at the end,
 // which Go calls from its own goroutines.
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <pmix.h>
 #include <pmix_server.h>
 
@@ -521,19 +523,39 @@ void fpx_spawn_done(fpx_cb *cb, int status, const char *nspace)
 
 // --- blocking helpers, for Go's goroutines (never the progress thread) --
 
+// waiter is a caller waiting for one PMIx callback. It lives on the heap
+// with two references, the caller's and the callback's: a caller that
+// stops waiting (waiter_wait with a bound) leaves it to the late
+// callback to free.
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int done;
+    int done, refs;
     pmix_status_t status;
 } waiter;
 
-static void waiter_init(waiter *w)
+static waiter *waiter_new(void)
 {
+    waiter *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return NULL;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    w->done = 0;
+    w->refs = 2;
     w->status = PMIX_SUCCESS;
+    return w;
+}
+
+static void waiter_unref(waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int left = --w->refs;
+    pthread_mutex_unlock(&w->mu);
+    if (left == 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+    }
 }
 
 static void waiter_done(pmix_status_t status, void *cbdata)
@@ -544,21 +566,36 @@ static void waiter_done(pmix_status_t status, void *cbdata)
     w->done = 1;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    waiter_unref(w);
 }
 
-static pmix_status_t waiter_wait(waiter *w, pmix_status_t rc)
+// waiter_wait returns the callback's status when rc (the call's) says a
+// callback comes, else rc; with secs > 0 it waits at most that long and
+// then returns PMIX_ERR_TIMEOUT. It drops the caller's reference (and
+// the callback's when none comes).
+static pmix_status_t waiter_wait(waiter *w, pmix_status_t rc, int secs)
 {
-    if (rc == PMIX_OPERATION_SUCCEEDED)
-        rc = PMIX_SUCCESS;
-    else if (rc == PMIX_SUCCESS) {
-        pthread_mutex_lock(&w->mu);
-        while (!w->done)
-            pthread_cond_wait(&w->cv, &w->mu);
-        rc = w->status;
-        pthread_mutex_unlock(&w->mu);
+    if (rc != PMIX_SUCCESS) {
+        if (rc == PMIX_OPERATION_SUCCEEDED)
+            rc = PMIX_SUCCESS;
+        waiter_unref(w); // no callback comes
+        waiter_unref(w);
+        return rc;
     }
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += secs;
+    pthread_mutex_lock(&w->mu);
+    int late = 0;
+    while (!w->done && !late) {
+        if (secs > 0)
+            late = pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT;
+        else
+            pthread_cond_wait(&w->cv, &w->mu);
+    }
+    rc = w->done ? w->status : PMIX_ERR_TIMEOUT;
+    pthread_mutex_unlock(&w->mu);
+    waiter_unref(w);
     return rc;
 }
 
@@ -632,32 +669,41 @@ int fpx_register_nspace(const fpx_job *j)
         info[k].value.data.darray = da; // freed with info
         k++;
     }
-    waiter w;
-    waiter_init(&w);
-    rc = PMIx_server_register_nspace(j->nspace, j->nlocal, info, k, waiter_done, &w);
-    rc = waiter_wait(&w, rc);
+    waiter *w = waiter_new();
+    if (w == NULL) {
+        rc = PMIX_ERR_NOMEM;
+    } else {
+        // No bound: the library holds info until it calls back.
+        rc = PMIx_server_register_nspace(j->nspace, j->nlocal, info, k, waiter_done, w);
+        rc = waiter_wait(w, rc, 0);
+    }
     PMIX_INFO_FREE(info, ninfo);
     free(nodemap);
     free(procmap);
     return rc;
 }
 
-void fpx_deregister_nspace(const char *nspace)
+// fpx_deregister_nspace waits at most secs for the library (it copies
+// nspace): a job's end must not wait for ever on a library that lost
+// track of a client that died.
+int fpx_deregister_nspace(const char *nspace, int secs)
 {
-    waiter w;
-    waiter_init(&w);
-    PMIx_server_deregister_nspace(nspace, waiter_done, &w);
-    waiter_wait(&w, PMIX_SUCCESS);
+    waiter *w = waiter_new();
+    if (w == NULL)
+        return PMIX_ERR_NOMEM;
+    PMIx_server_deregister_nspace(nspace, waiter_done, w);
+    return waiter_wait(w, PMIX_SUCCESS, secs);
 }
 
 int fpx_register_client(const char *nspace, int rank, int uid, int gid, char ***env)
 {
     pmix_proc_t proc;
     PMIX_LOAD_PROCID(&proc, nspace, (pmix_rank_t)rank);
-    waiter w;
-    waiter_init(&w);
-    pmix_status_t rc = PMIx_server_register_client(&proc, (uid_t)uid, (gid_t)gid, NULL, waiter_done, &w);
-    rc = waiter_wait(&w, rc);
+    waiter *w = waiter_new();
+    if (w == NULL)
+        return PMIX_ERR_NOMEM;
+    pmix_status_t rc = PMIx_server_register_client(&proc, (uid_t)uid, (gid_t)gid, NULL, waiter_done, w);
+    rc = waiter_wait(w, rc, 0);
     if (rc != PMIX_SUCCESS)
         return rc;
     *env = NULL;

@@ -72,9 +72,25 @@ func Shutdown() {
 	if !server.started {
 		return
 	}
-	C.fpx_finalize()
+	// PMIx_server_finalize has no bound of its own: a library that lost
+	// track of a client that died has been seen to hang or crash in it,
+	// after the job's verdict. The process is ending; past the bound it
+	// ends without (the goroutine stays in C, the directory goes).
+	done := make(chan struct{})
+	go func() {
+		C.fpx_finalize()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(teardownTimeout):
+	}
 	os.RemoveAll(server.tmpdir)
 }
+
+// teardownTimeout bounds each wait for the server library as a job or the
+// process ends.
+const teardownTimeout = 10 * time.Second
 
 // statusErr is a PMIx status as an error.
 func statusErr(rc C.int) error {
@@ -146,10 +162,15 @@ func registerNspace(cfg *Config) error {
 	return nil
 }
 
-func deregisterNspace(nspace string) {
+// deregisterNspace deregisters nspace, waiting for the library at most
+// teardownTimeout.
+func deregisterNspace(nspace string) error {
 	c := C.CString(nspace)
-	C.fpx_deregister_nspace(c)
-	C.fpx_free(c)
+	defer C.fpx_free(c)
+	if rc := C.fpx_deregister_nspace(c, C.int(teardownTimeout/time.Second)); rc != C.PMIX_SUCCESS {
+		return fmt.Errorf("pmix: deregister namespace %s: %w", nspace, statusErr(rc))
+	}
+	return nil
 }
 
 // clientEnv registers global rank r of nspace and returns the

@@ -8,7 +8,7 @@ const Supported = false
 func serverAcquire() error                      { return ErrNotSupported }
 func serverRelease()                            {}
 func registerNspace(*Config) error              { return ErrNotSupported }
-func deregisterNspace(string)                   {}
+func deregisterNspace(string) error             { return nil }
 func clientEnv(string, int) ([]string, error)   { return nil, ErrNotSupported }
 func rankDataRequest(string, int, uint64) error { return ErrNotSupported }
 
