@@ -321,13 +321,17 @@ type UpCall struct {
 // Result is a delivered fence-or-allgather epoch, in epoch order, for the
 // shared-memory front end to publish: a fence's KVs go to the node KVS,
 // an allgather's Values to the result array, then the epoch is published
-// (also when Err is set).
+// (also when Err is set). An allgather's Values are published only when
+// ShmEntered: ranks of the other front ends have them in their Reply, and
+// an external front end's values (a PMIx node's collected data) may be
+// larger than the segment's result entries.
 type Result struct {
-	Epoch     uint64
-	Allgather bool
-	KVs       []KV
-	Values    [][]byte
-	Err       error
+	Epoch      uint64
+	Allgather  bool
+	ShmEntered bool // some local rank entered the epoch over shared memory
+	KVs        []KV
+	Values     [][]byte
+	Err        error
 }
 
 // Mark is a perf stamp to record: phase of global rank Rank.

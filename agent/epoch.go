@@ -155,11 +155,13 @@ func (c *Core) deliver(ec *epochColl) {
 		c.agSeq++
 		c.rd.Marks = append(c.rd.Marks, Mark{perf.PhaseAllgatherDone, -1})
 	}
+	res := Result{Epoch: ec.epoch, Allgather: ec.kind == kindAllgather, Err: ec.err}
 	for i := range ec.entries {
 		en := &ec.entries[i]
 		if !en.in {
 			continue
 		}
+		res.ShmEntered = res.ShmEntered || en.to.req.Via == ViaShm
 		r := Reply{Err: ec.err, Epoch: ec.epoch}
 		if ec.err == nil && ec.kind == kindAllgather {
 			r.Values = ec.values
@@ -169,7 +171,6 @@ func (c *Core) deliver(ec *epochColl) {
 			c.mark(perf.PhaseFenceDone, c.ranks[i])
 		}
 	}
-	res := Result{Epoch: ec.epoch, Allgather: ec.kind == kindAllgather, Err: ec.err}
 	if ec.err == nil {
 		res.KVs, res.Values = ec.puts, ec.values
 	}

@@ -86,3 +86,47 @@ func (a *Agent) LocalIndex(g int) int {
 // and a port ("" if none), as the agent's own front ends do before they
 // step a Name operation.
 func CheckName(name, port string) error { return checkName(name, port) }
+
+// A fence with data collected per node (PMIx's fence_nb: the server
+// library gathers its local clients' data and hands the host one blob per
+// node) is an allgather epoch that every local rank enters, the first
+// carrying the node's data and the others nothing. The first rank's
+// Reply then holds every node's data in rank order (NodeData). A fence
+// without data is the same with data nil, so every node takes one path
+// whatever it collected.
+
+// NodeAllgather returns the operations of a fence of the n local ranks
+// with the node's collected data, all under req.
+func NodeAllgather(n int, req Req, data []byte) []Op {
+	ops := make([]Op, n)
+	for i := range ops {
+		var v []byte
+		if i == 0 {
+			v = data
+		}
+		ops[i] = Allgather{Local: i, Req: req, Value: v}
+	}
+	return ops
+}
+
+// NodeData returns whether rp is the reply that completes a
+// NodeAllgather (the first local rank's; the others' are redundant) and,
+// if it succeeded, a copy of every node's data concatenated in rank
+// order: Reply.Values are views the front end must not keep.
+func NodeData(rp Reply) (data []byte, completes bool) {
+	if rp.Kind != ReplyAllgather || rp.Local != 0 {
+		return nil, false
+	}
+	if rp.Err != nil {
+		return nil, true
+	}
+	n := 0
+	for _, v := range rp.Values {
+		n += len(v)
+	}
+	data = make([]byte, 0, n)
+	for _, v := range rp.Values {
+		data = append(data, v...)
+	}
+	return data, true
+}

@@ -357,7 +357,7 @@ func (a *Agent) publish(seg *shm.Segment, r *Result) {
 			a.rec.Add("shm.kvs.skipped", 1)
 		}
 	}
-	if r.Allgather && r.Err == nil {
+	if r.Allgather && r.Err == nil && r.ShmEntered {
 		for g, v := range r.Values {
 			if err := sa.SetResult(g, e, v); err != nil {
 				a.log.Error("write allgather result", "rank", g, "epoch", r.Epoch, "err", err)

@@ -19,7 +19,7 @@ func benchEntries() []Entry {
 	return es
 }
 
-var benchLimits = Limits{Ranks: benchRanks, MaxValue: 1024, MaxKey: 64, MaxTotal: 1 << 24}
+var benchLimits = Limits{Ranks: benchRanks, MaxValue: 1024, MaxEntry: 1024, MaxKey: 64, MaxTotal: 1 << 24}
 
 func BenchmarkEncodeEntries16K(b *testing.B) {
 	es := benchEntries()

@@ -22,7 +22,8 @@ var (
 // Limits bound what a decoder accepts.
 type Limits struct {
 	Ranks    int // P: every rank and owner is below it
-	MaxValue int // longest value in bytes
+	MaxValue int // longest value in bytes (KV sets)
+	MaxEntry int // longest value in bytes (entry sets)
 	MaxKey   int // longest key in bytes (KV sets)
 	MaxTotal int // longest encoding in bytes (a whole merged result included)
 }
@@ -31,17 +32,25 @@ type Limits struct {
 // and with it what a node decompresses from one broadcast.
 const MaxJobTotal = 1 << 31
 
+// MaxNodeEntry bounds one allgather value (JobLimits.MaxEntry). A rank's
+// own value is at most pmiwire.ValLenMax, but a PMIx node's collected data
+// (every local client's committed data, agent/pmix) travels as the value
+// of its first rank; 16 MiB is a quarter of a link's largest frame
+// (netio.DefaultMaxFrameSize).
+const MaxNodeEntry = 16 << 20
+
 // JobLimits are the limits of the agent tree of a job of ranks ranks,
-// at the root and at every node alike: values and keys as long as a rank
-// may put or contribute them (pmiwire.ValLenMax, pmiwire.KeyLenMax, the
-// one statement of the job's size limits) and merged results of at most
+// at the root and at every node alike: keys and put values as long as a
+// rank may put them (pmiwire.KeyLenMax, pmiwire.ValLenMax, the one
+// statement of the job's size limits), allgather values as long as a
+// node may contribute them (MaxNodeEntry) and merged results of at most
 // MaxJobTotal bytes.
 func JobLimits(ranks int) Limits {
-	return Limits{Ranks: ranks, MaxValue: pmiwire.ValLenMax, MaxKey: pmiwire.KeyLenMax, MaxTotal: MaxJobTotal}
+	return Limits{Ranks: ranks, MaxValue: pmiwire.ValLenMax, MaxEntry: MaxNodeEntry, MaxKey: pmiwire.KeyLenMax, MaxTotal: MaxJobTotal}
 }
 
 func (l Limits) validate() error {
-	if l.Ranks < 1 || l.MaxValue < 0 || l.MaxKey < 1 || l.MaxTotal < 1 {
+	if l.Ranks < 1 || l.MaxValue < 0 || l.MaxEntry < 0 || l.MaxKey < 1 || l.MaxTotal < 1 {
 		return fmt.Errorf("check limits %+v: %w", l, ErrLimit)
 	}
 	return nil
@@ -216,7 +225,7 @@ func AppendDecodedEntries(dst []Entry, b []byte, lim Limits) ([]Entry, error) {
 			r.fail(ErrLimit, "rank %d+%d, limit %d", next, gap, lim.Ranks)
 		}
 		rank := next + gap
-		v := r.bytes(lim.MaxValue, "value")
+		v := r.bytes(lim.MaxEntry, "value")
 		if r.err != nil {
 			break
 		}

@@ -45,7 +45,7 @@ func TestEntriesRejects(t *testing.T) {
 		t.Errorf("unsorted ranks encoded: %v", err)
 	}
 	good, _ := AppendEntries(nil, []Entry{{Rank: 1, Value: []byte("ab")}, {Rank: 7, Value: []byte("cde")}})
-	lim := Limits{Ranks: 8, MaxValue: 3, MaxKey: 1, MaxTotal: 64}
+	lim := Limits{Ranks: 8, MaxEntry: 3, MaxKey: 1, MaxTotal: 64}
 	if _, err := DecodeEntries(good, lim); err != nil {
 		t.Fatal(err)
 	}
@@ -60,13 +60,13 @@ func TestEntriesRejects(t *testing.T) {
 		lim  Limits
 		want error
 	}{
-		{"rank beyond P", good, Limits{Ranks: 7, MaxValue: 3, MaxKey: 1, MaxTotal: 64}, ErrLimit},
-		{"value too long", good, Limits{Ranks: 8, MaxValue: 2, MaxKey: 1, MaxTotal: 64}, ErrLimit},
-		{"total too long", good, Limits{Ranks: 8, MaxValue: 3, MaxKey: 1, MaxTotal: len(good) - 1}, ErrLimit},
+		{"rank beyond P", good, Limits{Ranks: 7, MaxEntry: 3, MaxKey: 1, MaxTotal: 64}, ErrLimit},
+		{"value too long", good, Limits{Ranks: 8, MaxEntry: 2, MaxKey: 1, MaxTotal: 64}, ErrLimit},
+		{"total too long", good, Limits{Ranks: 8, MaxEntry: 3, MaxKey: 1, MaxTotal: len(good) - 1}, ErrLimit},
 		{"bad limits", good, Limits{}, ErrLimit},
 		{"trailing byte", append(slices.Clone(good), 0), lim, ErrMalformed},
 		{"count beyond bytes", []byte{'c', 1, 100, 0, 0}, lim, ErrMalformed},
-		{"count beyond P", []byte{'c', 1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, Limits{Ranks: 8, MaxValue: 3, MaxKey: 1, MaxTotal: 64}, ErrMalformed},
+		{"count beyond P", []byte{'c', 1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, Limits{Ranks: 8, MaxEntry: 3, MaxKey: 1, MaxTotal: 64}, ErrMalformed},
 		{"rank gap overflow", []byte{'c', 1, 2, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0}, lim, ErrLimit},
 		{"wrong tag", append([]byte{'k'}, good[1:]...), lim, ErrMalformed},
 	}
@@ -177,10 +177,11 @@ func TestMergeDifferential(t *testing.T) {
 }
 
 // JobLimits take the job's size limits from the PMI wire protocol: what a
-// rank may put passes, a byte more does not.
+// rank may put passes, a byte more does not; an allgather value may be as
+// long as a node's collected data.
 func TestJobLimits(t *testing.T) {
 	lim := JobLimits(4)
-	if lim.validate() != nil || lim.Ranks != 4 || lim.MaxValue != pmiwire.ValLenMax || lim.MaxKey != pmiwire.KeyLenMax {
+	if lim.validate() != nil || lim.Ranks != 4 || lim.MaxValue != pmiwire.ValLenMax || lim.MaxEntry != MaxNodeEntry || lim.MaxKey != pmiwire.KeyLenMax {
 		t.Fatalf("JobLimits(4) = %+v", lim)
 	}
 	for _, c := range []struct {
@@ -199,11 +200,22 @@ func TestJobLimits(t *testing.T) {
 			t.Errorf("key of %d bytes, value of %d: %v, want %v", c.key, c.val, err, c.want)
 		}
 	}
-	b, err := AppendEntries(nil, []Entry{{Rank: 3, Value: make([]byte, pmiwire.ValLenMax+1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := DecodeEntries(b, lim); !errors.Is(err, ErrLimit) {
-		t.Errorf("allgather value of %d bytes: %v, want ErrLimit", pmiwire.ValLenMax+1, err)
+	// Allgather values are a node's collected data at most (a PMIx
+	// fence's), far longer than what a rank may put.
+	for _, c := range []struct {
+		val  int
+		want error
+	}{
+		{pmiwire.ValLenMax + 1, nil},
+		{MaxNodeEntry, nil},
+		{MaxNodeEntry + 1, ErrLimit},
+	} {
+		b, err := AppendEntries(nil, []Entry{{Rank: 3, Value: make([]byte, c.val)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeEntries(b, lim); !errors.Is(err, c.want) {
+			t.Errorf("allgather value of %d bytes: %v, want %v", c.val, err, c.want)
+		}
 	}
 }

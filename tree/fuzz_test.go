@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-var fuzzLimits = Limits{Ranks: 1000, MaxValue: 256, MaxKey: 64, MaxTotal: 1 << 16}
+var fuzzLimits = Limits{Ranks: 1000, MaxValue: 256, MaxEntry: 256, MaxKey: 64, MaxTotal: 1 << 16}
 
 // FuzzDecodeEntries: the decoder never panics; what it accepts satisfies
 // the limits, has strictly increasing ranks, and re-encodes to the input.
@@ -19,7 +19,7 @@ func FuzzDecodeEntries(f *testing.F) {
 			return
 		}
 		for i, e := range es {
-			if int(e.Rank) >= fuzzLimits.Ranks || len(e.Value) > fuzzLimits.MaxValue || (i > 0 && e.Rank <= es[i-1].Rank) {
+			if int(e.Rank) >= fuzzLimits.Ranks || len(e.Value) > fuzzLimits.MaxEntry || (i > 0 && e.Rank <= es[i-1].Rank) {
 				t.Fatalf("accepted entry %d: rank %d, %d bytes", i, e.Rank, len(e.Value))
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-var testLimits = Limits{Ranks: 1 << 16, MaxValue: 1 << 10, MaxKey: 64, MaxTotal: 1 << 26}
+var testLimits = Limits{Ranks: 1 << 16, MaxValue: 1 << 10, MaxEntry: 1 << 10, MaxKey: 64, MaxTotal: 1 << 26}
 
 func TestTopology(t *testing.T) {
 	tp, err := NewTopology(10, 3)

@@ -190,7 +190,8 @@ var bindUnits = []string{"core", "hwthread", "socket"}
 var VirtualWorkloads = []string{"allgather", "fence", "iallgather", "ring", "kvs-dense", "kvs-sparse", "kvs-dense-od", "kvs-sparse-od", "kvs-cards",
 	"paper-fence", "paper-ifence", "paper-allgather", "paper-iallgather",
 	"paper-ifence-sleep", "paper-ifence-spin", "paper-iallgather-sleep", "paper-iallgather-spin",
-	"paper-init-fence", "paper-init-allgather", "paper-init-iallgather"}
+	"paper-init-fence", "paper-init-allgather", "paper-init-iallgather",
+	"pmix-fence"}
 
 // VirtualWorkWorkloads are the workloads of VirtualWorkloads that compute
 // for Spec.VirtualWork in every round (and need it set).

@@ -473,21 +473,12 @@ func (j *Job) spawn(r *request, l int) {
 const maxAbortMsg = 1024
 
 // fence enters every local rank in the agent's next allgather epoch, the
-// first carrying the node's collected data: the job-wide result, every
-// node's data concatenated in rank order, is what the server library
-// expects back. A fence without data is the same allgather with empty
-// values, so every node takes the same path whatever it collected.
+// first carrying the node's collected data (agent.NodeAllgather): the
+// job-wide result, every node's data concatenated in rank order, is what
+// the server library expects back.
 func (j *Job) fence(r *request) {
 	reqs := j.expect(r, 1) // the first local rank's reply completes it
-	ops := make([]agent.Op, len(j.local))
-	for i := range j.local {
-		var v []byte
-		if i == 0 {
-			v = r.data
-		}
-		ops[i] = agent.Allgather{Local: i, Req: reqs[0], Value: v}
-	}
-	if err := j.cfg.Agent.StepExternal(ops...); err != nil {
+	if err := j.cfg.Agent.StepExternal(agent.NodeAllgather(len(j.local), reqs[0], r.data)...); err != nil {
 		j.drop(reqs, err)
 	}
 }
@@ -651,12 +642,8 @@ func (j *Job) reply(rp agent.Reply) {
 	case agent.ReplyAllgather:
 		delete(j.pending, rp.Req.ID)
 		j.mu.Unlock()
+		res.data, _ = agent.NodeData(rp)
 		res.err = rp.Err
-		if rp.Err == nil {
-			for _, v := range rp.Values {
-				res.data = append(res.data, v...) // a copy: Values are views
-			}
-		}
 		p.req.done(res)
 		return
 	case agent.ReplyGet: // a direct modex's

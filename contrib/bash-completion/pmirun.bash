@@ -30,7 +30,7 @@ _pmirun() {
         --get-strategy) COMPREPLY=($(compgen -W "direct dkvs tree" -- "$cur")); return ;;
         --compress) COMPREPLY=($(compgen -W "auto s2 zstd none" -- "$cur")); return ;;
         --netio) COMPREPLY=($(compgen -W "auto uring net" -- "$cur")); return ;;
-        --virtual) COMPREPLY=($(compgen -W "allgather fence iallgather ring kvs-dense kvs-sparse kvs-dense-od kvs-sparse-od kvs-cards paper-fence paper-ifence paper-allgather paper-iallgather paper-ifence-sleep paper-ifence-spin paper-iallgather-sleep paper-iallgather-spin paper-init-fence paper-init-allgather paper-init-iallgather" -- "$cur")); return ;;
+        --virtual) COMPREPLY=($(compgen -W "allgather fence iallgather ring kvs-dense kvs-sparse kvs-dense-od kvs-sparse-od kvs-cards paper-fence paper-ifence paper-allgather paper-iallgather paper-ifence-sleep paper-ifence-spin paper-iallgather-sleep paper-iallgather-spin paper-init-fence paper-init-allgather paper-init-iallgather pmix-fence" -- "$cur")); return ;;
         -configfile|-wdir|--chdir|-D|-f|-hostfile|-machinefile|-outfile-pattern|--output|-o|-errfile-pattern|--error|-e|--pmid|--secret-file|--trace|--report) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         -n|-np|--ntasks|--timeout|-i|--stdin|--input|--mpi|--usize|--spawn-placement|-hosts|-host|--nodelist|-w|-ppn|--ntasks-per-node|-bind-to|-map-by|-genv|--env|-genvlist|-prepend-pattern|--bootstrap|-launcher|--nodes|--tree-width|--kvs|--get-strategy|--compress|--netio|--net-timeout|--ssh|--root-addr|--daemons|--virtual|--virtual-rounds|--virtual-late|--virtual-work) return ;;
     esac

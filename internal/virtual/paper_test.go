@@ -22,6 +22,12 @@ func TestWorkloadsMatchSpec(t *testing.T) {
 		}
 		played = append(played, name)
 	}
+	for name := range pmixWorkloads {
+		if _, dup := workloads[name]; dup {
+			t.Errorf("workload %q both on shared memory and on the played PMIx server", name)
+		}
+		played = append(played, name)
+	}
 	slices.Sort(played)
 	if want := slices.Sorted(slices.Values(node.VirtualWorkloads)); !slices.Equal(played, want) {
 		t.Errorf("plays %v, node.VirtualWorkloads %v", played, want)

@@ -7,7 +7,9 @@
 // Each goroutine rank is a real shared-memory client (internal/clientseam) of the
 // node's segment, so the agent serves it exactly as it serves a rank
 // process; only fork/exec and the PMI_FD connection are left out, which
-// lets one machine run many agents with thousands of ranks each.
+// lets one machine run many agents with thousands of ranks each. The
+// pmix-fence workload's ranks are instead clients of a played PMIx
+// server library, the agent's external front end (pmix.go).
 //
 // Ownership. Start (a node.Starter) runs on the node's loop goroutine and
 // starts one goroutine per rank. A rank goroutine touches nothing of the
@@ -169,8 +171,17 @@ func workload(name string, work time.Duration) (virtualRound, error) {
 // Start plays the node's ranks as goroutines: a node.Starter.
 func Start(h node.Host) (stop func(), err error) {
 	spec := h.Spec
-	round, err := workload(spec.Virtual, spec.VirtualWork)
-	if err != nil {
+	var round virtualRound
+	var srv *playedServer
+	played, ok := pmixWorkloads[spec.Virtual]
+	if ok {
+		if err := node.CheckVirtualWork(spec.Virtual, spec.VirtualWork); err != nil {
+			return nil, fmt.Errorf("virtual ranks: %w", err)
+		}
+		if srv, err = newPlayedServer(h.Agent, h.Ranks, spec.Size); err != nil {
+			return nil, fmt.Errorf("virtual ranks: %w", err)
+		}
+	} else if round, err = workload(spec.Virtual, spec.VirtualWork); err != nil {
 		return nil, fmt.Errorf("virtual ranks: %w", err)
 	}
 	clk, err := newMachineClock()
@@ -190,6 +201,8 @@ func Start(h node.Host) (stop func(), err error) {
 			info:     clientseam.Info{Rank: g, Size: spec.Size, LocalRank: i, LocalSize: len(h.Ranks), JobID: spec.JobID},
 			op:       spec.Virtual,
 			round:    round,
+			played:   played,
+			srv:      srv,
 			rounds:   rounds,
 			late:     spec.VirtualLate,
 			clk:      clk,
@@ -215,7 +228,9 @@ func Start(h node.Host) (stop func(), err error) {
 type virtualRank struct {
 	info     clientseam.Info
 	op       string
-	round    virtualRound
+	round    virtualRound  // the workload's round on a shared-memory client, or
+	played   playedRound   // on a client of srv, the node's played PMIx server (pmix.go)
+	srv      *playedServer // shared by the node's ranks
 	rounds   int
 	late     time.Duration // Spec.VirtualLate
 	clk      machineClock
@@ -229,13 +244,26 @@ type virtualRank struct {
 // see arrive), then the timestamp exchange, then Finalize. Global rank 0
 // prints the timings.
 func (v virtualRank) run(ctx context.Context, h node.Host) error {
-	cl, err := clientseam.New(h.Segment, v.info)
-	if err != nil {
-		return err
+	var pmi rankPMI
+	var round func(ctx context.Context, r int, done func()) error
+	if v.srv != nil {
+		p, err := v.srv.connect(v.info.LocalRank)
+		if err != nil {
+			return err
+		}
+		pmi = p
+		round = func(ctx context.Context, r int, done func()) error { return v.played(ctx, p, r, done) }
+	} else {
+		cl, err := clientseam.New(h.Segment, v.info)
+		if err != nil {
+			return err
+		}
+		c := cl.(*client.Client)
+		pmi = shmPMI{c}
+		round = func(ctx context.Context, r int, done func()) error { return v.round(ctx, c, r, done) }
 	}
-	c := cl.(*client.Client)
-	err = v.play(ctx, c, h)
-	if ferr := c.Finalize(); ferr != nil {
+	err := v.play(ctx, pmi, round, h)
+	if ferr := pmi.Finalize(); ferr != nil {
 		return errors.Join(err, ferr)
 	}
 	if err != nil {
@@ -248,7 +276,30 @@ func (v virtualRank) run(ctx context.Context, h node.Host) error {
 	return nil
 }
 
-func (v virtualRank) play(ctx context.Context, c *client.Client, h node.Host) error {
+// rankPMI is what a rank does besides its workload's rounds: the
+// barrier before a late round, the allgather of its stamps, finalize. A
+// shared-memory client does it (shmPMI), or a played PMIx client.
+type rankPMI interface {
+	Barrier(ctx context.Context) error
+	Allgather(ctx context.Context, v []byte) (stampValues, error)
+	Finalize() error
+}
+
+// shmPMI is a shared-memory client as a rankPMI.
+type shmPMI struct{ c *client.Client }
+
+func (s shmPMI) Barrier(ctx context.Context) error { return s.c.Fence(ctx) }
+func (s shmPMI) Finalize() error                   { return s.c.Finalize() }
+
+func (s shmPMI) Allgather(ctx context.Context, v []byte) (stampValues, error) {
+	vals, err := s.c.Allgather(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	return vals, nil
+}
+
+func (v virtualRank) play(ctx context.Context, c rankPMI, round func(ctx context.Context, r int, done func()) error, h node.Host) error {
 	rep := scaleReport{op: v.op, size: v.info.Size, local: v.info.LocalSize, late: v.late}
 	timed := v.info.Rank == 0
 	stamps := make([]int64, 0, 2*v.rounds) // in and out of each timed round
@@ -263,7 +314,7 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, h node.Host) er
 		}
 		t := time.Now()
 		in := v.clk.now()
-		if err := v.round(ctx, c, r, done); err != nil {
+		if err := round(ctx, r, done); err != nil {
 			return fmt.Errorf("%s round %d: %w", v.op, r, err)
 		}
 		v.cpu.rounds.Add(1)
@@ -302,11 +353,11 @@ func (v virtualRank) play(ctx context.Context, c *client.Client, h node.Host) er
 // waits v.late before it goes on, so that it enters the operation last,
 // after the others' entries and whatever work they could finish without
 // it. Back-to-back jobs (v.late = 0) go straight on.
-func (v virtualRank) arrive(ctx context.Context, c *client.Client) error {
+func (v virtualRank) arrive(ctx context.Context, c rankPMI) error {
 	if v.late <= 0 {
 		return nil
 	}
-	if err := c.Fence(ctx); err != nil {
+	if err := c.Barrier(ctx); err != nil {
 		return fmt.Errorf("barrier before the round: %w", err)
 	}
 	if v.info.Rank != 0 {
@@ -329,7 +380,7 @@ const (
 // 0 only, each round's ends over the job and how many ranks' clocks are
 // on another machine than rank 0's (whose stamps cannot be compared with
 // its own).
-func (v virtualRank) exchangeStamps(ctx context.Context, c *client.Client, stamps []int64) (ends []roundEnds, foreign int, err error) {
+func (v virtualRank) exchangeStamps(ctx context.Context, c rankPMI, stamps []int64) (ends []roundEnds, foreign int, err error) {
 	per := (v.maxValue - stampHeader) / stampBytes
 	if per < 1 {
 		return nil, 0, fmt.Errorf("exchange timestamps: values of %d bytes cannot hold a round's %d", v.maxValue, stampHeader+stampBytes)

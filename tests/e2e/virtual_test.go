@@ -83,7 +83,7 @@ func TestVirtualRanks(t *testing.T) {
 	const nodes, ppn, rounds = 4, 8, 5
 	ops := rounds + 1 // one warm-up round
 	for _, be := range backends {
-		for _, op := range []string{"allgather", "fence", "ring", "iallgather"} {
+		for _, op := range []string{"allgather", "fence", "ring", "iallgather", "pmix-fence"} {
 			t.Run(be+"/"+op, func(t *testing.T) {
 				r := run(t, loopbackJob(nodes, be, "--verbose", "-n", n(nodes*ppn), "--virtual", op,
 					"--virtual-rounds", n(rounds), "true"))
