@@ -635,7 +635,7 @@ func (a *Agent) call(u UpCall) {
 	case UpLookup:
 		up.Lookup(u.Name, u.Linger, func(port string, err error) { a.step(NameDone{ID: u.ID, Port: port, Err: err}) })
 	case UpSpawn:
-		up.Spawn(u.Spawn, func(jobID string, err error) { a.step(SpawnDone{ID: u.ID, JobID: jobID, Err: err}) })
+		up.Spawn(u.Spawn, u.Owner, func(jobID string, err error) { a.step(SpawnDone{ID: u.ID, JobID: jobID, Err: err}) })
 	case UpPlace:
 		up.Place(u.Name, u.Port, u.Owner)
 	case UpFetch:

@@ -309,7 +309,7 @@ type UpCall struct {
 	Name   string         // a service name; a key (place, fetch)
 	Port   string         // a port; a value (place, answer)
 	Spawn  *pmiwire.Spawn // spawn: the request as the rank sent it
-	Owner  int            // place: the rank that put the key
+	Owner  int            // place: the rank that put the key; spawn: the rank that asked
 	Src    int            // fetch: the rank that put the key, or -1; rank data: the rank
 	Wait   bool           // fetch: wait for the key to be put
 	Once   bool           // publish: withdrawn at its first lookup (Name.Once)

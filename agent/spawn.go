@@ -16,7 +16,7 @@ func (c *Core) spawn(o Spawn) {
 		c.reply(t, Reply{Err: errors.New("agent shutting down")})
 		return
 	}
-	c.up(UpCall{Kind: UpSpawn, ID: c.newCall(t), Spawn: o.Spawn})
+	c.up(UpCall{Kind: UpSpawn, ID: c.newCall(t), Spawn: o.Spawn, Owner: c.ranks[o.Local].global})
 }
 
 // spawnDone answers the rank of spawn call o.ID, if it still waits.

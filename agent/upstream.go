@@ -58,7 +58,9 @@ type Upstream interface {
 	// new job's KVS) and reports its job id once every child has been
 	// started, or why it could not be started; the spawning job keeps
 	// running either way. The launcher owns the new job from then on.
-	Spawn(req *pmiwire.Spawn, done func(jobID string, err error))
+	// rank is the global rank that asked, the children's parent
+	// (PMIx's PMIX_PARENT_ID).
+	Spawn(req *pmiwire.Spawn, rank int, done func(jobID string, err error))
 	// Place places a sparse put (key, its value, the rank that put it)
 	// where the job's get strategy looks for it; a fence this node enters
 	// afterwards completes only once every placement arrived. Fetch asks
@@ -219,7 +221,9 @@ func (l *Local) FetchRankData(rank int, done func(string, bool, error)) {
 }
 
 // Spawn fails: a Local job has no launcher to start children.
-func (l *Local) Spawn(req *pmiwire.Spawn, done func(string, error)) { done("", ErrNoSpawn) }
+func (l *Local) Spawn(req *pmiwire.Spawn, rank int, done func(string, error)) {
+	done("", ErrNoSpawn)
+}
 
 // Publish records name → port; publishing a name twice is an error, as in
 // MPI_Publish_name. Lookups waiting for the name get it first: all of

@@ -56,6 +56,7 @@ type forkJob struct {
 type spawnCall struct {
 	parent   int    // its Spec.Jobno
 	parentID string // its job id
+	rank     int    // the rank that asked
 	req      *pmiwire.Spawn
 	done     func(jobID string, err error)
 }
@@ -78,9 +79,9 @@ func (u forkUpstream) Lookup(name string, wait time.Duration, done func(string, 
 }
 
 // Spawn hands the request to the root's loop.
-func (u forkUpstream) Spawn(req *pmiwire.Spawn, done func(string, error)) {
+func (u forkUpstream) Spawn(req *pmiwire.Spawn, rank int, done func(string, error)) {
 	select {
-	case u.r.spawns <- spawnCall{parent: u.jobno, parentID: u.jobID, req: req, done: done}:
+	case u.r.spawns <- spawnCall{parent: u.jobno, parentID: u.jobID, rank: rank, req: req, done: done}:
 	case <-u.r.quit:
 		done("", errors.New("spawn refused: the run is over"))
 	}
@@ -291,7 +292,7 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 		return "", err
 	}
 	jobno := r.njobs
-	spec, _ := req.childSpec(root, c.parentID, jobno, req.place(1, nil))
+	spec, _ := req.childSpec(root, c.parentID, c.rank, jobno, req.place(1, nil))
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}

@@ -230,11 +230,11 @@ func (run *multiRun) daemonTransport() (netio.Transport, error) {
 }
 
 // spawn starts the job req asks for on the run's nodes, as a child of
-// job parent; done is called once every child's agent is up, or with the
+// job parent's rank rank; done is called once every child's agent is up, or with the
 // reason the job could not start. It runs on the parent job's goroutine
 // and returns at once: the child job has a goroutine of its own.
-func (run *multiRun) spawn(ctx context.Context, parent *rootNode, req *pmiwire.Spawn, done func(string, error)) {
-	r, agents, err := run.newChild(ctx, parent, req)
+func (run *multiRun) spawn(ctx context.Context, parent *rootNode, req *pmiwire.Spawn, rank int, done func(string, error)) {
+	r, agents, err := run.newChild(ctx, parent, req, rank)
 	if err != nil {
 		spawnFailed(run.cfg.Stderr, parent.spec.Jobno, err)
 		done("", err)
@@ -248,7 +248,7 @@ func (run *multiRun) spawn(ctx context.Context, parent *rootNode, req *pmiwire.S
 }
 
 // newChild makes the root of the job req asks for and its agents.
-func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwire.Spawn) (*rootNode, []agentProc, error) {
+func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwire.Spawn, rank int) (*rootNode, []agentProc, error) {
 	if run.failed() {
 		return nil, nil, errors.New("the run is ending")
 	}
@@ -286,7 +286,7 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 	run.jobno++
 	jobno := run.jobno
 	run.mu.Unlock()
-	spec, at := sr.childSpec(root, parent.spec.JobID, jobno, sr.place(len(run.hosts), load))
+	spec, at := sr.childSpec(root, parent.spec.JobID, rank, jobno, sr.place(len(run.hosts), load))
 	spec.Root = ""
 	r, err := run.newJob(spec, at, perf.NewRecorder())
 	if err != nil {

@@ -751,7 +751,11 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		case "lookup":
 			r.run.names.Lookup(m.Name, min(max(m.Wait, 0), agent.MaxNameWait), reply)
 		case "spawn":
-			r.run.spawn(context.Background(), r, m.Spawn, reply)
+			if m.Rank < 0 || m.Rank >= r.spec.Size {
+				reply("", fmt.Errorf("spawn from rank %d of a job of %d", m.Rank, r.spec.Size))
+				return
+			}
+			r.run.spawn(context.Background(), r, m.Spawn, m.Rank, reply)
 		default:
 			reply("", fmt.Errorf("unknown name operation %q", m.Op))
 		}

@@ -188,17 +188,17 @@ func (s *spawnReq) place(k int, load []int) [][]int {
 }
 
 // childSpec is the spec of spawned job number jobno of the run whose
-// command-line job is root, spawned by job parentID, with its ranks on
-// nodes (global node index → ranks; nodes without children are dropped:
-// the child job's node list is its own). It also returns, for each of the
-// child's nodes, the run's node index.
-func (s *spawnReq) childSpec(root *node.Spec, parentID string, jobno int, nodes [][]int) (*node.Spec, []int) {
+// command-line job is root, spawned by rank parentRank of job parentID,
+// with its ranks on nodes (global node index → ranks; nodes without
+// children are dropped: the child job's node list is its own). It also
+// returns, for each of the child's nodes, the run's node index.
+func (s *spawnReq) childSpec(root *node.Spec, parentID string, parentRank, jobno int, nodes [][]int) (*node.Spec, []int) {
 	child := *root
 	child.JobID = root.JobID + "-" + strconv.Itoa(jobno)
 	child.Jobno = jobno
 	child.Size = s.size
 	child.Apps = s.apps
-	child.SpawnerJobID = parentID
+	child.SpawnerJobID, child.SpawnerRank = parentID, parentRank
 	child.Preput = s.req.Preput
 	child.Virtual, child.VirtualRounds, child.VirtualLate, child.VirtualWork = "", 0, 0, 0
 	// pmirun's input is the command line's job's: a spawned job reads

@@ -858,8 +858,8 @@ func (u netUpstream) Lookup(name string, wait time.Duration, done func(string, e
 }
 
 // Spawn asks pmirun to start the job; its answer carries the job id.
-func (u netUpstream) Spawn(req *pmiwire.Spawn, done func(string, error)) {
-	u.name(Name{Op: "spawn", Spawn: req}, func(r Name) { done(r.Port, nameErr(r)) })
+func (u netUpstream) Spawn(req *pmiwire.Spawn, rank int, done func(string, error)) {
+	u.name(Name{Op: "spawn", Spawn: req, Rank: rank}, func(r Name) { done(r.Port, nameErr(r)) })
 }
 
 func nameErr(m Name) error {

@@ -89,3 +89,20 @@ func TestLookProg(t *testing.T) {
 		}
 	}
 }
+
+// A spawned job's spec names its parent's rank only with its parent's
+// job, and never a negative one.
+func TestSpecSpawner(t *testing.T) {
+	for _, c := range []struct {
+		job  string
+		rank int
+		ok   bool
+	}{{"", 0, true}, {"job-0", 0, true}, {"job-0", 3, true}, {"job-0", -1, false}, {"", 3, false}} {
+		s := Spec{JobID: "job-0-1", Size: 1, Nodes: [][]int{{0}}, Usize: -1, Virtual: "ring",
+			TreeWidth: 8, NetTimeout: 1e9, KillGrace: 1e9, DisconnectGrace: 1e9,
+			SpawnerJobID: c.job, SpawnerRank: c.rank}
+		if err := s.Validate(); (err == nil) != c.ok {
+			t.Errorf("spawner %q rank %d: %v, want ok %v", c.job, c.rank, err, c.ok)
+		}
+	}
+}

@@ -50,11 +50,15 @@ func (n *Node) startPMIx() error {
 			appnum[r] = n.spec.App(r)
 		}
 	}
+	var parent *pmix.Proc
+	if n.spec.SpawnerJobID != "" {
+		parent = &pmix.Proc{Nspace: n.spec.SpawnerJobID, Rank: n.spec.SpawnerRank}
+	}
 	host, _ := os.Hostname()
 	j, err := pmix.NewJob(pmix.Config{
 		Agent: n.ag, Nspace: n.spec.JobID, Size: n.spec.Size, Usize: n.spec.Usize,
 		Nodes: n.spec.Nodes, Index: n.opt.Index, Hostname: host, Appnum: appnum,
-		Spawned: n.spec.SpawnerJobID != "", Logger: n.opt.Logger,
+		Parent: parent, Logger: n.opt.Logger,
 	})
 	if err != nil {
 		return err

@@ -101,8 +101,10 @@ type Name struct {
 	Op   string `json:"op,omitempty"` // "publish", "unpublish", "lookup", "spawn"
 	Name string `json:"name,omitempty"`
 	Port string `json:"port,omitempty"`
-	// Spawn is a spawn request, as the rank sent it.
+	// Spawn is a spawn request, as the rank sent it, and Rank the
+	// global rank that sent it.
 	Spawn *pmiwire.Spawn `json:"spawn,omitempty"`
+	Rank  int            `json:"rank,omitempty"`
 	Err   string         `json:"err,omitempty"`
 	// NotFound marks a lookup or unpublish of an unknown name.
 	NotFound bool `json:"notfound,omitempty"`

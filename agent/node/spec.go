@@ -45,6 +45,9 @@ type Spec struct {
 	// SpawnerJobID, for a spawned job, is its parent's job id (PMI-2
 	// spawner-jobid; the ranks also get PMI_SPAWNED=1).
 	SpawnerJobID string `json:"spawner,omitempty"`
+	// SpawnerRank is the rank of that job that asked for it (PMIx's
+	// PMIX_PARENT_ID).
+	SpawnerRank int `json:"spawner_rank,omitempty"`
 	// Preput are the keys the spawner put in the job's KVS, readable
 	// before the job's first fence (MPICH's PARENT_ROOT_PORT_NAME).
 	Preput []pmiwire.Pair `json:"preput,omitempty"`
@@ -246,6 +249,9 @@ func (s *Spec) Validate() error {
 	}
 	if n != s.Size {
 		return fmt.Errorf("%d ranks placed of %d", n, s.Size)
+	}
+	if s.SpawnerRank < 0 || (s.SpawnerRank > 0 && s.SpawnerJobID == "") {
+		return fmt.Errorf("spawner rank %d of job %q", s.SpawnerRank, s.SpawnerJobID)
 	}
 	if s.Usize < -1 || s.Usize == 0 {
 		return fmt.Errorf("universe size %d: want -1 (unlimited) or at least 1", s.Usize)

@@ -40,9 +40,16 @@ type Config struct {
 	// Appnum gives each global rank's application number (MPMD index);
 	// nil means 0 for all.
 	Appnum []int
-	// Spawned says the job was started by a spawn (PMIX_SPAWNED).
-	Spawned bool
-	Logger  *slog.Logger
+	// Parent, for a job started by a spawn, is the rank that spawned it
+	// (PMIX_SPAWNED, and PMIX_PARENT_ID of every rank); nil otherwise.
+	Parent *Proc
+	Logger *slog.Logger
+}
+
+// Proc names one rank of a namespace (pmix_proc_t).
+type Proc struct {
+	Nspace string
+	Rank   int
 }
 
 func (c *Config) validate() error {
@@ -51,6 +58,9 @@ func (c *Config) validate() error {
 	}
 	if c.Nspace == "" || len(c.Nspace) > nspaceMax {
 		return fmt.Errorf("pmix config: namespace %q: want 1..%d bytes", c.Nspace, nspaceMax)
+	}
+	if p := c.Parent; p != nil && (p.Nspace == "" || len(p.Nspace) > nspaceMax || p.Rank < 0) {
+		return fmt.Errorf("pmix config: parent %q rank %d", p.Nspace, p.Rank)
 	}
 	if c.Size < 1 || c.Index < 0 || c.Index >= len(c.Nodes) || len(c.Nodes[c.Index]) == 0 {
 		return fmt.Errorf("pmix config: node %d of %d nodes, job of %d ranks", c.Index, len(c.Nodes), c.Size)

@@ -268,14 +268,16 @@ func TestJobDirectModex(t *testing.T) {
 }
 
 // spawner is an Upstream whose launcher records the spawn requests it is
-// handed and answers each with a job id.
+// handed, and the ranks that asked, and answers each with a job id.
 type spawner struct {
 	*agent.Local
-	reqs chan *pmiwire.Spawn
+	reqs  chan *pmiwire.Spawn
+	ranks chan int
 }
 
-func (u spawner) Spawn(req *pmiwire.Spawn, done func(string, error)) {
+func (u spawner) Spawn(req *pmiwire.Spawn, rank int, done func(string, error)) {
 	u.reqs <- req
+	u.ranks <- rank
 	done("child-job", nil)
 }
 
@@ -286,7 +288,7 @@ func (u spawner) Spawn(req *pmiwire.Spawn, done func(string, error)) {
 // apps' arguments, environment and info, its children on the spawning
 // job's node.
 func TestJobNamesAndSpawn(t *testing.T) {
-	up := spawner{Local: agent.NewLocal(), reqs: make(chan *pmiwire.Spawn, 1)}
+	up := spawner{Local: agent.NewLocal(), reqs: make(chan *pmiwire.Spawn, 1), ranks: make(chan int, 1)}
 	defer up.Close()
 	a, err := agent.New(agent.Config{Size: 2, Local: []int{0, 1}, Upstream: up})
 	if err != nil {
@@ -335,7 +337,7 @@ func TestJobNamesAndSpawn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := call(t, j, &request{kind: reqSpawn, rank: 0, spawn: sp})
+	res := call(t, j, &request{kind: reqSpawn, rank: 1, spawn: sp})
 	if res.err != nil || res.nspace != "child-job" {
 		t.Fatalf("spawn: %q, %v", res.nspace, res.err)
 	}
@@ -345,5 +347,7 @@ func TestJobNamesAndSpawn(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the launcher got %+v, want %+v", got, want)
 	}
-
+	if r := <-up.ranks; r != 1 {
+		t.Errorf("the launcher was told rank %d asked, want 1 (the children's PMIX_PARENT_ID)", r)
+	}
 }

@@ -650,11 +650,14 @@ int fpx_register_nspace(const fpx_job *j)
     load_rank(&info[k++], PMIX_LOCALLDR, (pmix_rank_t)j->leader);
     load_u32(&info[k++], PMIX_NODEID, (uint32_t)j->node);
     PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, j->hostnames[j->node], PMIX_STRING);
-    bool spawned = j->spawned != 0;
+    bool spawned = j->parent != NULL;
     PMIX_INFO_LOAD(&info[k++], PMIX_SPAWNED, &spawned, PMIX_BOOL);
+    pmix_proc_t parent;
+    if (spawned)
+        PMIX_LOAD_PROCID(&parent, j->parent, (pmix_rank_t)j->parent_rank);
     for (int r = 0; r < j->size; r++) {
         pmix_data_array_t *da;
-        PMIX_DATA_ARRAY_CREATE(da, 8, PMIX_INFO);
+        PMIX_DATA_ARRAY_CREATE(da, spawned ? 10 : 9, PMIX_INFO);
         pmix_info_t *p = da->array;
         load_rank(&p[0], PMIX_RANK, (pmix_rank_t)r);
         load_u32(&p[1], PMIX_APPNUM, (uint32_t)j->appnum[r]);
@@ -664,6 +667,12 @@ int fpx_register_nspace(const fpx_job *j)
         PMIX_INFO_LOAD(&p[5], PMIX_HOSTNAME, j->hostnames[j->nodeof[r]], PMIX_STRING);
         load_rank(&p[6], PMIX_GLOBAL_RANK, (pmix_rank_t)r);
         load_rank(&p[7], PMIX_APP_RANK, (pmix_rank_t)j->apprank[r]);
+        // Per rank too, as PMIx clients ask for them (PMIx_Get of their
+        // own rank's PMIX_SPAWNED and PMIX_PARENT_ID: "was I spawned, and
+        // by whom"; OpenPMIx's PMI-2 library asks so for PMIX_SPAWNED).
+        PMIX_INFO_LOAD(&p[8], PMIX_SPAWNED, &spawned, PMIX_BOOL);
+        if (spawned)
+            PMIX_INFO_LOAD(&p[9], PMIX_PARENT_ID, &parent, PMIX_PROC);
         PMIX_LOAD_KEY(info[k].key, PMIX_PROC_DATA);
         info[k].value.type = PMIX_DATA_ARRAY;
         info[k].value.data.darray = da; // freed with info

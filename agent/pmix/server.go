@@ -148,11 +148,11 @@ func registerNspace(cfg *Config) error {
 		nodelist: cs(strings.Join(hosts, ",")), ppn: cs(strings.Join(ppn, ";")), peers: cs(ppn[cfg.Index]),
 		hostnames: chosts, nodeof: nodeOf, lrank: lrank, appnum: appnum, apprank: apprank,
 	}
-	if cfg.Spawned {
-		j.spawned = 1
+	if p := cfg.Parent; p != nil {
+		j.parent, j.parent_rank = cs(p.Nspace), C.int(p.Rank)
 	}
 	defer func() {
-		for _, p := range []*C.char{j.nspace, j.nodelist, j.ppn, j.peers} {
+		for _, p := range []*C.char{j.nspace, j.nodelist, j.ppn, j.peers, j.parent} {
 			C.fpx_free(p)
 		}
 	}()

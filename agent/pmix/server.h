@@ -38,7 +38,11 @@ typedef struct {
     const char *peers;    // "0,1": ranks of this node
     char **hostnames;
     const int *nodeof, *lrank, *appnum, *apprank;
-    int spawned; // the job was started by a spawn (PMIX_SPAWNED)
+    // parent, for a job started by a spawn, is the namespace that spawned
+    // it and parent_rank its rank that did (PMIX_SPAWNED, PMIX_PARENT_ID);
+    // NULL otherwise.
+    const char *parent;
+    int parent_rank;
 } fpx_job;
 
 void fpx_op_done(fpx_cb *cb, int status);

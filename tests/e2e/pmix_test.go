@@ -405,6 +405,26 @@ func TestOpenMPISpawn(t *testing.T) {
 			t.Errorf("pmid --daemon exited %d; stderr:\n%s", code, d.stderr.String())
 		}
 	})
+	// A PMIx client learns that it was spawned, and by which rank, from
+	// its PMIX_PARENT_ID (OpenPMIx's examples and PRRTE's users spawn
+	// when it is missing); rank 1 of 2 spawns, over the fork bootstrap
+	// (the request stays in pmirun) and an agent of its own (the
+	// request crosses the node's link to pmirun).
+	for _, boot := range []struct {
+		name string
+		args []string
+	}{{"fork", nil}, {"loopback", []string{"--bootstrap", "loopback", "--nodes", "1"}}} {
+		t.Run("parent id/"+boot.name, func(t *testing.T) {
+			r := run(t, job{args: append(boot.args, "--mpi", "pmix", "-n", "2", prog("pmix_spawn"), "3"), timeout: 60 * time.Second})
+			r.wantCode(t, 0)
+			r.wantLines(t, map[string]int{
+				"rank 1 spawned 3 children":   1,
+				"child 0 of 3: parent rank 1": 1,
+				"child 1 of 3: parent rank 1": 1,
+				"child 2 of 3: parent rank 1": 1,
+			})
+		})
+	}
 	t.Run("two nodes", func(t *testing.T) {
 		r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "--mpi", "pmix", "-n", "2", prog("ompi_spawn"), "1", "1"},
 			timeout: 90 * time.Second})
