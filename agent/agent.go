@@ -643,8 +643,17 @@ func (a *Agent) call(u UpCall) {
 			a.step(FetchDone{ID: u.ID, Found: found, Val: val, Err: err})
 		})
 	case UpRankData:
-		up.FetchRankData(u.Src, func(val string, found bool, err error) {
+		done := func(val string, found bool, err error) {
 			a.step(RankDataDone{ID: u.ID, Found: found, Val: val, Err: err})
+		}
+		if u.Name != "" {
+			up.FetchJobRankData(u.Name, u.Src, done)
+		} else {
+			up.FetchRankData(u.Src, done)
+		}
+	case UpJobs:
+		up.JobsCollective(u.Name, u.Jobs, []byte(u.Port), func(data []byte, err error) {
+			a.step(JobsCollDone{ID: u.ID, Data: data, Err: err})
 		})
 	case UpAnswer:
 		a.mu.Lock()

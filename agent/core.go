@@ -241,9 +241,10 @@ const (
 	ReplyName
 	ReplyFinalize
 	ReplySpawn
+	ReplyJobs
 )
 
-var replyNames = [...]string{"?", "put", "get", "jobattr", "putnodeattr", "getnodeattr", "fence", "allgather", "barrier", "ring", "name", "finalize", "spawn"}
+var replyNames = [...]string{"?", "put", "get", "jobattr", "putnodeattr", "getnodeattr", "fence", "allgather", "barrier", "ring", "name", "finalize", "spawn", "jobs"}
 
 func (k ReplyKind) String() string {
 	if int(k) < len(replyNames) {
@@ -289,10 +290,11 @@ const (
 	UpPlace    // a sparse put to place for other nodes: Name, Port (the value), Owner
 	UpFetch    // a get for another node's key: ID, Name (the key), Src, Wait; answered by FetchDone
 	UpAnswer   // the answer to ServeGet or ServeRankData ID: Found, Port (the value), Err
-	UpRankData // rank Src's data, from its node: ID; answered by RankDataDone (rankdata.go)
+	UpRankData // rank Src's data, from its node (of job Name, when another's): ID; answered by RankDataDone (rankdata.go)
+	UpJobs     // a collective across jobs: ID, Name (its kind), Jobs, Port (the node's data); answered by JobsCollDone (jobs.go)
 )
 
-var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn", "place", "fetch", "answer", "rankdata"}
+var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn", "place", "fetch", "answer", "rankdata", "jobs"}
 
 func (k UpKind) String() string { return upNames[k] }
 
@@ -309,6 +311,7 @@ type UpCall struct {
 	Name   string         // a service name; a key (place, fetch)
 	Port   string         // a port; a value (place, answer)
 	Spawn  *pmiwire.Spawn // spawn: the request as the rank sent it
+	Jobs   []JobRanks     // collective across jobs: its participants
 	Owner  int            // place: the rank that put the key; spawn: the rank that asked
 	Src    int            // fetch: the rank that put the key, or -1; rank data: the rank
 	Wait   bool           // fetch: wait for the key to be put
@@ -433,6 +436,7 @@ type Core struct {
 
 // coreConfig is the part of Config the core needs.
 type coreConfig struct {
+	jobID            string
 	size             int
 	mapping          string
 	universe         int
@@ -444,7 +448,7 @@ type coreConfig struct {
 // the job-wide ring at ringOffset among ringSize positions.
 func NewCore(cfg *Config, ringOffset, ringSize int) *Core {
 	c := &Core{
-		cfg: coreConfig{size: cfg.Size, mapping: cfg.Mapping, universe: cfg.UniverseSize, ringOff: ringOffset, ringLen: ringSize,
+		cfg: coreConfig{jobID: cfg.JobID, size: cfg.Size, mapping: cfg.Mapping, universe: cfg.UniverseSize, ringOff: ringOffset, ringLen: ringSize,
 			policy: cfg.KVS},
 		byGlobal:  make(map[int]*rankState, len(cfg.Local)),
 		kvs:       make(map[string]string),
@@ -677,6 +681,13 @@ func (c *Core) Step(op Op) error {
 		c.nameDone(o)
 	case SpawnDone:
 		c.spawnDone(o)
+	case JobsColl:
+		if _, err := c.rank(o.Local); err != nil {
+			return err
+		}
+		c.jobsColl(o)
+	case JobsCollDone:
+		c.jobsCollDone(o)
 	case ServeGet:
 		c.serveGet(o)
 	case PlaceKV:

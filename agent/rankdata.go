@@ -31,10 +31,14 @@ const MaxRankDataBytes = 1 << 20
 type (
 	// GetRankData is the external front end's request for rank Rank's
 	// data (PMIx: a direct modex for Rank). It is answered by one Reply
-	// of kind ReplyGet with Local -1: Found and Val, or Err.
+	// of kind ReplyGet with Local -1: Found and Val, or Err. Job, when
+	// set, names another job of the launcher's run that Rank belongs to
+	// (a PMIx client reading the data of a rank of the job it spawned or
+	// connected to): the launcher fetches it from that job's node.
 	GetRankData struct {
 		Req  Req
 		Rank int
+		Job  string
 	}
 	// ServeRankData is another node's GetRankData, routed here, the node
 	// of Rank; answered through an UpAnswer call naming ID (as ServeGet).
@@ -79,6 +83,16 @@ var ErrNoRankData = errors.New("rank data not available")
 
 // getRankData serves the external front end's GetRankData.
 func (c *Core) getRankData(o GetRankData) error {
+	if o.Job != "" && o.Job != c.cfg.jobID {
+		if o.Rank < 0 {
+			return fmt.Errorf("rank data of rank %d of job %s: %w", o.Rank, o.Job, ErrNoRank)
+		}
+		t := to{local: -1, req: o.Req, kind: ReplyGet}
+		c.callSeq++
+		c.rankData[c.callSeq] = &rankData{rank: o.Rank, ext: &t}
+		c.up(UpCall{Kind: UpRankData, ID: c.callSeq, Src: o.Rank, Name: o.Job})
+		return nil
+	}
 	if o.Rank < 0 || o.Rank >= c.cfg.size {
 		return fmt.Errorf("rank data of rank %d, job of %d: %w", o.Rank, c.cfg.size, ErrNoRank)
 	}

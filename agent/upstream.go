@@ -75,6 +75,13 @@ type Upstream interface {
 	// when the front end has none. The core calls it only for a rank of
 	// another node.
 	FetchRankData(rank int, done func(val string, found bool, err error))
+	// JobsCollective enters this node in the collective across jobs
+	// (jobs.go) of kind over procs, carrying data, and reports every
+	// participating node's data, concatenated, once each has entered.
+	JobsCollective(kind string, procs []JobRanks, data []byte, done func(all []byte, err error))
+	// FetchJobRankData is FetchRankData for rank of another job of the
+	// launcher's run (GetRankData.Job).
+	FetchJobRankData(job string, rank int, done func(val string, found bool, err error))
 }
 
 // ErrNoSpawn is Local's answer to a spawn: a job without a launcher
@@ -218,6 +225,20 @@ func (l *Local) Fetch(key string, src int, wait bool, done func(string, bool, er
 // own front end the core asks.
 func (l *Local) FetchRankData(rank int, done func(string, bool, error)) {
 	done("", false, fmt.Errorf("rank data of rank %d: no other node", rank))
+}
+
+// ErrNoJobs is Local's answer to a collective across jobs: a job
+// without a launcher knows no other job.
+var ErrNoJobs = errors.New("no launcher to join other jobs")
+
+// JobsCollective fails: a Local job has no launcher that knows other jobs.
+func (l *Local) JobsCollective(kind string, procs []JobRanks, data []byte, done func([]byte, error)) {
+	done(nil, fmt.Errorf("%s across jobs: %w", kind, ErrNoJobs))
+}
+
+// FetchJobRankData fails: a Local job has no launcher that knows other jobs.
+func (l *Local) FetchJobRankData(job string, rank int, done func(string, bool, error)) {
+	done("", false, fmt.Errorf("rank data of job %s: %w", job, ErrNoJobs))
 }
 
 // Spawn fails: a Local job has no launcher to start children.

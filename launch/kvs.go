@@ -69,6 +69,8 @@ func (k *rootKVS) frame(r *rootNode, i int, payload []byte) {
 		} else {
 			send(i, node.KVSMsg{Op: node.KVSVal, ID: m.ID, Key: m.Key})
 		}
+	case node.KVSRankVal: // a rank's data for another job (jobscoll.go)
+		r.run.jobRankDataDone(r, &m)
 	default:
 		r.cfg.Logger.Warn("unexpected KVS message", "node", i, "op", m.Op)
 	}

@@ -61,6 +61,11 @@ type multiRun struct {
 	jobno int                            // jobs made so far, guarded by mu
 	live  map[*rootNode]int              // running jobs and their processes, guarded by mu
 	sigs  map[*rootNode]chan<- os.Signal // each running job's signal inbox, guarded by mu
+	colls map[string]*jobsColl           // collectives across jobs under way, by key (jobscoll.go), guarded by mu
+	// rdWaits are the rank-data requests across jobs waiting for a
+	// node's answer, by rdSeq (jobscoll.go), guarded by mu.
+	rdWaits map[uint64]jobRankWait
+	rdSeq   uint64
 }
 
 func newMultiRun(cfg Config, hosts []string, tr netio.Transport, codec netio.Codec) *multiRun {
@@ -69,7 +74,8 @@ func newMultiRun(cfg Config, hosts []string, tr netio.Transport, codec netio.Cod
 		out:   node.NewOutput(node.Prefix{}, true, cfg.Stdout, cfg.Stderr),
 		intr:  interrupts{stderr: cfg.Stderr},
 		start: time.Now(), end: make(chan struct{}),
-		live: make(map[*rootNode]int), sigs: make(map[*rootNode]chan<- os.Signal),
+		live: make(map[*rootNode]int), sigs: make(map[*rootNode]chan<- os.Signal), colls: make(map[string]*jobsColl),
+		rdWaits: make(map[uint64]jobRankWait),
 	}
 	run.fate = &fate{stderr: cfg.Stderr, end: func(*JobError) { close(run.end) }}
 	return run
@@ -178,9 +184,13 @@ func (run *multiRun) newJob(spec *node.Spec, at []int, rec *perf.Recorder) (*roo
 // ended forgets a job that is over.
 func (run *multiRun) ended(r *rootNode) {
 	run.mu.Lock()
-	defer run.mu.Unlock()
 	delete(run.live, r)
 	delete(run.sigs, r)
+	later := run.dropJobRankData(r)
+	run.mu.Unlock()
+	for _, f := range later {
+		f()
+	}
 }
 
 // wait waits for every spawned job, forwarding signals meanwhile (the

@@ -38,8 +38,11 @@ type rootNode struct {
 	tr    netio.Transport // the run's
 	ln    netio.Listener  // where the job's agents dial in
 	conns []netio.Conn    // by node
-	in    chan node.FrameIn
-	exits chan bootExit
+	// hellos are the nodes' agents' hellos, set once every agent said
+	// hello, under run.mu (collectives across jobs read other jobs').
+	hellos []node.Hello
+	in     chan node.FrameIn
+	exits  chan bootExit
 	// notices carries what a daemon says before it ends its node of the
 	// job (daemon mode: it is shutting down).
 	notices chan bootExit
@@ -453,6 +456,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 	})
 	addrs := make([]string, k)
 	jobs := make([]string, k) // where each agent hosts the run's spawned jobs
+	hellos := make([]node.Hello, k)
 	got := 0
 	for got < k {
 		select {
@@ -469,6 +473,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 			r.conns[h.h.Node] = h.c
 			addrs[h.h.Node] = h.h.Addr
 			jobs[h.h.Node] = h.h.Jobs
+			hellos[h.h.Node] = h.h
 			got++
 			if r.cfg.Verbose {
 				fmt.Fprintf(r.cfg.Stderr, "pmirun: node %d (%s, pid %d) up at %s, %d ranks, links over %s\n",
@@ -484,6 +489,9 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 		}
 	}
 	connected = true
+	r.run.mu.Lock()
+	r.hellos = hellos
+	r.run.mu.Unlock()
 	r.rec.Mark("agents connected", -1)
 	if r.spec.Jobno == 0 && r.cfg.Bootstrap != "daemon" && !slices.Contains(jobs, "") {
 		if err := r.run.host(jobs, r.spec.Secret); err != nil {
@@ -750,6 +758,22 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			r.run.names.Unpublish(m.Name, noPort)
 		case "lookup":
 			r.run.names.Lookup(m.Name, min(max(m.Wait, 0), agent.MaxNameWait), reply)
+		case "rankdata":
+			r.run.jobRankData(&m, func(blob []byte, found bool, err error) {
+				resp := node.Name{ID: m.ID, Data: blob, NotFound: !found && err == nil}
+				if err != nil {
+					resp.Err = err.Error()
+				}
+				r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+			})
+		case "jobs":
+			r.run.jobsColl(r, i, &m, func(data []byte, err error) {
+				resp := node.Name{ID: m.ID, Name: m.Name, Data: data}
+				if err != nil {
+					resp.Err = err.Error()
+				}
+				r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+			})
 		case "spawn":
 			if m.Rank < 0 || m.Rank >= r.spec.Size {
 				reply("", fmt.Errorf("spawn from rank %d of a job of %d", m.Rank, r.spec.Size))

@@ -37,11 +37,7 @@ const (
 	infoHostfile = "hostfile" // a file naming those nodes, one per line
 	// infoNodes is fastpmi's own: with the value "node", every child of
 	// the command runs on the node of the spawning job, which must run
-	// on one node (host, hosts or hostfile must include it). A PMIx
-	// spawn asks for it (agent/pmix): Open MPI's parent and children
-	// connect, which the server libraries complete by themselves only
-	// among the ranks of one node, and fastpmi serves no connect across
-	// nodes yet.
+	// on one node (host, hosts or hostfile must include it).
 	infoNodes = "fastpmi_nodes"
 )
 
@@ -78,8 +74,8 @@ func newSpawnReq(req *pmiwire.Spawn, hostNames func(name string) []int, parent [
 					return nil, fmt.Errorf("command %d (%s): info %s=%q: want \"node\"", i, c.Exe, infoNodes, p.Val)
 				}
 				if len(parent) != 1 {
-					return nil, fmt.Errorf("command %d (%s): a PMIx spawn (info %s=node) from a job on %d nodes is not served: "+
-						"parent and children connect, which is served only among the ranks of one node", i, c.Exe, infoNodes, len(parent))
+					return nil, fmt.Errorf("command %d (%s): info %s=node asks for the spawning job's node, and it runs on %d",
+						i, c.Exe, infoNodes, len(parent))
 				}
 				withParent = true
 			case infoWdir:

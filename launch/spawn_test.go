@@ -284,7 +284,7 @@ func TestSpawnPlacement(t *testing.T) {
 	}
 	// fastpmi_nodes=node from a job on two nodes: refused, saying why.
 	onNode := req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 1, Info: []pmiwire.Pair{{Key: "fastpmi_nodes", Val: "node"}}})
-	if _, err := newSpawnReq(onNode, index, []int{0, 1}, ""); err == nil || !strings.Contains(err.Error(), "from a job on 2 nodes is not served") {
+	if _, err := newSpawnReq(onNode, index, []int{0, 1}, ""); err == nil || !strings.Contains(err.Error(), "asks for the spawning job's node, and it runs on 2") {
 		t.Errorf("fastpmi_nodes=node from a job on 2 nodes: %v", err)
 	}
 }

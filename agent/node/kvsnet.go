@@ -522,6 +522,18 @@ func (u netUpstream) Fetch(key string, src int, wait bool, done func(string, boo
 	})
 }
 
+// FetchJobRankData asks pmirun for the data of rank of another job of
+// the run, which it fetches from that job's node (agent.Upstream).
+func (u netUpstream) FetchJobRankData(job string, rank int, done func(string, bool, error)) {
+	u.name(Name{Op: "rankdata", Procs: []agent.JobRanks{{Job: job, Ranks: []int{rank}}}, Wait: agent.MaxNameWait}, func(r Name) {
+		if r.NotFound {
+			done("", false, nil)
+			return
+		}
+		done(string(r.Data), r.Err == "", nameErr(r))
+	})
+}
+
 // FetchRankData asks rank's node for the rank's data (agent.Upstream):
 // straight there whatever the strategy, the only node that holds it.
 func (u netUpstream) FetchRankData(rank int, done func(string, bool, error)) {

@@ -862,6 +862,13 @@ func (u netUpstream) Spawn(req *pmiwire.Spawn, rank int, done func(string, error
 	u.name(Name{Op: "spawn", Spawn: req, Rank: rank}, func(r Name) { done(r.Port, nameErr(r)) })
 }
 
+// JobsCollective asks pmirun to join this node to a collective across
+// jobs; its answer carries every node's data. The other jobs' ranks may
+// take long to get there: the request waits as long as a lookup may.
+func (u netUpstream) JobsCollective(kind string, procs []agent.JobRanks, data []byte, done func([]byte, error)) {
+	u.name(Name{Op: "jobs", Name: kind, Procs: procs, Data: data, Wait: agent.MaxNameWait}, func(r Name) { done(r.Data, nameErr(r)) })
+}
+
 func nameErr(m Name) error {
 	switch {
 	case m.NotFound:

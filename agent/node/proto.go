@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fastpmi/fastpmi/pmiwire"
-
+	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
 // Frame types between pmirun (the root) and the node agents (pmid), and
@@ -94,8 +94,8 @@ type Signal struct {
 }
 
 // Name is a request to the root's job-wide services (Op set) or its
-// response (Op empty): the name service, and spawn, whose response
-// carries the new job's id in Port.
+// response (Op empty): the name service, spawn, whose response carries
+// the new job's id in Port, and collectives across jobs.
 type Name struct {
 	ID   uint64 `json:"id"`
 	Op   string `json:"op,omitempty"` // "publish", "unpublish", "lookup", "spawn"
@@ -105,7 +105,12 @@ type Name struct {
 	// global rank that sent it.
 	Spawn *pmiwire.Spawn `json:"spawn,omitempty"`
 	Rank  int            `json:"rank,omitempty"`
-	Err   string         `json:"err,omitempty"`
+	// Procs are the participants of a collective across jobs (Op
+	// "jobs", of kind Name); Data is the node's data in the request and
+	// every node's in the answer.
+	Procs []agent.JobRanks `json:"procs,omitempty"`
+	Data  []byte           `json:"data,omitempty"`
+	Err   string           `json:"err,omitempty"`
 	// NotFound marks a lookup or unpublish of an unknown name.
 	NotFound bool `json:"notfound,omitempty"`
 	// Once (publish) and Wait (lookup) are agent.Name's (PMIx's).

@@ -110,6 +110,7 @@ const (
 	reqUnpublish
 	reqDmodex // a client's get of another node's rank: its data (rank), within timeout
 	reqSpawn  // a client's spawn: the new job (spawn)
+	reqJobs   // a fence (data), connect or disconnect over ranks of several jobs (jobs)
 	// The agent's side of a direct modex on the rank's node (rank data):
 	reqAsk      // the agent asks for local rank's data (id)
 	reqRankData // the server library's answer to reqAsk id, or a marker's (rank -1)
@@ -130,6 +131,8 @@ type request struct {
 	timeout time.Duration
 	once    bool           // publish: the names go at their first lookup (PMIX_PERSIST_FIRST_READ)
 	spawn   *pmiwire.Spawn // spawn: the apps
+	job     string         // direct modex: the rank's job, when another than the Job's
+	jobs    agent.JobsColl // collective across jobs: its kind and participants (Local, Req and Data set at serve)
 	// Ask, rank data: the agent's request id, or a marker's sequence
 	// number (rank -1); the library's answer: found, or its error.
 	id    uint64
@@ -212,6 +215,32 @@ var registry struct {
 	mu   sync.Mutex
 	jobs map[string]*Job
 	refs int // Jobs holding the server (serverAcquire)
+	// foreign are the namespaces of other jobs of a run, with no rank
+	// here, registered with the server library as such (foreignNspace),
+	// each with the Job that did and deregisters it at its Close.
+	foreign map[string]*Job
+}
+
+// foreignNspace registers nspace, a job of j's run with no rank on this
+// node, with the server library as a namespace without local clients,
+// unless it is known. A direct modex for a rank of a namespace the
+// library does not know makes it record the namespace as one whose
+// clients are not registered yet, and a fence or disconnect naming it
+// would then wait for ever for them.
+func (j *Job) foreignNspace(nspace string) {
+	registry.mu.Lock()
+	if registry.jobs[nspace] != nil || registry.foreign[nspace] != nil {
+		registry.mu.Unlock()
+		return
+	}
+	if registry.foreign == nil {
+		registry.foreign = make(map[string]*Job)
+	}
+	registry.foreign[nspace] = j
+	registry.mu.Unlock()
+	if err := registerForeign(nspace); err != nil {
+		j.cfg.Logger.Warn("pmix: register another job's namespace", "nspace", nspace, "err", err)
+	}
 }
 
 // NewJob registers cfg's job with the process's PMIx server (starting it
@@ -293,9 +322,18 @@ func (j *Job) Close() {
 	<-j.done
 	registry.mu.Lock()
 	delete(registry.jobs, j.cfg.Nspace)
+	var foreign []string
+	for ns, owner := range registry.foreign {
+		if owner == j {
+			foreign = append(foreign, ns)
+			delete(registry.foreign, ns)
+		}
+	}
 	registry.mu.Unlock()
-	if err := deregisterNspace(j.cfg.Nspace); err != nil {
-		j.cfg.Logger.Warn("pmix: job end", "err", err)
+	for _, ns := range append(foreign, j.cfg.Nspace) {
+		if err := deregisterNspace(ns); err != nil {
+			j.cfg.Logger.Warn("pmix: job end", "err", err)
+		}
 	}
 	registry.mu.Lock()
 	serverRelease()
@@ -432,6 +470,9 @@ func (j *Job) serve(r *request) {
 	case reqRankData:
 		j.rankData(r)
 		return
+	case reqJobs:
+		j.jobsColl(r)
+		return
 	}
 	l := a.LocalIndex(r.rank)
 	if l < 0 {
@@ -461,18 +502,26 @@ func (j *Job) serve(r *request) {
 	r.done(result{err: err})
 }
 
-// spawn asks the launcher for the new job, its children on this node:
-// Open MPI's parent and children then connect (PMIx_Connect), which the
-// server library completes by itself when every participant is its own
-// client, and which would wait for ever otherwise (fastpmi has no connect
-// host callback: no connect across nodes yet). So the children go to the
-// spawning job's node (fastpmi_nodes=node), and the launcher refuses the
-// spawn, saying why, when that job runs on more than one node.
-func (j *Job) spawn(r *request, l int) {
-	for i := range r.spawn.Cmds {
-		c := &r.spawn.Cmds[i]
-		c.Info = append(c.Info, pmiwire.Pair{Key: "fastpmi_nodes", Val: "node"})
+// jobsColl enters this node in a collective over ranks of several jobs
+// (or part of this one), which the launcher completes once every node
+// hosting participants entered: the server library calls this once per
+// process, after its local participants of every job, and the Job of
+// one of its namespaces carries it (fpxJobsRequest). The answer is every
+// node's data.
+func (j *Job) jobsColl(r *request) {
+	reqs := j.expect(r, 1)
+	o := r.jobs
+	o.Local, o.Req, o.Data = 0, reqs[0], r.data
+	if err := j.cfg.Agent.StepExternal(o); err != nil {
+		j.drop(reqs, err)
 	}
+}
+
+// spawn asks the launcher for the new job, placed as any spawn is: Open
+// MPI's parent and children then connect (PMIx_Connect), which the
+// server library completes by itself among its own clients and asks the
+// host for across nodes (jobsColl).
+func (j *Job) spawn(r *request, l int) {
 	reqs := j.expect(r, 1)
 	if err := j.cfg.Agent.StepExternal(agent.Spawn{Local: l, Req: reqs[0], Spawn: r.spawn}); err != nil {
 		j.drop(reqs, err)
@@ -497,6 +546,14 @@ func (j *Job) fence(r *request) {
 // (a direct modex): the agent fetches it from that node's Job (ask),
 // and the blob goes back to the server library as the rank's data.
 func (j *Job) dmodex(r *request) {
+	if r.job != "" {
+		j.foreignNspace(r.job)
+		reqs := j.expect(r, 1)
+		if err := j.cfg.Agent.StepExternal(agent.GetRankData{Req: reqs[0], Rank: r.rank, Job: r.job}); err != nil {
+			j.drop(reqs, err)
+		}
+		return
+	}
 	if r.rank < 0 || r.rank >= j.cfg.Size {
 		r.done(result{err: fmt.Errorf("pmix: direct modex of rank %d, job of %d", r.rank, j.cfg.Size)})
 		return
@@ -673,6 +730,11 @@ func (j *Job) reply(rp agent.Reply) {
 		delete(j.pending, rp.Req.ID)
 		j.mu.Unlock()
 		p.req.done(result{err: rp.Err, nspace: rp.Val})
+		return
+	case agent.ReplyJobs:
+		delete(j.pending, rp.Req.ID)
+		j.mu.Unlock()
+		p.req.done(result{err: rp.Err, data: []byte(rp.Val)})
 		return
 	case agent.ReplyName:
 		if rp.Err != nil && p.err == nil && p.req.kind != reqLookup {

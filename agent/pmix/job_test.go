@@ -285,8 +285,7 @@ func (u spawner) Spawn(req *pmiwire.Spawn, rank int, done func(string, error)) {
 // exchange): a lookup that waits is answered by the publish that brings
 // its name, a name published once goes with its first lookup, and a
 // wait that passes is "not found". A spawn reaches the launcher with its
-// apps' arguments, environment and info, its children on the spawning
-// job's node.
+// apps' arguments, environment and info, placed as any spawn.
 func TestJobNamesAndSpawn(t *testing.T) {
 	up := spawner{Local: agent.NewLocal(), reqs: make(chan *pmiwire.Spawn, 1), ranks: make(chan int, 1)}
 	defer up.Close()
@@ -343,7 +342,7 @@ func TestJobNamesAndSpawn(t *testing.T) {
 	}
 	got := <-up.reqs
 	want := &pmiwire.Spawn{Cmds: []pmiwire.SpawnCmd{{Exe: "./prog", MaxProcs: 3, Args: []string{"child"}, Env: []string{"OMPI_PARENT_PORT=p:1"},
-		Info: []pmiwire.Pair{{Key: "wdir", Val: "/work"}, {Key: "fastpmi_nodes", Val: "node"}}}}}
+		Info: []pmiwire.Pair{{Key: "wdir", Val: "/work"}}}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the launcher got %+v, want %+v", got, want)
 	}

@@ -92,6 +92,37 @@ static int whole(const pmix_proc_t procs[], size_t nprocs, const char **ns)
     return -(int)nprocs; // Go checks that they are every rank
 }
 
+// jobs_request hands over a collective over procs of several namespaces
+// (or of part of one), which only the launcher can complete across
+// nodes: a fence (modex set) or a connect or disconnect (op set).
+static pmix_status_t jobs_request(int kind, const pmix_proc_t procs[], size_t nprocs, char *data,
+                                  size_t ndata, pmix_modex_cbfunc_t modex, pmix_op_cbfunc_t op,
+                                  void *cbdata)
+{
+    if (nprocs == 0)
+        return PMIX_ERR_BAD_PARAM;
+    char **ns = calloc(nprocs, sizeof(*ns));
+    unsigned int *ranks = calloc(nprocs, sizeof(*ranks));
+    fpx_cb *cb = newcb(cbdata);
+    int rc = PMIX_ERR_NOMEM;
+    if (ns != NULL && ranks != NULL && cb != NULL) {
+        for (size_t i = 0; i < nprocs; i++) {
+            ns[i] = (char *)procs[i].nspace; // Go copies them before it returns
+            ranks[i] = procs[i].rank;
+        }
+        cb->modex = modex;
+        cb->op = op;
+        rc = fpxJobsRequest(kind, ns, ranks, (int)nprocs, data, (int)ndata, cb);
+        if (rc == 0)
+            cb = NULL; // Go's now
+        rc = queued(rc);
+    }
+    free(ns);
+    free(ranks);
+    free(cb);
+    return rc;
+}
+
 static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
                               const pmix_info_t info[], size_t ninfo,
                               char *data, size_t ndata,
@@ -102,7 +133,7 @@ static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
     const char *ns = NULL;
     int w = whole(procs, nprocs, &ns);
     if (w == 0)
-        return PMIX_ERR_NOT_SUPPORTED;
+        return jobs_request(FPX_JOBS_FENCE, procs, nprocs, data, ndata, cbfunc, NULL, cbdata);
     if (w < 0) {
         // An explicit list: Go accepts it only if it names every rank.
         unsigned int *ranks = malloc(nprocs * sizeof(*ranks));
@@ -113,7 +144,7 @@ static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
         int ok = fpxWholeJob((char *)ns, ranks, (int)nprocs);
         free(ranks);
         if (!ok)
-            return PMIX_ERR_NOT_SUPPORTED;
+            return jobs_request(FPX_JOBS_FENCE, procs, nprocs, data, ndata, cbfunc, NULL, cbdata);
     }
     fpx_cb *cb = newcb(cbdata);
     if (cb == NULL)
@@ -150,19 +181,74 @@ static int timeout_of(const pmix_info_t info[], size_t ninfo)
 // rank's node (rank_data below answers there). A PMIX_TIMEOUT the client
 // gave is the host's to apply (the server library sets none on the
 // request it hands over).
+//
+// The direct modex requests handed to Go and not answered yet, by the
+// library's cbdata: when Go registers the namespace of another job while
+// a request for one of its ranks waits (Job.foreignNspace), the library
+// asks the host again with the same cbdata, and a cbdata must be
+// answered once (the library frees it with the answer).
+static pthread_mutex_t dmx_mu = PTHREAD_MUTEX_INITIALIZER;
+static void **dmx_pending;
+static size_t dmx_n, dmx_cap;
+
+// dmx_add records cbdata as waiting; it returns 0 if it already was.
+static int dmx_add(void *cbdata)
+{
+    int added = 1;
+    pthread_mutex_lock(&dmx_mu);
+    for (size_t i = 0; i < dmx_n; i++)
+        if (dmx_pending[i] == cbdata)
+            added = 0;
+    if (added && dmx_n == dmx_cap) {
+        size_t cap = dmx_cap ? 2 * dmx_cap : 16;
+        void **p = realloc(dmx_pending, cap * sizeof(*p));
+        if (p == NULL)
+            added = -1;
+        else
+            dmx_pending = p, dmx_cap = cap;
+    }
+    if (added == 1)
+        dmx_pending[dmx_n++] = cbdata;
+    pthread_mutex_unlock(&dmx_mu);
+    return added;
+}
+
+// dmx_remove forgets cbdata, if it waits.
+static void dmx_remove(void *cbdata)
+{
+    pthread_mutex_lock(&dmx_mu);
+    for (size_t i = 0; i < dmx_n; i++) {
+        if (dmx_pending[i] == cbdata) {
+            dmx_pending[i] = dmx_pending[--dmx_n];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&dmx_mu);
+}
+
 static pmix_status_t dmodex(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
                             pmix_modex_cbfunc_t cbfunc, void *cbdata)
 {
     if (proc->rank == PMIX_RANK_WILDCARD || proc->rank == PMIX_RANK_UNDEF)
         return PMIX_ERR_NOT_SUPPORTED; // job data: every node registered the namespace itself
+    switch (dmx_add(cbdata)) {
+    case 0:
+        return PMIX_SUCCESS; // asked again: the first request's answer completes it
+    case -1:
+        return PMIX_ERR_NOMEM;
+    }
     int timeout = timeout_of(info, ninfo);
     fpx_cb *cb = newcb(cbdata);
-    if (cb == NULL)
+    if (cb == NULL) {
+        dmx_remove(cbdata);
         return PMIX_ERR_NOMEM;
+    }
     cb->modex = cbfunc;
     int rc = fpxRequest(FPX_DMODEX, (char *)proc->nspace, proc->rank, timeout, NULL, NULL, 0, cb);
-    if (rc != 0)
+    if (rc != 0) {
+        dmx_remove(cbdata);
         free(cb);
+    }
     return queued(rc);
 }
 
@@ -410,6 +496,25 @@ static pmix_status_t spawn(const pmix_proc_t *proc, const pmix_info_t job_info[]
     return rc;
 }
 
+// connect and disconnect reach the host only when some participant is
+// not a client of this server (the library completes them by itself
+// among its own clients): the launcher joins the nodes hosting them.
+static pmix_status_t connect_fn(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
+                                size_t ninfo, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info;
+    (void)ninfo; // a PMIX_TIMEOUT: the run's fate ends a job whose ranks never come
+    return jobs_request(FPX_CONNECT, procs, nprocs, NULL, 0, NULL, cbfunc, cbdata);
+}
+
+static pmix_status_t disconnect_fn(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
+                                   size_t ninfo, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info;
+    (void)ninfo;
+    return jobs_request(FPX_DISCONNECT, procs, nprocs, NULL, 0, NULL, cbfunc, cbdata);
+}
+
 static pmix_server_module_t module = {
     .client_connected = client_connected,
     .client_finalized = client_finalized,
@@ -420,6 +525,8 @@ static pmix_server_module_t module = {
     .lookup = lookup,
     .unpublish = unpublish,
     .spawn = spawn,
+    .connect = connect_fn,
+    .disconnect = disconnect_fn,
 };
 
 // --- rank data: a local rank's data for another node --------------------
@@ -475,6 +582,7 @@ static void release_blob(void *p) { free(p); }
 
 void fpx_modex_done(fpx_cb *cb, int status, const char *data, int n)
 {
+    dmx_remove(cb->cbdata); // a fence's was never there
     char *copy = NULL;
     if (status == PMIX_SUCCESS && n > 0) {
         copy = malloc((size_t)n);
@@ -690,6 +798,18 @@ int fpx_register_nspace(const fpx_job *j)
     free(nodemap);
     free(procmap);
     return rc;
+}
+
+// fpx_register_foreign registers nspace without local clients or job
+// data (another job of the run, whose ranks' data comes by direct
+// modex), waiting at most secs.
+int fpx_register_foreign(const char *nspace, int secs)
+{
+    waiter *w = waiter_new();
+    if (w == NULL)
+        return PMIX_ERR_NOMEM;
+    pmix_status_t rc = PMIx_server_register_nspace(nspace, 0, NULL, 0, waiter_done, w);
+    return waiter_wait(w, rc, secs);
 }
 
 // fpx_deregister_nspace waits at most secs for the library (it copies

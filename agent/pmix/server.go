@@ -162,6 +162,17 @@ func registerNspace(cfg *Config) error {
 	return nil
 }
 
+// registerForeign registers nspace as a namespace without local clients
+// (Job.foreignNspace), waiting for the library at most teardownTimeout.
+func registerForeign(nspace string) error {
+	c := C.CString(nspace)
+	defer C.fpx_free(c)
+	if rc := C.fpx_register_foreign(c, C.int(teardownTimeout/time.Second)); rc != C.PMIX_SUCCESS {
+		return statusErr(rc)
+	}
+	return nil
+}
+
 // deregisterNspace deregisters nspace, waiting for the library at most
 // teardownTimeout.
 func deregisterNspace(nspace string) error {
@@ -240,12 +251,18 @@ func fpxRankData(nspace *C.char, id C.ulonglong, rank C.int, st C.int, data *C.c
 
 //export fpxRequest
 func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char, strs **C.char, n C.int, cb *C.fpx_cb) C.int {
-	j := lookupJob(C.GoString(nspace))
+	ns := C.GoString(nspace)
+	r := &request{rank: int(rank)}
+	j := lookupJob(ns)
+	if j == nil && kind == C.FPX_DMODEX {
+		// A rank of a job with no rank here: another job of the run
+		// (Open MPI reads the business cards of the job it spawned), its
+		// data fetched by the launcher through a job of the same run.
+		j, r.job = nearestJob(ns), ns
+	}
 	if j == nil {
 		return C.PMIX_ERR_NOT_FOUND
 	}
-	r := &request{rank: int(rank)}
-	ns := C.GoString(nspace)
 	switch kind {
 	case C.FPX_CONNECTED:
 		r.kind = reqConnected
@@ -289,14 +306,7 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 	}
 	switch r.kind {
 	case reqFence, reqDmodex:
-		r.done = func(res result) {
-			var p *C.char
-			if len(res.data) > 0 {
-				p = C.CString(string(res.data)) // copies every byte, NULs too
-				defer C.fpx_free(p)
-			}
-			C.fpx_modex_done(cb, status(res.err), p, C.int(len(res.data)))
-		}
+		r.done = func(res result) { modexDone(cb, res) }
 	case reqSpawn:
 		r.done = func(res result) {
 			cns := C.CString(res.nspace)
@@ -317,6 +327,64 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 	default:
 		r.done = func(res result) { C.fpx_op_done(cb, status(res.err)) }
 	}
+	return enqueueStatus(j, r)
+}
+
+//export fpxJobsRequest
+func fpxJobsRequest(kind C.int, nss **C.char, ranks *C.uint, n C.int, data *C.char, ndata C.int, cb *C.fpx_cb) C.int {
+	r := &request{kind: reqJobs, rank: -1}
+	switch kind {
+	case C.FPX_JOBS_FENCE:
+		r.jobs.Kind = agent.JobsFence
+	case C.FPX_CONNECT:
+		r.jobs.Kind = agent.JobsConnect
+	case C.FPX_DISCONNECT:
+		r.jobs.Kind = agent.JobsDisconnect
+	default:
+		return C.PMIX_ERR_NOT_SUPPORTED
+	}
+	// The participants, job by job; a wildcard names every rank. The
+	// Job of the first namespace served here carries the request.
+	var j *Job
+	byJob := map[string]int{}
+	for i, ns := range goStrings(nss, n) {
+		k, ok := byJob[ns]
+		if !ok {
+			k = len(r.jobs.Procs)
+			byJob[ns] = k
+			r.jobs.Procs = append(r.jobs.Procs, agent.JobRanks{Job: ns, Ranks: []int{}})
+			if j == nil {
+				j = lookupJob(ns)
+			}
+		}
+		p := &r.jobs.Procs[k]
+		switch rank := C.fpx_uint_at(ranks, C.int(i)); {
+		case rank == C.PMIX_RANK_WILDCARD:
+			p.Ranks = nil
+		case p.Ranks != nil:
+			p.Ranks = append(p.Ranks, int(rank))
+		}
+	}
+	if j == nil {
+		return C.PMIX_ERR_NOT_FOUND
+	}
+	if ndata > 0 {
+		r.data = []byte(C.GoStringN(data, ndata))
+	}
+	r.done = func(res result) {
+		if kind != C.FPX_JOBS_FENCE {
+			C.fpx_op_done(cb, status(res.err))
+			return
+		}
+		modexDone(cb, res)
+	}
+	return enqueueStatus(j, r)
+}
+
+// enqueueStatus hands r to j's worker and returns what the host callback
+// returns to the server library: 0 (the request is Go's, completed
+// later) or why it was refused.
+func enqueueStatus(j *Job, r *request) C.int {
 	switch err := j.enqueue(r); {
 	case errors.Is(err, errQueueFull):
 		return C.PMIX_ERR_OUT_OF_RESOURCE
@@ -324,6 +392,16 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 		return C.PMIX_ERR_NOT_FOUND
 	}
 	return 0
+}
+
+// modexDone completes cb, a fence's or a direct modex's, with res.
+func modexDone(cb *C.fpx_cb, res result) {
+	var p *C.char
+	if len(res.data) > 0 {
+		p = C.CString(string(res.data)) // copies every byte, NULs too
+		defer C.fpx_free(p)
+	}
+	C.fpx_modex_done(cb, status(res.err), p, C.int(len(res.data)))
 }
 
 // goStrings copies C's n strings.
@@ -358,6 +436,28 @@ func lookupJob(nspace string) *Job {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	return registry.jobs[nspace]
+}
+
+// nearestJob returns the Job whose namespace shares the longest prefix
+// with nspace, or nil if none is served here: the jobs of one run share
+// the command line's job id, which the ids of the jobs it spawns extend
+// ("<id>-<n>", launch's childSpec), and ids of different runs differ
+// after their first characters (a process id and a random part).
+func nearestJob(nspace string) *Job {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	var best *Job
+	bestLen := -1
+	for ns, j := range registry.jobs {
+		n := 0
+		for n < len(ns) && n < len(nspace) && ns[n] == nspace[n] {
+			n++
+		}
+		if n > bestLen || (n == bestLen && ns < best.cfg.Nspace) {
+			best, bestLen = j, n
+		}
+	}
+	return best
 }
 
 // maxQueued bounds the requests waiting for the worker: the ranks'

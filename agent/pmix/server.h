@@ -16,6 +16,10 @@ enum {
     FPX_UNPUBLISH,
     FPX_DMODEX,
     FPX_SPAWN,
+    // Collectives over ranks of several namespaces (fpxJobsRequest).
+    FPX_JOBS_FENCE,
+    FPX_CONNECT,
+    FPX_DISCONNECT,
 };
 
 // fpx_cb is one request's completion: the PMIx callback to call and its
@@ -55,6 +59,7 @@ int fpx_finalize(void);
 const char *fpx_error(int status);
 int fpx_register_nspace(const fpx_job *j);
 int fpx_deregister_nspace(const char *nspace, int secs);
+int fpx_register_foreign(const char *nspace, int secs);
 int fpx_register_client(const char *nspace, int rank, int uid, int gid, char ***env);
 int fpx_rank_data(const char *nspace, int rank, unsigned long long id);
 void fpx_free_env(char **env);

@@ -238,6 +238,31 @@ func TestOpenMPIMultiNode(t *testing.T) {
 			t.Errorf("no node served rank data: the business cards did not come by direct modex\n%s", r)
 		}
 	})
+	// MPI_Comm_spawn across the hosts: two children (on two of the four
+	// hosts) connect to the parent's four ranks, exchange messages over
+	// TCP between the hosts and disconnect; and PMIx's own connect and
+	// fence over both jobs.
+	t.Run("spawn/N=4", func(t *testing.T) {
+		j := cl.job("net", "--mpi", "pmix", "-n", "4", prog("ompi_spawn"), "2", "2")
+		j.timeout = 90 * time.Second
+		r := run(t, j)
+		r.wantCode(t, 0)
+		r.wantLines(t, map[string]int{"round 0: 2 children answered, appnums 2 0": 1, "round 1: 2 children answered, appnums 2 0": 1})
+		r.wantNoORTE(t)
+	})
+	t.Run("connect/N=4", func(t *testing.T) {
+		r := run(t, cl.job("net", "--mpi", "pmix", "-n", "4", prog("pmix_spawn"), "2", "connect"))
+		r.wantCode(t, 0)
+		want := map[string]int{"rank 3 spawned 2 children": 1}
+		for i := range 2 {
+			want[fmt.Sprintf("child %d of 2: parent rank 3", i)] = 1
+			want[fmt.Sprintf("connect: child rank %d read 4 cards", i)] = 1
+		}
+		for i := range 4 {
+			want[fmt.Sprintf("connect: parent rank %d read 2 cards", i)] = 1
+		}
+		r.wantLines(t, want)
+	})
 	t.Run("pmix_dmodex/N=8", func(t *testing.T) {
 		r := run(t, cl.job("net", "--mpi", "pmix", "--env", "FASTPMI_BENCH_VERBOSE=1", "-n", "8", prog("pmix_dmodex")))
 		r.wantCode(t, 0)
@@ -425,12 +450,48 @@ func TestOpenMPISpawn(t *testing.T) {
 			})
 		})
 	}
+	// Across nodes: the parent and the children connect and disconnect
+	// through the launcher (a collective across jobs), and read each
+	// other's business cards by direct modex, also on a node that has
+	// no child (its server library learns the children's namespace from
+	// the agent).
 	t.Run("two nodes", func(t *testing.T) {
-		r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "--mpi", "pmix", "-n", "2", prog("ompi_spawn"), "1", "1"},
+		r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "--mpi", "pmix", "-n", "2", prog("ompi_spawn"), "1", "2"},
 			timeout: 90 * time.Second})
-		if r.code == 0 {
-			t.Fatalf("a PMIx spawn from a job on two nodes succeeded\n%s", r)
-		}
-		r.wantMessage(t, `^pmirun: spawn requested by job 0 failed: .*a PMIx spawn .* from a job on 2 nodes is not served`)
+		r.wantCode(t, 0)
+		rounds(r, 1, 2, "1 0")
+		r.wantNoORTE(t)
 	})
+	t.Run("two nodes/multiple", func(t *testing.T) {
+		r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "--mpi", "pmix", "-n", "4", prog("ompi_spawn"), "3", "2", "multiple"},
+			timeout: 90 * time.Second})
+		r.wantCode(t, 0)
+		rounds(r, 3, 2, "1 2")
+	})
+	// PMIx_Connect, a fence collecting data over both jobs, every card of
+	// the other job read, PMIx_Disconnect: in one server, across two
+	// nodes, and across three with one child (two nodes without).
+	for _, c := range []struct {
+		name            string
+		args            []string
+		parents, spawns int
+	}{
+		{"fork", nil, 2, 3},
+		{"two nodes", []string{"--bootstrap", "loopback", "--nodes", "2"}, 2, 3},
+		{"three nodes", []string{"--bootstrap", "loopback", "--nodes", "3"}, 3, 1},
+	} {
+		t.Run("connect/"+c.name, func(t *testing.T) {
+			r := run(t, job{args: append(c.args, "--mpi", "pmix", "-n", n(c.parents), prog("pmix_spawn"), n(c.spawns), "connect"), timeout: 60 * time.Second})
+			r.wantCode(t, 0)
+			want := map[string]int{fmt.Sprintf("rank %d spawned %d children", c.parents-1, c.spawns): 1}
+			for i := range c.spawns {
+				want[fmt.Sprintf("child %d of %d: parent rank %d", i, c.spawns, c.parents-1)] = 1
+				want[fmt.Sprintf("connect: child rank %d read %d cards", i, c.parents)] = 1
+			}
+			for i := range c.parents {
+				want[fmt.Sprintf("connect: parent rank %d read %d cards", i, c.spawns)] = 1
+			}
+			r.wantLines(t, want)
+		})
+	}
 }

@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Collectives across jobs: a PMIx fence over the ranks of several jobs,
+// PMIx_Connect and PMIx_Disconnect (Open MPI joins a parent and the job
+// it spawned with them, and MPI_Comm_disconnect fences over both). They
+// are the external front end's (agent/pmix), one per node that hosts
+// participants: OpenPMIx's server library gathers its local participants
+// first, whatever job they belong to, and then asks its host once. Only
+// the launcher knows every job's nodes, so the collective is a deferred
+// call like a spawn: the Upstream completes it once every node hosting a
+// participant has called, and answers each with every node's data
+// concatenated (empty for connect and disconnect).
+
+// Kinds of collective across jobs (JobsColl.Kind). Calls of different
+// kinds over the same ranks are different collectives.
+const (
+	JobsFence      = "fence"
+	JobsConnect    = "connect"
+	JobsDisconnect = "disconnect"
+)
+
+// JobRanks names ranks of one job of the launcher's run: Ranks, or every
+// rank of Job when Ranks is nil.
+type JobRanks struct {
+	Job   string `json:"job"`
+	Ranks []int  `json:"ranks,omitempty"`
+}
+
+// MaxJobsCollJobs bounds the jobs one collective across jobs names.
+const MaxJobsCollJobs = 64
+
+type (
+	// JobsColl is this node's entry into a collective across jobs over
+	// Procs, carrying Data (the node's collected data of a fence). It is
+	// answered by one Reply of kind ReplyJobs to Local: Val holds every
+	// node's data, or Err.
+	JobsColl struct {
+		Local int
+		Req   Req
+		Kind  string
+		Procs []JobRanks
+		Data  []byte
+	}
+	// JobsCollDone is the Upstream's answer to collective call ID.
+	JobsCollDone struct {
+		ID   uint64
+		Data []byte
+		Err  error
+	}
+)
+
+func (JobsColl) isOp()     {}
+func (JobsCollDone) isOp() {}
+
+// ErrJobsColl is returned (wrapped) for a collective across jobs the core
+// refuses before asking the Upstream.
+var ErrJobsColl = errors.New("collective across jobs")
+
+// CheckJobsColl checks a collective's framing: a known kind, 1 to
+// MaxJobsCollJobs jobs, each named once, no negative rank (the jobs'
+// sizes are the launcher's to check).
+func CheckJobsColl(o JobsColl) error {
+	switch o.Kind {
+	case JobsFence, JobsConnect, JobsDisconnect:
+	default:
+		return fmt.Errorf("%w: unknown kind %q", ErrJobsColl, o.Kind)
+	}
+	if len(o.Procs) == 0 || len(o.Procs) > MaxJobsCollJobs {
+		return fmt.Errorf("%w: %d jobs, want 1..%d", ErrJobsColl, len(o.Procs), MaxJobsCollJobs)
+	}
+	seen := make(map[string]bool, len(o.Procs))
+	for _, p := range o.Procs {
+		if p.Job == "" || seen[p.Job] {
+			return fmt.Errorf("%w: job %q named twice or empty", ErrJobsColl, p.Job)
+		}
+		seen[p.Job] = true
+		for _, r := range p.Ranks {
+			if r < 0 {
+				return fmt.Errorf("%w: rank %d of job %s", ErrJobsColl, r, p.Job)
+			}
+		}
+	}
+	return nil
+}
+
+// jobsColl starts a collective across jobs; the node is answered at
+// JobsCollDone.
+func (c *Core) jobsColl(o JobsColl) {
+	t := to{o.Local, o.Req, ReplyJobs}
+	if c.closed {
+		c.reply(t, Reply{Err: errors.New("agent shutting down")})
+		return
+	}
+	if err := CheckJobsColl(o); err != nil {
+		c.reply(t, Reply{Err: err})
+		return
+	}
+	c.up(UpCall{Kind: UpJobs, ID: c.newCall(t), Name: o.Kind, Jobs: o.Procs, Port: string(o.Data)})
+}
+
+// jobsCollDone answers call o.ID, if it still waits.
+func (c *Core) jobsCollDone(o JobsCollDone) {
+	t, waiting := c.takeCall(o.ID)
+	if !waiting {
+		return // answered by Shutdown
+	}
+	c.reply(t, Reply{Err: o.Err, Val: string(o.Data), Found: o.Err == nil})
+}

@@ -1,0 +1,159 @@
+package launch
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/netio"
+)
+
+// jobsCollRun is a run of a parent job of 4 ranks on two agent processes
+// and its child of 2 ranks, one on each of those processes (as per-job
+// agents and daemons host a run's spawned jobs), and a second child on a
+// process of its own.
+func jobsCollRun(t *testing.T) (run *multiRun, parent, child, other *rootNode) {
+	t.Helper()
+	run = newMultiRun(Config{Stdout: io.Discard, Stderr: io.Discard}, []string{"a", "b", "c"}, nil, netio.CodecNone)
+	mk := func(id string, nodes [][]int, procs ...int) *rootNode {
+		r := &rootNode{run: run, spec: &node.Spec{JobID: id, Size: 0, Nodes: nodes}, conns: make([]netio.Conn, len(nodes))} // no links: sends go nowhere
+		for _, rs := range nodes {
+			r.spec.Size += len(rs)
+		}
+		for _, p := range procs {
+			r.hellos = append(r.hellos, node.Hello{Host: "h", PID: p})
+		}
+		run.live[r] = r.spec.Size
+		return r
+	}
+	return run, mk("p", [][]int{{0, 1}, {2, 3}}, 1, 2), mk("p-1", [][]int{{0}, {1}}, 1, 2), mk("p-2", [][]int{{0}}, 3)
+}
+
+// enter enters node i of job r in a collective and returns where its
+// answer lands.
+func enter(run *multiRun, r *rootNode, i int, kind string, procs []agent.JobRanks, data string) chan string {
+	got := make(chan string, 1)
+	run.jobsColl(r, i, &node.Name{Op: "jobs", Name: kind, Procs: procs, Data: []byte(data)}, func(all []byte, err error) {
+		if err != nil {
+			got <- "error: " + err.Error()
+			return
+		}
+		got <- "data: " + string(all)
+	})
+	return got
+}
+
+func answered(ch chan string) string {
+	select {
+	case s := <-ch:
+		return s
+	default:
+		return ""
+	}
+}
+
+// The root completes a collective across jobs once every agent process
+// hosting a participant entered, once per process whatever jobs it
+// serves, and answers each with their data in process order; the
+// participants named in any order name one collective.
+func TestJobsCollective(t *testing.T) {
+	run, parent, child, other := jobsCollRun(t)
+	both := []agent.JobRanks{{Job: "p"}, {Job: "p-1"}}
+	a := enter(run, parent, 1, agent.JobsFence, both, "B")
+	if s := answered(a); s != "" {
+		t.Fatalf("answered before every process entered: %s", s)
+	}
+	if s := answered(enter(run, child, 1, agent.JobsFence, both, "again")); !strings.Contains(s, "entered twice") {
+		t.Errorf("a process entering twice (for its other job): %q", s)
+	}
+	// A connect over the same ranks is another collective.
+	c := enter(run, child, 0, agent.JobsConnect, both, "")
+	b := enter(run, parent, 0, agent.JobsFence, []agent.JobRanks{{Job: "p-1"}, {Job: "p"}}, "A")
+	for i, ch := range []chan string{a, b} {
+		if s := answered(ch); s != "data: AB" {
+			t.Errorf("entry %d answered %q, want every process's data in order", i, s)
+		}
+	}
+	if s := answered(c); s != "" {
+		t.Errorf("the connect answered with half its processes: %q", s)
+	}
+	if s := answered(enter(run, parent, 1, agent.JobsConnect, both, "")); s != "data: " {
+		t.Errorf("the connect's last entry: %q", s)
+	}
+	if s := answered(c); s != "data: " {
+		t.Errorf("the connect's first entry: %q", s)
+	}
+	// Part of one job: only the processes hosting those ranks, named in
+	// any order.
+	if s := answered(enter(run, parent, 1, agent.JobsFence, []agent.JobRanks{{Job: "p", Ranks: []int{3}}}, "x")); s != "data: x" {
+		t.Errorf("a fence of rank 3 alone: %q", s)
+	}
+	d := enter(run, parent, 1, agent.JobsFence, []agent.JobRanks{{Job: "p", Ranks: []int{3, 0}}}, "y")
+	if s := answered(enter(run, parent, 0, agent.JobsFence, []agent.JobRanks{{Job: "p", Ranks: []int{0, 3, 3}}}, "z")); s != "data: zy" || answered(d) != "data: zy" {
+		t.Errorf("a fence of ranks 0 and 3: %q", s)
+	}
+	if len(run.colls) != 0 {
+		t.Errorf("%d collectives left under way", len(run.colls))
+	}
+
+	for _, bad := range []struct {
+		from  *rootNode
+		i     int
+		procs []agent.JobRanks
+		want  string
+	}{
+		{parent, 0, []agent.JobRanks{{Job: "p"}, {Job: "q"}}, "job q is not running in this run"},
+		{parent, 0, []agent.JobRanks{{Job: "p", Ranks: []int{4}}}, "rank 4 of job p of 4 ranks"},
+		{other, 0, both, "node 0 of job p-2 hosts no participant"},
+		{parent, 0, nil, "0 jobs"},
+	} {
+		if s := answered(enter(run, bad.from, bad.i, agent.JobsFence, bad.procs, "")); !strings.Contains(s, bad.want) {
+			t.Errorf("%v from %s node %d: %q, want an error saying %q", bad.procs, bad.from.spec.JobID, bad.i, s, bad.want)
+		}
+	}
+}
+
+// A rank's data across jobs is asked of the rank's node; an answer from
+// another job's node, or a second one, is ignored; a job that ends fails
+// what waits for it.
+func TestJobRankDataRouting(t *testing.T) {
+	run, _, child, other := jobsCollRun(t)
+	got := make(chan string, 4)
+	ask := func(job string, rank int) {
+		run.jobRankData(&node.Name{Op: "rankdata", Procs: []agent.JobRanks{{Job: job, Ranks: []int{rank}}}}, func(blob []byte, found bool, err error) {
+			got <- fmt.Sprintf("%q %v %v", blob, found, err)
+		})
+	}
+	ask("p-1", 1)
+	ask("p-1", 5)
+	if s := answered(got); !strings.Contains(s, "rank 5 of job p-1") {
+		t.Errorf("rank 5 of a job of 2: %s", s)
+	}
+	if len(run.rdWaits) != 1 {
+		t.Fatalf("%d requests waiting, want 1", len(run.rdWaits))
+	}
+	var id uint64
+	for k := range run.rdWaits {
+		id = k
+	}
+	run.jobRankDataDone(other, &node.KVSMsg{Op: node.KVSRankVal, ID: id, Blob: []byte("wrong")})
+	if s := answered(got); s != "" {
+		t.Errorf("another job's node answered: %s", s)
+	}
+	run.jobRankDataDone(child, &node.KVSMsg{Op: node.KVSRankVal, ID: id, Blob: []byte("card"), Found: true})
+	run.jobRankDataDone(child, &node.KVSMsg{Op: node.KVSRankVal, ID: id, Blob: []byte("again"), Found: true})
+	if s := answered(got); s != `"card" true <nil>` {
+		t.Errorf("answer %s", s)
+	}
+	if s := answered(got); s != "" {
+		t.Errorf("answered twice: %s", s)
+	}
+	ask("p-1", 0)
+	run.ended(child)
+	if s := answered(got); !strings.Contains(s, "job p-1 ended") {
+		t.Errorf("after the job ended: %s", s)
+	}
+}
