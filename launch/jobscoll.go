@@ -24,10 +24,12 @@ import (
 // completes the collective once every process that hosts a participant
 // has entered, and answers each with their data concatenated in process
 // order. A collective naming a job that is not running in this run is
-// refused at once: its participants would wait for ever.
+// refused at once, and one under way fails when a job it names ends:
+// its participants would wait for ever.
 
 // jobsColl is one collective across jobs under way.
 type jobsColl struct {
+	jobs []*rootNode       // the jobs it names
 	want []string          // agent processes that host participants, sorted
 	in   map[string][]byte // the data of each that entered
 	done []func([]byte, error)
@@ -57,7 +59,7 @@ func (run *multiRun) jobsColl(from *rootNode, i int, m *node.Name, done func([]b
 	key := m.Name + " " + string(keyJSON)
 
 	run.mu.Lock()
-	want, err := run.jobsCollProcs(procs)
+	jobs, want, err := run.jobsCollProcs(procs)
 	if err != nil {
 		run.mu.Unlock()
 		fail(err)
@@ -71,7 +73,7 @@ func (run *multiRun) jobsColl(from *rootNode, i int, m *node.Name, done func([]b
 	}
 	c := run.colls[key]
 	if c == nil {
-		c = &jobsColl{want: want, in: make(map[string][]byte, len(want))}
+		c = &jobsColl{jobs: jobs, want: want, in: make(map[string][]byte, len(want))}
 		run.colls[key] = c
 	}
 	if _, twice := c.in[me]; twice {
@@ -96,10 +98,11 @@ func (run *multiRun) jobsColl(from *rootNode, i int, m *node.Name, done func([]b
 	}
 }
 
-// jobsCollProcs returns the agent processes hosting the ranks procs
-// names, sorted, or why procs names ranks no running job of the run has.
-// Under run.mu.
-func (run *multiRun) jobsCollProcs(procs []agent.JobRanks) ([]string, error) {
+// jobsCollProcs returns the jobs procs names and the agent processes
+// hosting their ranks, sorted, or why procs names ranks no running job
+// of the run has. Under run.mu.
+func (run *multiRun) jobsCollProcs(procs []agent.JobRanks) ([]*rootNode, []string, error) {
+	var jobs []*rootNode
 	var want []string
 	for _, p := range procs {
 		var job *rootNode
@@ -110,8 +113,9 @@ func (run *multiRun) jobsCollProcs(procs []agent.JobRanks) ([]string, error) {
 			}
 		}
 		if job == nil || job.hellos == nil {
-			return nil, fmt.Errorf("job %s is not running in this run", p.Job)
+			return nil, nil, fmt.Errorf("job %s is not running in this run", p.Job)
 		}
+		jobs = append(jobs, job)
 		nodeOf := make(map[int]int, job.spec.Size)
 		for n, rs := range job.spec.Nodes {
 			for _, r := range rs {
@@ -127,13 +131,31 @@ func (run *multiRun) jobsCollProcs(procs []agent.JobRanks) ([]string, error) {
 		for _, r := range p.Ranks {
 			n, ok := nodeOf[r]
 			if !ok {
-				return nil, fmt.Errorf("rank %d of job %s of %d ranks", r, p.Job, job.spec.Size)
+				return nil, nil, fmt.Errorf("rank %d of job %s of %d ranks", r, p.Job, job.spec.Size)
 			}
 			want = append(want, job.agentProc(n))
 		}
 	}
 	slices.Sort(want)
-	return slices.Compact(want), nil
+	return jobs, slices.Compact(want), nil
+}
+
+// dropJobsColls fails the collectives under way that name job r, which
+// ended. Under run.mu; the returned calls answer them once it is
+// released.
+func (run *multiRun) dropJobsColls(r *rootNode) []func() {
+	var later []func()
+	for key, c := range run.colls {
+		if !slices.Contains(c.jobs, r) {
+			continue
+		}
+		delete(run.colls, key)
+		err := fmt.Errorf("collective across jobs: job %s ended before every participant joined", r.spec.JobID)
+		for _, d := range c.done {
+			later = append(later, func() { d(nil, err) })
+		}
+	}
+	return later
 }
 
 // canonicalJobRanks sorts procs by job and each job's ranks, without
@@ -173,7 +195,7 @@ func (run *multiRun) jobRankData(m *node.Name, done func(blob []byte, found bool
 	}
 	p, rank := m.Procs[0], m.Procs[0].Ranks[0]
 	run.mu.Lock()
-	procs, err := run.jobsCollProcs([]agent.JobRanks{p})
+	_, procs, err := run.jobsCollProcs([]agent.JobRanks{p})
 	var job *rootNode
 	n := -1
 	if err == nil {

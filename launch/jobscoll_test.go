@@ -114,6 +114,16 @@ func TestJobsCollective(t *testing.T) {
 			t.Errorf("%v from %s node %d: %q, want an error saying %q", bad.procs, bad.from.spec.JobID, bad.i, s, bad.want)
 		}
 	}
+	// A job that ends fails what waits for it, and only that.
+	e := enter(run, parent, 0, agent.JobsConnect, both, "")
+	f := enter(run, parent, 0, agent.JobsConnect, []agent.JobRanks{{Job: "p"}}, "")
+	run.ended(child)
+	if s := answered(e); !strings.Contains(s, "job p-1 ended before every participant joined") {
+		t.Errorf("a connect with a job that ended: %q", s)
+	}
+	if s := answered(f); s != "" || len(run.colls) != 1 {
+		t.Errorf("a collective of the parent alone: answered %q, %d under way", s, len(run.colls))
+	}
 }
 
 // A rank's data across jobs is asked of the rank's node; an answer from

@@ -186,7 +186,7 @@ func (run *multiRun) ended(r *rootNode) {
 	run.mu.Lock()
 	delete(run.live, r)
 	delete(run.sigs, r)
-	later := run.dropJobRankData(r)
+	later := append(run.dropJobRankData(r), run.dropJobsColls(r)...)
 	run.mu.Unlock()
 	for _, f := range later {
 		f()
