@@ -19,15 +19,24 @@
 // collected data is the first local rank's value, every node's data
 // concatenated in rank order comes back), name operations (a publish that
 // goes with its first lookup, a lookup that waits for its name: Open
-// MPI's connect/accept exchange) and a spawn (the children on the
-// spawning job's node, whose server library then completes their
-// connect with the parent by itself); the replies complete the
-// callbacks. A
-// direct modex (a client's get of a rank of another node that no fence
-// carried) is the agent's GetRankData: the agent of the rank's node asks
-// its Job (agent.External.AskRankData), which asks the server library
-// (PMIx_server_dmodex_request, answered once the rank committed) and
-// hands the blob back; docs/pmix.md.
+// MPI's connect/accept exchange) and a spawn (placed as any spawn; the
+// children's ranks get PMIX_PARENT_ID); the replies complete the
+// callbacks. A direct modex (a client's get of a rank of another node
+// that no fence carried) is the agent's GetRankData: the agent of the
+// rank's node asks its Job (agent.External.AskRankData), which asks the
+// server library (PMIx_server_dmodex_request, answered once the rank
+// committed) and hands the blob back; for a rank of another job of the
+// run, the launcher routes it to that job's node.
+//
+// Across jobs. The library completes PMIx_Connect, PMIx_Disconnect and
+// a fence over several namespaces by itself among its own clients, and
+// otherwise calls the host once per process: the Job of the first of
+// those namespaces served here carries the call as an
+// agent.JobsColl, which the launcher completes once every process
+// hosting a participant entered (fpxJobsRequest). A namespace of the
+// run with no rank on this node is registered as one without local
+// clients when a direct modex first names it (Job.foreignNspace) and
+// deregistered with the Job that did; docs/pmix.md.
 //
 // The C side is built only with the pmix build tag (make adds it when
 // pkg-config finds OpenPMIx); without it NewJob returns ErrNotSupported
