@@ -73,7 +73,7 @@ $(LIB)/include/fastpmi/pmi2ext.h: clib/include/fastpmi/pmi2ext.h
 CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args mpi_appnum
 CPROG_OMPI := ompi_allreduce ompi_abort ompi_die ompi_spawn ompi_hello ompi_pubname
 CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench pmi2_cost pmi2_appnum
-CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_OMPI) $(CPROG_PMI2) pmix_bench pmix_dmodex pmix_spawn exit_early forkfloor true_static)
+CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_OMPI) $(CPROG_PMI2) pmix_bench pmix_dmodex pmix_spawn pmix_join exit_early forkfloor true_static)
 CFLAGS     ?= -O2 -Wall
 
 cprog: $(CPROG_ALL) ## build the C test and benchmark programs into build/cprog
@@ -97,7 +97,7 @@ $(addprefix $(CPROG)/,$(CPROG_PMI2)): $(CPROG)/%: tests/cprog/%.c
 	gcc $(CFLAGS) -o $@ $< -lpmi2 -ldl
 # PMIx clients of their own (OpenPMIx's libpmix): put, commit, fence, get;
 # pmix_dmodex reads its peers' keys by direct modex.
-$(CPROG)/pmix_bench $(CPROG)/pmix_dmodex $(CPROG)/pmix_spawn: $(CPROG)/pmix_%: tests/cprog/pmix_%.c
+$(CPROG)/pmix_bench $(CPROG)/pmix_dmodex $(CPROG)/pmix_spawn $(CPROG)/pmix_join: $(CPROG)/pmix_%: tests/cprog/pmix_%.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) $$(pkg-config --cflags pmix) -o $@ $< $$(pkg-config --libs pmix)
 $(CPROG)/exit_early: tests/cprog/exit_early.c

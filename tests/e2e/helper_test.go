@@ -66,12 +66,13 @@ var cprogs = []struct {
 	{"pmix_bench", []string{"gcc"}, nil, ""},  // with pkgConfig's flags
 	{"pmix_dmodex", []string{"gcc"}, nil, ""}, // with pkgConfig's flags
 	{"pmix_spawn", []string{"gcc"}, nil, ""},  // with pkgConfig's flags
+	{"pmix_join", []string{"gcc"}, nil, ""},   // with pkgConfig's flags
 	{"exit_early", []string{"gcc"}, nil, ""},
 }
 
 // pkgConfig names the pkg-config package whose compile and link flags a
 // program of cprogs needs.
-var pkgConfig = map[string]string{"pmix_bench": "pmix", "pmix_dmodex": "pmix", "pmix_spawn": "pmix"}
+var pkgConfig = map[string]string{"pmix_bench": "pmix", "pmix_dmodex": "pmix", "pmix_spawn": "pmix", "pmix_join": "pmix"}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fastpmi-e2e-")

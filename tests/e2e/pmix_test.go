@@ -495,3 +495,44 @@ func TestOpenMPISpawn(t *testing.T) {
 		})
 	}
 }
+
+// Two separately launched PMIx jobs that find each other by name (the
+// daemons' name service) and connect, as MPI_Comm_accept and
+// MPI_Comm_connect servers and clients do. On one daemon its server
+// library connects its own clients by itself; across two daemons each
+// run's pmirun knows only its own jobs, so the connect is refused at
+// once, on every rank of both jobs, and nothing waits for ever.
+func TestPMIxJoinRuns(t *testing.T) {
+	secret := newSecret(t)
+	a := startDaemon(t, nil, "127.0.0.1:0", secret)
+	b := startDaemon(t, nil, "127.0.0.1:0", secret)
+	for _, c := range []struct {
+		name, daemons, want string
+	}{
+		{"one daemon", a.addr, "connected"},
+		{"two daemons", a.addr + "," + b.addr, "refused: ERROR"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := "join-" + strings.ReplaceAll(c.name, " ", "-")
+			jobs := make([]job, 2)
+			for i, role := range []string{"publish", "lookup"} {
+				jobs[i] = job{args: []string{"--daemons", c.daemons, "--secret-file", secret, "--mpi", "pmix", "-n", "2", prog("pmix_join"), role, name},
+					timeout: 60 * time.Second}
+			}
+			start := time.Now()
+			res := concurrentJobs(t, jobs)
+			if d := time.Since(start); d > 30*time.Second {
+				t.Errorf("the jobs took %v: something waited", d)
+			}
+			for _, r := range res {
+				r.wantCode(t, 0)
+				r.wantLines(t, map[string]int{"join: rank 0: " + c.want: 1, "join: rank 1: " + c.want: 1})
+			}
+		})
+	}
+	for _, d := range []*daemonProc{a, b} {
+		if code := d.stop(t, 10*time.Second); code != 0 {
+			t.Errorf("pmid --daemon exited %d; stderr:\n%s", code, d.stderr.String())
+		}
+	}
+}

@@ -1,0 +1,108 @@
+/* pmix_join: two separately launched PMIx jobs that find each other by
+ * name and try to connect, as MPI_Comm_accept/MPI_Comm_connect servers
+ * and clients do. Linked against OpenPMIx's client library.
+ *
+ *   pmix_join publish NAME | lookup NAME
+ *
+ * Rank 0 publishes the job's namespace under NAME, or looks it up
+ * (waiting up to 60 s for it), and hands it to its job (a put and a
+ * fence); every rank then calls PMIx_Connect over both namespaces and
+ * prints
+ *
+ *   join: rank R: connected          or
+ *   join: rank R: refused: STATUS
+ *
+ * then finalizes. Other failures print "FAIL ..." and exit 3. */
+#include <pmix.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(const char *what, pmix_status_t rc)
+{
+    fprintf(stderr, "FAIL %s: %s\n", what, PMIx_Error_string(rc));
+    return 3;
+}
+
+static int find_other(const pmix_proc_t *me, int publish, const char *name, char *other)
+{
+    pmix_status_t rc;
+    if (publish) {
+        pmix_info_t info;
+        PMIX_INFO_LOAD(&info, name, me->nspace, PMIX_STRING);
+        rc = PMIx_Publish(&info, 1);
+        PMIX_INFO_DESTRUCT(&info);
+        if (rc != PMIX_SUCCESS)
+            return fail("PMIx_Publish", rc);
+        return 0;
+    }
+    pmix_pdata_t pd;
+    PMIX_PDATA_CONSTRUCT(&pd);
+    PMIX_LOAD_KEY(pd.key, name);
+    pmix_info_t info[2];
+    bool wait = true;
+    int timeout = 60;
+    PMIX_INFO_LOAD(&info[0], PMIX_WAIT, &wait, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
+    rc = PMIx_Lookup(&pd, 1, info, 2);
+    if (rc != PMIX_SUCCESS || pd.value.type != PMIX_STRING)
+        return fail("PMIx_Lookup", rc);
+    snprintf(other, PMIX_MAX_NSLEN + 1, "%s", pd.value.data.string);
+    PMIX_PDATA_DESTRUCT(&pd);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    pmix_proc_t me;
+    pmix_status_t rc;
+    if (argc != 3 || (strcmp(argv[1], "publish") != 0 && strcmp(argv[1], "lookup") != 0)) {
+        fprintf(stderr, "FAIL usage: pmix_join publish|lookup NAME\n");
+        return 3;
+    }
+    int publish = strcmp(argv[1], "publish") == 0;
+    if ((rc = PMIx_Init(&me, NULL, 0)) != PMIX_SUCCESS)
+        return fail("PMIx_Init", rc);
+    char other[PMIX_MAX_NSLEN + 1] = "";
+    pmix_value_t val, *v = NULL;
+    if (me.rank == 0) {
+        // The publisher learns the other namespace from the other side,
+        // which publishes its own under NAME.back once it found NAME.
+        char back[256];
+        snprintf(back, sizeof(back), "%s.back", argv[2]);
+        int code = publish ? find_other(&me, 1, argv[2], NULL) : find_other(&me, 0, argv[2], other);
+        if (code == 0)
+            code = publish ? find_other(&me, 0, back, other) : find_other(&me, 1, back, NULL);
+        if (code != 0)
+            return code;
+        val.type = PMIX_STRING;
+        val.data.string = other;
+        if ((rc = PMIx_Put(PMIX_GLOBAL, "fastpmi.other", &val)) != PMIX_SUCCESS || (rc = PMIx_Commit()) != PMIX_SUCCESS)
+            return fail("put the other namespace", rc);
+    }
+    pmix_proc_t all, root;
+    PMIX_LOAD_PROCID(&all, me.nspace, PMIX_RANK_WILDCARD);
+    pmix_info_t info;
+    bool collect = true;
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    if ((rc = PMIx_Fence(&all, 1, &info, 1)) != PMIX_SUCCESS)
+        return fail("fence", rc);
+    PMIX_LOAD_PROCID(&root, me.nspace, 0);
+    if ((rc = PMIx_Get(&root, "fastpmi.other", NULL, 0, &v)) != PMIX_SUCCESS || v->type != PMIX_STRING)
+        return fail("get the other namespace", rc);
+    snprintf(other, sizeof(other), "%s", v->data.string);
+    PMIX_VALUE_RELEASE(v);
+    pmix_proc_t procs[2];
+    PMIX_LOAD_PROCID(&procs[0], me.nspace, PMIX_RANK_WILDCARD);
+    PMIX_LOAD_PROCID(&procs[1], other, PMIX_RANK_WILDCARD);
+    rc = PMIx_Connect(procs, 2, NULL, 0);
+    if (rc == PMIX_SUCCESS) {
+        printf("join: rank %u: connected\n", me.rank);
+        PMIx_Disconnect(procs, 2, NULL, 0);
+    } else {
+        printf("join: rank %u: refused: %s\n", me.rank, PMIx_Error_string(rc));
+    }
+    fflush(stdout);
+    PMIx_Finalize(NULL, 0);
+    return 0;
+}
