@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fastpmi/fastpmi/agent/pmix"
+	"github.com/fastpmi/fastpmi/internal/guard"
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
@@ -81,6 +82,7 @@ func (n *Node) startPMIx() error {
 			return fmt.Errorf("--mpi %s: directory for the ranks' shared memory: %w", MPIPMIx, err)
 		}
 		n.pmixDir = dir
+		guard.AddDir(dir) // removed by the guard if this process is killed
 		env = append(env, ompiShmDirVar+"="+dir)
 	}
 	if cpus, err := sys.AllowedCPUs(); err == nil && len(n.ranks) > len(cpus) {
@@ -108,6 +110,7 @@ func (n *Node) closePMIx() {
 	}
 	if n.pmixDir != "" {
 		os.RemoveAll(n.pmixDir)
+		guard.RemoveDir(n.pmixDir)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/internal/guard"
 )
 
 // The node's topology: MPICH (4.2 and later) asks its launcher for
@@ -54,6 +55,7 @@ func (n *Node) startTopology() {
 		return
 	}
 	t.dir = dir
+	guard.AddDir(dir) // removed by the guard if this process is killed
 	path := filepath.Join(dir, "topology.xml")
 	ctx, cancel := context.WithTimeout(context.Background(), topologyTimeout)
 	t.cancel = cancel
@@ -85,5 +87,6 @@ func (t *topology) remove() {
 	}
 	if t.dir != "" {
 		os.RemoveAll(t.dir)
+		guard.RemoveDir(t.dir)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/internal/guard"
 )
 
 // Supported reports whether this build serves PMIx ranks.
@@ -51,6 +52,7 @@ func serverAcquire() error {
 			return fmt.Errorf("pmix: PMIx_server_init: %w", statusErr(rc))
 		}
 		server.started, server.tmpdir = true, dir
+		guard.AddDir(dir) // removed by the guard if this process is killed
 	}
 	registry.refs++
 	return nil
@@ -86,6 +88,7 @@ func Shutdown() {
 	case <-time.After(teardownTimeout):
 	}
 	os.RemoveAll(server.tmpdir)
+	guard.RemoveDir(server.tmpdir)
 }
 
 // teardownTimeout bounds each wait for the server library as a job or the

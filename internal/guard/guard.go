@@ -27,6 +27,13 @@
 // a new rank while an old registration of it is still open (its job not
 // yet over) is killed until both are removed.
 //
+// Directories. A job's files outside the ranks' own (a node's directory
+// for Open MPI's shared-memory files, which every rank writes into) are
+// removed by the forking process at the job's end, which a SIGKILL skips.
+// So it registers such a directory with the guard once it made it
+// ("D/path"), and unregisters it once it removed it ("U/path"); the
+// guard removes, after its kills, every directory still registered.
+//
 // The guard runs in a process group of its own and ignores SIGINT,
 // SIGTERM, SIGHUP and SIGQUIT: a terminal's Ctrl-C, or a kill of the
 // launcher's process group, must not end it before the launcher has
@@ -69,6 +76,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,6 +164,14 @@ func Add(pgid int) bool { return current.Load().Add(pgid) }
 // Remove ends one registration of pgid with this process's guard.
 func Remove(pgid int) { current.Load().Remove(pgid) }
 
+// AddDir registers directory dir (an absolute, clean path) with this
+// process's guard: it is removed, with everything in it, if the process
+// ends before RemoveDir. It reports whether the guard has it.
+func AddDir(dir string) bool { return current.Load().AddDir(dir) }
+
+// RemoveDir ends the registration of dir, once the caller removed it.
+func RemoveDir(dir string) { current.Load().RemoveDir(dir) }
+
 // Stop stops this process's guard: it kills the groups still registered
 // and exits. Call it just before the process exits; Add and Remove do
 // nothing after.
@@ -236,19 +252,49 @@ func (g *Guard) killLocked() {
 
 // Add registers process group pgid; see the package-level Add. Safe on a
 // nil Guard (it does nothing).
-func (g *Guard) Add(pgid int) bool { return g.send('+', pgid) }
+func (g *Guard) Add(pgid int) bool { return pgid >= 2 && g.send('+', strconv.Itoa(pgid)) }
 
 // Remove ends one registration of pgid (one Add's). Safe on a nil Guard.
-func (g *Guard) Remove(pgid int) { g.send('-', pgid) }
+func (g *Guard) Remove(pgid int) {
+	if pgid >= 2 {
+		g.send('-', strconv.Itoa(pgid))
+	}
+}
 
-// send writes one record; it reports whether the guard has it.
-func (g *Guard) send(op byte, pgid int) bool {
-	if g == nil || pgid < 2 {
+// AddDir registers dir; see the package-level AddDir. Safe on a nil
+// Guard.
+func (g *Guard) AddDir(dir string) bool {
+	return validDir(dir) && g.send('D', dir)
+}
+
+// RemoveDir ends dir's registration (AddDir's). Safe on a nil Guard.
+func (g *Guard) RemoveDir(dir string) {
+	if validDir(dir) {
+		g.send('U', dir)
+	}
+}
+
+// maxDir bounds a registered directory's path: a record is written
+// whole in one write of at most PIPE_BUF bytes, and read whole into the
+// guard's buffer.
+const maxDir = 1024
+
+// validDir reports whether dir can be registered: absolute, clean, not
+// the root, one line, at most maxDir bytes.
+func validDir(dir string) bool {
+	return len(dir) <= maxDir && filepath.IsAbs(dir) && filepath.Clean(dir) == dir && dir != "/" &&
+		!strings.ContainsAny(dir, "\n\x00")
+}
+
+// send writes one record, op and arg; it reports whether the guard has
+// it.
+func (g *Guard) send(op byte, arg string) bool {
+	if g == nil {
 		return false
 	}
-	var buf [24]byte
-	b := append(buf[:0], op)
-	b = strconv.AppendInt(b, int64(pgid), 10)
+	b := make([]byte, 0, len(arg)+2)
+	b = append(b, op)
+	b = append(b, arg...)
 	b = append(b, '\n')
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -300,7 +346,7 @@ func Main() {
 	if exe, err := os.Executable(); err == nil {
 		_ = sys.SetProcessName(filepath.Base(exe) + "-guard")
 	}
-	if err := Serve(&pacedReader{r: os.Stdin, pause: readPause}, killGroup); err != nil {
+	if err := Serve(&pacedReader{r: os.Stdin, pause: readPause}, killGroup, removeDir); err != nil {
 		// Every group still registered was killed; the error is the
 		// forker's bug, and its stderr is /dev/null: exit non-zero.
 		os.Exit(1)
@@ -338,17 +384,23 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 // killGroup is the guard's kill: SIGKILL to the whole group.
 func killGroup(pgid int) { _ = sys.SignalGroup(pgid, sys.SIGKILL) }
 
+// removeDir is the guard's removal of a registered directory.
+func removeDir(dir string) { _ = os.RemoveAll(dir) }
+
 // maxPgid bounds a group id the guard accepts (the kernel's PID_MAX_LIMIT
 // is 2^22).
 const maxPgid = 1 << 22
 
 // Serve is the guard: it reads records from r until end-of-file (or a
-// read error), then calls kill once for every group still registered. A
-// malformed record (not "+N" or "-N" with 2 <= N <= 2^22, or a remove
-// without its add) is skipped and reported in the error, after the
-// kills: the guard never stops guarding because its forker misspoke.
-func Serve(r io.Reader, kill func(pgid int)) error {
-	groups := map[int]int{} // registrations open per group
+// read error), then calls kill once for every group still registered,
+// then remove once for every directory still registered. A malformed
+// record (not "+N" or "-N" with 2 <= N <= 2^22, "D/path" or "U/path"
+// with a path AddDir takes, or a remove without its add) is skipped and
+// reported in the error, after the kills and removals: the guard never
+// stops guarding because its forker misspoke.
+func Serve(r io.Reader, kill func(pgid int), remove func(dir string)) error {
+	groups := map[int]int{}  // registrations open per group
+	dirs := map[string]int{} // registrations open per directory
 	var bad []string
 	br := bufio.NewReaderSize(r, 4096)
 	var rerr error
@@ -374,6 +426,22 @@ func Serve(r io.Reader, kill func(pgid int)) error {
 			continue
 		}
 		line = line[:len(line)-1]
+		if len(line) > 0 && (line[0] == 'D' || line[0] == 'U') {
+			dir := string(line[1:])
+			switch {
+			case !validDir(dir):
+				bad = append(bad, strconv.Quote(string(line)))
+			case line[0] == 'D':
+				dirs[dir]++
+			case dirs[dir] == 0:
+				bad = append(bad, strconv.Quote(string(line))+" (not registered)")
+			case dirs[dir] == 1:
+				delete(dirs, dir)
+			default:
+				dirs[dir]--
+			}
+			continue
+		}
 		pgid, perr := strconv.Atoi(string(line[min(1, len(line)):]))
 		switch {
 		case len(line) < 2 || (line[0] != '+' && line[0] != '-') || perr != nil || pgid < 2 || pgid > maxPgid:
@@ -390,6 +458,9 @@ func Serve(r io.Reader, kill func(pgid int)) error {
 	}
 	for pgid := range groups {
 		kill(pgid)
+	}
+	for dir := range dirs {
+		remove(dir)
 	}
 	if len(bad) > 0 {
 		rerr = errors.Join(rerr, fmt.Errorf("guard: malformed records %v", bad))

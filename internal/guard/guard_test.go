@@ -395,32 +395,42 @@ func TestGuardDies(t *testing.T) {
 }
 
 // The guard's protocol: counted registrations, every open group killed
-// once at end-of-file, malformed records skipped and reported (the guard
-// keeps guarding the rest).
+// and every open directory removed once at end-of-file, malformed
+// records skipped and reported (the guard keeps guarding the rest).
 func TestServe(t *testing.T) {
 	for _, tc := range []struct {
 		name, in string
 		kill     []int
-		bad      string // in the error; "" = no error
+		bad      string   // in the error; "" = no error
+		rm       []string // directories removed
 	}{
-		{"empty", "", nil, ""},
-		{"add", "+12\n+13\n", []int{12, 13}, ""},
-		{"removed", "+12\n+13\n-12\n", []int{13}, ""},
-		{"counted", "+12\n+12\n-12\n", []int{12}, ""},
-		{"counted out", "+12\n+12\n-12\n-12\n", nil, ""},
-		{"remove unknown", "-12\n+13\n", []int{13}, `"-12" (not registered)`},
-		{"no group 1", "+1\n+0\n+-5\n+14\n", []int{14}, `"+1"`},
-		{"too big", "+4194305\n+14\n", []int{14}, `"+4194305"`},
-		{"garbage", "x\n\n+\n12\n+14\n", []int{14}, `"x"`},
-		{"long", "+" + strings.Repeat("9", 10000) + "\n+14\n", []int{14}, "too long"},
-		{"no newline", "+14\n+15", []int{14}, "no newline"},
+		{"empty", "", nil, "", nil},
+		{"add", "+12\n+13\n", []int{12, 13}, "", nil},
+		{"removed", "+12\n+13\n-12\n", []int{13}, "", nil},
+		{"counted", "+12\n+12\n-12\n", []int{12}, "", nil},
+		{"counted out", "+12\n+12\n-12\n-12\n", nil, "", nil},
+		{"remove unknown", "-12\n+13\n", []int{13}, `"-12" (not registered)`, nil},
+		{"no group 1", "+1\n+0\n+-5\n+14\n", []int{14}, `"+1"`, nil},
+		{"too big", "+4194305\n+14\n", []int{14}, `"+4194305"`, nil},
+		{"garbage", "x\n\n+\n12\n+14\n", []int{14}, `"x"`, nil},
+		{"long", "+" + strings.Repeat("9", 10000) + "\n+14\n", []int{14}, "too long", nil},
+		{"no newline", "+14\n+15", []int{14}, "no newline", nil},
+		{"dirs", "D/dev/shm/a\nD/tmp/b\n+14\nU/tmp/b\n", []int{14}, "", []string{"/dev/shm/a"}},
+		{"dir counted", "D/tmp/b\nD/tmp/b\nU/tmp/b\n", nil, "", []string{"/tmp/b"}},
+		{"dir unknown", "U/tmp/b\nD/tmp/c\n", nil, `"U/tmp/b" (not registered)`, []string{"/tmp/c"}},
+		{"bad dirs", "D/\nDrel\nD/tmp/../etc\nD/tmp/x/\nD\nD/tmp/ok\n", nil, `"D/"`, []string{"/tmp/ok"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var killed []int
-			err := Serve(strings.NewReader(tc.in), func(p int) { killed = append(killed, p) })
+			var removed []string
+			err := Serve(strings.NewReader(tc.in), func(p int) { killed = append(killed, p) }, func(d string) { removed = append(removed, d) })
 			slices.Sort(killed)
+			slices.Sort(removed)
 			if !slices.Equal(killed, tc.kill) {
 				t.Errorf("killed %v, want %v", killed, tc.kill)
+			}
+			if !slices.Equal(removed, tc.rm) {
+				t.Errorf("removed %v, want %v", removed, tc.rm)
 			}
 			switch {
 			case tc.bad == "" && err != nil:
@@ -435,7 +445,7 @@ func TestServe(t *testing.T) {
 // A read error ends the guard as end-of-file does: it kills.
 func TestServeReadError(t *testing.T) {
 	var killed []int
-	err := Serve(io.MultiReader(strings.NewReader("+12\n"), errReader{}), func(p int) { killed = append(killed, p) })
+	err := Serve(io.MultiReader(strings.NewReader("+12\n"), errReader{}), func(p int) { killed = append(killed, p) }, func(string) {})
 	if err == nil || !slices.Equal(killed, []int{12}) {
 		t.Errorf("killed %v, error %v: want [12] and the read error", killed, err)
 	}

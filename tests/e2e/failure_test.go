@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,50 @@ func TestTimeout(t *testing.T) {
 				t.Errorf("job ended after %v, before its 1 s timeout\n%s", r.elapsed, r)
 			}
 		})
+	}
+}
+
+// The directories a PMIx job's node makes outside the ranks' own — the
+// ranks' shared-memory directory, the server library's rendezvous
+// directory — go with pmirun killed by SIGKILL too: its guard removes
+// them (and kills the ranks).
+func TestPmirunKilledPMIx(t *testing.T) {
+	j := start(t, job{args: []string{"--mpi", "pmix", "-n", "2", "sh", "-c",
+		`echo "dirs $OMPI_MCA_btl_vader_backing_directory $PMIX_SERVER_TMPDIR"; exec sleep 100`}, timeout: 30 * time.Second})
+	var dirs []string
+	j.waitStdout(20*time.Second, func(ls []string) bool {
+		for _, l := range ls {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "dirs" {
+				dirs = f[1:]
+				return true
+			}
+		}
+		return false
+	})
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Fatalf("the job's directory %s: %v", d, err)
+		}
+	}
+	j.cmd.Process.Kill()
+	j.cmd.Wait()
+	j.pw.Close()
+	j.cancel()
+	if left := waitNoMarked(j.marker, 2*time.Second); len(left) > 0 {
+		t.Errorf("%d ranks survive pmirun's SIGKILL by 2 s: %s", len(left), describe(left))
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for _, d := range dirs {
+		for {
+			_, err := os.Stat(d)
+			if os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s is left behind 2 s after pmirun's SIGKILL", d)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
