@@ -3,10 +3,11 @@
 // agent like the text protocol and shared memory are, and the only cgo
 // package a program of the module links.
 //
-// Model. One PMIx server per process (PMIx_server_init at the first Job,
-// PMIx_server_finalize at Shutdown, which pmirun and pmid call as they
-// exit: OpenPMIx cannot start a second server in a process, so a pmid
-// daemon serving many jobs keeps one), one namespace per job and node
+// Model. One PMIx server per process (PMIx_server_init at the first Job;
+// Shutdown, which pmirun and pmid call as they exit, removes its
+// directory and leaves the rest to the exit: OpenPMIx cannot start a
+// second server in a process, so a pmid daemon serving many jobs keeps
+// one), one namespace per job and node
 // (PMIx_server_register_nspace with the job's size, universe size, node
 // and process maps, local peers and each rank's local, node and app
 // ranks), one registered client per rank (PMIx_server_register_client

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -707,8 +708,20 @@ static pmix_status_t waiter_wait(waiter *w, pmix_status_t rc, int secs)
     return rc;
 }
 
+// fpx_init starts the server. Its threads (the progress thread, and
+// those it starts) are made with SIGPIPE blocked: they write to clients'
+// sockets, a client may die at any time, and a SIGPIPE on a thread Go
+// did not make ends the process (Go's handler forwards it to the
+// default action), which made a job's verdict pmirun's death by SIGPIPE
+// now and then, when a rank was killed. Blocked, the write fails with
+// EPIPE, which the library handles as a lost client. The calling thread's
+// mask is restored.
 int fpx_init(const char *tmpdir)
 {
+    sigset_t pipe, old;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old);
     pmix_info_t *info;
     PMIX_INFO_CREATE(info, 4);
     PMIX_INFO_LOAD(&info[0], PMIX_SERVER_TMPDIR, tmpdir, PMIX_STRING);
@@ -718,10 +731,10 @@ int fpx_init(const char *tmpdir)
     PMIX_INFO_LOAD(&info[3], PMIX_SERVER_SHARE_TOPOLOGY, &yes, PMIX_BOOL);
     pmix_status_t rc = PMIx_server_init(&module, info, 4);
     PMIX_INFO_FREE(info, 4);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }
 
-int fpx_finalize(void) { return PMIx_server_finalize(); }
 
 const char *fpx_error(int status) { return PMIx_Error_string(status); }
 

@@ -55,7 +55,6 @@ void fpx_lookup_done(fpx_cb *cb, int status, const char *nspace, char **kv, int 
 void fpx_spawn_done(fpx_cb *cb, int status, const char *nspace);
 
 int fpx_init(const char *tmpdir);
-int fpx_finalize(void);
 const char *fpx_error(int status);
 int fpx_register_nspace(const fpx_job *j);
 int fpx_deregister_nspace(const char *nspace, int secs);
