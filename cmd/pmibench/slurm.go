@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -126,7 +127,11 @@ wait`
 
 func (s *localSlurm) path(name string) string { return filepath.Join(s.dir, name) }
 
-// freePorts returns k loopback TCP ports that were free a moment ago.
+// freePorts returns k loopback TCP ports that were free a moment ago,
+// taken below the kernel's ephemeral range when there is room: a port
+// from that range, closed again, can be handed to any process's outgoing
+// connection before slurmctld binds it (the tests run packages side by
+// side), while one below it is taken only by a process that binds it.
 func freePorts(k int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
@@ -135,7 +140,16 @@ func freePorts(k int) ([]int, error) {
 			l.Close()
 		}
 	}()
-	for range k {
+	const floor = 10000 // above the well-known and the usual service ports
+	lo, _, err := sys.EphemeralPorts()
+	for try := 0; err == nil && lo-floor > 100 && len(ports) < k && try < 200; try++ {
+		p := floor + mrand.IntN(lo-floor)
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			ls = append(ls, l)
+			ports = append(ports, p)
+		}
+	}
+	for len(ports) < k {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("find a free port: %w", err)

@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fastpmi/fastpmi/internal/sys"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -197,5 +200,30 @@ func TestRunJobStall(t *testing.T) {
 	out, _, stalled, err = runJobStall(context.Background(), o, argv, nil, 30*time.Second)
 	if stalled || err != nil || string(out) != "a\nb\n" {
 		t.Errorf("stalled %v, err %v, out %q: want a\\nb\\n", stalled, err, out)
+	}
+}
+
+// The local Slurm's ports are distinct, free, and below the kernel's
+// ephemeral range (no outgoing connection is handed one between the
+// check and slurmctld's bind).
+func TestFreePorts(t *testing.T) {
+	ports, err := freePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, _, err := sys.EphemeralPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ports) != 2 || ports[0] == ports[1] || ports[0] >= lo || ports[1] >= lo {
+		t.Errorf("ports %v, want 2 distinct below %d", ports, lo)
+	}
+	for _, p := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Errorf("port %d is not free: %v", p, err)
+			continue
+		}
+		l.Close()
 	}
 }

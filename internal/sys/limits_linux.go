@@ -190,3 +190,23 @@ func Threads(pid int) (int, error) {
 	}
 	return 0, fmt.Errorf("%s: no Threads line", path)
 }
+
+// EphemeralPorts returns the range the kernel picks local ports from for
+// connections that do not bind one (net.ipv4.ip_local_port_range).
+func EphemeralPorts() (lo, hi int, err error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0, fmt.Errorf("read ip_local_port_range: %q", b)
+	}
+	if lo, err = strconv.Atoi(f[0]); err == nil {
+		hi, err = strconv.Atoi(f[1])
+	}
+	if err != nil || lo < 1 || hi < lo || hi > 65535 {
+		return 0, 0, fmt.Errorf("read ip_local_port_range: %q", b)
+	}
+	return lo, hi, nil
+}

@@ -21,3 +21,11 @@ func TestThreads(t *testing.T) {
 		t.Error("Threads of a pid that does not exist: no error")
 	}
 }
+
+// The kernel's ephemeral port range is read and sane.
+func TestEphemeralPorts(t *testing.T) {
+	lo, hi, err := EphemeralPorts()
+	if err != nil || lo < 1 || hi < lo || hi > 65535 {
+		t.Fatalf("EphemeralPorts() = %d, %d, %v", lo, hi, err)
+	}
+}

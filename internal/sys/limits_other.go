@@ -47,3 +47,6 @@ func WaitExited(pid int) {}
 
 // Threads is not known off Linux.
 func Threads(pid int) (int, error) { return 0, ErrNotSupported }
+
+// EphemeralPorts is not known off Linux.
+func EphemeralPorts() (lo, hi int, err error) { return 0, 0, ErrNotSupported }
