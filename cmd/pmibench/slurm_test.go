@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/fastpmi/fastpmi/internal/sys"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // buildPMI2Bench compiles tests/cprog/pmi2_bench.c against Slurm's
