@@ -292,9 +292,10 @@ const (
 	UpAnswer   // the answer to ServeGet or ServeRankData ID: Found, Port (the value), Err
 	UpRankData // rank Src's data, from its node (of job Name, when another's): ID; answered by RankDataDone (rankdata.go)
 	UpJobs     // a collective across jobs: ID, Name (its kind), Jobs, Port (the node's data); answered by JobsCollDone (jobs.go)
+	UpJobSize  // the size of job Name of the run: ID; answered by JobSizeDone (jobs.go)
 )
 
-var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn", "place", "fetch", "answer", "rankdata", "jobs"}
+var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn", "place", "fetch", "answer", "rankdata", "jobs", "jobsize"}
 
 func (k UpKind) String() string { return upNames[k] }
 
@@ -688,6 +689,10 @@ func (c *Core) Step(op Op) error {
 		c.jobsColl(o)
 	case JobsCollDone:
 		c.jobsCollDone(o)
+	case JobSize:
+		c.jobSize(o)
+	case JobSizeDone:
+		c.jobSizeDone(o)
 	case ServeGet:
 		c.serveGet(o)
 	case PlaceKV:

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Collectives across jobs: a PMIx fence over the ranks of several jobs,
@@ -110,4 +111,53 @@ func (c *Core) jobsCollDone(o JobsCollDone) {
 		return // answered by Shutdown
 	}
 	c.reply(t, Reply{Err: o.Err, Val: string(o.Data), Found: o.Err == nil})
+}
+
+type (
+	// JobSize asks the launcher for the size of another job of its run
+	// (PMIx: the job data of a namespace with no rank on this node). It
+	// is answered by one Reply of kind ReplyJobAttr with Local -1: Val
+	// the size in decimal, or Err.
+	JobSize struct {
+		Req Req
+		Job string
+	}
+	// JobSizeDone is the Upstream's answer to job-size call ID.
+	JobSizeDone struct {
+		ID   uint64
+		Size int
+		Err  error
+	}
+)
+
+func (JobSize) isOp()     {}
+func (JobSizeDone) isOp() {}
+
+// jobSize starts a job-size request; it is answered at JobSizeDone.
+func (c *Core) jobSize(o JobSize) {
+	t := to{-1, o.Req, ReplyJobAttr}
+	switch {
+	case c.closed:
+		c.reply(t, Reply{Err: errors.New("agent shutting down")})
+	case o.Job == "":
+		c.reply(t, Reply{Err: fmt.Errorf("%w: size of a job without a name", ErrJobsColl)})
+	default:
+		c.up(UpCall{Kind: UpJobSize, ID: c.newCall(t), Name: o.Job})
+	}
+}
+
+// jobSizeDone answers call o.ID, if it still waits.
+func (c *Core) jobSizeDone(o JobSizeDone) {
+	t, waiting := c.takeCall(o.ID)
+	if !waiting {
+		return // answered by Shutdown
+	}
+	if o.Err == nil && o.Size < 1 {
+		o.Err = fmt.Errorf("%w: a job of %d ranks", ErrJobsColl, o.Size)
+	}
+	r := Reply{Err: o.Err, Found: o.Err == nil}
+	if o.Err == nil {
+		r.Val = strconv.Itoa(o.Size)
+	}
+	c.reply(t, r)
 }

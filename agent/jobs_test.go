@@ -90,3 +90,29 @@ func TestJobRankData(t *testing.T) {
 		t.Errorf("rank -1 of another job: %v", err)
 	}
 }
+
+// Another job's size is asked of the Upstream by name and answered in
+// decimal; a job without a name or a size below 1 is an error.
+func TestJobSize(t *testing.T) {
+	cfg := Config{JobID: "j", Size: 2, Local: []int{0, 1}}
+	c := NewCore(&cfg, 0, 1)
+	c.Step(JobSize{Req: Req{ID: 4}, Job: "j-1"})
+	rd := c.Ready()
+	if len(rd.Upstream) != 1 || rd.Upstream[0].Kind != UpJobSize || rd.Upstream[0].Name != "j-1" {
+		t.Fatalf("ready %+v, want one UpJobSize call for j-1", rd)
+	}
+	c.Step(JobSizeDone{ID: rd.Upstream[0].ID, Size: 12})
+	if rd := c.Ready(); len(rd.Replies) != 1 || rd.Replies[0].Kind != ReplyJobAttr || rd.Replies[0].Val != "12" || rd.Replies[0].Req.ID != 4 || rd.Replies[0].Err != nil {
+		t.Fatalf("replies %+v", rd.Replies)
+	}
+	c.Step(JobSize{Req: Req{ID: 5}, Job: "j-2"})
+	id := c.Ready().Upstream[0].ID
+	c.Step(JobSizeDone{ID: id, Size: 0})
+	if rd := c.Ready(); len(rd.Replies) != 1 || rd.Replies[0].Err == nil {
+		t.Errorf("a size of 0: %+v", rd.Replies)
+	}
+	c.Step(JobSize{Req: Req{ID: 6}})
+	if rd := c.Ready(); len(rd.Upstream) != 0 || len(rd.Replies) != 1 || !errors.Is(rd.Replies[0].Err, ErrJobsColl) {
+		t.Errorf("a job without a name: %+v", rd)
+	}
+}

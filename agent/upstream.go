@@ -82,6 +82,9 @@ type Upstream interface {
 	// FetchJobRankData is FetchRankData for rank of another job of the
 	// launcher's run (GetRankData.Job).
 	FetchJobRankData(job string, rank int, done func(val string, found bool, err error))
+	// FetchJobSize asks for the size of another job of the launcher's
+	// run (JobSize).
+	FetchJobSize(job string, done func(size int, err error))
 }
 
 // ErrNoSpawn is Local's answer to a spawn: a job without a launcher
@@ -239,6 +242,11 @@ func (l *Local) JobsCollective(kind string, procs []JobRanks, data []byte, done 
 // FetchJobRankData fails: a Local job has no launcher that knows other jobs.
 func (l *Local) FetchJobRankData(job string, rank int, done func(string, bool, error)) {
 	done("", false, fmt.Errorf("rank data of job %s: %w", job, ErrNoJobs))
+}
+
+// FetchJobSize fails: a Local job has no launcher that knows other jobs.
+func (l *Local) FetchJobSize(job string, done func(int, error)) {
+	done(0, fmt.Errorf("size of job %s: %w", job, ErrNoJobs))
 }
 
 // Spawn fails: a Local job has no launcher to start children.

@@ -172,6 +172,22 @@ func canonicalJobRanks(procs []agent.JobRanks) []agent.JobRanks {
 	return out
 }
 
+// jobSize answers the size of the one job m names (node.Name Op
+// "jobsize", agent.JobSize): a namespace a node registers with its PMIx
+// server without ranks of it there.
+func (run *multiRun) jobSize(m *node.Name) (int, error) {
+	if len(m.Procs) != 1 {
+		return 0, fmt.Errorf("size across jobs: want one job, got %v", m.Procs)
+	}
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	jobs, _, err := run.jobsCollProcs(m.Procs[:1])
+	if err != nil {
+		return 0, fmt.Errorf("size of job %s: %w", m.Procs[0].Job, err)
+	}
+	return jobs[0].spec.Size, nil
+}
+
 // A rank's data across jobs (agent.GetRankData.Job): a PMIx client
 // reading the data of a rank of another job of the run, which the server
 // library of that rank's node holds (a direct modex: Open MPI reads the

@@ -114,6 +114,22 @@ func TestJobsCollective(t *testing.T) {
 			t.Errorf("%v from %s node %d: %q, want an error saying %q", bad.procs, bad.from.spec.JobID, bad.i, s, bad.want)
 		}
 	}
+	// Another job's size, for a node registering its namespace.
+	for _, c := range []struct {
+		procs []agent.JobRanks
+		size  int
+		err   string
+	}{
+		{[]agent.JobRanks{{Job: "p-1"}}, 2, ""},
+		{[]agent.JobRanks{{Job: "p"}}, 4, ""},
+		{[]agent.JobRanks{{Job: "q"}}, 0, "job q is not running"},
+		{[]agent.JobRanks{{Job: "p"}, {Job: "p-1"}}, 0, "want one job"},
+	} {
+		size, err := run.jobSize(&node.Name{Op: "jobsize", Procs: c.procs})
+		if size != c.size || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("size of %v: %d, %v; want %d, %q", c.procs, size, err, c.size, c.err)
+		}
+	}
 	// A job that ends fails what waits for it, and only that.
 	e := enter(run, parent, 0, agent.JobsConnect, both, "")
 	f := enter(run, parent, 0, agent.JobsConnect, []agent.JobRanks{{Job: "p"}}, "")

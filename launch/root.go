@@ -758,6 +758,14 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			r.run.names.Unpublish(m.Name, noPort)
 		case "lookup":
 			r.run.names.Lookup(m.Name, min(max(m.Wait, 0), agent.MaxNameWait), reply)
+		case "jobsize":
+			resp := node.Name{ID: m.ID}
+			if size, err := r.run.jobSize(&m); err != nil {
+				resp.Err = err.Error()
+			} else {
+				resp.Rank = size
+			}
+			r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
 		case "rankdata":
 			r.run.jobRankData(&m, func(blob []byte, found bool, err error) {
 				resp := node.Name{ID: m.ID, Data: blob, NotFound: !found && err == nil}

@@ -534,6 +534,18 @@ func (u netUpstream) FetchJobRankData(job string, rank int, done func(string, bo
 	})
 }
 
+// FetchJobSize asks pmirun for the size of another job of the run
+// (agent.Upstream).
+func (u netUpstream) FetchJobSize(job string, done func(int, error)) {
+	u.name(Name{Op: "jobsize", Procs: []agent.JobRanks{{Job: job}}}, func(r Name) {
+		if err := nameErr(r); err != nil {
+			done(0, err)
+			return
+		}
+		done(r.Rank, nil)
+	})
+}
+
 // FetchRankData asks rank's node for the rank's data (agent.Upstream):
 // straight there whatever the strategy, the only node that holds it.
 func (u netUpstream) FetchRankData(rank int, done func(string, bool, error)) {

@@ -102,7 +102,8 @@ type Name struct {
 	Name string `json:"name,omitempty"`
 	Port string `json:"port,omitempty"`
 	// Spawn is a spawn request, as the rank sent it, and Rank the
-	// global rank that sent it.
+	// global rank that sent it; in the answer to Op "jobsize", Rank is
+	// the job's size.
 	Spawn *pmiwire.Spawn `json:"spawn,omitempty"`
 	Rank  int            `json:"rank,omitempty"`
 	// Procs are the participants of a collective across jobs (Op

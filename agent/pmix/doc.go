@@ -35,9 +35,10 @@
 // those namespaces served here carries the call as an
 // agent.JobsColl, which the launcher completes once every process
 // hosting a participant entered (fpxJobsRequest). A namespace of the
-// run with no rank on this node is registered as one without local
-// clients when a direct modex first names it (Job.foreignNspace) and
-// deregistered with the Job that did; docs/pmix.md.
+// run with no rank on this node is registered, with its size (asked of
+// the launcher) and without local clients, when a direct modex first
+// names it (Job.foreignReady), and deregistered with the Job that did;
+// docs/pmix.md.
 //
 // The C side is built only with the pmix build tag (make adds it when
 // pkg-config finds OpenPMIx); without it NewJob returns ErrNotSupported

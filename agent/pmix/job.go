@@ -111,6 +111,10 @@ const (
 	reqDmodex // a client's get of another node's rank: its data (rank), within timeout
 	reqSpawn  // a client's spawn: the new job (spawn)
 	reqJobs   // a fence (data), connect or disconnect over ranks of several jobs (jobs)
+	// The launcher's answer to the size of a job with no rank here (job;
+	// data: the size in decimal, or err), which registers its namespace
+	// (foreignSize).
+	reqForeignSize
 	// The agent's side of a direct modex on the rank's node (rank data):
 	reqAsk      // the agent asks for local rank's data (id)
 	reqRankData // the server library's answer to reqAsk id, or a marker's (rank -1)
@@ -131,7 +135,7 @@ type request struct {
 	timeout time.Duration
 	once    bool           // publish: the names go at their first lookup (PMIX_PERSIST_FIRST_READ)
 	spawn   *pmiwire.Spawn // spawn: the apps
-	job     string         // direct modex: the rank's job, when another than the Job's
+	job     string         // direct modex: the rank's job, when another than the Job's (rank -1: its job data)
 	jobs    agent.JobsColl // collective across jobs: its kind and participants (Local, Req and Data set at serve)
 	// Ask, rank data: the agent's request id, or a marker's sequence
 	// number (rank -1); the library's answer: found, or its error.
@@ -216,30 +220,87 @@ var registry struct {
 	jobs map[string]*Job
 	refs int // Jobs holding the server (serverAcquire)
 	// foreign are the namespaces of other jobs of a run, with no rank
-	// here, registered with the server library as such (foreignNspace),
-	// each with the Job that did and deregisters it at its Close.
-	foreign map[string]*Job
+	// here, registered with the server library as such (foreignReady).
+	foreign map[string]*foreign
 }
 
-// foreignNspace registers nspace, a job of j's run with no rank on this
-// node, with the server library as a namespace without local clients,
-// unless it is known. A direct modex for a rank of a namespace the
-// library does not know makes it record the namespace as one whose
-// clients are not registered yet, and a fence or disconnect naming it
-// would then wait for ever for them.
-func (j *Job) foreignNspace(nspace string) {
+// foreign is a namespace of another job of a run with no rank on this
+// node. A direct modex for a namespace the server library does not know
+// makes it record the namespace as one whose clients are not registered
+// yet, and a fence or disconnect naming it would then wait for ever for
+// them; and a client's PMIx_Get of its job data (PMIX_JOB_SIZE) finds
+// nothing. So the first direct modex naming it asks the launcher for the
+// job's size, registers the namespace with it and without local clients,
+// and the requests wait for that.
+type foreign struct {
+	owner   *Job       // the Job that registers it, and deregisters it at its Close
+	ready   bool       // registered
+	waiting []*request // direct modex requests waiting for the registration
+	takers  []*Job     // the Job that took each (serves it once ready)
+}
+
+// foreignReady reports whether r's namespace (r.job) is known to the
+// server library; if not, r waits for its registration, which the first
+// such request starts. On j's worker.
+func (j *Job) foreignReady(r *request) bool {
 	registry.mu.Lock()
-	if registry.jobs[nspace] != nil || registry.foreign[nspace] != nil {
+	if registry.jobs[r.job] != nil {
+		registry.mu.Unlock()
+		return true
+	}
+	if f := registry.foreign[r.job]; f != nil {
+		if !f.ready {
+			f.waiting, f.takers = append(f.waiting, r), append(f.takers, j)
+		}
+		registry.mu.Unlock()
+		return f.ready
+	}
+	if registry.foreign == nil {
+		registry.foreign = make(map[string]*foreign)
+	}
+	registry.foreign[r.job] = &foreign{owner: j, waiting: []*request{r}, takers: []*Job{j}}
+	registry.mu.Unlock()
+	ask := &request{kind: reqForeignSize, job: r.job}
+	ask.done = func(res result) {
+		j.enqueueInternal(&request{kind: reqForeignSize, job: ask.job, data: res.data, err: res.err})
+	}
+	reqs := j.expect(ask, 1)
+	if err := j.cfg.Agent.StepExternal(agent.JobSize{Req: reqs[0], Job: r.job}); err != nil {
+		j.drop(reqs, err)
+	}
+	return false
+}
+
+// foreignSize registers namespace r.job with the size the launcher
+// answered (none if it could not say), and serves the requests that
+// waited for it. On j's worker.
+func (j *Job) foreignSize(r *request) {
+	size, err := 0, r.err
+	if err == nil {
+		size, err = strconv.Atoi(string(r.data))
+	}
+	if err != nil {
+		j.cfg.Logger.Warn("pmix: size of another job", "nspace", r.job, "err", err)
+	}
+	if err := registerForeign(r.job, size); err != nil {
+		j.cfg.Logger.Warn("pmix: register another job's namespace", "nspace", r.job, "err", err)
+	}
+	registry.mu.Lock()
+	f := registry.foreign[r.job]
+	if f == nil { // its Job closed meanwhile, failing the waiters
 		registry.mu.Unlock()
 		return
 	}
-	if registry.foreign == nil {
-		registry.foreign = make(map[string]*Job)
-	}
-	registry.foreign[nspace] = j
+	f.ready = true
+	waiting, takers := f.waiting, f.takers
+	f.waiting, f.takers = nil, nil
 	registry.mu.Unlock()
-	if err := registerForeign(nspace); err != nil {
-		j.cfg.Logger.Warn("pmix: register another job's namespace", "nspace", nspace, "err", err)
+	for i, w := range waiting {
+		if takers[i] == j {
+			j.dmodex(w)
+		} else if err := takers[i].enqueue(w); err != nil {
+			w.done(result{err: err})
+		}
 	}
 }
 
@@ -323,13 +384,18 @@ func (j *Job) Close() {
 	registry.mu.Lock()
 	delete(registry.jobs, j.cfg.Nspace)
 	var foreign []string
-	for ns, owner := range registry.foreign {
-		if owner == j {
+	var orphans []*request
+	for ns, f := range registry.foreign {
+		if f.owner == j {
 			foreign = append(foreign, ns)
+			orphans = append(orphans, f.waiting...)
 			delete(registry.foreign, ns)
 		}
 	}
 	registry.mu.Unlock()
+	for _, w := range orphans {
+		w.done(result{err: errJobClosed})
+	}
 	for _, ns := range append(foreign, j.cfg.Nspace) {
 		if err := deregisterNspace(ns); err != nil {
 			j.cfg.Logger.Warn("pmix: job end", "err", err)
@@ -473,6 +539,9 @@ func (j *Job) serve(r *request) {
 	case reqJobs:
 		j.jobsColl(r)
 		return
+	case reqForeignSize:
+		j.foreignSize(r)
+		return
 	}
 	l := a.LocalIndex(r.rank)
 	if l < 0 {
@@ -547,7 +616,13 @@ func (j *Job) fence(r *request) {
 // and the blob goes back to the server library as the rank's data.
 func (j *Job) dmodex(r *request) {
 	if r.job != "" {
-		j.foreignNspace(r.job)
+		if !j.foreignReady(r) {
+			return // served once the namespace is registered (foreignSize)
+		}
+		if r.rank < 0 {
+			r.done(result{}) // job data: registered with the namespace
+			return
+		}
 		reqs := j.expect(r, 1)
 		if err := j.cfg.Agent.StepExternal(agent.GetRankData{Req: reqs[0], Rank: r.rank, Job: r.job}); err != nil {
 			j.drop(reqs, err)
@@ -731,7 +806,7 @@ func (j *Job) reply(rp agent.Reply) {
 		j.mu.Unlock()
 		p.req.done(result{err: rp.Err, nspace: rp.Val})
 		return
-	case agent.ReplyJobs:
+	case agent.ReplyJobs, agent.ReplyJobAttr: // a collective across jobs, another job's size
 		delete(j.pending, rp.Req.ID)
 		j.mu.Unlock()
 		p.req.done(result{err: rp.Err, data: []byte(rp.Val)})
@@ -758,6 +833,33 @@ func (j *Job) reply(rp agent.Reply) {
 		res.err = errNotFound
 	}
 	p.req.done(res)
+}
+
+// maxQueued bounds the requests waiting for the worker: the ranks'
+// requests arrive as fast as they can send them, the worker serves them
+// one agent turn each.
+const maxQueued = 1 << 16
+
+// errQueueFull refuses a request when maxQueued wait.
+var errQueueFull = fmt.Errorf("pmix: more than %d requests waiting", maxQueued)
+
+// enqueue hands r to the worker, or says why not (the Job is closed, or
+// too many requests wait): r is then not completed, the caller refuses
+// it.
+func (j *Job) enqueue(r *request) error {
+	j.mu.Lock()
+	switch {
+	case j.closed:
+		j.mu.Unlock()
+		return errJobClosed
+	case len(j.queue) >= maxQueued:
+		j.mu.Unlock()
+		return errQueueFull
+	}
+	j.queue = append(j.queue, r)
+	j.mu.Unlock()
+	j.signal()
+	return nil
 }
 
 // enqueueInternal hands the worker a request of the agent's or an answer

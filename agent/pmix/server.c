@@ -230,8 +230,11 @@ static void dmx_remove(void *cbdata)
 static pmix_status_t dmodex(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
                             pmix_modex_cbfunc_t cbfunc, void *cbdata)
 {
-    if (proc->rank == PMIX_RANK_WILDCARD || proc->rank == PMIX_RANK_UNDEF)
-        return PMIX_ERR_NOT_SUPPORTED; // job data: every node registered the namespace itself
+    if (proc->rank == PMIX_RANK_UNDEF)
+        return PMIX_ERR_NOT_SUPPORTED;
+    // A wildcard rank asks for job data: Go answers it for a namespace
+    // of another job (it registers the namespace), and refuses it for
+    // one of its own (registered here already).
     switch (dmx_add(cbdata)) {
     case 0:
         return PMIX_SUCCESS; // asked again: the first request's answer completes it
@@ -813,16 +816,24 @@ int fpx_register_nspace(const fpx_job *j)
     return rc;
 }
 
-// fpx_register_foreign registers nspace without local clients or job
-// data (another job of the run, whose ranks' data comes by direct
-// modex), waiting at most secs.
-int fpx_register_foreign(const char *nspace, int secs)
+// fpx_register_foreign registers nspace, another job of the run whose
+// ranks' data comes by direct modex, without local clients and with its
+// size (PMIX_JOB_SIZE; none if size is 0). No bound, as for
+// fpx_register_nspace: the library holds info until it calls back.
+int fpx_register_foreign(const char *nspace, int size)
 {
     waiter *w = waiter_new();
     if (w == NULL)
         return PMIX_ERR_NOMEM;
-    pmix_status_t rc = PMIx_server_register_nspace(nspace, 0, NULL, 0, waiter_done, w);
-    return waiter_wait(w, rc, secs);
+    pmix_info_t info[1];
+    size_t n = 0;
+    if (size > 0)
+        load_u32(&info[n++], PMIX_JOB_SIZE, (uint32_t)size);
+    pmix_status_t rc = PMIx_server_register_nspace(nspace, 0, n > 0 ? info : NULL, n, waiter_done, w);
+    rc = waiter_wait(w, rc, 0);
+    for (size_t i = 0; i < n; i++)
+        PMIX_INFO_DESTRUCT(&info[i]);
+    return rc;
 }
 
 // fpx_deregister_nspace waits at most secs for the library (it copies

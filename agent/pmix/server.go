@@ -162,11 +162,11 @@ func registerNspace(cfg *Config) error {
 }
 
 // registerForeign registers nspace as a namespace without local clients
-// (Job.foreignNspace), waiting for the library at most teardownTimeout.
-func registerForeign(nspace string) error {
+// and of size ranks (0: not known) (Job.foreignSize).
+func registerForeign(nspace string, size int) error {
 	c := C.CString(nspace)
 	defer C.fpx_free(c)
-	if rc := C.fpx_register_foreign(c, C.int(teardownTimeout/time.Second)); rc != C.PMIX_SUCCESS {
+	if rc := C.fpx_register_foreign(c, C.int(size)); rc != C.PMIX_SUCCESS {
 		return statusErr(rc)
 	}
 	return nil
@@ -253,11 +253,18 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 	ns := C.GoString(nspace)
 	r := &request{rank: int(rank)}
 	j := lookupJob(ns)
-	if j == nil && kind == C.FPX_DMODEX {
-		// A rank of a job with no rank here: another job of the run
-		// (Open MPI reads the business cards of the job it spawned), its
-		// data fetched by the launcher through a job of the same run.
+	switch {
+	case kind == C.FPX_DMODEX && j == nil:
+		// A rank, or the job data, of a job with no rank here: another
+		// job of the run (Open MPI reads the business cards of the job
+		// it spawned), fetched from the launcher through a job of the
+		// same run.
 		j, r.job = nearestJob(ns), ns
+		if rank == C.PMIX_RANK_WILDCARD {
+			r.rank = -1
+		}
+	case kind == C.FPX_DMODEX && rank == C.PMIX_RANK_WILDCARD:
+		return C.PMIX_ERR_NOT_SUPPORTED // job data: the namespace is registered here
 	}
 	if j == nil {
 		return C.PMIX_ERR_NOT_FOUND
@@ -457,33 +464,6 @@ func nearestJob(nspace string) *Job {
 		}
 	}
 	return best
-}
-
-// maxQueued bounds the requests waiting for the worker: the ranks'
-// requests arrive as fast as they can send them, the worker serves them
-// one agent turn each.
-const maxQueued = 1 << 16
-
-// errQueueFull refuses a request when maxQueued wait.
-var errQueueFull = fmt.Errorf("pmix: more than %d requests waiting", maxQueued)
-
-// enqueue hands r to the worker, or says why not (the Job is closed, or
-// too many requests wait): r is then not completed, the caller refuses
-// it.
-func (j *Job) enqueue(r *request) error {
-	j.mu.Lock()
-	switch {
-	case j.closed:
-		j.mu.Unlock()
-		return errJobClosed
-	case len(j.queue) >= maxQueued:
-		j.mu.Unlock()
-		return errQueueFull
-	}
-	j.queue = append(j.queue, r)
-	j.mu.Unlock()
-	j.signal()
-	return nil
 }
 
 // wholeJob reports whether ranks name every rank of the job once.

@@ -58,7 +58,7 @@ int fpx_init(const char *tmpdir);
 const char *fpx_error(int status);
 int fpx_register_nspace(const fpx_job *j);
 int fpx_deregister_nspace(const char *nspace, int secs);
-int fpx_register_foreign(const char *nspace, int secs);
+int fpx_register_foreign(const char *nspace, int size);
 int fpx_register_client(const char *nspace, int rank, int uid, int gid, char ***env);
 int fpx_rank_data(const char *nspace, int rank, unsigned long long id);
 void fpx_free_env(char **env);

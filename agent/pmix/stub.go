@@ -9,7 +9,7 @@ func serverAcquire() error                      { return ErrNotSupported }
 func serverRelease()                            {}
 func registerNspace(*Config) error              { return ErrNotSupported }
 func deregisterNspace(string) error             { return nil }
-func registerForeign(string) error              { return ErrNotSupported }
+func registerForeign(string, int) error         { return ErrNotSupported }
 func clientEnv(string, int) ([]string, error)   { return nil, ErrNotSupported }
 func rankDataRequest(string, int, uint64) error { return ErrNotSupported }
 

@@ -19,8 +19,8 @@
  * With "connect", the spawning rank hands the children's namespace to
  * its job (a put and a fence), and every rank of both jobs then calls
  * PMIx_Connect over both namespaces, puts a card, fences over both
- * namespaces collecting data, reads the card of every rank of the other
- * job, prints
+ * namespaces collecting data, checks the other job's PMIX_JOB_SIZE,
+ * reads the card of every rank of the other job, prints
  *
  *   connect: parent|child rank R read K cards
  *
@@ -79,6 +79,18 @@ static int join(const pmix_proc_t *me, const char *role, const char *other, uint
     PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
     if ((rc = PMIx_Fence(procs, 2, &info, 1)) != PMIX_SUCCESS)
         return fail("PMIx_Fence over both jobs", rc);
+    // The other job's size, as a client asks for it (on a node without
+    // ranks of that job too).
+    pmix_proc_t whole;
+    pmix_value_t *sz = NULL;
+    PMIX_LOAD_PROCID(&whole, other, PMIX_RANK_WILDCARD);
+    if ((rc = PMIx_Get(&whole, PMIX_JOB_SIZE, NULL, 0, &sz)) != PMIX_SUCCESS)
+        return fail("get the other job's size", rc);
+    if (sz->type != PMIX_UINT32 || sz->data.uint32 != n) {
+        fprintf(stderr, "FAIL the other job's size: type %d, %u, want %u\n", sz->type, sz->data.uint32, n);
+        return 3;
+    }
+    PMIX_VALUE_RELEASE(sz);
     uint32_t read = 0;
     for (uint32_t r = 0; r < n; r++) {
         pmix_proc_t peer;
