@@ -65,9 +65,11 @@ type rootNode struct {
 	counters []map[string]int64
 	lastRx   []time.Time
 	killed   bool
-	// started, for a spawned job, answers its spawner once every agent
-	// is up (nil, the job id) or could not be (the reason); then nil.
+	// started, for a spawned job, answers its spawner once every node is
+	// ready (node.FrameReady: the job id) or could not be (the reason);
+	// then nil. nready counts the nodes ready.
 	started func(jobID string, err error)
+	nready  int
 	sigs    <-chan os.Signal // signals to forward to the job's ranks (multiRun.signal)
 }
 
@@ -267,9 +269,8 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 		a.kill() // one not started may hold a connection (daemon mode)
 	}
 	r.rec.Mark("agents started", -1)
-	if started == len(agents) && r.accept(ctx, r.ln, len(r.conns)) && r.started != nil {
-		r.started(r.spec.JobID, nil)
-		r.started = nil
+	if started == len(agents) {
+		r.accept(ctx, r.ln, len(r.conns)) // answers a spawner only on failure; FrameReady does on success
 	}
 	r.loop(ctx, started)
 	if r.spec.Jobno == 0 && r.run.hostd != nil {
@@ -706,6 +707,11 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			r.rec.Mark(perf.PhaseRankExit, e.Rank)
 		}
 		r.run.event(r.spec.Jobno, e)
+	case node.FrameReady:
+		if r.nready++; r.nready == len(r.conns) && r.started != nil {
+			r.started(r.spec.JobID, nil)
+			r.started = nil
+		}
 	case node.FrameEnding:
 		var e node.Ending
 		if err := node.Decode(fi.Frame.Payload, &e); err != nil {

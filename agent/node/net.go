@@ -321,6 +321,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 	if err := a.n.Resolve(); err != nil {
 		a.emit(agent.Event{Kind: agent.EventStartFailed, Rank: spec.Nodes[a.idx][0], Code: ExitCodeFor(err), Msg: err.Error()})
 	} else {
+		a.send(-1, netio.Frame{Type: FrameReady})
 		a.n.Start()
 	}
 	tick := time.NewTicker(Heartbeat)

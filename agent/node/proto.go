@@ -32,6 +32,13 @@ const (
 	// FrameKVS = 13 (kvsnet.go)
 	FrameWaiting uint16 = 14 // agent → root: Waiting, when it changes
 	FrameEnding  uint16 = 15 // agent → root: Ending, before the node ends its ranks for a reason of its own
+	// FrameReady: agent → root, no payload, once the node's share of the
+	// job is set up (its agent, segment and PMIx namespace exist) and
+	// its ranks are about to be forked. A spawn is answered once every
+	// node of the new job is ready: a PMIx parent may then connect to
+	// the children, whose namespace every node's server library must
+	// know by then.
+	FrameReady uint16 = 16
 )
 
 // Ending is why a node ends its ranks on its own (its daemon shuts
