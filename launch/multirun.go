@@ -240,7 +240,8 @@ func (run *multiRun) daemonTransport() (netio.Transport, error) {
 }
 
 // spawn starts the job req asks for on the run's nodes, as a child of
-// job parent's rank rank; done is called once every child's agent is up, or with the
+// job parent's rank rank; done is called once every node of the child
+// job is ready (node.FrameReady: set up, forking its ranks), or with the
 // reason the job could not start. It runs on the parent job's goroutine
 // and returns at once: the child job has a goroutine of its own.
 func (run *multiRun) spawn(ctx context.Context, parent *rootNode, req *pmiwire.Spawn, rank int, done func(string, error)) {
