@@ -211,26 +211,14 @@ func (run *multiRun) jobRankData(m *node.Name, done func(blob []byte, found bool
 	}
 	p, rank := m.Procs[0], m.Procs[0].Ranks[0]
 	run.mu.Lock()
-	_, procs, err := run.jobsCollProcs([]agent.JobRanks{p})
-	var job *rootNode
-	n := -1
-	if err == nil {
-		for r := range run.live {
-			if r.spec.JobID == p.Job {
-				job = r
-			}
-		}
-		for i, rs := range job.spec.Nodes {
-			if slices.Contains(rs, rank) {
-				n = i
-			}
-		}
-	}
-	if err != nil || len(procs) != 1 || n < 0 {
+	jobs, _, err := run.jobsCollProcs([]agent.JobRanks{p}) // the job runs and holds the rank
+	if err != nil {
 		run.mu.Unlock()
-		done(nil, false, fmt.Errorf("rank data of rank %d of job %s: %v", rank, p.Job, err))
+		done(nil, false, fmt.Errorf("rank data of rank %d of job %s: %w", rank, p.Job, err))
 		return
 	}
+	job := jobs[0]
+	n := slices.IndexFunc(job.spec.Nodes, func(rs []int) bool { return slices.Contains(rs, rank) })
 	run.rdSeq++
 	id := run.rdSeq
 	run.rdWaits[id] = jobRankWait{job: job, done: done}

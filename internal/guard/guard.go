@@ -381,6 +381,22 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// register counts one registration of k in open (add), or ends one; it
+// reports false for the end of a registration that is not open.
+func register[K comparable](open map[K]int, k K, add bool) bool {
+	switch {
+	case add:
+		open[k]++
+	case open[k] == 0:
+		return false
+	case open[k] == 1:
+		delete(open, k)
+	default:
+		open[k]--
+	}
+	return true
+}
+
 // killGroup is the guard's kill: SIGKILL to the whole group.
 func killGroup(pgid int) { _ = sys.SignalGroup(pgid, sys.SIGKILL) }
 
@@ -426,34 +442,23 @@ func Serve(r io.Reader, kill func(pgid int), remove func(dir string)) error {
 			continue
 		}
 		line = line[:len(line)-1]
+		well, open := false, true
 		if len(line) > 0 && (line[0] == 'D' || line[0] == 'U') {
 			dir := string(line[1:])
-			switch {
-			case !validDir(dir):
-				bad = append(bad, strconv.Quote(string(line)))
-			case line[0] == 'D':
-				dirs[dir]++
-			case dirs[dir] == 0:
-				bad = append(bad, strconv.Quote(string(line))+" (not registered)")
-			case dirs[dir] == 1:
-				delete(dirs, dir)
-			default:
-				dirs[dir]--
+			if well = validDir(dir); well {
+				open = register(dirs, dir, line[0] == 'D')
 			}
-			continue
+		} else {
+			pgid, perr := strconv.Atoi(string(line[min(1, len(line)):]))
+			if well = len(line) >= 2 && (line[0] == '+' || line[0] == '-') && perr == nil && pgid >= 2 && pgid <= maxPgid; well {
+				open = register(groups, pgid, line[0] == '+')
+			}
 		}
-		pgid, perr := strconv.Atoi(string(line[min(1, len(line)):]))
 		switch {
-		case len(line) < 2 || (line[0] != '+' && line[0] != '-') || perr != nil || pgid < 2 || pgid > maxPgid:
+		case !well:
 			bad = append(bad, strconv.Quote(string(line)))
-		case line[0] == '+':
-			groups[pgid]++
-		case groups[pgid] == 0:
+		case !open:
 			bad = append(bad, strconv.Quote(string(line))+" (not registered)")
-		case groups[pgid] == 1:
-			delete(groups, pgid)
-		default:
-			groups[pgid]--
 		}
 	}
 	for pgid := range groups {

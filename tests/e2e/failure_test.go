@@ -123,11 +123,7 @@ func TestPmirunKilled(t *testing.T) {
 	if got := marked(j.marker); len(got) != size {
 		t.Errorf("found %d processes with the job's marker while %d ranks run: %s", len(got), size, describe(got))
 	}
-	j.cmd.Process.Kill()
-	j.cmd.Wait()
-	j.pw.Close()
-	j.cancel()
-	if left := waitNoMarked(j.marker, 2*time.Second); len(left) > 0 {
+	if left := j.sigkill(); len(left) > 0 {
 		t.Errorf("%d ranks survive pmirun's SIGKILL by 2 s: %s", len(left), describe(left))
 	}
 }
@@ -174,11 +170,7 @@ func TestPmirunKilledPMIx(t *testing.T) {
 			t.Fatalf("the job's directory %s: %v", d, err)
 		}
 	}
-	j.cmd.Process.Kill()
-	j.cmd.Wait()
-	j.pw.Close()
-	j.cancel()
-	if left := waitNoMarked(j.marker, 2*time.Second); len(left) > 0 {
+	if left := j.sigkill(); len(left) > 0 {
 		t.Errorf("%d ranks survive pmirun's SIGKILL by 2 s: %s", len(left), describe(left))
 	}
 	deadline := time.Now().Add(2 * time.Second)

@@ -428,6 +428,16 @@ func (r *running) waitStdout(d time.Duration, ok func(lines []string) bool) {
 	}
 }
 
+// sigkill kills pmirun with SIGKILL, waits for it, and returns the
+// processes of the job still alive 2 s later.
+func (r *running) sigkill() []int {
+	r.cmd.Process.Kill()
+	r.cmd.Wait()
+	r.pw.Close()
+	r.cancel()
+	return waitNoMarked(r.marker, 2*time.Second)
+}
+
 // wait waits for pmirun to end and checks that no rank of the job is left.
 func (r *running) wait() result {
 	r.t.Helper()

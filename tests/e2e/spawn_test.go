@@ -360,11 +360,7 @@ func TestSpawnPmirunKilled(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			j.cmd.Process.Kill()
-			j.cmd.Wait()
-			j.pw.Close()
-			j.cancel()
-			if left := waitNoMarked(j.marker, 2*time.Second); len(left) > 0 {
+			if left := j.sigkill(); len(left) > 0 {
 				t.Errorf("%d processes survive pmirun's SIGKILL by 2 s: %s", len(left), describe(left))
 			}
 		})
