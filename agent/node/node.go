@@ -14,6 +14,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/pmix"
+	"github.com/fastpmi/fastpmi/internal/guard"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/shm"
@@ -384,6 +385,7 @@ func (n *Node) Start() {
 			}
 		}
 	}
+	guard.StartupOver() // the guard's start-up no longer competes with the ranks'
 	for _, f := range forks {
 		if f.p != nil {
 			n.serve(f.p)

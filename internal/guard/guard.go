@@ -75,6 +75,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,7 +102,11 @@ const SelfExe = "/proc/self/exe"
 // for idle CPU rather than take it from the job's start-up; its one task
 // at the end, a few kill calls, needs little. (Not from the fork on: the
 // child's steps before exec run while the parent holds Go's fork lock,
-// which every rank's fork waits for.)
+// which every rank's fork waits for.) Once a job's ranks are forked
+// (StartupOver) its start-up competes with nothing the launcher waits
+// for, and a guard still starting at the lowest priority on a busy
+// machine may take seconds to act: its main thread, where Main serves,
+// goes back to normal priority where the process may raise it (root).
 const guardNice = 19
 
 // writeTimeout bounds a registration's write when the guard has stopped
@@ -130,6 +135,9 @@ type Guard struct {
 	// or stopped reading): nothing more is written, the guard process is
 	// killed and reaped if it runs, and the warning was logged once.
 	broken bool
+	// startupOver is set by StartupOver: the guard runs at normal
+	// priority from then on.
+	startupOver bool
 }
 
 // current is the process's guard (Start), or nil. Stored once by Start
@@ -177,6 +185,27 @@ func RemoveDir(dir string) { current.Load().RemoveDir(dir) }
 // nothing after.
 func Stop() { current.Load().Stop() }
 
+// StartupOver tells this process's guard that a job's ranks have been
+// forked: the guard's main thread goes back to normal priority (see
+// guardNice), best effort. Cheap after the first call.
+func StartupOver() { current.Load().StartupOver() }
+
+// StartupOver is the package-level StartupOver. Safe on a nil Guard.
+func (g *Guard) StartupOver() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.startupOver {
+		return
+	}
+	g.startupOver = true
+	if g.proc != nil {
+		_ = sys.Renice(g.proc.Pid, 0) // needs the privilege to raise a priority; none: it stays
+	}
+}
+
 // New starts a guard: exe re-executed with Arg, on a goroutine of its
 // own. Start is New for the process's one guard; tests use New directly.
 // The error is the pipe's, the only part made before New returns; the
@@ -210,14 +239,14 @@ func (g *Guard) run(r *os.File) {
 	}
 	err := cmd.Start()
 	r.Close() // the guard has its copy; without one, writes fail at once
-	if err == nil {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err == nil && !g.startupOver {
 		// Its Go start-up runs now, on its main thread: let it wait for
 		// idle CPU (best effort; threads it already made keep their
 		// priority, and do little).
 		_ = sys.Renice(cmd.Process.Pid, guardNice)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if err != nil {
 		g.failLocked(fmt.Errorf("start guard %s: %w", g.exe, err))
 		return
@@ -341,12 +370,22 @@ func Main() {
 		os.Exit(2)
 	}
 	signal.Ignore(sys.SIGINT, sys.SIGTERM, sys.SIGHUP, sys.SIGQUIT)
+	// Serve on the main thread, whose priority the forker restores once
+	// the job started (StartupOver), in blocking reads: the pipe came
+	// non-blocking from the forker's Go, and a read through Go's poller
+	// would wait for one of the runtime's other threads, made at the
+	// lowest priority, to see the end-of-file.
+	runtime.LockOSThread()
+	in := os.Stdin
+	if err := sys.SetBlocking(0); err == nil {
+		in = os.NewFile(0, "/dev/stdin")
+	}
 	// Started as /proc/self/exe, it would show as "exe" in ps: name it
 	// after its command's binary (pmirun-guard, pmid-guard).
 	if exe, err := os.Executable(); err == nil {
 		_ = sys.SetProcessName(filepath.Base(exe) + "-guard")
 	}
-	if err := Serve(&pacedReader{r: os.Stdin, pause: readPause}, killGroup, removeDir); err != nil {
+	if err := Serve(&pacedReader{r: in, pause: readPause}, killGroup, removeDir); err != nil {
 		// Every group still registered was killed; the error is the
 		// forker's bug, and its stderr is /dev/null: exit non-zero.
 		os.Exit(1)

@@ -139,6 +139,16 @@ func Renice(tid, nice int) error {
 	return nil
 }
 
+// SetBlocking puts file descriptor fd in blocking mode (O_NONBLOCK
+// cleared on its open file description): an os.File made from it then
+// reads and writes in plain system calls, without Go's poller.
+func SetBlocking(fd int) error {
+	if err := unix.SetNonblock(fd, false); err != nil {
+		return errnoErr("fcntl", err)
+	}
+	return nil
+}
+
 // SetProcessName sets the process's name as ps -C, top and pgrep show it
 // (the main thread's comm, at most 15 bytes; longer names are cut).
 func SetProcessName(name string) error {
