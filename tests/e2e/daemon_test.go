@@ -183,24 +183,32 @@ func allChildren(pid int) []int {
 	ents, _ := os.ReadDir("/proc")
 	var kids []int
 	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+		if p, err := strconv.Atoi(e.Name()); err == nil && ppid(p) == pid {
 			kids = append(kids, p)
 		}
 	}
 	return kids
+}
+
+// ppid is process pid's parent, or -1 if it is gone.
+func ppid(pid int) int {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 2 {
+		return -1
+	}
+	p, err := strconv.Atoi(f[1])
+	if err != nil {
+		return -1
+	}
+	return p
 }
 
 // daemonPair is two loopback daemons sharing a secret.
