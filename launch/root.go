@@ -385,7 +385,7 @@ func (r *rootNode) startFailed(err error) {
 // that fails, it closes the listener and every link accepted, so that the
 // agents already up, which wait for the table, and those still to come
 // end at once instead of at the kill grace.
-func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
+func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 	// The acceptor and the hello readers end when actx does (cancelled on
 	// return), and accept waits for them.
 	var readers sync.WaitGroup
@@ -464,7 +464,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 		case h := <-hch:
 			if h.c == nil {
 				r.startFailed(fmt.Errorf("only %d of %d agents connected: %v", got, k, h.err))
-				return false
+				return
 			}
 			if h.err != nil || h.h.Node < 0 || h.h.Node >= k || r.conns[h.h.Node] != nil {
 				r.cfg.Logger.Warn("refused agent connection", "from", h.c.RemoteAddr(), "err", h.err, "node", h.h.Node)
@@ -483,10 +483,10 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 		case e := <-r.exits:
 			r.exits <- e // loop reports it
 			r.startFailed(fmt.Errorf("agent of node %d on %s exited before connecting: %v", e.i, r.hosts[e.i], e.err))
-			return false
+			return
 		case <-actx.Done():
 			r.startFailed(fmt.Errorf("only %d of %d agents connected within 30s", got, k))
-			return false
+			return
 		}
 	}
 	connected = true
@@ -506,7 +506,6 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 		r.send(i, netio.Frame{Type: node.FrameTable, Payload: table})
 		r.links.Go(func() { node.Receive(c, i, r.in, r.quit) })
 	}
-	return true
 }
 
 func (r *rootNode) send(i int, f netio.Frame) {
