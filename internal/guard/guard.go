@@ -202,7 +202,10 @@ func (g *Guard) StartupOver() {
 	}
 	g.startupOver = true
 	if g.proc != nil {
-		_ = sys.Renice(g.proc.Pid, 0) // needs the privilege to raise a priority; none: it stays
+		// Every thread: the runtime's, made at nice 19 during its
+		// start-up, may be what the main thread waits for. Raising a
+		// priority needs the privilege; without it they stay.
+		_ = sys.ReniceProcess(g.proc.Pid, 0)
 	}
 }
 

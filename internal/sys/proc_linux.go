@@ -5,6 +5,7 @@ package sys
 import (
 	"errors"
 	"os"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -137,6 +138,24 @@ func Renice(tid, nice int) error {
 		return errnoErr("setpriority", err)
 	}
 	return nil
+}
+
+// ReniceProcess sets the nice value of every thread process pid has now
+// (Renice of each), best effort: it returns the first error.
+func ReniceProcess(pid, nice int) error {
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			if err := Renice(tid, nice); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
 }
 
 // SetBlocking puts file descriptor fd in blocking mode (O_NONBLOCK
