@@ -77,11 +77,9 @@ func (c *textConn) run() {
 		return
 	}
 	var dec pmiwire.Decoder
-	buf := make([]byte, 16<<10)
 	for {
-		n, rerr := c.nc.Read(buf)
+		n, rerr := dec.Fill(c.nc)
 		if n > 0 {
-			dec.Feed(buf[:n])
 			for {
 				m, ok, err := dec.Next()
 				if err != nil {

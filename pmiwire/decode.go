@@ -3,6 +3,8 @@ package pmiwire
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,7 +25,7 @@ type Decoder struct {
 	FrameLimit int
 
 	// buf[off:] holds the bytes not decoded yet; buf[:off] is spent and
-	// reclaimed by Feed. scan counts the bytes at the start of buf[off:]
+	// reclaimed by Feed and Fill. scan counts the bytes at the start of buf[off:]
 	// known to hold no LF, so that a line arriving a byte at a time is
 	// scanned once rather than once per byte.
 	buf  []byte
@@ -48,12 +50,37 @@ type Decoder struct {
 	err error // sticky framing error, wrapping ErrTooLong or ErrBadHeader
 }
 
-// Feed appends bytes read from the connection. The decoder copies p.
-func (d *Decoder) Feed(p []byte) {
-	if d.off > 0 && len(d.buf)+len(p) > cap(d.buf) {
+// fillSpace is the free room Fill offers a read: a request of the usual
+// size arrives whole in one read.
+const fillSpace = 4 << 10
+
+// Fill reads once from r straight into the decoder's buffer (what Feed
+// would do with a buffer of the caller's, without that buffer and its
+// copy) and reports how many bytes it added. The buffer holds fillSpace
+// bytes while the connection is idle, not a read buffer as well.
+func (d *Decoder) Fill(r io.Reader) (int, error) {
+	if cap(d.buf)-len(d.buf) < fillSpace {
+		d.compact()
+		d.buf = slices.Grow(d.buf, fillSpace)
+	}
+	n, err := r.Read(d.buf[len(d.buf):cap(d.buf)])
+	d.buf = d.buf[:len(d.buf)+n]
+	return n, err
+}
+
+// compact moves the bytes not decoded yet to the start of the buffer.
+func (d *Decoder) compact() {
+	if d.off > 0 {
 		n := copy(d.buf, d.buf[d.off:])
 		d.buf = d.buf[:n]
 		d.off = 0
+	}
+}
+
+// Feed appends bytes read from the connection. The decoder copies p.
+func (d *Decoder) Feed(p []byte) {
+	if len(d.buf)+len(p) > cap(d.buf) {
+		d.compact()
 	}
 	d.buf = append(d.buf, p...)
 }

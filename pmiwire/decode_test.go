@@ -200,12 +200,14 @@ func TestDecodeChunking(t *testing.T) {
 	stream, want := conversation()
 	check := func(name string, sizes ...int) {
 		t.Helper()
-		got, err := decodeStream(stream, sizes...)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if err := sameResults(got, want); err != nil {
-			t.Fatalf("%s: %v", name, err)
+		for _, dec := range []func([]byte, ...int) ([]result, error){decodeStream, fillStream} {
+			got, err := dec(stream, sizes...)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if err := sameResults(got, want); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
 		}
 	}
 	check("whole")
@@ -220,6 +222,40 @@ func TestDecodeChunking(t *testing.T) {
 			sizes[j] = 1 + rng.IntN(40)
 		}
 		check(fmt.Sprintf("chunks %v", sizes), sizes...)
+	}
+}
+
+// TestDecodeFillLarge reads a stream of many requests, some longer than
+// the room Fill offers, in chunks of every size up to twice that room:
+// the results are those of the whole stream fed at once, whichever way
+// the reads cut it (compacting and growing the buffer on the way).
+func TestDecodeFillLarge(t *testing.T) {
+	var stream []byte
+	for i := range 300 {
+		value := strings.Repeat(string(rune('a'+i%26)), 1+i*37%(3*fillSpace))
+		if i%2 == 0 {
+			stream = append(stream, "cmd=put kvsname=k key=k"+fmt.Sprint(i)+" value="+value+"\n"...)
+		} else {
+			stream = append(stream, frameV2("cmd=kvs-put;key=k"+fmt.Sprint(i)+";value="+value+";", false)...)
+		}
+	}
+	want, err := decodeStream(stream)
+	if err != nil || len(want) != 300 {
+		t.Fatalf("fed whole: %d results, %v", len(want), err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for run := range 20 {
+		sizes := make([]int, 1+rng.IntN(16))
+		for j := range sizes {
+			sizes[j] = 1 + rng.IntN(2*fillSpace)
+		}
+		got, err := fillStream(stream, sizes...)
+		if err != nil {
+			t.Fatalf("run %d, chunks %v: %v", run, sizes, err)
+		}
+		if err := sameResults(got, want); err != nil {
+			t.Fatalf("run %d, chunks %v: %v", run, sizes, err)
+		}
 	}
 }
 

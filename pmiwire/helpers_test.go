@@ -1,6 +1,7 @@
 package pmiwire
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -26,6 +27,24 @@ func (r result) String() string {
 // each result consumed input, so that a caller looping on Next can never
 // spin: an error is returned if a result left Buffered unchanged.
 func decodeStream(data []byte, sizes ...int) ([]result, error) {
+	return decodeChunks(data, func(d *Decoder, b []byte) error { d.Feed(b); return nil }, sizes...)
+}
+
+// fillStream is decodeStream with each chunk read by Fill from a reader
+// of that chunk, as a connection would deliver it.
+func fillStream(data []byte, sizes ...int) ([]result, error) {
+	return decodeChunks(data, func(d *Decoder, b []byte) error {
+		r := bytes.NewReader(b)
+		for r.Len() > 0 {
+			if _, err := d.Fill(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, sizes...)
+}
+
+func decodeChunks(data []byte, feed func(*Decoder, []byte) error, sizes ...int) ([]result, error) {
 	var d Decoder
 	var out []result
 	if len(sizes) == 0 {
@@ -34,7 +53,9 @@ func decodeStream(data []byte, sizes ...int) ([]result, error) {
 	for i, k := 0, 0; i < len(data); k++ {
 		n := max(1, sizes[k%len(sizes)])
 		n = min(n, len(data)-i)
-		d.Feed(data[i : i+n])
+		if err := feed(&d, data[i:i+n]); err != nil {
+			return out, err
+		}
 		i += n
 		for {
 			before := d.Buffered()
