@@ -77,6 +77,9 @@ type Node struct {
 	paths  []string   // each App's resolved program, for the Apps with local ranks
 	binds  [][]int    // CPUs of each local rank (Spec.Bind), or nil
 	stdins []*os.File // each local rank's input (Spec.StdinRank all), or nil; closed as it starts
+	// devNull is the input of the ranks that read none, opened once by
+	// Resolve (os/exec would open it for every rank), closed by Close.
+	devNull *os.File
 	// pmiIDs are the local ranks' PMI_ID tokens with PMIPort (pmiport.go).
 	pmiIDs []string
 	seg    *os.File     // shared-memory segment passed to ranks, or nil
@@ -312,6 +315,11 @@ func (n *Node) Resolve() error {
 		if n.stdins, err = stdinFiles(n.opt.Stdin, len(n.ranks)); err != nil {
 			return fmt.Errorf("stdin for every rank: %w", err)
 		}
+	} else if n.devNull == nil {
+		var err error
+		if n.devNull, err = os.Open(os.DevNull); err != nil {
+			return fmt.Errorf("input of the ranks: %w", err)
+		}
 	}
 	return nil
 }
@@ -351,26 +359,6 @@ func (n *Node) Start() {
 		// On the rank's own track, before its life: forks overlap.
 		n.rec.Span(perf.SliceFork, p.rank, f.t0, f.t1)
 		n.rec.MarkAt(perf.PhaseRankForked, p.rank, f.t1)
-		n.waiters.Go(func() {
-			sys.WaitExited(p.pid) // in the poller: no thread per rank
-			werr := p.cmd.Wait()
-			ev := event{kind: evExit, ev: agent.Event{Kind: agent.EventExited, Rank: p.rank}}
-			if ps := p.cmd.ProcessState; ps != nil {
-				code, sig, signaled := sys.ExitStatus(ps)
-				ev.ev.Code = code
-				if signaled {
-					ev.ev.Sig = sig
-				}
-			} else {
-				ev.ev.Code, ev.ev.Msg = 1, werr.Error()
-			}
-			// Reaped: the group's id is free for reuse once its last
-			// process has gone, so its guard registration must not
-			// outlive that; if the rank left processes behind, it ends
-			// with the job (Close).
-			ev.groupGone = sys.GroupGone(p.pid)
-			n.evch <- ev
-		})
 	}
 	if failed >= 0 {
 		err := forks[failed].err
@@ -393,6 +381,31 @@ func (n *Node) Start() {
 	}
 }
 
+// watch starts rank p's waiter, as soon as it is forked: its exit is
+// reaped, and queued for the owner's loop, while the other forks go on.
+func (n *Node) watch(p *rankProc) {
+	n.waiters.Go(func() {
+		sys.WaitExited(p.pid) // in the poller: no thread per rank
+		werr := p.cmd.Wait()
+		ev := event{kind: evExit, ev: agent.Event{Kind: agent.EventExited, Rank: p.rank}}
+		if ps := p.cmd.ProcessState; ps != nil {
+			code, sig, signaled := sys.ExitStatus(ps)
+			ev.ev.Code = code
+			if signaled {
+				ev.ev.Sig = sig
+			}
+		} else {
+			ev.ev.Code, ev.ev.Msg = 1, werr.Error()
+		}
+		// Reaped: the group's id is free for reuse once its last
+		// process has gone, so its guard registration must not
+		// outlive that; if the rank left processes behind, it ends
+		// with the job (Close).
+		ev.groupGone = sys.GroupGone(p.pid)
+		n.evch <- ev
+	})
+}
+
 // forkers is how many ranks a node forks at once. A fork returns once
 // the child has exec'd (Go forks with CLONE_VFORK), and the child runs as
 // a scheduling group of its own (its session): on a busy machine several
@@ -408,8 +421,8 @@ type forked struct {
 	t0, t1 time.Time
 }
 
-// forkAll forks the node's ranks, up to forkers at once, and returns
-// each one's result by local index. Once a fork failed no other begins;
+// forkAll forks the node's ranks, up to forkers at once, starts each
+// forked rank's waiter, and returns each one's result by local index. Once a fork failed no other begins;
 // forks already under way finish. The result of a rank not tried has
 // neither p nor err.
 func (n *Node) forkAll() []forked {
@@ -430,6 +443,8 @@ func (n *Node) forkAll() []forked {
 				f.t1 = time.Now()
 				if f.err != nil {
 					stop.Store(true)
+				} else {
+					n.watch(f.p)
 				}
 			}
 		})
@@ -647,6 +662,9 @@ func (n *Node) Close() {
 	}
 	for _, f := range n.stdins {
 		f.Close() // those of ranks never started (the others' are closed)
+	}
+	if n.devNull != nil {
+		n.devNull.Close()
 	}
 	n.closePMIx() // before the agent: its requests fail, none is left to the agent's end
 	n.ag.Close()

@@ -7,6 +7,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // Output forwards the ranks' stdout and stderr to the launcher's, a whole
@@ -52,7 +54,7 @@ const maxLine = 1 << 20
 // Pipe returns the write end for rank r's stdout (or stderr) and starts
 // forwarding its read end.
 func (o *Output) Pipe(r int, stderr bool) (*os.File, error) {
-	pr, pw, err := os.Pipe()
+	pr, pw, err := sys.OutputPipe()
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +82,7 @@ func (o *Output) forward(r *os.File, dst *lockedWriter, rp rankPrefix) {
 	// at once when the rank starts (64 KiB each made 8 MiB per 64 ranks).
 	// Longer lines come in pieces (ErrBufferFull) up to maxLine.
 	br := bufio.NewReaderSize(r, 4<<10)
-	line := make([]byte, 0, 4096)
+	var line []byte // grows with the first line: most ranks print none
 	var prefix []byte
 	start := func() {
 		prefix = rp.line(prefix[:0])

@@ -180,8 +180,10 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 			return nil, err
 		}
 		cmd.Stdin = in[0]
+	case n.devNull != nil:
+		cmd.Stdin = n.devNull
 	}
-	if f, ok := cmd.Stdin.(*os.File); ok && f != n.opt.Stdin {
+	if f, ok := cmd.Stdin.(*os.File); ok && f != n.opt.Stdin && f != n.devNull {
 		defer f.Close() // the child has its copy
 	}
 	var cpus []int

@@ -99,6 +99,25 @@ func Socketpair(name string) (agentEnd, rankEnd *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), name+"-agent"), os.NewFile(uintptr(fds[1]), name+"-rank"), nil
 }
 
+// OutputPipe returns a pipe for a child's output, both ends close-on-exec.
+// The read end is in Go's poller (a read parks its goroutine, Close wakes
+// it); the write end is not: it goes to the child, and the parent only
+// closes it, so it skips what os.Pipe does for it (a registration with the
+// poller, non-blocking mode, and both undone when exec.Cmd takes its
+// descriptor and when it is closed: six system calls per pipe).
+func OutputPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
+}
+
 // ExitStatus decodes a finished process's state: its exit code, or the
 // signal that killed it (signaled true).
 func ExitStatus(ps *os.ProcessState) (code int, sig int, signaled bool) {
