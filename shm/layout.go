@@ -410,10 +410,11 @@ func readHeader(b []byte, size uint64) (layout, error) {
 	return l, nil
 }
 
-// ResidentBytes is how much memory a segment made with p takes at once:
-// Create pre-faults everything before the KVS entries (control blocks,
-// rings, slots, both result buffers). A launcher compares it with the
-// memory available before it starts a job.
+// ResidentBytes is how much memory a segment made with p takes before any
+// key is put: everything before the KVS entries, which Create pre-faults
+// (control blocks, slots, both result buffers) or ranks fault in as they
+// use them (their rings). A launcher compares it with the memory
+// available before it starts a job.
 func ResidentBytes(p Params) (uint64, error) {
 	l, err := layoutOf(p)
 	return l.kvsEntryOff, err

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync/atomic"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,29 +47,35 @@ func SealSize(f *os.File) error {
 	return nil
 }
 
-// populateUnsupported caches a negative probe of MADV_POPULATE_WRITE
-// (Linux 5.14): once the kernel has refused it, PopulateWrite answers
-// ErrNotSupported without a system call. Written with Store after the
-// first refusal, read with Load; it publishes nothing else.
-var populateUnsupported atomic.Bool
+// canPopulateWrite probes MADV_POPULATE_WRITE (Linux 5.14) once, on a
+// shared page of its own.
+var canPopulateWrite = sync.OnceValue(func() bool {
+	b, err := unix.Mmap(-1, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return false
+	}
+	defer unix.Munmap(b)
+	return unix.Madvise(b, unix.MADV_POPULATE_WRITE) == nil
+})
+
+// CanPopulateWrite reports whether this kernel has MADV_POPULATE_WRITE,
+// which PopulateWrite needs.
+func CanPopulateWrite() bool { return canPopulateWrite() }
 
 // PopulateWrite pre-faults b (a shared mapping) for writing with
 // madvise(MADV_POPULATE_WRITE): the kernel allocates and zeroes every page
-// now, in one call, instead of on first touch. It returns an error wrapping
-// ErrNotSupported on kernels without the advice; the caller then touches
-// the pages itself.
+// now, in one call, instead of on first touch, and writes none of b's
+// bytes (others may use them meanwhile). It returns an error wrapping
+// ErrNotSupported on kernels without the advice (CanPopulateWrite); the
+// caller then touches the pages itself.
 func PopulateWrite(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	if populateUnsupported.Load() {
+	if !canPopulateWrite() {
 		return fmt.Errorf("populate pages: %w", ErrNotSupported)
 	}
 	err := unix.Madvise(b, unix.MADV_POPULATE_WRITE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-		populateUnsupported.Store(true)
-		return fmt.Errorf("populate pages: %w", ErrNotSupported)
-	}
 	if err != nil {
 		return fmt.Errorf("populate pages: %w", os.NewSyscallError("madvise", err))
 	}

@@ -17,6 +17,9 @@ func SealSize(f *os.File) error {
 	return fmt.Errorf("seal memfd size: %w", ErrNotSupported)
 }
 
+// CanPopulateWrite is false: MADV_POPULATE_WRITE is Linux's.
+func CanPopulateWrite() bool { return false }
+
 // PopulateWrite needs MADV_POPULATE_WRITE; callers touch the pages instead.
 func PopulateWrite(b []byte) error {
 	return fmt.Errorf("populate pages: %w", ErrNotSupported)
