@@ -7,9 +7,11 @@
 // on it, and nothing waits for PMIx but the blocking helpers at the end,
 // which Go calls from its own goroutines.
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,79 @@
 
 #include "server.h"
 #include "_cgo_export.h"
+
+// --- the library, opened when the first PMIx job starts ---------------
+//
+// pmirun and pmid do not link OpenPMIx: fpx_load opens it when the first
+// job serving PMIx ranks starts. So they start without loading it and
+// its dependencies (hwloc, libevent, udev, munge) for the PMI-1 and PMI-2
+// jobs they mostly run, and a binary built with PMIx support runs on a
+// host without the library, failing only its PMIx jobs, with the loader's
+// reason. Everything below calls the library through the pointers
+// fpx_load resolves, under the library's own names (the defines after
+// the pointers), and only once fpx_load succeeded. (The header's inline
+// helpers call it directly: server.c uses none of those that do, which
+// the Go test TestNoPMIxLinked checks.)
+
+#define FPX_FUNCTIONS(X)              \
+    X(PMIx_Error_string)              \
+    X(PMIx_Info_load)                 \
+    X(PMIx_Value_load)                \
+    X(PMIx_Value_destruct)            \
+    X(PMIx_generate_ppn)              \
+    X(PMIx_generate_regex)            \
+    X(PMIx_server_init)               \
+    X(PMIx_server_register_nspace)    \
+    X(PMIx_server_deregister_nspace)  \
+    X(PMIx_server_register_client)    \
+    X(PMIx_server_setup_fork)         \
+    X(PMIx_server_dmodex_request)
+
+#define FPX_POINTER(f) static __typeof__(f) *fpx_##f;
+FPX_FUNCTIONS(FPX_POINTER)
+
+#define PMIx_Error_string (*fpx_PMIx_Error_string)
+#define PMIx_Info_load (*fpx_PMIx_Info_load)
+#define PMIx_Value_load (*fpx_PMIx_Value_load)
+#define PMIx_Value_destruct (*fpx_PMIx_Value_destruct)
+#define PMIx_generate_ppn (*fpx_PMIx_generate_ppn)
+#define PMIx_generate_regex (*fpx_PMIx_generate_regex)
+#define PMIx_server_init (*fpx_PMIx_server_init)
+#define PMIx_server_register_nspace (*fpx_PMIx_server_register_nspace)
+#define PMIx_server_deregister_nspace (*fpx_PMIx_server_deregister_nspace)
+#define PMIx_server_register_client (*fpx_PMIx_server_register_client)
+#define PMIx_server_setup_fork (*fpx_PMIx_server_setup_fork)
+#define PMIx_server_dmodex_request (*fpx_PMIx_server_dmodex_request)
+
+// loaded is set, once, when every pointer is: the pointers are written
+// before it and read after it.
+static atomic_bool loaded;
+static char load_error[512]; // why the last fpx_load failed
+
+// fpx_load opens the library (lib: a file name or path, as for dlopen)
+// and resolves the functions, unless an earlier call did. It returns NULL
+// when the library is usable, else why not. Go serializes the calls
+// (registry.mu).
+const char *fpx_load(const char *lib)
+{
+    if (atomic_load(&loaded))
+        return NULL;
+    void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+    if (h == NULL) {
+        snprintf(load_error, sizeof load_error, "%s", dlerror());
+        return load_error;
+    }
+#define FPX_RESOLVE(f)                                                 \
+    if ((fpx_##f = (__typeof__(fpx_##f))dlsym(h, #f)) == NULL) {       \
+        snprintf(load_error, sizeof load_error, "%s has no %s", lib, #f); \
+        dlclose(h);                                                    \
+        return load_error;                                             \
+    }
+    FPX_FUNCTIONS(FPX_RESOLVE)
+#undef FPX_RESOLVE
+    atomic_store(&loaded, true);
+    return NULL;
+}
 
 // --- host callbacks: copy what Go needs, hand it over, return ---------
 
@@ -620,8 +695,13 @@ void fpx_lookup_done(fpx_cb *cb, int status, const char *nspace, char **kv, int 
         npd = 0;
     }
     cb->lookup(status, pd, npd, cb->cbdata);
-    if (pd != NULL)
-        PMIX_PDATA_FREE(pd, npd);
+    if (pd != NULL) {
+        // PMIX_PDATA_FREE's helper in the header calls the library
+        // directly, not through fpx_load's pointer.
+        for (size_t i = 0; i < npd; i++)
+            PMIX_PDATA_DESTRUCT(&pd[i]);
+        pmix_free(pd);
+    }
     free(cb);
 }
 
@@ -739,7 +819,10 @@ int fpx_init(const char *tmpdir)
 }
 
 
-const char *fpx_error(int status) { return PMIx_Error_string(status); }
+const char *fpx_error(int status)
+{
+    return atomic_load(&loaded) ? PMIx_Error_string(status) : "(OpenPMIx not loaded)";
+}
 
 static void load_u32(pmix_info_t *i, const char *key, uint32_t v) { PMIX_INFO_LOAD(i, key, &v, PMIX_UINT32); }
 static void load_u16(pmix_info_t *i, const char *key, uint16_t v) { PMIX_INFO_LOAD(i, key, &v, PMIX_UINT16); }

@@ -5,6 +5,7 @@ package pmix
 /*
 #cgo pkg-config: pmix
 #cgo CFLAGS: -Wall -Wextra -std=gnu11
+#cgo LDFLAGS: -Wl,--as-needed
 #include <stdlib.h>
 #include "server.h"
 */
@@ -34,12 +35,39 @@ var server struct {
 	tmpdir        string // PMIx's rendezvous and shared-store directory, removed by Shutdown
 }
 
+// LibraryVar names OpenPMIx's server library for pmirun and pmid to open
+// (a path, or a file name the dynamic loader finds) when one installed
+// elsewhere than the one they were built with is wanted; by default
+// DefaultLibrary, found as the build found it.
+const LibraryVar = "FASTPMI_PMIX_LIBRARY"
+
+// DefaultLibrary is the library opened without LibraryVar.
+const DefaultLibrary = "libpmix.so.2"
+
+// load opens OpenPMIx's library, once it succeeded. Under registry.mu.
+func load() error {
+	lib := os.Getenv(LibraryVar)
+	if lib == "" {
+		lib = DefaultLibrary
+	}
+	clib := C.CString(lib)
+	defer C.fpx_free(clib)
+	if why := C.fpx_load(clib); why != nil {
+		return fmt.Errorf("pmix: open OpenPMIx's library %s (install it, name it with %s, or run the job with --mpi pmi): %s",
+			lib, LibraryVar, C.GoString(why))
+	}
+	return nil
+}
+
 // serverAcquire starts the server for the first Job. Under registry.mu.
 func serverAcquire() error {
 	if server.shut {
 		return errors.New("pmix: the server of this process was shut down")
 	}
 	if !server.started {
+		if err := load(); err != nil {
+			return err
+		}
 		// Named by the process, so whoever knows the pid finds it.
 		dir, err := os.MkdirTemp("", "fastpmi-pmix-"+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {

@@ -54,6 +54,7 @@ void fpx_modex_done(fpx_cb *cb, int status, const char *data, int n);
 void fpx_lookup_done(fpx_cb *cb, int status, const char *nspace, char **kv, int n);
 void fpx_spawn_done(fpx_cb *cb, int status, const char *nspace);
 
+const char *fpx_load(const char *lib);
 int fpx_init(const char *tmpdir);
 const char *fpx_error(int status);
 int fpx_register_nspace(const fpx_job *j);

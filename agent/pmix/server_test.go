@@ -3,6 +3,7 @@
 package pmix
 
 import (
+	"debug/elf"
 	"fmt"
 	"os"
 	"slices"
@@ -128,5 +129,40 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if registry.refs != 0 {
 		t.Errorf("refused configurations hold %d server references", registry.refs)
+	}
+}
+
+// TestNoPMIxLinked: a binary of this package does not link OpenPMIx (it
+// opens it for the first PMIx job, fpx_load): this test binary needs no
+// libpmix to start, and neither do pmirun and pmid. A call the C side
+// makes to the library directly, not through fpx_load's pointers (one of
+// the header's inline helpers), would put it back in the list.
+func TestNoPMIxLinked(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := f.ImportedSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range libs {
+		if strings.Contains(l, "pmix") {
+			t.Errorf("the binary links %s (libraries %v)", l, libs)
+		}
+	}
+	for _, s := range syms {
+		if strings.HasPrefix(s.Name, "PMIx_") {
+			t.Errorf("the binary imports %s directly", s.Name)
+		}
 	}
 }

@@ -70,7 +70,8 @@ it exits 0.
   --help              print this help
 
 Environment: FASTPMI_DEBUG=1 logs at debug level; FASTPMI_CPUPROFILE=FILE
-writes a CPU profile to FILE.nodeI.
+writes a CPU profile to FILE.nodeI; FASTPMI_PMIX_LIBRARY names OpenPMIx's
+library to open for PMIx jobs (default libpmix.so.2).
 `
 
 // Main runs the agent with args (without the program name) and returns

@@ -61,6 +61,9 @@ agent links: uring or net
 .TP
 .B FASTPMI_CPUPROFILE
 write a CPU profile of pmirun to this file
+.TP
+.B FASTPMI_PMIX_LIBRARY
+OpenPMIx's library to open for --mpi pmix jobs (default libpmix.so.2)
 .SH SEE ALSO
 .BR pmid (1),
 .BR mpiexec (1),

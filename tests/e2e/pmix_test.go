@@ -191,6 +191,20 @@ func TestOpenMPIBadFlag(t *testing.T) {
 	}
 }
 
+// pmirun opens OpenPMIx's library only for a job that serves PMIx ranks.
+// Without it (FASTPMI_PMIX_LIBRARY naming a file that is not there) an
+// Open MPI job fails at once, naming the library and the ways out, and an
+// MPICH job (PMI-1) runs as ever.
+func TestOpenMPILibraryMissing(t *testing.T) {
+	missing := "FASTPMI_PMIX_LIBRARY=" + filepath.Join(t.TempDir(), "libpmix.so.2")
+	r := run(t, job{args: ompiJob(2, prog("ompi_hello")).args, env: []string{missing}})
+	r.wantCode(t, 1)
+	r.wantMessage(t, `open OpenPMIx's library /.*/libpmix\.so\.2 \(install it, name it with FASTPMI_PMIX_LIBRARY, or run the job with --mpi pmi\): .*No such file`)
+	r.wantFaster(t, 10*time.Second)
+	r = run(t, job{args: []string{"-n", "2", prog("mpi_hello")}, env: []string{missing}})
+	r.wantCode(t, 0)
+}
+
 // Open MPI jobs over 4 test hosts: one agent and one PMIx server per
 // host, the fence's data crossing the agent tree; ranks on different
 // hosts talk over Open MPI's TCP transport between the hosts' namespaces.
