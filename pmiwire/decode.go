@@ -25,9 +25,9 @@ type Decoder struct {
 	FrameLimit int
 
 	// buf[off:] holds the bytes not decoded yet; buf[:off] is spent and
-	// reclaimed by Feed and Fill. scan counts the bytes at the start of buf[off:]
-	// known to hold no LF, so that a line arriving a byte at a time is
-	// scanned once rather than once per byte.
+	// reclaimed by Feed and Fill. scan counts the bytes at the start of
+	// buf[off:] known to hold no LF, so that a line arriving a byte at a
+	// time is scanned once rather than once per byte.
 	buf  []byte
 	off  int
 	scan int

@@ -102,12 +102,12 @@ func Create(p Params) (*Segment, error) {
 	return s, nil
 }
 
-// prefault makes every page of the regions resident and writable. Where the kernel
-// has MADV_POPULATE_WRITE it does so in the background: the advice only
-// maps pages, never writes them, so ranks may use the segment meanwhile
-// (a page they touch first is simply theirs to fault). Else it writes one
-// byte per page now, while the segment is still private to its creator
-// and the writes race with nobody.
+// prefault makes every page of the regions resident and writable. Where
+// the kernel has MADV_POPULATE_WRITE it does so in the background: the
+// advice only maps pages, never writes them, so ranks may use the segment
+// meanwhile (a page they touch first is simply theirs to fault). Else it
+// writes one byte per page now, while the segment is still private to its
+// creator and the writes race with nobody.
 func (s *Segment) prefault(regions ...[]byte) {
 	if !sys.CanPopulateWrite() {
 		for _, b := range regions {

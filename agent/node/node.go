@@ -422,9 +422,9 @@ type forked struct {
 }
 
 // forkAll forks the node's ranks, up to forkers at once, starts each
-// forked rank's waiter, and returns each one's result by local index. Once a fork failed no other begins;
-// forks already under way finish. The result of a rank not tried has
-// neither p nor err.
+// forked rank's waiter, and returns each one's result by local index.
+// Once a fork failed no other begins; forks already under way finish.
+// The result of a rank not tried has neither p nor err.
 func (n *Node) forkAll() []forked {
 	out := make([]forked, len(n.ranks))
 	var next atomic.Int64

@@ -52,6 +52,7 @@
 #define FPX_POINTER(f) static __typeof__(f) *fpx_##f;
 FPX_FUNCTIONS(FPX_POINTER)
 
+// The same functions, one define each (a macro cannot make defines).
 #define PMIx_Error_string (*fpx_PMIx_Error_string)
 #define PMIx_Info_load (*fpx_PMIx_Info_load)
 #define PMIx_Value_load (*fpx_PMIx_Value_load)

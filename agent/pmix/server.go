@@ -35,26 +35,28 @@ var server struct {
 	tmpdir        string // PMIx's rendezvous and shared-store directory, removed by Shutdown
 }
 
-// LibraryVar names OpenPMIx's server library for pmirun and pmid to open
-// (a path, or a file name the dynamic loader finds) when one installed
-// elsewhere than the one they were built with is wanted; by default
-// DefaultLibrary, found as the build found it.
-const LibraryVar = "FASTPMI_PMIX_LIBRARY"
+// libraryVar names OpenPMIx's server library for pmirun and pmid to open
+// (a path, or a file name the dynamic loader finds), for one installed
+// elsewhere than where the build found it; without it they open
+// defaultLibrary, found on the run path the build recorded or by the
+// loader's usual search.
+const (
+	libraryVar     = "FASTPMI_PMIX_LIBRARY"
+	defaultLibrary = "libpmix.so.2"
+)
 
-// DefaultLibrary is the library opened without LibraryVar.
-const DefaultLibrary = "libpmix.so.2"
-
-// load opens OpenPMIx's library, once it succeeded. Under registry.mu.
+// load opens OpenPMIx's library, unless an earlier call did. Under
+// registry.mu.
 func load() error {
-	lib := os.Getenv(LibraryVar)
+	lib := os.Getenv(libraryVar)
 	if lib == "" {
-		lib = DefaultLibrary
+		lib = defaultLibrary
 	}
 	clib := C.CString(lib)
 	defer C.fpx_free(clib)
 	if why := C.fpx_load(clib); why != nil {
 		return fmt.Errorf("pmix: open OpenPMIx's library %s (install it, name it with %s, or run the job with --mpi pmi): %s",
-			lib, LibraryVar, C.GoString(why))
+			lib, libraryVar, C.GoString(why))
 	}
 	return nil
 }
