@@ -3,12 +3,14 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
@@ -77,8 +79,17 @@ func (c *textConn) run() {
 		return
 	}
 	var dec pmiwire.Decoder
+	// A Unix socket's requests are read without freeing them until the
+	// reader is about to wait, so the reading frees do not wake the rank
+	// sleeping for its reply (sys.HeldReader says why).
+	var in io.Reader = c.nc
+	if hr, err := sys.NewHeldReader(c.nc); err == nil {
+		in = hr
+	} else if !errors.Is(err, sys.ErrNotSupported) {
+		c.a.log.Debug("PMI connection read as usual", "rank", c.rankNum(), "err", err)
+	}
 	for {
-		n, rerr := dec.Fill(c.nc)
+		n, rerr := dec.Fill(in)
 		if n > 0 {
 			for {
 				m, ok, err := dec.Next()
