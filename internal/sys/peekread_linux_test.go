@@ -167,6 +167,18 @@ func TestHeldReaderClose(t *testing.T) {
 	}
 }
 
+// TestHeldReaderDeadline: a read deadline set on the connection bounds a
+// HeldReader's wait, as it bounds the connection's own Read.
+func TestHeldReaderDeadline(t *testing.T) {
+	hr, nc, _ := heldPair(t)
+	if err := nc.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hr.Read(make([]byte, 16)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past the deadline = %v, want os.ErrDeadlineExceeded", err)
+	}
+}
+
 // TestHeldReaderNotSupported: other sockets are refused, so the caller
 // reads them as usual.
 func TestHeldReaderNotSupported(t *testing.T) {
