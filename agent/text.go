@@ -79,9 +79,9 @@ func (c *textConn) run() {
 		return
 	}
 	var dec pmiwire.Decoder
-	// A Unix socket's requests are read without freeing them until the
-	// reader is about to wait, so the reading frees do not wake the rank
-	// sleeping for its reply (sys.HeldReader says why).
+	// A Unix socket's requests stay on it until the reader is about to
+	// wait: freed at once, they would wake the rank that sleeps for the
+	// reply (sys.HeldReader says why).
 	var in io.Reader = c.nc
 	if hr, err := sys.NewHeldReader(c.nc); err == nil {
 		in = hr
