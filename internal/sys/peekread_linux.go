@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,8 +36,14 @@ import (
 // anyway (thousands of one-byte writes) stops sending; the reader then
 // finds nothing new and frees them.
 type HeldReader struct {
-	rc   syscall.RawConn
-	held int // bytes returned by Read and still on the socket
+	rc     syscall.RawConn
+	peekFn func(fd uintptr) bool // peek, made once: a closure per Read would allocate
+	held   int                   // bytes returned by Read and still on the socket
+
+	// One Read's arguments and results, for peek.
+	buf []byte
+	n   int
+	err error
 }
 
 // heldMax bounds the bytes a HeldReader returns without freeing them. A
@@ -72,7 +79,9 @@ func NewHeldReader(c net.Conn) (*HeldReader, error) {
 	case !stream:
 		return nil, ErrNotSupported
 	case serr == nil:
-		return &HeldReader{rc: rc}, nil
+		r := &HeldReader{rc: rc}
+		r.peekFn = r.peek
+		return r, nil
 	case errors.Is(serr, unix.ENOPROTOOPT), errors.Is(serr, unix.EOPNOTSUPP), errors.Is(serr, unix.EINVAL):
 		return nil, ErrNotSupported
 	default:
@@ -87,42 +96,58 @@ func (r *HeldReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var rerr error
-	err := r.rc.Read(func(fd uintptr) bool {
-		if r.held >= heldMax {
-			if rerr = r.free(int(fd), p); rerr != nil {
-				return true
-			}
-		}
-		var e error
-		for {
-			n, _, e = unix.Recvfrom(int(fd), p, unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			if e != unix.EINTR {
-				break
-			}
-		}
-		switch {
-		case e == unix.EAGAIN:
-			// About to wait: free what was read first (see the type).
-			rerr = r.free(int(fd), p)
-			return rerr != nil
-		case e != nil:
-			rerr = os.NewSyscallError("recvfrom", e)
-		}
-		return true
-	})
-	if err != nil {
+	r.buf, r.n, r.err = p, 0, nil
+	err := r.rc.Read(r.peekFn)
+	n, rerr := r.n, r.err
+	r.buf, r.err = nil, nil
+	switch {
+	case err != nil:
 		return 0, err
-	}
-	if rerr != nil {
+	case rerr != nil:
 		return 0, rerr
-	}
-	if n == 0 {
+	case n == 0:
 		return 0, io.EOF
 	}
 	r.held += n
 	return n, nil
+}
+
+// peek is Read's one attempt on the socket, under the poller: false asks
+// it to wait until the socket is readable and try again.
+func (r *HeldReader) peek(fd uintptr) bool {
+	if r.held >= heldMax {
+		if r.err = r.free(int(fd), r.buf); r.err != nil {
+			return true
+		}
+	}
+	n, e := recvPeek(int(fd), r.buf)
+	switch {
+	case e == unix.EAGAIN:
+		// About to wait: free what was read first (see the type).
+		r.err = r.free(int(fd), r.buf)
+		return r.err != nil
+	case e != nil:
+		r.err = os.NewSyscallError("recvfrom", e)
+	}
+	r.n = n
+	return true
+}
+
+// recvPeek peeks at the bytes past the socket's peek offset without
+// waiting. It is recvfrom(2) without the source address, which
+// unix.Recvfrom would decode and allocate on every call.
+func recvPeek(fd int, p []byte) (int, error) {
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)),
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, e
+	}
 }
 
 // free takes the held bytes off the socket, using p as scratch space

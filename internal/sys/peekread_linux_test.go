@@ -278,3 +278,22 @@ func TestHeldReaderWakesClientOnce(t *testing.T) {
 		t.Errorf("client sleeps %.2f times per request with HeldReader, want about 1 (read(2): %.2f)", held, plain)
 	}
 }
+
+// TestHeldReaderAllocs: a read allocates nothing (it runs once per PMI
+// request).
+func TestHeldReaderAllocs(t *testing.T) {
+	hr, _, peer := heldPair(t)
+	buf := make([]byte, 4096)
+	req := []byte("cmd=get;key=x\n")
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := unix.Write(peer, req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := hr.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per Read, want 0", allocs)
+	}
+}
