@@ -35,6 +35,11 @@ import (
 // bytes held are bounded (heldMax). A sender whose buffer fills with them
 // anyway (thousands of one-byte writes) stops sending; the reader then
 // finds nothing new and frees them.
+//
+// Closing the socket while bytes are held is closing it with bytes
+// unread: the peer reads what was sent to it, then ECONNRESET instead of
+// end of file. The agent closes a connection whose rank is still there
+// only to fail it.
 type HeldReader struct {
 	rc     syscall.RawConn
 	peekFn func(fd uintptr) bool // peek, made once: a closure per Read would allocate
