@@ -1,6 +1,7 @@
 package pmiwire
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -12,10 +13,15 @@ type Resp struct {
 	Framing Framing
 	Cmd     string // response name, e.g. "get_result" or "kvs-get-response"
 	Pairs   []Pair
+	room    [4]Pair // Pairs' first storage: most responses have 2-4 fields
 }
 
 // NewResp starts a response named cmd with the given framing.
-func NewResp(f Framing, cmd string) *Resp { return &Resp{Framing: f, Cmd: cmd} }
+func NewResp(f Framing, cmd string) *Resp {
+	r := &Resp{Framing: f, Cmd: cmd}
+	r.Pairs = r.room[:0]
+	return r
+}
 
 // Add appends a field.
 func (r *Resp) Add(key, val string) *Resp {
@@ -34,8 +40,14 @@ func (r *Resp) AddBool(key string, v bool) *Resp {
 	return r.Add(key, "FALSE")
 }
 
-// Append formats the response onto dst.
+// Append formats the response onto dst, growing it once to the size the
+// response takes without escapes.
 func (r *Resp) Append(dst []byte) []byte {
+	n := len("      cmd=;\n") + len(r.Cmd)
+	for _, p := range r.Pairs {
+		n += len(p.Key) + len(p.Val) + 2
+	}
+	dst = slices.Grow(dst, n)
 	if r.Framing == V2 {
 		return AppendV2(dst, r.Cmd, r.Pairs...)
 	}
@@ -142,6 +154,9 @@ func AppendRequestV2(dst []byte, cmd string, pairs ...Pair) []byte {
 // that even an unknown or malformed request gets a matching reply.
 func ResponseName(f Framing, cmd string) string {
 	if f == V2 {
+		if r, ok := v2Responses[cmd]; ok {
+			return r
+		}
 		if cmd == "" {
 			return "error-response"
 		}
@@ -155,6 +170,18 @@ func ResponseName(f Framing, cmd string) string {
 	}
 	return cmd + "_result"
 }
+
+// v2Responses holds the PMI-2 commands' response names, made once: the
+// name is cmd + "-response", and a request is answered often.
+var v2Responses = func() map[string]string {
+	m := make(map[string]string)
+	for _, cmd := range []string{"fullinit", "finalize", "abort", "job-getid", "job-connect", "job-disconnect",
+		"kvs-put", "kvs-fence", "kvs-get", "info-getnodeattr", "info-putnodeattr", "info-getjobattr",
+		"name-publish", "name-unpublish", "name-lookup", "spawn", "ring"} {
+		m[cmd] = cmd + "-response"
+	}
+	return m
+}()
 
 var v1Responses = map[string]string{
 	"init":              "response_to_init",

@@ -299,3 +299,24 @@ func TestDecodeErrorsWrap(t *testing.T) {
 		t.Fatalf("Error() = %q", s)
 	}
 }
+
+// TestResponseAllocs: the agent builds a response for every request; a
+// typical one (a kvs-get answer, four fields) costs the Resp and its
+// bytes, nothing more (Pairs' first storage is in the Resp, Append grows
+// its buffer once, a known command's response name is made once).
+func TestResponseAllocs(t *testing.T) {
+	val := strings.Repeat("v", 60)
+	for _, f := range []Framing{V1, V2} {
+		cmd := "get"
+		if f == V2 {
+			cmd = "kvs-get"
+		}
+		allocs := testing.AllocsPerRun(100, func() {
+			r := NewResp(f, ResponseName(f, cmd)).Add("rc", "0").Add("found", "TRUE").Add("value", val).Add("msg", "ok")
+			_ = r.Append(nil)
+		})
+		if allocs > 2 {
+			t.Errorf("framing %v: %.1f allocations per response, want 2", f, allocs)
+		}
+	}
+}
