@@ -1,0 +1,5 @@
+//go:build !race
+
+package pmiwire
+
+const raceEnabled = false
