@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"syscall"
 	"unsafe"
 
@@ -90,7 +89,7 @@ func NewHeldReader(c net.Conn) (*HeldReader, error) {
 	case errors.Is(serr, unix.ENOPROTOOPT), errors.Is(serr, unix.EOPNOTSUPP), errors.Is(serr, unix.EINVAL):
 		return nil, ErrNotSupported
 	default:
-		return nil, os.NewSyscallError("setsockopt SO_PEEK_OFF", serr)
+		return nil, errnoErr("setsockopt SO_PEEK_OFF", serr)
 	}
 }
 
@@ -132,7 +131,7 @@ func (r *HeldReader) peek(fd uintptr) bool {
 		r.err = r.free(int(fd), r.buf)
 		return r.err != nil
 	case e != nil:
-		r.err = os.NewSyscallError("recvfrom", e)
+		r.err = errnoErr("recvfrom", e)
 	}
 	r.n = n
 	return true
@@ -164,7 +163,7 @@ func (r *HeldReader) free(fd int, p []byte) error {
 			continue
 		}
 		if err != nil {
-			return os.NewSyscallError("read", err)
+			return errnoErr("read", err)
 		}
 		if n == 0 {
 			// Held bytes are queued: they are there until read.
