@@ -651,8 +651,8 @@ func (a *Agent) call(u UpCall) {
 		} else {
 			up.FetchRankData(u.Src, done)
 		}
-	case UpJobSize:
-		up.FetchJobSize(u.Name, func(size int, err error) { a.step(JobSizeDone{ID: u.ID, Size: size, Err: err}) })
+	case UpJobLayout:
+		up.FetchJobLayout(u.Name, func(l *Layout, err error) { a.step(JobLayoutDone{ID: u.ID, Layout: l, Err: err}) })
 	case UpJobs:
 		up.JobsCollective(u.Name, u.Jobs, []byte(u.Port), func(data []byte, err error) {
 			a.step(JobsCollDone{ID: u.ID, Data: data, Err: err})

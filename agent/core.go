@@ -242,9 +242,10 @@ const (
 	ReplyFinalize
 	ReplySpawn
 	ReplyJobs
+	ReplyLayout
 )
 
-var replyNames = [...]string{"?", "put", "get", "jobattr", "putnodeattr", "getnodeattr", "fence", "allgather", "barrier", "ring", "name", "finalize", "spawn", "jobs"}
+var replyNames = [...]string{"?", "put", "get", "jobattr", "putnodeattr", "getnodeattr", "fence", "allgather", "barrier", "ring", "name", "finalize", "spawn", "jobs", "layout"}
 
 func (k ReplyKind) String() string {
 	if int(k) < len(replyNames) {
@@ -268,6 +269,7 @@ type Reply struct {
 	Epoch  uint64
 	Values [][]byte
 	Ring   RingResult
+	Layout *Layout
 }
 
 // RingResult is a rank's ring exchange result.
@@ -287,15 +289,15 @@ const (
 	UpUnpublish
 	UpLookup
 	UpSpawn
-	UpPlace    // a sparse put to place for other nodes: Name, Port (the value), Owner
-	UpFetch    // a get for another node's key: ID, Name (the key), Src, Wait; answered by FetchDone
-	UpAnswer   // the answer to ServeGet or ServeRankData ID: Found, Port (the value), Err
-	UpRankData // rank Src's data, from its node (of job Name, when another's): ID; answered by RankDataDone (rankdata.go)
-	UpJobs     // a collective across jobs: ID, Name (its kind), Jobs, Port (the node's data); answered by JobsCollDone (jobs.go)
-	UpJobSize  // the size of job Name of the run: ID; answered by JobSizeDone (jobs.go)
+	UpPlace     // a sparse put to place for other nodes: Name, Port (the value), Owner
+	UpFetch     // a get for another node's key: ID, Name (the key), Src, Wait; answered by FetchDone
+	UpAnswer    // the answer to ServeGet or ServeRankData ID: Found, Port (the value), Err
+	UpRankData  // rank Src's data, from its node (of job Name, when another's): ID; answered by RankDataDone (rankdata.go)
+	UpJobs      // a collective across jobs: ID, Name (its kind), Jobs, Port (the node's data); answered by JobsCollDone (jobs.go)
+	UpJobLayout // where job Name of the run runs: ID; answered by JobLayoutDone (jobs.go)
 )
 
-var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn", "place", "fetch", "answer", "rankdata", "jobs", "jobsize"}
+var upNames = [...]string{"?", "fence", "allgather", "ringedge", "publish", "unpublish", "lookup", "spawn", "place", "fetch", "answer", "rankdata", "jobs", "joblayout"}
 
 func (k UpKind) String() string { return upNames[k] }
 
@@ -689,10 +691,10 @@ func (c *Core) Step(op Op) error {
 		c.jobsColl(o)
 	case JobsCollDone:
 		c.jobsCollDone(o)
-	case JobSize:
-		c.jobSize(o)
-	case JobSizeDone:
-		c.jobSizeDone(o)
+	case JobLayout:
+		c.jobLayout(o)
+	case JobLayoutDone:
+		c.jobLayoutDone(o)
 	case ServeGet:
 		c.serveGet(o)
 	case PlaceKV:

@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"strconv"
 )
 
 // Collectives across jobs: a PMIx fence over the ranks of several jobs,
@@ -113,51 +112,89 @@ func (c *Core) jobsCollDone(o JobsCollDone) {
 	c.reply(t, Reply{Err: o.Err, Val: string(o.Data), Found: o.Err == nil})
 }
 
+// Layout is where a job's ranks run: its size, and by node the node's
+// name (as the job's ranks know it) and its global ranks in local order.
+type Layout struct {
+	Size  int      `json:"size"`
+	Hosts []string `json:"hosts"`
+	Nodes [][]int  `json:"nodes"`
+}
+
+// Check reports whether l describes a job: every rank 0..Size-1 on
+// exactly one node, each node named.
+func (l *Layout) Check() error {
+	if l.Size < 1 || len(l.Hosts) != len(l.Nodes) {
+		return fmt.Errorf("%w: a job of %d ranks on %d nodes with %d names", ErrJobsColl, l.Size, len(l.Nodes), len(l.Hosts))
+	}
+	seen := make([]bool, l.Size)
+	n := 0
+	for i, ranks := range l.Nodes {
+		if l.Hosts[i] == "" || len(ranks) == 0 {
+			return fmt.Errorf("%w: node %d of a job: name %q, %d ranks", ErrJobsColl, i, l.Hosts[i], len(ranks))
+		}
+		for _, r := range ranks {
+			if r < 0 || r >= l.Size || seen[r] {
+				return fmt.Errorf("%w: rank %d of a job of %d twice or outside it", ErrJobsColl, r, l.Size)
+			}
+			seen[r] = true
+			n++
+		}
+	}
+	if n != l.Size {
+		return fmt.Errorf("%w: %d of a job's %d ranks placed", ErrJobsColl, n, l.Size)
+	}
+	return nil
+}
+
 type (
-	// JobSize asks the launcher for the size of another job of its run
+	// JobLayout asks the launcher where another job of its run runs
 	// (PMIx: the job data of a namespace with no rank on this node). It
-	// is answered by one Reply of kind ReplyJobAttr with Local -1: Val
-	// the size in decimal, or Err.
-	JobSize struct {
+	// is answered by one Reply of kind ReplyLayout with Local -1: Layout,
+	// or Err.
+	JobLayout struct {
 		Req Req
 		Job string
 	}
-	// JobSizeDone is the Upstream's answer to job-size call ID.
-	JobSizeDone struct {
-		ID   uint64
-		Size int
-		Err  error
+	// JobLayoutDone is the Upstream's answer to job-layout call ID.
+	JobLayoutDone struct {
+		ID     uint64
+		Layout *Layout
+		Err    error
 	}
 )
 
-func (JobSize) isOp()     {}
-func (JobSizeDone) isOp() {}
+func (JobLayout) isOp()     {}
+func (JobLayoutDone) isOp() {}
 
-// jobSize starts a job-size request; it is answered at JobSizeDone.
-func (c *Core) jobSize(o JobSize) {
-	t := to{-1, o.Req, ReplyJobAttr}
+// jobLayout starts a job-layout request; it is answered at
+// JobLayoutDone.
+func (c *Core) jobLayout(o JobLayout) {
+	t := to{-1, o.Req, ReplyLayout}
 	switch {
 	case c.closed:
 		c.reply(t, Reply{Err: errors.New("agent shutting down")})
 	case o.Job == "":
 		c.reply(t, Reply{Err: fmt.Errorf("%w: size of a job without a name", ErrJobsColl)})
 	default:
-		c.up(UpCall{Kind: UpJobSize, ID: c.newCall(t), Name: o.Job})
+		c.up(UpCall{Kind: UpJobLayout, ID: c.newCall(t), Name: o.Job})
 	}
 }
 
-// jobSizeDone answers call o.ID, if it still waits.
-func (c *Core) jobSizeDone(o JobSizeDone) {
+// jobLayoutDone answers call o.ID, if it still waits.
+func (c *Core) jobLayoutDone(o JobLayoutDone) {
 	t, waiting := c.takeCall(o.ID)
 	if !waiting {
 		return // answered by Shutdown
 	}
-	if o.Err == nil && o.Size < 1 {
-		o.Err = fmt.Errorf("%w: a job of %d ranks", ErrJobsColl, o.Size)
+	if o.Err == nil && o.Layout == nil {
+		o.Err = fmt.Errorf("%w: no layout", ErrJobsColl)
+	}
+	if o.Err == nil {
+		o.Err = o.Layout.Check()
 	}
 	r := Reply{Err: o.Err, Found: o.Err == nil}
 	if o.Err == nil {
-		r.Val = strconv.Itoa(o.Size)
+		r.Layout = o.Layout
 	}
 	c.reply(t, r)
 }

@@ -91,27 +91,48 @@ func TestJobRankData(t *testing.T) {
 	}
 }
 
-// Another job's size is asked of the Upstream by name and answered in
-// decimal; a job without a name or a size below 1 is an error.
-func TestJobSize(t *testing.T) {
+// Where another job runs is asked of the Upstream by name and answered
+// with its layout; a job without a name, and a layout that does not
+// describe a job (no ranks, a rank twice or missing, a node unnamed), is
+// an error.
+func TestJobLayout(t *testing.T) {
 	cfg := Config{JobID: "j", Size: 2, Local: []int{0, 1}}
 	c := NewCore(&cfg, 0, 1)
-	c.Step(JobSize{Req: Req{ID: 4}, Job: "j-1"})
-	rd := c.Ready()
-	if len(rd.Upstream) != 1 || rd.Upstream[0].Kind != UpJobSize || rd.Upstream[0].Name != "j-1" {
-		t.Fatalf("ready %+v, want one UpJobSize call for j-1", rd)
+	ask := func(id uint64, job string) uint64 {
+		t.Helper()
+		c.Step(JobLayout{Req: Req{ID: id}, Job: job})
+		rd := c.Ready()
+		if len(rd.Upstream) != 1 || rd.Upstream[0].Kind != UpJobLayout || rd.Upstream[0].Name != job {
+			t.Fatalf("ready %+v, want one UpJobLayout call for %s", rd, job)
+		}
+		return rd.Upstream[0].ID
 	}
-	c.Step(JobSizeDone{ID: rd.Upstream[0].ID, Size: 12})
-	if rd := c.Ready(); len(rd.Replies) != 1 || rd.Replies[0].Kind != ReplyJobAttr || rd.Replies[0].Val != "12" || rd.Replies[0].Req.ID != 4 || rd.Replies[0].Err != nil {
+	good := &Layout{Size: 3, Hosts: []string{"a", "b"}, Nodes: [][]int{{2, 0}, {1}}}
+	c.Step(JobLayoutDone{ID: ask(4, "j-1"), Layout: good})
+	if rd := c.Ready(); len(rd.Replies) != 1 || rd.Replies[0].Kind != ReplyLayout || rd.Replies[0].Layout != good ||
+		rd.Replies[0].Req.ID != 4 || rd.Replies[0].Local != -1 || rd.Replies[0].Err != nil {
 		t.Fatalf("replies %+v", rd.Replies)
 	}
-	c.Step(JobSize{Req: Req{ID: 5}, Job: "j-2"})
-	id := c.Ready().Upstream[0].ID
-	c.Step(JobSizeDone{ID: id, Size: 0})
-	if rd := c.Ready(); len(rd.Replies) != 1 || rd.Replies[0].Err == nil {
-		t.Errorf("a size of 0: %+v", rd.Replies)
+	for _, bad := range []*Layout{
+		nil,
+		{},
+		{Size: 2, Hosts: []string{"a"}, Nodes: [][]int{{0, 1}, {}}},
+		{Size: 2, Hosts: []string{"a", "b"}, Nodes: [][]int{{0, 1}, {}}},
+		{Size: 2, Hosts: []string{"a", ""}, Nodes: [][]int{{0}, {1}}},
+		{Size: 2, Hosts: []string{"a", "b"}, Nodes: [][]int{{0}, {0}}},
+		{Size: 2, Hosts: []string{"a", "b"}, Nodes: [][]int{{0}, {2}}},
+		{Size: 3, Hosts: []string{"a", "b"}, Nodes: [][]int{{0}, {1}}},
+	} {
+		c.Step(JobLayoutDone{ID: ask(5, "j-2"), Layout: bad})
+		if rd := c.Ready(); len(rd.Replies) != 1 || !errors.Is(rd.Replies[0].Err, ErrJobsColl) || rd.Replies[0].Layout != nil {
+			t.Errorf("layout %+v: %+v", bad, rd.Replies)
+		}
 	}
-	c.Step(JobSize{Req: Req{ID: 6}})
+	c.Step(JobLayoutDone{ID: ask(7, "j-3"), Err: errors.New("job j-3 is not running")})
+	if rd := c.Ready(); len(rd.Replies) != 1 || rd.Replies[0].Err == nil || rd.Replies[0].Found {
+		t.Errorf("a failed call: %+v", rd.Replies)
+	}
+	c.Step(JobLayout{Req: Req{ID: 6}})
 	if rd := c.Ready(); len(rd.Upstream) != 0 || len(rd.Replies) != 1 || !errors.Is(rd.Replies[0].Err, ErrJobsColl) {
 		t.Errorf("a job without a name: %+v", rd)
 	}

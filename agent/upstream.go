@@ -82,9 +82,9 @@ type Upstream interface {
 	// FetchJobRankData is FetchRankData for rank of another job of the
 	// launcher's run (GetRankData.Job).
 	FetchJobRankData(job string, rank int, done func(val string, found bool, err error))
-	// FetchJobSize asks for the size of another job of the launcher's
-	// run (JobSize).
-	FetchJobSize(job string, done func(size int, err error))
+	// FetchJobLayout asks where another job of the launcher's run runs
+	// (JobLayout).
+	FetchJobLayout(job string, done func(l *Layout, err error))
 }
 
 // ErrNoSpawn is Local's answer to a spawn: a job without a launcher
@@ -244,9 +244,10 @@ func (l *Local) FetchJobRankData(job string, rank int, done func(string, bool, e
 	done("", false, fmt.Errorf("rank data of job %s: %w", job, ErrNoJobs))
 }
 
-// FetchJobSize fails: a Local job has no launcher that knows other jobs.
-func (l *Local) FetchJobSize(job string, done func(int, error)) {
-	done(0, fmt.Errorf("size of job %s: %w", job, ErrNoJobs))
+// FetchJobLayout fails: a Local job has no launcher that knows other
+// jobs.
+func (l *Local) FetchJobLayout(job string, done func(*Layout, error)) {
+	done(nil, fmt.Errorf("layout of job %s: %w", job, ErrNoJobs))
 }
 
 // Spawn fails: a Local job has no launcher to start children.

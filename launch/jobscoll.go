@@ -172,20 +172,26 @@ func canonicalJobRanks(procs []agent.JobRanks) []agent.JobRanks {
 	return out
 }
 
-// jobSize answers the size of the one job m names (node.Name Op
-// "jobsize", agent.JobSize): a namespace a node registers with its PMIx
-// server without ranks of it there.
-func (run *multiRun) jobSize(m *node.Name) (int, error) {
+// jobLayout answers where the one job m names runs (node.Name Op
+// "joblayout", agent.JobLayout): a namespace a node registers with its
+// PMIx server without ranks of it there. Its nodes are named as its ranks
+// know them (nodeNames).
+func (run *multiRun) jobLayout(m *node.Name) (*agent.Layout, error) {
 	if len(m.Procs) != 1 {
-		return 0, fmt.Errorf("size across jobs: want one job, got %v", m.Procs)
+		return nil, fmt.Errorf("layout across jobs: want one job, got %v", m.Procs)
 	}
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	jobs, _, err := run.jobsCollProcs(m.Procs[:1])
 	if err != nil {
-		return 0, fmt.Errorf("size of job %s: %w", m.Procs[0].Job, err)
+		return nil, fmt.Errorf("layout of job %s: %w", m.Procs[0].Job, err)
 	}
-	return jobs[0].spec.Size, nil
+	r := jobs[0]
+	l := &agent.Layout{Size: r.spec.Size, Nodes: r.spec.Nodes, Hosts: make([]string, len(r.at))}
+	for i, n := range r.at {
+		l.Hosts[i] = run.nodeNames[n]
+	}
+	return l, nil
 }
 
 // A rank's data across jobs (agent.GetRankData.Job): a PMIx client

@@ -3,6 +3,7 @@ package launch
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -18,8 +19,9 @@ import (
 func jobsCollRun(t *testing.T) (run *multiRun, parent, child, other *rootNode) {
 	t.Helper()
 	run = newMultiRun(Config{Stdout: io.Discard, Stderr: io.Discard}, []string{"a", "b", "c"}, nil, netio.CodecNone)
-	mk := func(id string, nodes [][]int, procs ...int) *rootNode {
-		r := &rootNode{run: run, spec: &node.Spec{JobID: id, Size: 0, Nodes: nodes}, conns: make([]netio.Conn, len(nodes))} // no links: sends go nowhere
+	run.nodeNames = []string{"host-a", "host-b", "host-c"}
+	mk := func(id string, nodes [][]int, at []int, procs ...int) *rootNode {
+		r := &rootNode{run: run, spec: &node.Spec{JobID: id, Size: 0, Nodes: nodes}, at: at, conns: make([]netio.Conn, len(nodes))} // no links: sends go nowhere
 		for _, rs := range nodes {
 			r.spec.Size += len(rs)
 		}
@@ -29,7 +31,7 @@ func jobsCollRun(t *testing.T) (run *multiRun, parent, child, other *rootNode) {
 		run.live[r] = r.spec.Size
 		return r
 	}
-	return run, mk("p", [][]int{{0, 1}, {2, 3}}, 1, 2), mk("p-1", [][]int{{0}, {1}}, 1, 2), mk("p-2", [][]int{{0}}, 3)
+	return run, mk("p", [][]int{{0, 1}, {2, 3}}, []int{0, 1}, 1, 2), mk("p-1", [][]int{{0}, {1}}, []int{0, 1}, 1, 2), mk("p-2", [][]int{{0}}, []int{2}, 3)
 }
 
 // enter enters node i of job r in a collective and returns where its
@@ -114,20 +116,28 @@ func TestJobsCollective(t *testing.T) {
 			t.Errorf("%v from %s node %d: %q, want an error saying %q", bad.procs, bad.from.spec.JobID, bad.i, s, bad.want)
 		}
 	}
-	// Another job's size, for a node registering its namespace.
+	// Where another job runs, for a node registering its namespace: its
+	// nodes named as the run names them (job p-2's one node is the run's
+	// third).
 	for _, c := range []struct {
-		procs []agent.JobRanks
-		size  int
-		err   string
+		procs  []agent.JobRanks
+		layout *agent.Layout
+		err    string
 	}{
-		{[]agent.JobRanks{{Job: "p-1"}}, 2, ""},
-		{[]agent.JobRanks{{Job: "p"}}, 4, ""},
-		{[]agent.JobRanks{{Job: "q"}}, 0, "job q is not running"},
-		{[]agent.JobRanks{{Job: "p"}, {Job: "p-1"}}, 0, "want one job"},
+		{[]agent.JobRanks{{Job: "p-1"}}, &agent.Layout{Size: 2, Hosts: []string{"host-a", "host-b"}, Nodes: [][]int{{0}, {1}}}, ""},
+		{[]agent.JobRanks{{Job: "p"}}, &agent.Layout{Size: 4, Hosts: []string{"host-a", "host-b"}, Nodes: [][]int{{0, 1}, {2, 3}}}, ""},
+		{[]agent.JobRanks{{Job: "p-2"}}, &agent.Layout{Size: 1, Hosts: []string{"host-c"}, Nodes: [][]int{{0}}}, ""},
+		{[]agent.JobRanks{{Job: "q"}}, nil, "job q is not running"},
+		{[]agent.JobRanks{{Job: "p"}, {Job: "p-1"}}, nil, "want one job"},
 	} {
-		size, err := run.jobSize(&node.Name{Op: "jobsize", Procs: c.procs})
-		if size != c.size || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
-			t.Errorf("size of %v: %d, %v; want %d, %q", c.procs, size, err, c.size, c.err)
+		l, err := run.jobLayout(&node.Name{Op: "joblayout", Procs: c.procs})
+		if !reflect.DeepEqual(l, c.layout) || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("layout of %v: %+v, %v; want %+v, %q", c.procs, l, err, c.layout, c.err)
+		}
+		if l != nil {
+			if err := l.Check(); err != nil {
+				t.Errorf("layout of %v: %v", c.procs, err)
+			}
 		}
 	}
 	// A job that ends fails what waits for it, and only that.

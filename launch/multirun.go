@@ -50,6 +50,10 @@ type multiRun struct {
 	// Written once by the first job's accept, on runMulti's goroutine,
 	// before any spawn can be asked for; read-only after.
 	hostd []string
+	// nodeNames are the run's nodes' names for the ranks, by node
+	// (nodeNames.go): written once by the first job's accept, like
+	// hostd; read-only after.
+	nodeNames []string
 
 	jobs sync.WaitGroup // the spawned jobs' goroutines
 	// intr counts Ctrl-Cs; only runMulti's goroutine (the first job's

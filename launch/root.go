@@ -494,12 +494,19 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 	r.hellos = hellos
 	r.run.mu.Unlock()
 	r.rec.Mark("agents connected", -1)
-	if r.spec.Jobno == 0 && r.cfg.Bootstrap != "daemon" && !slices.Contains(jobs, "") {
-		if err := r.run.host(jobs, r.spec.Secret); err != nil {
-			r.cfg.Logger.Warn("the agents cannot host spawned jobs", "err", err)
+	if r.spec.Jobno == 0 {
+		r.run.nodeNames = nodeNames(hellos)
+		if r.cfg.Bootstrap != "daemon" && !slices.Contains(jobs, "") {
+			if err := r.run.host(jobs, r.spec.Secret); err != nil {
+				r.cfg.Logger.Warn("the agents cannot host spawned jobs", "err", err)
+			}
 		}
 	}
-	table := node.Encode(node.Table{Addrs: addrs})
+	names := make([]string, k)
+	for i, n := range r.at {
+		names[i] = r.run.nodeNames[n]
+	}
+	table := node.Encode(node.Table{Addrs: addrs, Hosts: names})
 	now := time.Now()
 	for i, c := range r.conns {
 		r.lastRx[i] = now
@@ -763,12 +770,12 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			r.run.names.Unpublish(m.Name, noPort)
 		case "lookup":
 			r.run.names.Lookup(m.Name, min(max(m.Wait, 0), agent.MaxNameWait), reply)
-		case "jobsize":
+		case "joblayout":
 			resp := node.Name{ID: m.ID}
-			if size, err := r.run.jobSize(&m); err != nil {
+			if l, err := r.run.jobLayout(&m); err != nil {
 				resp.Err = err.Error()
 			} else {
-				resp.Rank = size
+				resp.Layout = l
 			}
 			r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
 		case "rankdata":

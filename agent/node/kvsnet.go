@@ -534,15 +534,15 @@ func (u netUpstream) FetchJobRankData(job string, rank int, done func(string, bo
 	})
 }
 
-// FetchJobSize asks pmirun for the size of another job of the run
+// FetchJobLayout asks pmirun where another job of the run runs
 // (agent.Upstream).
-func (u netUpstream) FetchJobSize(job string, done func(int, error)) {
-	u.name(Name{Op: "jobsize", Procs: []agent.JobRanks{{Job: job}}}, func(r Name) {
+func (u netUpstream) FetchJobLayout(job string, done func(*agent.Layout, error)) {
+	u.name(Name{Op: "joblayout", Procs: []agent.JobRanks{{Job: job}}}, func(r Name) {
 		if err := nameErr(r); err != nil {
-			done(0, err)
+			done(nil, err)
 			return
 		}
-		done(r.Rank, nil)
+		done(r.Layout, nil)
 	})
 }
 

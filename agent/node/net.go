@@ -48,7 +48,8 @@ type AgentOptions struct {
 // loops are the only other goroutines; run waits for them.
 type agentNode struct {
 	spec  *Spec
-	idx   int // this node
+	idx   int      // this node
+	hosts []string // every node's name for the ranks (Table.Hosts)
 	opt   AgentOptions
 	log   *slog.Logger
 	rec   *perf.Recorder
@@ -149,9 +150,10 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 		return fmt.Errorf("node %d: wait for the agent table: %v (frame %d)", a.idx, err, f.Type)
 	}
 	var table Table
-	if err := Decode(f.Payload, &table); err != nil || len(table.Addrs) != len(spec.Nodes) {
+	if err := Decode(f.Payload, &table); err != nil || len(table.Addrs) != len(spec.Nodes) || len(table.Hosts) != len(spec.Nodes) {
 		return fmt.Errorf("node %d: bad agent table: %v", a.idx, err)
 	}
+	a.hosts = table.Hosts
 	if err := a.setup(dctx, ln, table); err != nil {
 		return fmt.Errorf("node %d: %w", a.idx, err)
 	}
@@ -311,7 +313,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 	var err error
 	a.n, err = New(spec, Options{
 		Index: a.idx, Stdin: a.opt.Stdin, Stdout: a.opt.Stdout, Stderr: a.opt.Stderr, Logger: a.log,
-		Perf: a.rec, Upstream: netUpstream{a}, Emit: a.emit, Starter: a.opt.Starter,
+		Perf: a.rec, Upstream: netUpstream{a}, Emit: a.emit, Starter: a.opt.Starter, Hosts: a.hosts,
 	})
 	if err != nil {
 		a.emit(agent.Event{Kind: agent.EventStartFailed, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})

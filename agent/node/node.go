@@ -36,6 +36,9 @@ type Options struct {
 	// Starter, when set, plays the ranks instead of forking Spec.Prog
 	// (Spec.Virtual); nil = fork.
 	Starter Starter
+	// Hosts names each node of Spec.Nodes for the ranks (Table.Hosts);
+	// nil for a job of one node, named by this machine's host name.
+	Hosts []string
 }
 
 // Starter plays a node's ranks inside the agent's process instead of
@@ -110,6 +113,9 @@ type Node struct {
 func New(spec *Spec, o Options) (*Node, error) {
 	if o.Index < 0 || o.Index >= len(spec.Nodes) {
 		return nil, fmt.Errorf("node index %d: want 0..%d", o.Index, len(spec.Nodes)-1)
+	}
+	if o.Hosts != nil && len(o.Hosts) != len(spec.Nodes) {
+		return nil, fmt.Errorf("%d node names for %d nodes", len(o.Hosts), len(spec.Nodes))
 	}
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout

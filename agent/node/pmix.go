@@ -55,10 +55,14 @@ func (n *Node) startPMIx() error {
 	if n.spec.SpawnerJobID != "" {
 		parent = &pmix.Proc{Nspace: n.spec.SpawnerJobID, Rank: n.spec.SpawnerRank}
 	}
-	host, _ := os.Hostname()
+	hosts := n.opt.Hosts
+	if hosts == nil && len(n.spec.Nodes) == 1 {
+		h, _ := os.Hostname()
+		hosts = []string{h}
+	}
 	j, err := pmix.NewJob(pmix.Config{
 		Agent: n.ag, Nspace: n.spec.JobID, Size: n.spec.Size, Usize: n.spec.Usize,
-		Nodes: n.spec.Nodes, Index: n.opt.Index, Hostname: host, Appnum: appnum,
+		Nodes: n.spec.Nodes, Index: n.opt.Index, Hosts: hosts, Appnum: appnum,
 		Parent: parent, Logger: n.opt.Logger,
 	})
 	if err != nil {

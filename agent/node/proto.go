@@ -86,9 +86,12 @@ type Hello struct {
 	Jobs string `json:"jobs,omitempty"`
 }
 
-// Table gives every agent the addresses of all agents.
+// Table gives every agent the addresses of all agents, and the name by
+// which the ranks know each node (PMIx's node map and PMIX_HOSTNAME): one
+// name per node of the run, the same in every job the node serves.
 type Table struct {
 	Addrs []string `json:"addrs"`
+	Hosts []string `json:"hosts"`
 }
 
 type Kill struct {
@@ -109,10 +112,11 @@ type Name struct {
 	Name string `json:"name,omitempty"`
 	Port string `json:"port,omitempty"`
 	// Spawn is a spawn request, as the rank sent it, and Rank the
-	// global rank that sent it; in the answer to Op "jobsize", Rank is
-	// the job's size.
+	// global rank that sent it.
 	Spawn *pmiwire.Spawn `json:"spawn,omitempty"`
 	Rank  int            `json:"rank,omitempty"`
+	// Layout answers Op "joblayout": where the job of Procs runs.
+	Layout *agent.Layout `json:"layout,omitempty"`
 	// Procs are the participants of a collective across jobs (Op
 	// "jobs", of kind Name); Data is the node's data in the request and
 	// every node's in the answer.

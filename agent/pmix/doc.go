@@ -9,8 +9,10 @@
 // second server in a process, so a pmid daemon serving many jobs keeps
 // one), one namespace per job and node
 // (PMIx_server_register_nspace with the job's size, universe size, node
-// and process maps, local peers and each rank's local, node and app
-// ranks), one registered client per rank (PMIx_server_register_client
+// and process maps — nodes named as the launcher names them for the whole
+// run, Config.Hosts — local peers and each rank's local, node and app
+// ranks; another job of the run with no rank here is registered with
+// where it runs, as the launcher says, at its first direct modex), one registered client per rank (PMIx_server_register_client
 // and PMIx_server_setup_fork, Job.Env, before the rank is forked). The
 // server library's host callbacks — client connected, finalized, abort,
 // fence, direct modex, publish, lookup, unpublish, spawn — run on PMIx's

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,9 +35,10 @@ type Config struct {
 	Usize  int          // universe size; < Size (unlimited) is given as Size
 	Nodes  [][]int      // global ranks of each node, local order
 	Index  int          // this node's index in Nodes
-	// Hostname names this node to the ranks; other nodes are named
+	// Hosts names each node of Nodes to the ranks (PMIX_HOSTNAME, the
+	// node map), the same on every node; nil names them
 	// "fastpmi-node<i>".
-	Hostname string
+	Hosts []string
 	// Appnum gives each global rank's application number (MPMD index);
 	// nil means 0 for all.
 	Appnum []int
@@ -83,11 +85,34 @@ func (c *Config) validate() error {
 	if c.Usize < c.Size {
 		c.Usize = c.Size
 	}
-	if c.Hostname == "" {
-		c.Hostname = nodeName(c.Index)
+	if c.Hosts == nil {
+		c.Hosts = make([]string, len(c.Nodes))
+		for i := range c.Hosts {
+			c.Hosts[i] = nodeName(i)
+		}
+	}
+	if err := checkHosts(c.Hosts, len(c.Nodes)); err != nil {
+		return fmt.Errorf("pmix config: %w", err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// checkHosts checks the names of n nodes: one each, distinct (the node
+// map tells nodes apart by name), and each fit for PMIx's node map (a
+// comma-separated list).
+func checkHosts(hosts []string, n int) error {
+	if len(hosts) != n {
+		return fmt.Errorf("%d node names for %d nodes", len(hosts), n)
+	}
+	seen := make(map[string]bool, n)
+	for _, h := range hosts {
+		if h == "" || seen[h] || strings.ContainsAny(h, ",;") {
+			return fmt.Errorf("node names %q: want distinct names without , or ;", hosts)
+		}
+		seen[h] = true
 	}
 	return nil
 }
@@ -111,10 +136,9 @@ const (
 	reqDmodex // a client's get of another node's rank: its data (rank), within timeout
 	reqSpawn  // a client's spawn: the new job (spawn)
 	reqJobs   // a fence (data), connect or disconnect over ranks of several jobs (jobs)
-	// The launcher's answer to the size of a job with no rank here (job;
-	// data: the size in decimal, or err), which registers its namespace
-	// (foreignSize).
-	reqForeignSize
+	// The launcher's answer to where a job with no rank here runs (job;
+	// layout, or err), which registers its namespace (foreignLayout).
+	reqForeignLayout
 	// The agent's side of a direct modex on the rank's node (rank data):
 	reqAsk      // the agent asks for local rank's data (id)
 	reqRankData // the server library's answer to reqAsk id, or a marker's (rank -1)
@@ -137,6 +161,7 @@ type request struct {
 	spawn   *pmiwire.Spawn // spawn: the apps
 	job     string         // direct modex: the rank's job, when another than the Job's (rank -1: its job data)
 	jobs    agent.JobsColl // collective across jobs: its kind and participants (Local, Req and Data set at serve)
+	layout  *agent.Layout  // where another job runs (reqForeignLayout)
 	// Ask, rank data: the agent's request id, or a marker's sequence
 	// number (rank -1); the library's answer: found, or its error.
 	id    uint64
@@ -150,9 +175,10 @@ type request struct {
 // result completes a request.
 type result struct {
 	err    error
-	data   []byte   // fence: every node's collected data
-	found  []string // lookup: key, value, ... of the names found
-	nspace string   // spawn: the new job's namespace (its job id)
+	data   []byte        // fence: every node's collected data
+	found  []string      // lookup: key, value, ... of the names found
+	nspace string        // spawn: the new job's namespace (its job id)
+	layout *agent.Layout // where another job runs
 }
 
 // pending is a request waiting for the agent's replies.
@@ -228,10 +254,11 @@ var registry struct {
 // node. A direct modex for a namespace the server library does not know
 // makes it record the namespace as one whose clients are not registered
 // yet, and a fence or disconnect naming it would then wait for ever for
-// them; and a client's PMIx_Get of its job data (PMIX_JOB_SIZE) finds
-// nothing. So the first direct modex naming it asks the launcher for the
-// job's size, registers the namespace with it and without local clients,
-// and the requests wait for that.
+// them; and a client's PMIx_Get of its job data (PMIX_JOB_SIZE, the node
+// map, a rank's PMIX_HOSTNAME) finds nothing. So the first direct modex
+// naming it asks the launcher where the job runs (agent.JobLayout),
+// registers the namespace so and without local clients, and the requests
+// wait for that.
 type foreign struct {
 	owner   *Job       // the Job that registers it, and deregisters it at its Close
 	ready   bool       // registered
@@ -260,29 +287,28 @@ func (j *Job) foreignReady(r *request) bool {
 	}
 	registry.foreign[r.job] = &foreign{owner: j, waiting: []*request{r}, takers: []*Job{j}}
 	registry.mu.Unlock()
-	ask := &request{kind: reqForeignSize, job: r.job}
+	ask := &request{kind: reqForeignLayout, job: r.job}
 	ask.done = func(res result) {
-		j.enqueueInternal(&request{kind: reqForeignSize, job: ask.job, data: res.data, err: res.err})
+		j.enqueueInternal(&request{kind: reqForeignLayout, job: ask.job, layout: res.layout, err: res.err})
 	}
 	reqs := j.expect(ask, 1)
-	if err := j.cfg.Agent.StepExternal(agent.JobSize{Req: reqs[0], Job: r.job}); err != nil {
+	if err := j.cfg.Agent.StepExternal(agent.JobLayout{Req: reqs[0], Job: r.job}); err != nil {
 		j.drop(reqs, err)
 	}
 	return false
 }
 
-// foreignSize registers namespace r.job with the size the launcher
-// answered (none if it could not say), and serves the requests that
-// waited for it. On j's worker.
-func (j *Job) foreignSize(r *request) {
-	size, err := 0, r.err
-	if err == nil {
-		size, err = strconv.Atoi(string(r.data))
+// foreignLayout registers namespace r.job as the launcher laid it out
+// (r.layout; if it could not say, the namespace is registered without job
+// data, so that what names it does not wait for its clients), and serves
+// the requests that waited for it. On j's worker.
+func (j *Job) foreignLayout(r *request) {
+	l := r.layout
+	if r.err != nil {
+		j.cfg.Logger.Warn("pmix: where another job runs", "nspace", r.job, "err", r.err)
+		l = &agent.Layout{}
 	}
-	if err != nil {
-		j.cfg.Logger.Warn("pmix: size of another job", "nspace", r.job, "err", err)
-	}
-	if err := registerForeign(r.job, size); err != nil {
+	if err := registerForeign(r.job, l); err != nil {
 		j.cfg.Logger.Warn("pmix: register another job's namespace", "nspace", r.job, "err", err)
 	}
 	registry.mu.Lock()
@@ -539,8 +565,8 @@ func (j *Job) serve(r *request) {
 	case reqJobs:
 		j.jobsColl(r)
 		return
-	case reqForeignSize:
-		j.foreignSize(r)
+	case reqForeignLayout:
+		j.foreignLayout(r)
 		return
 	}
 	l := a.LocalIndex(r.rank)
@@ -617,7 +643,7 @@ func (j *Job) fence(r *request) {
 func (j *Job) dmodex(r *request) {
 	if r.job != "" {
 		if !j.foreignReady(r) {
-			return // served once the namespace is registered (foreignSize)
+			return // served once the namespace is registered (foreignLayout)
 		}
 		if r.rank < 0 {
 			r.done(result{}) // job data: registered with the namespace
@@ -806,10 +832,15 @@ func (j *Job) reply(rp agent.Reply) {
 		j.mu.Unlock()
 		p.req.done(result{err: rp.Err, nspace: rp.Val})
 		return
-	case agent.ReplyJobs, agent.ReplyJobAttr: // a collective across jobs, another job's size
+	case agent.ReplyJobs: // a collective across jobs
 		delete(j.pending, rp.Req.ID)
 		j.mu.Unlock()
 		p.req.done(result{err: rp.Err, data: []byte(rp.Val)})
+		return
+	case agent.ReplyLayout: // where another job runs
+		delete(j.pending, rp.Req.ID)
+		j.mu.Unlock()
+		p.req.done(result{err: rp.Err, layout: rp.Layout})
 		return
 	case agent.ReplyName:
 		if rp.Err != nil && p.err == nil && p.req.kind != reqLookup {

@@ -831,6 +831,12 @@ static void load_rank(pmix_info_t *i, const char *key, pmix_rank_t v) { PMIX_INF
 
 int fpx_register_nspace(const fpx_job *j)
 {
+    if (j->size == 0) { // another job's namespace, not known to the launcher
+        waiter *w = waiter_new();
+        if (w == NULL)
+            return PMIX_ERR_NOMEM;
+        return waiter_wait(w, PMIx_server_register_nspace(j->nspace, 0, NULL, 0, waiter_done, w), 0);
+    }
     char *nodemap = NULL, *procmap = NULL;
     pmix_status_t rc = PMIx_generate_regex(j->nodelist, &nodemap);
     if (rc != PMIX_SUCCESS)
@@ -840,47 +846,59 @@ int fpx_register_nspace(const fpx_job *j)
         free(nodemap);
         return rc;
     }
+    bool here = j->node >= 0; // else another job's namespace, no rank here
     size_t njob = 14;
     size_t ninfo = njob + (size_t)j->size;
     pmix_info_t *info;
     PMIX_INFO_CREATE(info, ninfo);
     size_t k = 0;
-    load_u32(&info[k++], PMIX_UNIV_SIZE, (uint32_t)j->usize);
+    if (j->usize > 0) {
+        load_u32(&info[k++], PMIX_UNIV_SIZE, (uint32_t)j->usize);
+        load_u32(&info[k++], PMIX_MAX_PROCS, (uint32_t)j->usize);
+    }
     load_u32(&info[k++], PMIX_JOB_SIZE, (uint32_t)j->size);
-    load_u32(&info[k++], PMIX_MAX_PROCS, (uint32_t)j->usize);
     PMIX_INFO_LOAD(&info[k++], PMIX_JOBID, j->nspace, PMIX_STRING);
     load_u32(&info[k++], PMIX_NUM_NODES, (uint32_t)j->nnodes);
     PMIX_INFO_LOAD(&info[k++], PMIX_NODE_MAP, nodemap, PMIX_REGEX);
     PMIX_INFO_LOAD(&info[k++], PMIX_PROC_MAP, procmap, PMIX_REGEX);
-    PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_PEERS, j->peers, PMIX_STRING);
-    load_u32(&info[k++], PMIX_LOCAL_SIZE, (uint32_t)j->nlocal);
-    load_u32(&info[k++], PMIX_NODE_SIZE, (uint32_t)j->nlocal);
-    load_rank(&info[k++], PMIX_LOCALLDR, (pmix_rank_t)j->leader);
-    load_u32(&info[k++], PMIX_NODEID, (uint32_t)j->node);
-    PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, j->hostnames[j->node], PMIX_STRING);
     bool spawned = j->parent != NULL;
-    PMIX_INFO_LOAD(&info[k++], PMIX_SPAWNED, &spawned, PMIX_BOOL);
+    if (here) {
+        PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_PEERS, j->peers, PMIX_STRING);
+        load_u32(&info[k++], PMIX_LOCAL_SIZE, (uint32_t)j->nlocal);
+        load_u32(&info[k++], PMIX_NODE_SIZE, (uint32_t)j->nlocal);
+        load_rank(&info[k++], PMIX_LOCALLDR, (pmix_rank_t)j->leader);
+        load_u32(&info[k++], PMIX_NODEID, (uint32_t)j->node);
+        PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, j->hostnames[j->node], PMIX_STRING);
+        PMIX_INFO_LOAD(&info[k++], PMIX_SPAWNED, &spawned, PMIX_BOOL);
+    }
     pmix_proc_t parent;
     if (spawned)
         PMIX_LOAD_PROCID(&parent, j->parent, (pmix_rank_t)j->parent_rank);
     for (int r = 0; r < j->size; r++) {
         pmix_data_array_t *da;
-        PMIX_DATA_ARRAY_CREATE(da, spawned ? 10 : 9, PMIX_INFO);
+        PMIX_DATA_ARRAY_CREATE(da, 10, PMIX_INFO);
         pmix_info_t *p = da->array;
-        load_rank(&p[0], PMIX_RANK, (pmix_rank_t)r);
-        load_u32(&p[1], PMIX_APPNUM, (uint32_t)j->appnum[r]);
-        load_u16(&p[2], PMIX_LOCAL_RANK, (uint16_t)j->lrank[r]);
-        load_u16(&p[3], PMIX_NODE_RANK, (uint16_t)j->lrank[r]);
-        load_u32(&p[4], PMIX_NODEID, (uint32_t)j->nodeof[r]);
-        PMIX_INFO_LOAD(&p[5], PMIX_HOSTNAME, j->hostnames[j->nodeof[r]], PMIX_STRING);
-        load_rank(&p[6], PMIX_GLOBAL_RANK, (pmix_rank_t)r);
-        load_rank(&p[7], PMIX_APP_RANK, (pmix_rank_t)j->apprank[r]);
-        // Per rank too, as PMIx clients ask for them (PMIx_Get of their
-        // own rank's PMIX_SPAWNED and PMIX_PARENT_ID: "was I spawned, and
-        // by whom"; OpenPMIx's PMI-2 library asks so for PMIX_SPAWNED).
-        PMIX_INFO_LOAD(&p[8], PMIX_SPAWNED, &spawned, PMIX_BOOL);
-        if (spawned)
-            PMIX_INFO_LOAD(&p[9], PMIX_PARENT_ID, &parent, PMIX_PROC);
+        size_t n = 0;
+        load_rank(&p[n++], PMIX_RANK, (pmix_rank_t)r);
+        load_u16(&p[n++], PMIX_LOCAL_RANK, (uint16_t)j->lrank[r]);
+        load_u16(&p[n++], PMIX_NODE_RANK, (uint16_t)j->lrank[r]);
+        load_u32(&p[n++], PMIX_NODEID, (uint32_t)j->nodeof[r]);
+        PMIX_INFO_LOAD(&p[n++], PMIX_HOSTNAME, j->hostnames[j->nodeof[r]], PMIX_STRING);
+        load_rank(&p[n++], PMIX_GLOBAL_RANK, (pmix_rank_t)r);
+        if (j->appnum != NULL) {
+            load_u32(&p[n++], PMIX_APPNUM, (uint32_t)j->appnum[r]);
+            load_rank(&p[n++], PMIX_APP_RANK, (pmix_rank_t)j->apprank[r]);
+        }
+        if (here) {
+            // Per rank too, as PMIx clients ask for them (PMIx_Get of
+            // their own rank's PMIX_SPAWNED and PMIX_PARENT_ID: "was I
+            // spawned, and by whom"; OpenPMIx's PMI-2 library asks so for
+            // PMIX_SPAWNED).
+            PMIX_INFO_LOAD(&p[n++], PMIX_SPAWNED, &spawned, PMIX_BOOL);
+            if (spawned)
+                PMIX_INFO_LOAD(&p[n++], PMIX_PARENT_ID, &parent, PMIX_PROC);
+        }
+        da->size = n;
         PMIX_LOAD_KEY(info[k].key, PMIX_PROC_DATA);
         info[k].value.type = PMIX_DATA_ARRAY;
         info[k].value.data.darray = da; // freed with info
@@ -890,33 +908,16 @@ int fpx_register_nspace(const fpx_job *j)
     if (w == NULL) {
         rc = PMIX_ERR_NOMEM;
     } else {
-        // No bound: the library holds info until it calls back.
+        // No bound: the library holds info until it calls back. A
+        // namespace without local clients (nlocal 0) is one whose
+        // clients the library does not wait for: a fence or disconnect
+        // naming it waits for none of them here.
         rc = PMIx_server_register_nspace(j->nspace, j->nlocal, info, k, waiter_done, w);
         rc = waiter_wait(w, rc, 0);
     }
     PMIX_INFO_FREE(info, ninfo);
     free(nodemap);
     free(procmap);
-    return rc;
-}
-
-// fpx_register_foreign registers nspace, another job of the run whose
-// ranks' data comes by direct modex, without local clients and with its
-// size (PMIX_JOB_SIZE; none if size is 0). No bound, as for
-// fpx_register_nspace: the library holds info until it calls back.
-int fpx_register_foreign(const char *nspace, int size)
-{
-    waiter *w = waiter_new();
-    if (w == NULL)
-        return PMIX_ERR_NOMEM;
-    pmix_info_t info[1];
-    size_t n = 0;
-    if (size > 0)
-        load_u32(&info[n++], PMIX_JOB_SIZE, (uint32_t)size);
-    pmix_status_t rc = PMIx_server_register_nspace(nspace, 0, n > 0 ? info : NULL, n, waiter_done, w);
-    rc = waiter_wait(w, rc, 0);
-    for (size_t i = 0; i < n; i++)
-        PMIX_INFO_DESTRUCT(&info[i]);
     return rc;
 }
 

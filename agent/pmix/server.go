@@ -128,57 +128,68 @@ func statusErr(rc C.int) error {
 
 // registerNspace registers cfg's job with the server.
 func registerNspace(cfg *Config) error {
-	size := cfg.Size
-	var hosts, ppn []string
+	l := agent.Layout{Size: cfg.Size, Hosts: cfg.Hosts, Nodes: cfg.Nodes}
+	appnum := cfg.Appnum
+	if appnum == nil {
+		appnum = make([]int, cfg.Size)
+	}
+	return register(cfg.Nspace, &l, cfg.Usize, cfg.Index, appnum, cfg.Parent)
+}
+
+// registerForeign registers nspace, another job of the run with no rank
+// on this node, as l lays it out: without local clients, its universe
+// size, app numbers and parent unknown here (Job.foreignLayout).
+func registerForeign(nspace string, l *agent.Layout) error {
+	return register(nspace, l, 0, -1, nil, nil)
+}
+
+// register registers namespace nspace laid out as l, as node index of it
+// (-1: no rank of it here), with appnum by rank (nil: not known).
+func register(nspace string, l *agent.Layout, usize, index int, appnum []int, parent *Proc) error {
+	size := l.Size
+	var ppn []string
 	nodeOf := C.fpx_ints(C.int(size))
 	lrank := C.fpx_ints(C.int(size))
-	appnum := C.fpx_ints(C.int(size))
-	apprank := C.fpx_ints(C.int(size))
-	defer func() {
-		for _, p := range []*C.int{nodeOf, lrank, appnum, apprank} {
-			C.fpx_free_ints(p)
-		}
-	}()
-	// App ranks: ranks of each app numbered from 0 in rank order.
-	appFirst := map[int]int{}
-	for r := 0; r < size; r++ {
-		a := 0
-		if cfg.Appnum != nil {
-			a = cfg.Appnum[r]
-		}
-		if _, ok := appFirst[a]; !ok {
-			appFirst[a] = r
-		}
-		C.fpx_ints_set(appnum, C.int(r), C.int(a))
-		C.fpx_ints_set(apprank, C.int(r), C.int(r-appFirst[a]))
+	defer C.fpx_free_ints(nodeOf)
+	defer C.fpx_free_ints(lrank)
+	cs := func(s string) *C.char { return C.CString(s) }
+	j := C.fpx_job{
+		nspace: cs(nspace), size: C.int(size), usize: C.int(usize), nnodes: C.int(len(l.Nodes)), node: C.int(index),
+		nodeof: nodeOf, lrank: lrank,
 	}
-	chosts := C.fpx_strs(C.int(len(cfg.Nodes)))
-	defer C.fpx_strs_free(chosts, C.int(len(cfg.Nodes)))
-	for i, ranks := range cfg.Nodes {
-		h := nodeName(i)
-		if i == cfg.Index {
-			h = cfg.Hostname
+	if appnum != nil {
+		// App ranks: ranks of each app numbered from 0 in rank order.
+		j.appnum, j.apprank = C.fpx_ints(C.int(size)), C.fpx_ints(C.int(size))
+		defer C.fpx_free_ints(j.appnum)
+		defer C.fpx_free_ints(j.apprank)
+		appFirst := map[int]int{}
+		for r, a := range appnum {
+			if _, ok := appFirst[a]; !ok {
+				appFirst[a] = r
+			}
+			C.fpx_ints_set(j.appnum, C.int(r), C.int(a))
+			C.fpx_ints_set(j.apprank, C.int(r), C.int(r-appFirst[a]))
 		}
-		hosts = append(hosts, h)
-		C.fpx_strs_set(chosts, C.int(i), C.CString(h))
+	}
+	j.hostnames = C.fpx_strs(C.int(len(l.Nodes)))
+	defer C.fpx_strs_free(j.hostnames, C.int(len(l.Nodes)))
+	for i, ranks := range l.Nodes {
+		C.fpx_strs_set(j.hostnames, C.int(i), C.CString(l.Hosts[i]))
 		rs := make([]string, len(ranks))
-		for l, r := range ranks {
-			rs[l] = strconv.Itoa(r)
+		for lr, r := range ranks {
+			rs[lr] = strconv.Itoa(r)
 			C.fpx_ints_set(nodeOf, C.int(r), C.int(i))
-			C.fpx_ints_set(lrank, C.int(r), C.int(l))
+			C.fpx_ints_set(lrank, C.int(r), C.int(lr))
 		}
 		ppn = append(ppn, strings.Join(rs, ","))
 	}
-	local := cfg.Nodes[cfg.Index]
-	cs := func(s string) *C.char { return C.CString(s) }
-	j := C.fpx_job{
-		nspace: cs(cfg.Nspace), size: C.int(size), usize: C.int(cfg.Usize),
-		nnodes: C.int(len(cfg.Nodes)), node: C.int(cfg.Index), nlocal: C.int(len(local)), leader: C.int(local[0]),
-		nodelist: cs(strings.Join(hosts, ",")), ppn: cs(strings.Join(ppn, ";")), peers: cs(ppn[cfg.Index]),
-		hostnames: chosts, nodeof: nodeOf, lrank: lrank, appnum: appnum, apprank: apprank,
+	j.nodelist, j.ppn = cs(strings.Join(l.Hosts, ",")), cs(strings.Join(ppn, ";"))
+	if index >= 0 {
+		local := l.Nodes[index]
+		j.nlocal, j.leader, j.peers = C.int(len(local)), C.int(local[0]), cs(ppn[index])
 	}
-	if p := cfg.Parent; p != nil {
-		j.parent, j.parent_rank = cs(p.Nspace), C.int(p.Rank)
+	if parent != nil {
+		j.parent, j.parent_rank = cs(parent.Nspace), C.int(parent.Rank)
 	}
 	defer func() {
 		for _, p := range []*C.char{j.nspace, j.nodelist, j.ppn, j.peers, j.parent} {
@@ -186,17 +197,6 @@ func registerNspace(cfg *Config) error {
 		}
 	}()
 	if rc := C.fpx_register_nspace(&j); rc != C.PMIX_SUCCESS {
-		return statusErr(rc)
-	}
-	return nil
-}
-
-// registerForeign registers nspace as a namespace without local clients
-// and of size ranks (0: not known) (Job.foreignSize).
-func registerForeign(nspace string, size int) error {
-	c := C.CString(nspace)
-	defer C.fpx_free(c)
-	if rc := C.fpx_register_foreign(c, C.int(size)); rc != C.PMIX_SUCCESS {
 		return statusErr(rc)
 	}
 	return nil

@@ -33,7 +33,10 @@ typedef struct {
 } fpx_cb;
 
 // fpx_job is what PMIx_server_register_nspace needs of one job on one
-// node; arrays by global rank have size entries, hostnames nnodes.
+// node; arrays by global rank have size entries, hostnames nnodes. node
+// is -1 for another job of the run with no rank on this node: nlocal is
+// then 0, peers, appnum, apprank and parent NULL, usize 0 (not known);
+// size 0 registers a namespace without job data (its layout not known).
 typedef struct {
     const char *nspace;
     int size, usize, nnodes, node, nlocal, leader;
@@ -59,7 +62,6 @@ int fpx_init(const char *tmpdir);
 const char *fpx_error(int status);
 int fpx_register_nspace(const fpx_job *j);
 int fpx_deregister_nspace(const char *nspace, int secs);
-int fpx_register_foreign(const char *nspace, int size);
 int fpx_register_client(const char *nspace, int rank, int uid, int gid, char ***env);
 int fpx_rank_data(const char *nspace, int rank, unsigned long long id);
 void fpx_free_env(char **env);

@@ -121,6 +121,10 @@ func TestConfigErrors(t *testing.T) {
 		{Agent: a, Nspace: "x", Size: 2, Nodes: [][]int{{0, 1}}, Index: 1},
 		{Agent: a, Nspace: "x", Size: 2, Nodes: [][]int{{0, 1}}, Appnum: []int{0}},
 		{Agent: a, Nspace: strings.Repeat("n", 256), Size: 2, Nodes: [][]int{{0, 1}}},
+		{Agent: a, Nspace: "x", Size: 2, Nodes: [][]int{{0, 1}}, Hosts: []string{"a", "b"}},
+		{Agent: a, Nspace: "x", Size: 2, Nodes: [][]int{{0}, {1}}, Hosts: []string{"a", "a"}},
+		{Agent: a, Nspace: "x", Size: 2, Nodes: [][]int{{0}, {1}}, Hosts: []string{"a", "b,c"}},
+		{Agent: a, Nspace: "x", Size: 2, Nodes: [][]int{{0}, {1}}, Hosts: []string{"a", ""}},
 	} {
 		if j, err := NewJob(c); err == nil {
 			j.Close()

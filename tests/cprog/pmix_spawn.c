@@ -18,9 +18,12 @@
  *
  * With "connect", the spawning rank hands the children's namespace to
  * its job (a put and a fence), and every rank of both jobs then calls
- * PMIx_Connect over both namespaces, puts a card, fences over both
- * namespaces collecting data, checks the other job's PMIX_JOB_SIZE,
- * reads the card of every rank of the other job, prints
+ * PMIx_Connect over both namespaces, puts a card and the name of its node
+ * (its PMIX_HOSTNAME), fences over both namespaces collecting data,
+ * checks the other job's PMIX_JOB_SIZE, reads the card of every rank of
+ * the other job, checks that every rank of both jobs has the
+ * PMIX_HOSTNAME that rank itself was given (nodes named alike on every
+ * node, and the other job's ranks placed on a node without them), prints
  *
  *   connect: parent|child rank R read K cards
  *
@@ -57,8 +60,43 @@ static void card_of(char *buf, size_t len, const char *nspace, pmix_rank_t r)
     snprintf(buf, len, "card-of-%s-rank-%u", nspace, r);
 }
 
+// host_of returns rank p's PMIX_HOSTNAME, or NULL; free it.
+static char *host_of(const pmix_proc_t *p)
+{
+    pmix_value_t *v = NULL;
+    if (PMIx_Get(p, PMIX_HOSTNAME, NULL, 0, &v) != PMIX_SUCCESS)
+        return NULL;
+    char *h = v->type == PMIX_STRING ? strdup(v->data.string) : NULL;
+    PMIX_VALUE_RELEASE(v);
+    return h;
+}
+
+// same_hosts checks that every rank of job nspace (size n) has the
+// PMIX_HOSTNAME it put for itself as "fastpmi.host".
+static int same_hosts(const char *nspace, uint32_t n)
+{
+    for (uint32_t r = 0; r < n; r++) {
+        pmix_proc_t peer;
+        pmix_value_t *v = NULL;
+        PMIX_LOAD_PROCID(&peer, nspace, r);
+        pmix_status_t rc = PMIx_Get(&peer, "fastpmi.host", NULL, 0, &v);
+        if (rc != PMIX_SUCCESS || v->type != PMIX_STRING)
+            return fail("get a rank's own host name", rc);
+        char *h = host_of(&peer);
+        if (h == NULL || strcmp(h, v->data.string) != 0) {
+            fprintf(stderr, "FAIL rank %u of %s: PMIX_HOSTNAME %s here, %s on its node\n", r, nspace, h ? h : "(none)",
+                    v->data.string);
+            return 3;
+        }
+        free(h);
+        PMIX_VALUE_RELEASE(v);
+    }
+    return 0;
+}
+
 // join connects to the other job (namespace other, size n), fences over
-// both jobs with every rank's card, and reads the other job's cards.
+// both jobs with every rank's card and node name, and reads the other
+// job's cards and both jobs' node names.
 static int join(const pmix_proc_t *me, const char *role, const char *other, uint32_t n)
 {
     pmix_proc_t procs[2];
@@ -72,8 +110,15 @@ static int join(const pmix_proc_t *me, const char *role, const char *other, uint
     pmix_value_t val;
     val.type = PMIX_STRING;
     val.data.string = card;
-    if ((rc = PMIx_Put(PMIX_GLOBAL, "fastpmi.card", &val)) != PMIX_SUCCESS || (rc = PMIx_Commit()) != PMIX_SUCCESS)
+    if ((rc = PMIx_Put(PMIX_GLOBAL, "fastpmi.card", &val)) != PMIX_SUCCESS)
         return fail("put card", rc);
+    char *host = host_of(me);
+    if (host == NULL)
+        return fail("get my PMIX_HOSTNAME", PMIX_ERR_NOT_FOUND);
+    val.data.string = host;
+    if ((rc = PMIx_Put(PMIX_GLOBAL, "fastpmi.host", &val)) != PMIX_SUCCESS || (rc = PMIx_Commit()) != PMIX_SUCCESS)
+        return fail("put host name", rc);
+    free(host);
     pmix_info_t info;
     bool collect = true;
     PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
@@ -106,6 +151,11 @@ static int join(const pmix_proc_t *me, const char *role, const char *other, uint
         PMIX_VALUE_RELEASE(v);
         read++;
     }
+    int code = same_hosts(other, n);
+    if (code == 0)
+        code = same_hosts(me->nspace, job_size(me));
+    if (code != 0)
+        return code;
     printf("connect: %s rank %u read %u cards\n", role, me->rank, read);
     if ((rc = PMIx_Disconnect(procs, 2, NULL, 0)) != PMIX_SUCCESS)
         return fail("PMIx_Disconnect", rc);
