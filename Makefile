@@ -71,7 +71,7 @@ $(LIB)/include/fastpmi/pmi2ext.h: clib/include/fastpmi/pmi2ext.h
 	cp $< $@
 
 CPROG_MPI  := mpi_allreduce mpi_hello mpi_abort mpi_pubname mpi_args mpi_appnum
-CPROG_OMPI := ompi_allreduce ompi_abort ompi_die ompi_spawn ompi_hello ompi_pubname
+CPROG_OMPI := ompi_allreduce ompi_abort ompi_die ompi_spawn ompi_accept ompi_hello ompi_pubname
 CPROG_PMI2 := pmi2_test pmi2_bench pmi2_spawn pmi2_spawnbench pmi2_cost pmi2_appnum
 CPROG_ALL  := $(addprefix $(CPROG)/,$(CPROG_MPI) $(CPROG_OMPI) $(CPROG_PMI2) pmix_bench pmix_dmodex pmix_spawn pmix_join exit_early forkfloor true_static)
 CFLAGS     ?= -O2 -Wall
@@ -86,10 +86,10 @@ $(CPROG_ALL): | deps
 $(addprefix $(CPROG)/,$(CPROG_MPI)): $(CPROG)/%: tests/cprog/%.c
 	@mkdir -p $(CPROG)
 	mpicc.mpich $(CFLAGS) -o $@ $<
-$(CPROG)/ompi_die $(CPROG)/ompi_spawn: $(CPROG)/%: tests/cprog/%.c
+$(CPROG)/ompi_die $(CPROG)/ompi_spawn $(CPROG)/ompi_accept: $(CPROG)/%: tests/cprog/%.c
 	@mkdir -p $(CPROG)
 	mpicc.openmpi $(CFLAGS) -o $@ $<
-$(addprefix $(CPROG)/,$(filter-out ompi_die ompi_spawn,$(CPROG_OMPI))): $(CPROG)/ompi_%: tests/cprog/mpi_%.c
+$(addprefix $(CPROG)/,$(filter-out ompi_die ompi_spawn ompi_accept,$(CPROG_OMPI))): $(CPROG)/ompi_%: tests/cprog/mpi_%.c
 	@mkdir -p $(CPROG)
 	mpicc.openmpi $(CFLAGS) -o $@ $<
 $(addprefix $(CPROG)/,$(CPROG_PMI2)): $(CPROG)/%: tests/cprog/%.c

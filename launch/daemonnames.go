@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -24,12 +25,15 @@ type nameService interface {
 
 // daemonNames is a name-service session with the daemon of a run's first
 // node (agent/daemon's names.go): runs launched separately on the same
-// daemons share their names. Requests are answered by the session's
-// reader goroutine, or fail after timeout; Close ends the session and
-// waits for the reader.
+// daemons share their names, and their jobs (daemonjobs.go). Requests are
+// answered by the session's reader goroutine, or fail after timeout; the
+// daemon's own requests (Op set) go to serve, whose answer goes back on
+// the session; Close ends the session and waits for the reader.
 type daemonNames struct {
 	c       netio.Conn
 	timeout time.Duration
+	log     *slog.Logger
+	serve   func(req node.Name, answer func(node.Name))
 	reader  sync.WaitGroup
 
 	mu      sync.Mutex // guards the fields below
@@ -38,13 +42,15 @@ type daemonNames struct {
 	dead    error // the session is over: every request fails with it
 }
 
-// dialDaemonNames opens a session with the daemon at addr.
-func dialDaemonNames(ctx context.Context, tr netio.Transport, addr string, timeout time.Duration) (*daemonNames, error) {
+// dialDaemonNames opens a session with the daemon at addr; serve answers
+// the daemon's requests.
+func dialDaemonNames(ctx context.Context, tr netio.Transport, addr string, timeout time.Duration, log *slog.Logger,
+	serve func(node.Name, func(node.Name))) (*daemonNames, error) {
 	c, err := tr.Dial(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the name service of daemon %s: %w", addr, err)
 	}
-	d := &daemonNames{c: c, timeout: timeout, waiting: map[uint64]func(node.Name){}}
+	d := &daemonNames{c: c, timeout: timeout, log: log, serve: serve, waiting: map[uint64]func(node.Name){}}
 	d.reader.Go(d.read)
 	// Open the session at once: a connection that says nothing is
 	// dropped by the daemon.
@@ -75,6 +81,10 @@ func (d *daemonNames) read() {
 				done(node.Name{Err: d.dead.Error()})
 			}
 			return
+		}
+		if m.Op != "" { // the daemon asks
+			d.serve(m, d.answerDaemon)
+			continue
 		}
 		d.mu.Lock()
 		done := d.waiting[m.ID]

@@ -29,6 +29,7 @@ func jobsCollRun(t *testing.T) (run *multiRun, parent, child, other *rootNode) {
 			r.hellos = append(r.hellos, node.Hello{Host: "h", PID: p})
 		}
 		run.live[r] = r.spec.Size
+		run.joined(r, r.hellos)
 		return r
 	}
 	return run, mk("p", [][]int{{0, 1}, {2, 3}}, []int{0, 1}, 1, 2), mk("p-1", [][]int{{0}, {1}}, []int{0, 1}, 1, 2), mk("p-2", [][]int{{0}}, []int{2}, 3)
@@ -57,10 +58,11 @@ func answered(ch chan string) string {
 	}
 }
 
-// The root completes a collective across jobs once every agent process
-// hosting a participant entered, once per process whatever jobs it
-// serves, and answers each with their data in process order; the
-// participants named in any order name one collective.
+// The run's jobs are in its directory (agent/jobsdir, which tests the
+// collectives themselves) as their agents said hello: a node enters as
+// its agent process, whichever of its jobs it enters for; a collective
+// naming a job of no run is refused at once; a job's layout names its
+// nodes as the run does; a job that ends fails what waits for it.
 func TestJobsCollective(t *testing.T) {
 	run, parent, child, other := jobsCollRun(t)
 	both := []agent.JobRanks{{Job: "p"}, {Job: "p-1"}}
@@ -71,36 +73,12 @@ func TestJobsCollective(t *testing.T) {
 	if s := answered(enter(run, child, 1, agent.JobsFence, both, "again")); !strings.Contains(s, "entered twice") {
 		t.Errorf("a process entering twice (for its other job): %q", s)
 	}
-	// A connect over the same ranks is another collective.
-	c := enter(run, child, 0, agent.JobsConnect, both, "")
-	b := enter(run, parent, 0, agent.JobsFence, []agent.JobRanks{{Job: "p-1"}, {Job: "p"}}, "A")
+	b := enter(run, child, 0, agent.JobsFence, both, "A")
 	for i, ch := range []chan string{a, b} {
 		if s := answered(ch); s != "data: AB" {
 			t.Errorf("entry %d answered %q, want every process's data in order", i, s)
 		}
 	}
-	if s := answered(c); s != "" {
-		t.Errorf("the connect answered with half its processes: %q", s)
-	}
-	if s := answered(enter(run, parent, 1, agent.JobsConnect, both, "")); s != "data: " {
-		t.Errorf("the connect's last entry: %q", s)
-	}
-	if s := answered(c); s != "data: " {
-		t.Errorf("the connect's first entry: %q", s)
-	}
-	// Part of one job: only the processes hosting those ranks, named in
-	// any order.
-	if s := answered(enter(run, parent, 1, agent.JobsFence, []agent.JobRanks{{Job: "p", Ranks: []int{3}}}, "x")); s != "data: x" {
-		t.Errorf("a fence of rank 3 alone: %q", s)
-	}
-	d := enter(run, parent, 1, agent.JobsFence, []agent.JobRanks{{Job: "p", Ranks: []int{3, 0}}}, "y")
-	if s := answered(enter(run, parent, 0, agent.JobsFence, []agent.JobRanks{{Job: "p", Ranks: []int{0, 3, 3}}}, "z")); s != "data: zy" || answered(d) != "data: zy" {
-		t.Errorf("a fence of ranks 0 and 3: %q", s)
-	}
-	if len(run.colls) != 0 {
-		t.Errorf("%d collectives left under way", len(run.colls))
-	}
-
 	for _, bad := range []struct {
 		from  *rootNode
 		i     int
@@ -108,9 +86,7 @@ func TestJobsCollective(t *testing.T) {
 		want  string
 	}{
 		{parent, 0, []agent.JobRanks{{Job: "p"}, {Job: "q"}}, "job q is not running in this run"},
-		{parent, 0, []agent.JobRanks{{Job: "p", Ranks: []int{4}}}, "rank 4 of job p of 4 ranks"},
-		{other, 0, both, "node 0 of job p-2 hosts no participant"},
-		{parent, 0, nil, "0 jobs"},
+		{other, 0, both, "agent process h/3 hosts no participant"},
 	} {
 		if s := answered(enter(run, bad.from, bad.i, agent.JobsFence, bad.procs, "")); !strings.Contains(s, bad.want) {
 			t.Errorf("%v from %s node %d: %q, want an error saying %q", bad.procs, bad.from.spec.JobID, bad.i, s, bad.want)
@@ -130,7 +106,9 @@ func TestJobsCollective(t *testing.T) {
 		{[]agent.JobRanks{{Job: "q"}}, nil, "job q is not running"},
 		{[]agent.JobRanks{{Job: "p"}, {Job: "p-1"}}, nil, "want one job"},
 	} {
-		l, err := run.jobLayout(&node.Name{Op: "joblayout", Procs: c.procs})
+		var l *agent.Layout
+		var err error
+		run.jobLayout(&node.Name{Op: "joblayout", Procs: c.procs}, func(gl *agent.Layout, gerr error) { l, err = gl, gerr })
 		if !reflect.DeepEqual(l, c.layout) || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("layout of %v: %+v, %v; want %+v, %q", c.procs, l, err, c.layout, c.err)
 		}
@@ -147,8 +125,8 @@ func TestJobsCollective(t *testing.T) {
 	if s := answered(e); !strings.Contains(s, "job p-1 ended before every participant joined") {
 		t.Errorf("a connect with a job that ended: %q", s)
 	}
-	if s := answered(f); s != "" || len(run.colls) != 1 {
-		t.Errorf("a collective of the parent alone: answered %q, %d under way", s, len(run.colls))
+	if s := answered(f); s != "" || run.dir.Pending() != 1 {
+		t.Errorf("a collective of the parent alone: answered %q, %d under way", s, run.dir.Pending())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/daemon"
+	"github.com/fastpmi/fastpmi/agent/jobsdir"
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/perf"
@@ -65,7 +66,9 @@ type multiRun struct {
 	jobno int                            // jobs made so far, guarded by mu
 	live  map[*rootNode]int              // running jobs and their processes, guarded by mu
 	sigs  map[*rootNode]chan<- os.Signal // each running job's signal inbox, guarded by mu
-	colls map[string]*jobsColl           // collectives across jobs under way, by key (jobscoll.go), guarded by mu
+	// dir holds the running jobs for collectives across them and other
+	// nodes' questions (jobscoll.go); safe for concurrent use.
+	dir *jobsdir.Dir[*rootNode]
 	// rdWaits are the rank-data requests across jobs waiting for a
 	// node's answer, by rdSeq (jobscoll.go), guarded by mu.
 	rdWaits map[uint64]jobRankWait
@@ -78,7 +81,7 @@ func newMultiRun(cfg Config, hosts []string, tr netio.Transport, codec netio.Cod
 		out:   node.NewOutput(node.Prefix{}, true, cfg.Stdout, cfg.Stderr),
 		intr:  interrupts{stderr: cfg.Stderr},
 		start: time.Now(), end: make(chan struct{}),
-		live: make(map[*rootNode]int), sigs: make(map[*rootNode]chan<- os.Signal), colls: make(map[string]*jobsColl),
+		live: make(map[*rootNode]int), sigs: make(map[*rootNode]chan<- os.Signal), dir: jobsdir.New[*rootNode]("in this run"),
 		rdWaits: make(map[uint64]jobRankWait),
 	}
 	run.fate = &fate{stderr: cfg.Stderr, end: func(*JobError) { close(run.end) }}
@@ -190,8 +193,12 @@ func (run *multiRun) ended(r *rootNode) {
 	run.mu.Lock()
 	delete(run.live, r)
 	delete(run.sigs, r)
-	later := append(run.dropJobRankData(r), run.dropJobsColls(r)...)
+	later := run.dropJobRankData(r)
 	run.mu.Unlock()
+	run.dir.Remove(r.spec.JobID)
+	if d := run.daemons(); d != nil {
+		d.unregister(r.spec.JobID)
+	}
 	for _, f := range later {
 		f()
 	}

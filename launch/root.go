@@ -213,7 +213,9 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 			r.ln.Close()
 			return early(cfg, 2, err.Error())
 		}
-		names.Go(func() { dnames, namesErr = dialDaemonNames(ctx, dtr, hosts[0], cfg.NetTimeout) })
+		names.Go(func() {
+			dnames, namesErr = dialDaemonNames(ctx, dtr, hosts[0], cfg.NetTimeout, cfg.Logger, run.serveDaemon)
+		})
 	}
 	agents, err := r.agents(ctx, hosts)
 	names.Wait()
@@ -493,13 +495,14 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 	r.run.mu.Lock()
 	r.hellos = hellos
 	r.run.mu.Unlock()
-	r.rec.Mark("agents connected", -1)
 	if r.spec.Jobno == 0 {
-		r.run.nodeNames = nodeNames(hellos)
-		if r.cfg.Bootstrap != "daemon" && !slices.Contains(jobs, "") {
-			if err := r.run.host(jobs, r.spec.Secret); err != nil {
-				r.cfg.Logger.Warn("the agents cannot host spawned jobs", "err", err)
-			}
+		r.run.nodeNames = nodeNames(hellos, r.run.hosts)
+	}
+	r.run.joined(r, hellos)
+	r.rec.Mark("agents connected", -1)
+	if r.spec.Jobno == 0 && r.cfg.Bootstrap != "daemon" && !slices.Contains(jobs, "") {
+		if err := r.run.host(jobs, r.spec.Secret); err != nil {
+			r.cfg.Logger.Warn("the agents cannot host spawned jobs", "err", err)
 		}
 	}
 	names := make([]string, k)
@@ -771,13 +774,13 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		case "lookup":
 			r.run.names.Lookup(m.Name, min(max(m.Wait, 0), agent.MaxNameWait), reply)
 		case "joblayout":
-			resp := node.Name{ID: m.ID}
-			if l, err := r.run.jobLayout(&m); err != nil {
-				resp.Err = err.Error()
-			} else {
-				resp.Layout = l
-			}
-			r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+			r.run.jobLayout(&m, func(l *agent.Layout, err error) {
+				resp := node.Name{ID: m.ID, Layout: l}
+				if err != nil {
+					resp.Err = err.Error()
+				}
+				r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+			})
 		case "rankdata":
 			r.run.jobRankData(&m, func(blob []byte, found bool, err error) {
 				resp := node.Name{ID: m.ID, Data: blob, NotFound: !found && err == nil}

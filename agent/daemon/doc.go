@@ -22,6 +22,14 @@
 // that job. Running jobs are bounded (Config.MaxJobs) and so are frames
 // (MaxFrame).
 //
+// Across runs. A connection whose first frame is a name request is a
+// run's name session (names.go): runs launched separately on the same
+// daemons keep their names at the daemon of their first node, and
+// register their jobs there too (jobs.go), so that a collective across
+// jobs of two runs (PMIx connect between an MPI_Comm_accept server and
+// its clients) completes there, and a node can learn where the other
+// run's job runs and read its ranks' data through that run.
+//
 // Scoped to a run. A per-job pmid runs a Server too, for the rest of its
 // run (internal/agentmain's runHost): its secret is the run's, pmirun
 // submits to it the nodes of the jobs the run spawns on its host, and it

@@ -39,6 +39,8 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 	// still waiting.
 	mine := map[string]bool{}
 	waiting := 0
+	sess := s.newSession(c)
+	defer sess.end()
 	defer func() {
 		mu.Lock()
 		names := slices.Collect(maps.Keys(mine))
@@ -65,6 +67,16 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 			s.reply(c, FrameName, node.Encode(resp))
 		}
 		noPort := func(err error) { answer("", err) }
+		if sess.serveJob(&m, func(r node.Name) {
+			r.ID = m.ID
+			s.reply(c, FrameName, node.Encode(r))
+		}) {
+			var err error
+			if f, err = c.Recv(ctx); err != nil {
+				return
+			}
+			continue
+		}
 		mu.Lock()
 		published, waits := len(mine), waiting
 		mu.Unlock()

@@ -10,9 +10,11 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/jobsdir"
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/netio"
 )
@@ -65,8 +67,10 @@ type Server struct {
 	ln    netio.Listener
 	start time.Time
 
-	conns sync.WaitGroup // one goroutine per accepted connection (and its job)
-	names *agent.Local   // the name service (names.go), each session's names capped; safe for concurrent use
+	conns  sync.WaitGroup         // one goroutine per accepted connection (and its job)
+	names  *agent.Local           // the name service (names.go), each session's names capped; safe for concurrent use
+	dir    *jobsdir.Dir[*session] // the jobs runs registered on their name sessions (jobs.go); safe for concurrent use
+	askSeq atomic.Uint64          // the daemon's requests to runs (session.ask)
 
 	mu      sync.Mutex // guards the fields below
 	jobs    map[*job]struct{}
@@ -98,7 +102,8 @@ func New(cfg Config) (*Server, error) {
 		tr.Close()
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
-	return &Server{cfg: cfg, tr: tr, ln: ln, start: time.Now(), jobs: map[*job]struct{}{}, names: agent.NewLocalNames(0)}, nil
+	return &Server{cfg: cfg, tr: tr, ln: ln, start: time.Now(), jobs: map[*job]struct{}{}, names: agent.NewLocalNames(0),
+		dir: jobsdir.New[*session]("on this daemon")}, nil
 }
 
 // NewTransport makes the transport of connections to or from a daemon:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -86,6 +87,10 @@ type Hello struct {
 	Jobs string `json:"jobs,omitempty"`
 }
 
+// Proc names the agent's process, host and pid: collectives across jobs
+// count processes, not nodes (agent/jobsdir).
+func (h Hello) Proc() string { return h.Host + "/" + strconv.Itoa(h.PID) }
+
 // Table gives every agent the addresses of all agents, and the name by
 // which the ranks know each node (PMIx's node map and PMIX_HOSTNAME): one
 // name per node of the run, the same in every job the node serves.
@@ -115,8 +120,12 @@ type Name struct {
 	// global rank that sent it.
 	Spawn *pmiwire.Spawn `json:"spawn,omitempty"`
 	Rank  int            `json:"rank,omitempty"`
-	// Layout answers Op "joblayout": where the job of Procs runs.
+	// Layout answers Op "joblayout": where the job of Procs runs; in Op
+	// "jobreg" (to a daemon: a run registers a job), where job Name runs,
+	// and Agents the agent process of each of its nodes (Hello.Proc). In
+	// Op "jobs" to a daemon, Agents holds the entering process.
 	Layout *agent.Layout `json:"layout,omitempty"`
+	Agents []string      `json:"agents,omitempty"`
 	// Procs are the participants of a collective across jobs (Op
 	// "jobs", of kind Name); Data is the node's data in the request and
 	// every node's in the answer.

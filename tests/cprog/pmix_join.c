@@ -2,7 +2,7 @@
  * name and try to connect, as MPI_Comm_accept/MPI_Comm_connect servers
  * and clients do. Linked against OpenPMIx's client library.
  *
- *   pmix_join publish NAME | lookup NAME
+ *   pmix_join publish NAME | lookup NAME | lookup-die NAME
  *
  * Rank 0 publishes the job's namespace under NAME, or looks it up
  * (waiting up to 60 s for it), and hands it to its job (a put and a
@@ -12,7 +12,17 @@
  *   join: rank R: connected          or
  *   join: rank R: refused: STATUS
  *
- * then finalizes. Other failures print "FAIL ..." and exit 3. */
+ * Once connected, every rank puts a card, fences over both jobs without
+ * collecting data, reads the card of every rank of the other job (each a
+ * direct modex: the card is fetched from the rank's node), checks the
+ * other job's PMIX_JOB_SIZE, prints
+ *
+ *   join: rank R: read K cards
+ *
+ * and disconnects; then it finalizes. With lookup-die, the job's rank 1
+ * exits with code 5 instead of connecting: the other job's connect must
+ * fail, not wait. Other failures print "FAIL ..."
+ * and exit 3. */
 #include <pmix.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,12 +62,60 @@ static int find_other(const pmix_proc_t *me, int publish, const char *name, char
     return 0;
 }
 
+static void card_of(char *buf, size_t len, const char *nspace, pmix_rank_t r)
+{
+    snprintf(buf, len, "card-of-%s-rank-%u", nspace, r);
+}
+
+// exchange puts this rank's card, fences over both jobs (procs) without
+// collecting data, checks the size of the other job (namespace other)
+// and reads its every card.
+static int exchange(const pmix_proc_t *me, const pmix_proc_t *procs, const char *other)
+{
+    char card[512];
+    card_of(card, sizeof(card), me->nspace, me->rank);
+    pmix_value_t val, *v = NULL;
+    val.type = PMIX_STRING;
+    val.data.string = card;
+    pmix_status_t rc;
+    if ((rc = PMIx_Put(PMIX_GLOBAL, "fastpmi.card", &val)) != PMIX_SUCCESS || (rc = PMIx_Commit()) != PMIX_SUCCESS)
+        return fail("put card", rc);
+    // A card committed before the fence is there for every direct modex
+    // after it (one before it may find the rank's earlier commit: rank 0
+    // committed the other namespace).
+    if ((rc = PMIx_Fence(procs, 2, NULL, 0)) != PMIX_SUCCESS)
+        return fail("fence over both jobs", rc);
+    pmix_proc_t whole;
+    PMIX_LOAD_PROCID(&whole, other, PMIX_RANK_WILDCARD);
+    if ((rc = PMIx_Get(&whole, PMIX_JOB_SIZE, NULL, 0, &v)) != PMIX_SUCCESS || v->type != PMIX_UINT32)
+        return fail("get the other job's size", rc);
+    uint32_t n = v->data.uint32;
+    PMIX_VALUE_RELEASE(v);
+    uint32_t read = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        pmix_proc_t peer;
+        PMIX_LOAD_PROCID(&peer, other, r);
+        if ((rc = PMIx_Get(&peer, "fastpmi.card", NULL, 0, &v)) != PMIX_SUCCESS)
+            return fail("get the other job's card", rc);
+        card_of(card, sizeof(card), other, r);
+        if (v->type != PMIX_STRING || strcmp(v->data.string, card) != 0) {
+            fprintf(stderr, "FAIL rank %u of %s: wrong card\n", r, other);
+            return 3;
+        }
+        PMIX_VALUE_RELEASE(v);
+        read++;
+    }
+    printf("join: rank %u: read %u cards\n", me->rank, read);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     pmix_proc_t me;
     pmix_status_t rc;
-    if (argc != 3 || (strcmp(argv[1], "publish") != 0 && strcmp(argv[1], "lookup") != 0)) {
-        fprintf(stderr, "FAIL usage: pmix_join publish|lookup NAME\n");
+    int die = argc == 3 && strcmp(argv[1], "lookup-die") == 0;
+    if (argc != 3 || (strcmp(argv[1], "publish") != 0 && strcmp(argv[1], "lookup") != 0 && !die)) {
+        fprintf(stderr, "FAIL usage: pmix_join publish|lookup|lookup-die NAME\n");
         return 3;
     }
     int publish = strcmp(argv[1], "publish") == 0;
@@ -95,14 +153,19 @@ int main(int argc, char **argv)
     pmix_proc_t procs[2];
     PMIX_LOAD_PROCID(&procs[0], me.nspace, PMIX_RANK_WILDCARD);
     PMIX_LOAD_PROCID(&procs[1], other, PMIX_RANK_WILDCARD);
+    if (die && me.rank == 1)
+        exit(5);
     rc = PMIx_Connect(procs, 2, NULL, 0);
+    int code = 0;
     if (rc == PMIX_SUCCESS) {
         printf("join: rank %u: connected\n", me.rank);
-        PMIx_Disconnect(procs, 2, NULL, 0);
+        code = exchange(&me, procs, other);
+        if ((rc = PMIx_Disconnect(procs, 2, NULL, 0)) != PMIX_SUCCESS && code == 0)
+            code = fail("PMIx_Disconnect", rc);
     } else {
         printf("join: rank %u: refused: %s\n", me.rank, PMIx_Error_string(rc));
     }
     fflush(stdout);
     PMIx_Finalize(NULL, 0);
-    return 0;
+    return code;
 }

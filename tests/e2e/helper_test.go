@@ -57,6 +57,7 @@ var cprogs = []struct {
 	{"ompi_pubname", []string{"mpicc.openmpi"}, nil, "mpi_pubname"},
 	{"ompi_die", []string{"mpicc.openmpi"}, nil, ""},
 	{"ompi_spawn", []string{"mpicc.openmpi"}, nil, ""},
+	{"ompi_accept", []string{"mpicc.openmpi"}, nil, ""},
 	{"pmi2_test", []string{"gcc"}, []string{"-lpmi2"}, ""},
 	{"pmi2_bench", []string{"gcc"}, []string{"-lpmi2"}, ""},
 	{"pmi2_spawn", []string{"gcc"}, []string{"-lpmi2"}, ""},

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -512,25 +513,43 @@ func TestOpenMPISpawn(t *testing.T) {
 
 // Two separately launched PMIx jobs that find each other by name (the
 // daemons' name service) and connect, as MPI_Comm_accept and
-// MPI_Comm_connect servers and clients do. On one daemon its server
-// library connects its own clients by itself; across two daemons each
-// run's pmirun knows only its own jobs, so the connect is refused at
-// once, on every rank of both jobs, and nothing waits for ever.
+// MPI_Comm_connect servers and clients do, then read each other's cards
+// as they come (direct modex), fence over both jobs and disconnect. On
+// one daemon its server library connects its own clients by itself;
+// across daemons the runs' jobs meet in the directory of the daemon
+// that keeps their names: on two daemons each hosts a rank of both jobs,
+// on three the jobs share only the first (the other two each host ranks
+// of one job, which asks where the other job runs and reads its ranks'
+// cards through the other run). When a rank of one job exits instead of
+// connecting, its run ends and the other job's connect is refused at once
+// (on three daemons: the daemon of the dead rank's node has nothing to
+// enter for it); nothing waits for ever.
 func TestPMIxJoinRuns(t *testing.T) {
 	secret := newSecret(t)
 	a := startDaemon(t, nil, "127.0.0.1:0", secret)
 	b := startDaemon(t, nil, "127.0.0.1:0", secret)
+	c3 := startDaemon(t, nil, "127.0.0.1:0", secret)
 	for _, c := range []struct {
-		name, daemons, want string
+		name    string
+		daemons [2]string // of the publishing run, of the looking-up run
+		n       string
+		want    string
+		cards   int
 	}{
-		{"one daemon", a.addr, "connected"},
-		{"two daemons", a.addr + "," + b.addr, "refused: ERROR"},
+		{"one daemon", [2]string{a.addr, a.addr}, "2", "connected", 2},
+		{"two daemons", [2]string{a.addr + "," + b.addr, a.addr + "," + b.addr}, "2", "connected", 2},
+		{"three daemons", [2]string{a.addr + "," + b.addr, a.addr + "," + c3.addr}, "2", "connected", 2},
+		{"three daemons, sizes differ", [2]string{a.addr + "," + b.addr, a.addr + "," + c3.addr}, "3", "connected", 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			name := "join-" + strings.ReplaceAll(c.name, " ", "-")
+			name := "join-" + strings.NewReplacer(" ", "-", ",", "").Replace(c.name)
 			jobs := make([]job, 2)
 			for i, role := range []string{"publish", "lookup"} {
-				jobs[i] = job{args: []string{"--daemons", c.daemons, "--secret-file", secret, "--mpi", "pmix", "-n", "2", prog("pmix_join"), role, name},
+				n := "2"
+				if i == 1 {
+					n = c.n // the looking-up job's size: the publisher reads that many cards
+				}
+				jobs[i] = job{args: []string{"--daemons", c.daemons[i], "--secret-file", secret, "--mpi", "pmix", "-n", n, prog("pmix_join"), role, name},
 					timeout: 60 * time.Second}
 			}
 			start := time.Now()
@@ -538,13 +557,85 @@ func TestPMIxJoinRuns(t *testing.T) {
 			if d := time.Since(start); d > 30*time.Second {
 				t.Errorf("the jobs took %v: something waited", d)
 			}
-			for _, r := range res {
+			for i, r := range res {
 				r.wantCode(t, 0)
-				r.wantLines(t, map[string]int{"join: rank 0: " + c.want: 1, "join: rank 1: " + c.want: 1})
+				want := map[string]int{}
+				ranks, cards := 2, c.cards
+				if i == 1 {
+					ranks, cards = c.cards, 2
+				}
+				for rank := range ranks {
+					want[fmt.Sprintf("join: rank %d: %s", rank, c.want)] = 1
+					want[fmt.Sprintf("join: rank %d: read %d cards", rank, cards)] = 1
+				}
+				r.wantLines(t, want)
 			}
 		})
 	}
-	for _, d := range []*daemonProc{a, b} {
+	t.Run("a rank dies", func(t *testing.T) {
+		jobs := []job{
+			{args: []string{"--daemons", a.addr + "," + b.addr, "--secret-file", secret, "--mpi", "pmix", "-n", "2", prog("pmix_join"), "publish", "join-dies"},
+				timeout: 60 * time.Second},
+			{args: []string{"--daemons", a.addr + "," + c3.addr, "--secret-file", secret, "--mpi", "pmix", "-n", "2", prog("pmix_join"), "lookup-die", "join-dies"},
+				timeout: 60 * time.Second},
+		}
+		start := time.Now()
+		res := concurrentJobs(t, jobs)
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("the jobs took %v: something waited", d)
+		}
+		res[0].wantCode(t, 0)
+		res[0].wantLines(t, map[string]int{"join: rank 0: refused: ERROR": 1, "join: rank 1: refused: ERROR": 1})
+		res[1].wantCode(t, 5)
+	})
+	for _, d := range []*daemonProc{a, b, c3} {
+		if code := d.stop(t, 10*time.Second); code != 0 {
+			t.Errorf("pmid --daemon exited %d; stderr:\n%s", code, d.stderr.String())
+		}
+	}
+}
+
+// An Open MPI server and its client, launched as two runs on daemons:
+// MPI_Open_port, MPI_Publish_name and MPI_Comm_accept on one side,
+// MPI_Lookup_name and MPI_Comm_connect on the other, an allreduce over
+// the merged communicator, MPI_Comm_disconnect. On one daemon, and on
+// three where the runs share only the first (jobs of different sizes).
+func TestOpenMPIAcceptConnect(t *testing.T) {
+	secret := newSecret(t)
+	a := startDaemon(t, nil, "127.0.0.1:0", secret)
+	b := startDaemon(t, nil, "127.0.0.1:0", secret)
+	c3 := startDaemon(t, nil, "127.0.0.1:0", secret)
+	for _, c := range []struct {
+		name    string
+		daemons [2]string // of the server's run, of the client's
+		sizes   [2]int
+	}{
+		{"one daemon", [2]string{a.addr, a.addr}, [2]int{2, 2}},
+		{"three daemons", [2]string{a.addr + "," + b.addr, a.addr + "," + c3.addr}, [2]int{2, 3}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			name := "accept-" + strings.ReplaceAll(c.name, " ", "-")
+			jobs := make([]job, 2)
+			for i, role := range []string{"server", "client"} {
+				jobs[i] = job{args: []string{"--daemons", c.daemons[i], "--secret-file", secret, "--mpi", "pmix",
+					"-n", strconv.Itoa(c.sizes[i]), prog("ompi_accept"), role, name}, timeout: 90 * time.Second}
+			}
+			res := concurrentJobs(t, jobs)
+			joined := c.sizes[0] + c.sizes[1]
+			sum := 0
+			for i := range joined {
+				sum += i
+			}
+			for i, role := range []string{"server", "client"} {
+				res[i].wantCode(t, 0)
+				res[i].wantRankLines(t, c.sizes[i], func(rank int) string {
+					return fmt.Sprintf("accept: %s rank %d of %d joined %d: sum %d", role, rank, c.sizes[i], joined,
+						1000*(c.sizes[0]*c.sizes[0]+c.sizes[1]*c.sizes[1])+sum)
+				})
+			}
+		})
+	}
+	for _, d := range []*daemonProc{a, b, c3} {
 		if code := d.stop(t, 10*time.Second); code != 0 {
 			t.Errorf("pmid --daemon exited %d; stderr:\n%s", code, d.stderr.String())
 		}

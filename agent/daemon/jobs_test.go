@@ -1,0 +1,202 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/netio"
+)
+
+// testSession is a run's name session with a daemon, read by a goroutine
+// of its own onto in.
+type testSession struct {
+	t  *testing.T
+	c  netio.Conn
+	in chan node.Name
+}
+
+func openSession(t *testing.T, tr netio.Transport, addr string) *testSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := tr.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testSession{t: t, c: c, in: make(chan node.Name, 16)}
+	go func() { // ends when the connection closes
+		defer close(s.in)
+		for {
+			f, err := c.Recv(context.Background())
+			var m node.Name
+			if err != nil || f.Type != FrameName || node.Decode(f.Payload, &m) != nil {
+				return
+			}
+			s.in <- m
+		}
+	}()
+	s.send(node.Name{ID: 1, Op: "open"})
+	if m := s.next(); m.ID != 1 || m.Err != "" {
+		t.Fatalf("open: %+v", m)
+	}
+	return s
+}
+
+func (s *testSession) send(m node.Name) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.c.Send(ctx, netio.Frame{Type: FrameName, Payload: node.Encode(m)}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// next is the next frame the daemon sent.
+func (s *testSession) next() node.Name {
+	s.t.Helper()
+	select {
+	case m, ok := <-s.in:
+		if !ok {
+			s.t.Fatal("the daemon closed the session")
+		}
+		return m
+	case <-time.After(10 * time.Second):
+		s.t.Fatal("no frame from the daemon")
+	}
+	return node.Name{}
+}
+
+// quiet checks that the daemon sent nothing more for a while.
+func (s *testSession) quiet() {
+	s.t.Helper()
+	select {
+	case m := <-s.in:
+		s.t.Errorf("unexpected frame %+v", m)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// call sends m and returns the daemon's answer.
+func (s *testSession) call(m node.Name) node.Name {
+	s.t.Helper()
+	s.send(m)
+	r := s.next()
+	if r.ID != m.ID {
+		s.t.Fatalf("answer %+v to request %d", r, m.ID)
+	}
+	return r
+}
+
+func oneNode(host string) *agent.Layout {
+	return &agent.Layout{Size: 1, Hosts: []string{host}, Nodes: [][]int{{0}}}
+}
+
+// Two runs' sessions register their jobs; a collective over both is
+// completed once each run's process entered, a job's layout and a rank's
+// data (asked of the run that registered it) are served to the other;
+// the end of a session withdraws its jobs and fails what waits for them.
+func TestDaemonJobs(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	tr, err := NewTransport(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	a, b := openSession(t, tr, s.Addr().String()), openSession(t, tr, s.Addr().String())
+
+	if r := a.call(node.Name{ID: 2, Op: "jobreg", Name: "ja", Layout: oneNode("n1"), Agents: []string{"h/1"}}); r.Err != "" {
+		t.Fatalf("register ja: %s", r.Err)
+	}
+	if r := b.call(node.Name{ID: 2, Op: "jobreg", Name: "jb", Layout: oneNode("n2"), Agents: []string{"h/2"}}); r.Err != "" {
+		t.Fatalf("register jb: %s", r.Err)
+	}
+	for _, bad := range []node.Name{
+		{ID: 3, Op: "jobreg", Name: "ja", Layout: oneNode("n1"), Agents: []string{"h/1"}}, // taken
+		{ID: 3, Op: "jobreg", Name: "jc", Agents: []string{"h/1"}},                        // no layout
+		{ID: 3, Op: "jobreg", Name: "jc", Layout: oneNode("n1")},                          // no agent
+		{ID: 3, Op: "jobs", Name: agent.JobsConnect, Procs: []agent.JobRanks{{Job: "ja"}}},
+		{ID: 3, Op: "jobs", Name: agent.JobsConnect, Procs: []agent.JobRanks{{Job: "ja"}, {Job: "jq"}}, Agents: []string{"h/1"}},
+		{ID: 3, Op: "joblayout", Procs: []agent.JobRanks{{Job: "jq"}}},
+		{ID: 3, Op: "rankdata", Procs: []agent.JobRanks{{Job: "jb"}}},
+		{ID: 3, Op: "rankdata", Procs: []agent.JobRanks{{Job: "jq", Ranks: []int{0}}}},
+	} {
+		if r := b.call(bad); r.Err == "" {
+			t.Errorf("%+v accepted: %+v", bad, r)
+		}
+	}
+	// A connect over both jobs: each run's process enters.
+	both := []agent.JobRanks{{Job: "jb"}, {Job: "ja"}}
+	a.send(node.Name{ID: 4, Op: "jobs", Name: agent.JobsFence, Procs: both, Agents: []string{"h/1"}, Data: []byte("A")})
+	a.quiet()
+	b.send(node.Name{ID: 5, Op: "jobs", Name: agent.JobsFence, Procs: both, Agents: []string{"h/2"}, Data: []byte("B")})
+	if r := a.next(); r.ID != 4 || string(r.Data) != "AB" || r.Err != "" {
+		t.Errorf("a's entry answered %+v", r)
+	}
+	if r := b.next(); r.ID != 5 || string(r.Data) != "AB" || r.Err != "" {
+		t.Errorf("b's entry answered %+v", r)
+	}
+	if r := a.call(node.Name{ID: 6, Op: "joblayout", Procs: []agent.JobRanks{{Job: "jb"}}}); r.Err != "" || r.Layout == nil || r.Layout.Hosts[0] != "n2" {
+		t.Errorf("jb's layout: %+v", r)
+	}
+	// Rank data of jb: asked of b's run, handed to a.
+	a.send(node.Name{ID: 7, Op: "rankdata", Procs: []agent.JobRanks{{Job: "jb", Ranks: []int{0}}}})
+	q := b.next()
+	if q.Op != "rankdata" || len(q.Procs) != 1 || q.Procs[0].Job != "jb" {
+		t.Fatalf("b was asked %+v", q)
+	}
+	a.quiet()
+	b.send(node.Name{ID: q.ID, Op: OpAnswer, Data: []byte("card")})
+	if r := a.next(); r.ID != 7 || string(r.Data) != "card" || r.NotFound || r.Err != "" {
+		t.Errorf("rank data: %+v", r)
+	}
+	b.send(node.Name{ID: q.ID, Op: OpAnswer, Data: []byte("again")}) // answered already: dropped
+	a.quiet()
+	// A withdraws only its own jobs.
+	if r := a.call(node.Name{ID: 8, Op: "jobunreg", Name: "jb"}); r.Err != "" {
+		t.Errorf("unregister: %+v", r)
+	}
+	if r := a.call(node.Name{ID: 9, Op: "joblayout", Procs: []agent.JobRanks{{Job: "jb"}}}); r.Err != "" {
+		t.Errorf("jb withdrawn by a run that does not run it: %+v", r)
+	}
+	// b's session ends: what waits for its job fails, and the job goes.
+	a.send(node.Name{ID: 10, Op: "jobs", Name: agent.JobsConnect, Procs: both, Agents: []string{"h/1"}})
+	a.send(node.Name{ID: 11, Op: "rankdata", Procs: []agent.JobRanks{{Job: "jb", Ranks: []int{0}}}})
+	if q := b.next(); q.Op != "rankdata" {
+		t.Fatalf("b was asked %+v", q)
+	}
+	b.c.Close()
+	got := map[uint64]string{}
+	for range 2 {
+		r := a.next()
+		got[r.ID] = r.Err
+	}
+	if !strings.Contains(got[10], "job jb ended") || !strings.Contains(got[11], "ended") {
+		t.Errorf("after jb's run ended: %v", got)
+	}
+	if r := a.call(node.Name{ID: 12, Op: "joblayout", Procs: []agent.JobRanks{{Job: "jb"}}}); !strings.Contains(r.Err, "not running on this daemon") {
+		t.Errorf("jb after its run ended: %+v", r)
+	}
+	a.c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(s.dir.Owners()) != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if o := s.dir.Owners(); len(o) != 0 {
+		t.Errorf("%d jobs left after every session ended", len(o))
+	}
+}
