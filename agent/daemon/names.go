@@ -32,7 +32,10 @@ import (
 // publisher's goroutine), when their wait is over or when the daemon's
 // name service closes, whichever is first — possibly after the session
 // ended, when the answer is dropped. A session has at most
-// agent.MaxNamesPerJob names published and lookups waiting.
+// agent.MaxNamesPerJob names published and lookups waiting. Requests
+// about jobs (registering the run's jobs, collectives and questions about
+// another run's jobs) are the directory's (jobs.go); the session's jobs
+// are withdrawn when it ends.
 func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame) {
 	var mu sync.Mutex
 	// Guarded by mu: the names this session published, and its lookups
@@ -67,20 +70,15 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 			s.reply(c, FrameName, node.Encode(resp))
 		}
 		noPort := func(err error) { answer("", err) }
-		if sess.serveJob(&m, func(r node.Name) {
+		job := sess.serveJob(&m, func(r node.Name) { // a request about jobs (jobs.go)
 			r.ID = m.ID
 			s.reply(c, FrameName, node.Encode(r))
-		}) {
-			var err error
-			if f, err = c.Recv(ctx); err != nil {
-				return
-			}
-			continue
-		}
+		})
 		mu.Lock()
 		published, waits := len(mine), waiting
 		mu.Unlock()
 		switch {
+		case job: // served
 		case m.Op == "open":
 			answer("", nil)
 		case m.Name == "" || len(m.Name) > pmiwire.ValLenMax || len(m.Port) > pmiwire.ValLenMax:
