@@ -123,11 +123,14 @@ type Layout struct {
 // Check reports whether l describes a job: every rank 0..Size-1 on
 // exactly one node, each node named.
 func (l *Layout) Check() error {
-	if l.Size < 1 || len(l.Hosts) != len(l.Nodes) {
-		return fmt.Errorf("%w: a job of %d ranks on %d nodes with %d names", ErrJobsColl, l.Size, len(l.Nodes), len(l.Hosts))
-	}
-	seen := make([]bool, l.Size)
 	n := 0
+	for _, ranks := range l.Nodes {
+		n += len(ranks)
+	}
+	if l.Size < 1 || n != l.Size || len(l.Hosts) != len(l.Nodes) {
+		return fmt.Errorf("%w: a job of %d ranks, %d on %d nodes with %d names", ErrJobsColl, l.Size, n, len(l.Nodes), len(l.Hosts))
+	}
+	seen := make([]bool, l.Size) // as large as the layout itself
 	for i, ranks := range l.Nodes {
 		if l.Hosts[i] == "" || len(ranks) == 0 {
 			return fmt.Errorf("%w: node %d of a job: name %q, %d ranks", ErrJobsColl, i, l.Hosts[i], len(ranks))
@@ -137,11 +140,7 @@ func (l *Layout) Check() error {
 				return fmt.Errorf("%w: rank %d of a job of %d twice or outside it", ErrJobsColl, r, l.Size)
 			}
 			seen[r] = true
-			n++
 		}
-	}
-	if n != l.Size {
-		return fmt.Errorf("%w: %d of a job's %d ranks placed", ErrJobsColl, n, l.Size)
 	}
 	return nil
 }

@@ -122,6 +122,7 @@ func TestJobLayout(t *testing.T) {
 		{Size: 2, Hosts: []string{"a", "b"}, Nodes: [][]int{{0}, {0}}},
 		{Size: 2, Hosts: []string{"a", "b"}, Nodes: [][]int{{0}, {2}}},
 		{Size: 3, Hosts: []string{"a", "b"}, Nodes: [][]int{{0}, {1}}},
+		{Size: 1 << 40, Hosts: []string{"a"}, Nodes: [][]int{{0}}}, // refused before anything that large is made
 	} {
 		c.Step(JobLayoutDone{ID: ask(5, "j-2"), Layout: bad})
 		if rd := c.Ready(); len(rd.Replies) != 1 || !errors.Is(rd.Replies[0].Err, ErrJobsColl) || rd.Replies[0].Layout != nil {

@@ -129,6 +129,7 @@ func TestDaemonJobs(t *testing.T) {
 		{ID: 3, Op: "jobreg", Name: "ja", Layout: oneNode("n1"), Agents: []string{"h/1"}}, // taken
 		{ID: 3, Op: "jobreg", Name: "jc", Agents: []string{"h/1"}},                        // no layout
 		{ID: 3, Op: "jobreg", Name: "jc", Layout: oneNode("n1")},                          // no agent
+		{ID: 3, Op: "jobreg", Name: "jc", Layout: &agent.Layout{Size: 1 << 40, Hosts: []string{"n"}, Nodes: [][]int{{0}}}, Agents: []string{"h/1"}},
 		{ID: 3, Op: "jobs", Name: agent.JobsConnect, Procs: []agent.JobRanks{{Job: "ja"}}},
 		{ID: 3, Op: "jobs", Name: agent.JobsConnect, Procs: []agent.JobRanks{{Job: "ja"}, {Job: "jq"}}, Agents: []string{"h/1"}},
 		{ID: 3, Op: "joblayout", Procs: []agent.JobRanks{{Job: "jq"}}},

@@ -237,12 +237,17 @@ func (d *Dir[O]) agents(procs []agent.JobRanks) ([]string, error) {
 			want = append(want, j.Agents...)
 			continue
 		}
+		nodeOf := make([]int, j.Layout.Size)
+		for n, rs := range j.Layout.Nodes {
+			for _, r := range rs {
+				nodeOf[r] = n
+			}
+		}
 		for _, r := range p.Ranks {
-			n := NodeOf(&j.Layout, r)
-			if n < 0 {
+			if r < 0 || r >= len(nodeOf) {
 				return nil, fmt.Errorf("rank %d of job %s of %d ranks", r, p.Job, j.Layout.Size)
 			}
-			want = append(want, j.Agents[n])
+			want = append(want, j.Agents[nodeOf[r]])
 		}
 	}
 	slices.Sort(want)
