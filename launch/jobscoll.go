@@ -50,9 +50,12 @@ func (run *multiRun) layout(r *rootNode) agent.Layout {
 // (node.Name Op "jobs"); done is called once, when it completes or with
 // why it cannot.
 func (run *multiRun) jobsColl(from *rootNode, i int, m *node.Name, done func([]byte, error)) {
-	run.mu.Lock()
-	me := from.hellos[i].Proc()
-	run.mu.Unlock()
+	j, err := run.dir.Find(from.spec.JobID) // there since its agents said hello: they send collectives after
+	if err != nil {
+		done(nil, fmt.Errorf("%s across jobs: %w", m.Name, err))
+		return
+	}
+	me := j.Agents[i]
 	if d := run.daemons(); d != nil && !run.dir.Holds(m.Procs) {
 		d.jobsColl(m.Name, m.Procs, me, m.Data, done)
 		return

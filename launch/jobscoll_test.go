@@ -25,11 +25,12 @@ func jobsCollRun(t *testing.T) (run *multiRun, parent, child, other *rootNode) {
 		for _, rs := range nodes {
 			r.spec.Size += len(rs)
 		}
+		var hellos []node.Hello
 		for _, p := range procs {
-			r.hellos = append(r.hellos, node.Hello{Host: "h", PID: p})
+			hellos = append(hellos, node.Hello{Host: "h", PID: p})
 		}
 		run.live[r] = r.spec.Size
-		run.joined(r, r.hellos)
+		run.joined(r, hellos)
 		return r
 	}
 	return run, mk("p", [][]int{{0, 1}, {2, 3}}, []int{0, 1}, 1, 2), mk("p-1", [][]int{{0}, {1}}, []int{0, 1}, 1, 2), mk("p-2", [][]int{{0}}, []int{2}, 3)

@@ -38,11 +38,8 @@ type rootNode struct {
 	tr    netio.Transport // the run's
 	ln    netio.Listener  // where the job's agents dial in
 	conns []netio.Conn    // by node
-	// hellos are the nodes' agents' hellos, set once every agent said
-	// hello, under run.mu (collectives across jobs read other jobs').
-	hellos []node.Hello
-	in     chan node.FrameIn
-	exits  chan bootExit
+	in    chan node.FrameIn
+	exits chan bootExit
 	// notices carries what a daemon says before it ends its node of the
 	// job (daemon mode: it is shutting down).
 	notices chan bootExit
@@ -492,9 +489,6 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 		}
 	}
 	connected = true
-	r.run.mu.Lock()
-	r.hellos = hellos
-	r.run.mu.Unlock()
 	if r.spec.Jobno == 0 {
 		r.run.nodeNames = nodeNames(hellos, r.run.hosts)
 	}
