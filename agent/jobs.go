@@ -120,20 +120,54 @@ type Layout struct {
 	Nodes [][]int  `json:"nodes"`
 }
 
+// HostOK reports whether h can name a node in a node map (PMIx's: a
+// comma-separated list): not empty, no separator, space or control
+// character.
+func HostOK(h string) bool {
+	if h == "" {
+		return false
+	}
+	for _, c := range h {
+		if c == ',' || c == ';' || c <= ' ' {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckHosts checks the names of n nodes: one each, distinct (a node map
+// tells nodes apart by name), each HostOK.
+func CheckHosts(hosts []string, n int) error {
+	if len(hosts) != n {
+		return fmt.Errorf("%d node names for %d nodes", len(hosts), n)
+	}
+	seen := make(map[string]bool, n)
+	for _, h := range hosts {
+		if seen[h] || !HostOK(h) {
+			return fmt.Errorf("node names %q: want distinct names without separators or spaces", hosts)
+		}
+		seen[h] = true
+	}
+	return nil
+}
+
 // Check reports whether l describes a job: every rank 0..Size-1 on
-// exactly one node, each node named.
+// exactly one node, the nodes named (CheckHosts).
 func (l *Layout) Check() error {
 	n := 0
 	for _, ranks := range l.Nodes {
 		n += len(ranks)
 	}
-	if l.Size < 1 || n != l.Size || len(l.Hosts) != len(l.Nodes) {
-		return fmt.Errorf("%w: a job of %d ranks, %d on %d nodes with %d names", ErrJobsColl, l.Size, n, len(l.Nodes), len(l.Hosts))
+	if l.Size < 1 || n != l.Size {
+		return fmt.Errorf("%w: a job of %d ranks, %d on its nodes", ErrJobsColl, l.Size, n)
+	}
+	if err := CheckHosts(l.Hosts, len(l.Nodes)); err != nil {
+		return fmt.Errorf("%w: %w", ErrJobsColl, err)
 	}
 	seen := make([]bool, l.Size) // as large as the layout itself
 	for i, ranks := range l.Nodes {
-		if l.Hosts[i] == "" || len(ranks) == 0 {
-			return fmt.Errorf("%w: node %d of a job: name %q, %d ranks", ErrJobsColl, i, l.Hosts[i], len(ranks))
+		if len(ranks) == 0 {
+			return fmt.Errorf("%w: node %d of a job runs no rank", ErrJobsColl, i)
 		}
 		for _, r := range ranks {
 			if r < 0 || r >= l.Size || seen[r] {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/node"
 )
 
@@ -26,7 +27,7 @@ func nodeNames(hellos []node.Hello, hosts []string) []string {
 	names := make([]string, len(hellos))
 	taken := make(map[string]bool, len(hellos))
 	for i, h := range hellos {
-		if h.Host != "" && count[h.Host] == 1 && validNodeName(h.Host) {
+		if count[h.Host] == 1 && agent.HostOK(h.Host) {
 			names[i] = h.Host
 			taken[h.Host] = true
 		}
@@ -36,7 +37,7 @@ func nodeNames(hellos []node.Hello, hosts []string) []string {
 			continue
 		}
 		base := h.Host
-		if base == "" || !validNodeName(base) {
+		if !agent.HostOK(base) {
 			base = "node"
 		}
 		suffix := strconv.Itoa(i)
@@ -52,15 +53,4 @@ func nodeNames(hellos []node.Hello, hosts []string) []string {
 		taken[names[i]] = true
 	}
 	return names
-}
-
-// validNodeName reports whether a host name can stand in PMIx's node map,
-// a comma-separated list.
-func validNodeName(h string) bool {
-	for _, c := range h {
-		if c == ',' || c == ';' || c <= ' ' {
-			return false
-		}
-	}
-	return true
 }

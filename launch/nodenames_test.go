@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/node"
 )
 
@@ -36,7 +37,7 @@ func TestNodeNames(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		for _, n := range got {
-			if seen[n] || !validNodeName(n) {
+			if seen[n] || !agent.HostOK(n) {
 				t.Errorf("hosts %q: names %q repeat or do not fit the node map", c.hosts, got)
 			}
 			seen[n] = true

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -91,28 +90,11 @@ func (c *Config) validate() error {
 			c.Hosts[i] = nodeName(i)
 		}
 	}
-	if err := checkHosts(c.Hosts, len(c.Nodes)); err != nil {
+	if err := agent.CheckHosts(c.Hosts, len(c.Nodes)); err != nil {
 		return fmt.Errorf("pmix config: %w", err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return nil
-}
-
-// checkHosts checks the names of n nodes: one each, distinct (the node
-// map tells nodes apart by name), and each fit for PMIx's node map (a
-// comma-separated list).
-func checkHosts(hosts []string, n int) error {
-	if len(hosts) != n {
-		return fmt.Errorf("%d node names for %d nodes", len(hosts), n)
-	}
-	seen := make(map[string]bool, n)
-	for _, h := range hosts {
-		if h == "" || seen[h] || strings.ContainsAny(h, ",;") {
-			return fmt.Errorf("node names %q: want distinct names without , or ;", hosts)
-		}
-		seen[h] = true
 	}
 	return nil
 }
