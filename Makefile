@@ -97,6 +97,7 @@ $(addprefix $(CPROG)/,$(CPROG_PMI2)): $(CPROG)/%: tests/cprog/%.c
 	gcc $(CFLAGS) -o $@ $< -lpmi2 -ldl
 # PMIx clients of their own (OpenPMIx's libpmix): put, commit, fence, get;
 # pmix_dmodex reads its peers' keys by direct modex.
+$(CPROG)/pmix_spawn $(CPROG)/pmix_join: tests/cprog/pmix_check.h
 $(CPROG)/pmix_bench $(CPROG)/pmix_dmodex $(CPROG)/pmix_spawn $(CPROG)/pmix_join: $(CPROG)/pmix_%: tests/cprog/pmix_%.c
 	@mkdir -p $(CPROG)
 	gcc $(CFLAGS) $$(pkg-config --cflags pmix) -o $@ $< $$(pkg-config --libs pmix)

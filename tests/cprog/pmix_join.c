@@ -12,10 +12,11 @@
  *   join: rank R: connected          or
  *   join: rank R: refused: STATUS
  *
- * Once connected, every rank puts a card, fences over both jobs without
- * collecting data, reads the card of every rank of the other job (each a
- * direct modex: the card is fetched from the rank's node), checks the
- * other job's PMIX_JOB_SIZE, prints
+ * Once connected, every rank puts a card and its node's name, fences over
+ * both jobs without collecting data, checks the other job's
+ * PMIX_JOB_SIZE, reads the card of every rank of the other job (each a
+ * direct modex: the card is fetched from the rank's node) and checks its
+ * PMIX_HOSTNAME against the one that rank was given, prints
  *
  *   join: rank R: read K cards
  *
@@ -23,16 +24,7 @@
  * exits with code 5 instead of connecting: the other job's connect must
  * fail, not wait. Other failures print "FAIL ..."
  * and exit 3. */
-#include <pmix.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static int fail(const char *what, pmix_status_t rc)
-{
-    fprintf(stderr, "FAIL %s: %s\n", what, PMIx_Error_string(rc));
-    return 3;
-}
+#include "pmix_check.h"
 
 static int find_other(const pmix_proc_t *me, int publish, const char *name, char *other)
 {
@@ -62,49 +54,29 @@ static int find_other(const pmix_proc_t *me, int publish, const char *name, char
     return 0;
 }
 
-static void card_of(char *buf, size_t len, const char *nspace, pmix_rank_t r)
-{
-    snprintf(buf, len, "card-of-%s-rank-%u", nspace, r);
-}
-
 // exchange puts this rank's card, fences over both jobs (procs) without
 // collecting data, checks the size of the other job (namespace other)
 // and reads its every card.
 static int exchange(const pmix_proc_t *me, const pmix_proc_t *procs, const char *other)
 {
-    char card[512];
-    card_of(card, sizeof(card), me->nspace, me->rank);
-    pmix_value_t val, *v = NULL;
-    val.type = PMIX_STRING;
-    val.data.string = card;
-    pmix_status_t rc;
-    if ((rc = PMIx_Put(PMIX_GLOBAL, "fastpmi.card", &val)) != PMIX_SUCCESS || (rc = PMIx_Commit()) != PMIX_SUCCESS)
-        return fail("put card", rc);
+    int code = put_card(me);
+    if (code != 0)
+        return code;
     // A card committed before the fence is there for every direct modex
     // after it (one before it may find the rank's earlier commit: rank 0
     // committed the other namespace).
+    pmix_status_t rc;
     if ((rc = PMIx_Fence(procs, 2, NULL, 0)) != PMIX_SUCCESS)
         return fail("fence over both jobs", rc);
     pmix_proc_t whole;
+    pmix_value_t *v = NULL;
     PMIX_LOAD_PROCID(&whole, other, PMIX_RANK_WILDCARD);
     if ((rc = PMIx_Get(&whole, PMIX_JOB_SIZE, NULL, 0, &v)) != PMIX_SUCCESS || v->type != PMIX_UINT32)
         return fail("get the other job's size", rc);
-    uint32_t n = v->data.uint32;
+    uint32_t n = v->data.uint32, read = 0;
     PMIX_VALUE_RELEASE(v);
-    uint32_t read = 0;
-    for (uint32_t r = 0; r < n; r++) {
-        pmix_proc_t peer;
-        PMIX_LOAD_PROCID(&peer, other, r);
-        if ((rc = PMIx_Get(&peer, "fastpmi.card", NULL, 0, &v)) != PMIX_SUCCESS)
-            return fail("get the other job's card", rc);
-        card_of(card, sizeof(card), other, r);
-        if (v->type != PMIX_STRING || strcmp(v->data.string, card) != 0) {
-            fprintf(stderr, "FAIL rank %u of %s: wrong card\n", r, other);
-            return 3;
-        }
-        PMIX_VALUE_RELEASE(v);
-        read++;
-    }
+    if ((code = read_cards(other, n, &read)) != 0)
+        return code;
     printf("join: rank %u: read %u cards\n", me->rank, read);
     return 0;
 }

@@ -32,16 +32,7 @@
  * Anything else prints "FAIL ..." and exits 3; a child that finds no
  * parent does not spawn (under a launcher without PMIX_PARENT_ID, such
  * programs spawn for ever). */
-#include <pmix.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static int fail(const char *what, pmix_status_t rc)
-{
-    fprintf(stderr, "FAIL %s: %s\n", what, PMIx_Error_string(rc));
-    return 3;
-}
+#include "pmix_check.h"
 
 static uint32_t job_size(const pmix_proc_t *me)
 {
@@ -55,45 +46,6 @@ static uint32_t job_size(const pmix_proc_t *me)
     return n;
 }
 
-static void card_of(char *buf, size_t len, const char *nspace, pmix_rank_t r)
-{
-    snprintf(buf, len, "card-of-%s-rank-%u", nspace, r);
-}
-
-// host_of returns rank p's PMIX_HOSTNAME, or NULL; free it.
-static char *host_of(const pmix_proc_t *p)
-{
-    pmix_value_t *v = NULL;
-    if (PMIx_Get(p, PMIX_HOSTNAME, NULL, 0, &v) != PMIX_SUCCESS)
-        return NULL;
-    char *h = v->type == PMIX_STRING ? strdup(v->data.string) : NULL;
-    PMIX_VALUE_RELEASE(v);
-    return h;
-}
-
-// same_hosts checks that every rank of job nspace (size n) has the
-// PMIX_HOSTNAME it put for itself as "fastpmi.host".
-static int same_hosts(const char *nspace, uint32_t n)
-{
-    for (uint32_t r = 0; r < n; r++) {
-        pmix_proc_t peer;
-        pmix_value_t *v = NULL;
-        PMIX_LOAD_PROCID(&peer, nspace, r);
-        pmix_status_t rc = PMIx_Get(&peer, "fastpmi.host", NULL, 0, &v);
-        if (rc != PMIX_SUCCESS || v->type != PMIX_STRING)
-            return fail("get a rank's own host name", rc);
-        char *h = host_of(&peer);
-        if (h == NULL || strcmp(h, v->data.string) != 0) {
-            fprintf(stderr, "FAIL rank %u of %s: PMIX_HOSTNAME %s here, %s on its node\n", r, nspace, h ? h : "(none)",
-                    v->data.string);
-            return 3;
-        }
-        free(h);
-        PMIX_VALUE_RELEASE(v);
-    }
-    return 0;
-}
-
 // join connects to the other job (namespace other, size n), fences over
 // both jobs with every rank's card and node name, and reads the other
 // job's cards and both jobs' node names.
@@ -105,20 +57,9 @@ static int join(const pmix_proc_t *me, const char *role, const char *other, uint
     pmix_status_t rc;
     if ((rc = PMIx_Connect(procs, 2, NULL, 0)) != PMIX_SUCCESS)
         return fail("PMIx_Connect", rc);
-    char card[512];
-    card_of(card, sizeof(card), me->nspace, me->rank);
-    pmix_value_t val;
-    val.type = PMIX_STRING;
-    val.data.string = card;
-    if ((rc = PMIx_Put(PMIX_GLOBAL, "fastpmi.card", &val)) != PMIX_SUCCESS)
-        return fail("put card", rc);
-    char *host = host_of(me);
-    if (host == NULL)
-        return fail("get my PMIX_HOSTNAME", PMIX_ERR_NOT_FOUND);
-    val.data.string = host;
-    if ((rc = PMIx_Put(PMIX_GLOBAL, "fastpmi.host", &val)) != PMIX_SUCCESS || (rc = PMIx_Commit()) != PMIX_SUCCESS)
-        return fail("put host name", rc);
-    free(host);
+    int code = put_card(me);
+    if (code != 0)
+        return code;
     pmix_info_t info;
     bool collect = true;
     PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
@@ -136,25 +77,8 @@ static int join(const pmix_proc_t *me, const char *role, const char *other, uint
         return 3;
     }
     PMIX_VALUE_RELEASE(sz);
-    uint32_t read = 0;
-    for (uint32_t r = 0; r < n; r++) {
-        pmix_proc_t peer;
-        pmix_value_t *v = NULL;
-        PMIX_LOAD_PROCID(&peer, other, r);
-        if ((rc = PMIx_Get(&peer, "fastpmi.card", NULL, 0, &v)) != PMIX_SUCCESS)
-            return fail("get the other job's card", rc);
-        card_of(card, sizeof(card), other, r);
-        if (v->type != PMIX_STRING || strcmp(v->data.string, card) != 0) {
-            fprintf(stderr, "FAIL rank %u of %s: wrong card\n", r, other);
-            return 3;
-        }
-        PMIX_VALUE_RELEASE(v);
-        read++;
-    }
-    int code = same_hosts(other, n);
-    if (code == 0)
-        code = same_hosts(me->nspace, job_size(me));
-    if (code != 0)
+    uint32_t read = 0, mine = 0;
+    if ((code = read_cards(other, n, &read)) != 0 || (code = read_cards(me->nspace, job_size(me), &mine)) != 0)
         return code;
     printf("connect: %s rank %u read %u cards\n", role, me->rank, read);
     if ((rc = PMIx_Disconnect(procs, 2, NULL, 0)) != PMIX_SUCCESS)
