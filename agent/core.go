@@ -258,7 +258,8 @@ func (k ReplyKind) String() string {
 // the fields of its kind are set: Found and Val (get, jobattr,
 // getnodeattr, a name lookup's port, a spawn's new job id), Epoch (fence and allgather, also on
 // failure), Values (allgather, by rank; views the front end must not keep
-// past the Ready), Ring (ring).
+// past the Ready), Ring (ring), Layout (layout: where another job runs,
+// checked).
 type Reply struct {
 	Local  int
 	Req    Req

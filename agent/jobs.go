@@ -207,7 +207,7 @@ func (c *Core) jobLayout(o JobLayout) {
 	case c.closed:
 		c.reply(t, Reply{Err: errors.New("agent shutting down")})
 	case o.Job == "":
-		c.reply(t, Reply{Err: fmt.Errorf("%w: size of a job without a name", ErrJobsColl)})
+		c.reply(t, Reply{Err: fmt.Errorf("%w: layout of a job without a name", ErrJobsColl)})
 	default:
 		c.up(UpCall{Kind: UpJobLayout, ID: c.newCall(t), Name: o.Job})
 	}
