@@ -46,9 +46,9 @@ type textConn struct {
 
 // textReq is one request being served: what its reply needs.
 type textReq struct {
-	m    *pmiwire.Msg
-	name string   // response command
-	cmd  *textCmd // nil for an unknown command
+	m    pmiwire.Msg // the request, copied: the reader decodes on its stack
+	name string      // response command
+	cmd  *textCmd    // nil for an unknown command
 	req  Req
 	tag  string    // barrier_in: the group's tag, echoed
 	read time.Time // when it was read, for a tracer (zero otherwise)
@@ -195,7 +195,7 @@ func lookupCmd(f pmiwire.Framing, cmd string) *textCmd {
 
 func (c *textConn) dispatchLocked(t *turn, m *pmiwire.Msg) {
 	a := c.a
-	rq := &textReq{m: m, name: pmiwire.ResponseName(m.Framing, m.Cmd), cmd: lookupCmd(m.Framing, m.Cmd), read: t.read}
+	rq := &textReq{m: *m, name: pmiwire.ResponseName(m.Framing, m.Cmd), cmd: lookupCmd(m.Framing, m.Cmd), read: t.read}
 	if rq.cmd == nil || !rq.cmd.unbound {
 		rc := c.rank
 		if rc == nil {
@@ -239,7 +239,7 @@ func (c *textConn) local() int { return c.rank.local }
 // encode is the reply to rq for the core's answer r.
 func (rq *textReq) encode(r *Reply) []byte {
 	if r.Err != nil {
-		e := errResp(rq.m, rq.name, pmiwire.RCFail, r.Err)
+		e := errResp(&rq.m, rq.name, pmiwire.RCFail, r.Err)
 		if rq.tag != "" {
 			e.Add("tag", rq.tag)
 		}
@@ -249,7 +249,7 @@ func (rq *textReq) encode(r *Reply) []byte {
 }
 
 // ok is the plain success reply.
-func (rq *textReq) ok() *pmiwire.Resp { return resp(rq.m, rq.name) }
+func (rq *textReq) ok() *pmiwire.Resp { return resp(&rq.m, rq.name) }
 
 func encodeOK(rq *textReq, _ *Reply) *pmiwire.Resp { return rq.ok() }
 
@@ -264,7 +264,7 @@ func encodeFound(rq *textReq, r *Reply) *pmiwire.Resp {
 func (t *turn) answer(c *textConn, b []byte) { t.text = append(t.text, textOut{c: c, b: b}) }
 
 func (t *turn) fail(c *textConn, rq *textReq, rc int, err error) {
-	t.answer(c, errResp(rq.m, rq.name, rc, err).Append(nil))
+	t.answer(c, errResp(&rq.m, rq.name, rc, err).Append(nil))
 }
 
 func (t *turn) ok(c *textConn, r *pmiwire.Resp) { t.answer(c, r.Append(nil)) }
@@ -418,7 +418,7 @@ func (c *textConn) initOp() Op {
 }
 
 func serveInit(c *textConn, t *turn, rq *textReq) Op {
-	m := rq.m
+	m := &rq.m
 	name := pmiwire.ResponseName(pmiwire.V1, "init")
 	vs, _ := m.Get("pmi_version")
 	ss, _ := m.Get("pmi_subversion")
@@ -442,7 +442,7 @@ func serveInit(c *textConn, t *turn, rq *textReq) Op {
 }
 
 func serveInitack(c *textConn, t *turn, rq *textReq) Op {
-	m := rq.m
+	m := &rq.m
 	id, _ := m.Get("pmiid")
 	r, err := c.a.rankOfID(id)
 	if err == nil {
@@ -461,7 +461,7 @@ func serveInitack(c *textConn, t *turn, rq *textReq) Op {
 }
 
 func serveFullinit(c *textConn, t *turn, rq *textReq) Op {
-	a, m, name := c.a, rq.m, rq.name
+	a, m, name := c.a, &rq.m, rq.name
 	want := -1
 	for _, k := range []string{"pmirank", "srcid"} {
 		if s, ok := m.Get(k); ok {
@@ -505,7 +505,7 @@ func serveFullinit(c *textConn, t *turn, rq *textReq) Op {
 
 // servePut serves PMI-1 put and PMI-2 kvs-put (with fastpmi's hint).
 func servePut(c *textConn, t *turn, rq *textReq) Op {
-	m := rq.m
+	m := &rq.m
 	if m.Cmd == "put" {
 		if err := c.checkJob(m, "kvsname"); err != nil {
 			t.fail(c, rq, pmiwire.RCInvalidArg, err)
@@ -528,7 +528,7 @@ func servePut(c *textConn, t *turn, rq *textReq) Op {
 
 // serveGet1 serves PMI-1 get: a missing key is an error.
 func serveGet1(c *textConn, t *turn, rq *textReq) Op {
-	if err := c.checkJob(rq.m, "kvsname"); err != nil {
+	if err := c.checkJob(&rq.m, "kvsname"); err != nil {
 		t.fail(c, rq, pmiwire.RCInvalidArg, err)
 		return nil
 	}
@@ -539,14 +539,14 @@ func serveGet1(c *textConn, t *turn, rq *textReq) Op {
 func encodeGet1(rq *textReq, r *Reply) *pmiwire.Resp {
 	if !r.Found {
 		key, _ := rq.m.Get("key")
-		return errResp(rq.m, rq.name, pmiwire.RCInvalidKey, fmt.Errorf("key %s not found", key))
+		return errResp(&rq.m, rq.name, pmiwire.RCInvalidKey, fmt.Errorf("key %s not found", key))
 	}
 	return rq.ok().Add("value", r.Val)
 }
 
 // serveGet2 serves PMI-2 kvs-get, with fastpmi's waiting get.
 func serveGet2(c *textConn, t *turn, rq *textReq) Op {
-	m := rq.m
+	m := &rq.m
 	if err := c.checkJob(m, "jobid"); err != nil {
 		t.fail(c, rq, pmiwire.RCInvalidArg, err)
 		return nil
@@ -636,7 +636,7 @@ func encodeBarrier(rq *textReq, _ *Reply) *pmiwire.Resp {
 }
 
 func serveRing(c *textConn, t *turn, rq *textReq) Op {
-	m := rq.m
+	m := &rq.m
 	cs, _ := m.Get("ring-count")
 	n, err := strconv.Atoi(cs)
 	if err != nil || n < 0 {
@@ -657,7 +657,7 @@ func encodeRing(rq *textReq, r *Reply) *pmiwire.Resp {
 }
 
 func serveAbort(c *textConn, t *turn, rq *textReq) Op {
-	m := rq.m
+	m := &rq.m
 	code := 1
 	for _, k := range []string{"exitcode", "exit_code"} {
 		if s, ok := m.Get(k); ok {
@@ -692,7 +692,7 @@ func serveFinalize(c *textConn, t *turn, rq *textReq) Op {
 // request) and PMI-2 spawn. The launcher starts the new job; the rank is
 // answered with its job id once every child has started.
 func serveSpawn(c *textConn, t *turn, rq *textReq) Op {
-	sp, err := pmiwire.ParseSpawn(rq.m)
+	sp, err := pmiwire.ParseSpawn(&rq.m)
 	if err != nil {
 		t.fail(c, rq, pmiwire.RCInvalidArg, err)
 		return nil
@@ -708,7 +708,7 @@ func encodeSpawn(rq *textReq, r *Reply) *pmiwire.Resp { return rq.ok().Add("jobi
 // and lookup_name, PMI-2 name-publish, name-unpublish and name-lookup. The
 // rank is answered once the Upstream has (names.go).
 func serveName(c *textConn, t *turn, rq *textReq) Op {
-	m := rq.m
+	m := &rq.m
 	field := "service"
 	if strings.HasPrefix(m.Cmd, "name-") {
 		field = "name"
@@ -737,7 +737,7 @@ func serveName(c *textConn, t *turn, rq *textReq) Op {
 
 func encodeName(rq *textReq, r *Reply) *pmiwire.Resp {
 	resp := rq.ok()
-	if m := rq.m; m.Cmd == "lookup_name" || m.Cmd == "name-lookup" {
+	if m := &rq.m; m.Cmd == "lookup_name" || m.Cmd == "name-lookup" {
 		if m.Cmd == "name-lookup" {
 			resp.Add("value", r.Val) // Slurm's client reads value, MPICH's reads port: send both.
 		}
