@@ -45,7 +45,7 @@ type session struct {
 	mu     sync.Mutex                 // guards the fields below
 	jobs   map[string]bool            // the jobs it registered and did not withdraw
 	asks   map[uint64]func(node.Name) // the daemon's requests to it waiting for its answer, by ID
-	closed bool                       // the session ended: asks fail at once
+	closed bool                       // the session ended: asks (from other sessions) fail at once
 }
 
 func (s *Server) newSession(c netio.Conn) *session {
@@ -90,14 +90,8 @@ func (ss *session) serveJob(m *node.Name, reply func(node.Name)) bool {
 			return true
 		}
 		ss.mu.Lock()
-		closed := ss.closed
-		if !closed {
-			ss.jobs[m.Name] = true
-		}
+		ss.jobs[m.Name] = true // the session's own loop: end, which withdraws them, runs after it
 		ss.mu.Unlock()
-		if closed {
-			ss.s.dir.Remove(m.Name)
-		}
 		reply(node.Name{})
 	case "jobunreg":
 		ss.mu.Lock()

@@ -194,10 +194,14 @@ func TestDaemonJobs(t *testing.T) {
 	}
 	a.c.Close()
 	deadline := time.Now().Add(5 * time.Second)
-	for len(s.dir.Owners()) != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if o := s.dir.Owners(); len(o) != 0 {
-		t.Errorf("%d jobs left after every session ended", len(o))
+	for _, id := range []string{"ja", "jb"} {
+		_, err := s.dir.Find(id)
+		for err == nil && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			_, err = s.dir.Find(id)
+		}
+		if err == nil {
+			t.Errorf("job %s left after every session ended", id)
+		}
 	}
 }

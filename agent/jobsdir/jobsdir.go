@@ -140,17 +140,6 @@ func (d *Dir[O]) Holds(procs []agent.JobRanks) bool {
 	return true
 }
 
-// Owners returns the owner of every job.
-func (d *Dir[O]) Owners() []O {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []O
-	for _, j := range d.jobs {
-		out = append(out, j.Owner)
-	}
-	return out
-}
-
 // Pending returns how many collectives are under way.
 func (d *Dir[O]) Pending() int {
 	d.mu.Lock()

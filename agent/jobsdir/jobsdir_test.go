@@ -138,8 +138,8 @@ func TestRemove(t *testing.T) {
 	if !d.Holds([]agent.JobRanks{{Job: "p"}, {Job: "p-1"}}) || d.Holds([]agent.JobRanks{{Job: "p"}, {Job: "p-2"}}) {
 		t.Error("Holds")
 	}
-	if o := d.Owners(); len(o) != 2 {
-		t.Errorf("owners %v, want 2", o)
+	if j, err := d.Find("p"); err != nil || j.Owner != "owner of p" {
+		t.Errorf("Find p: %+v, %v", j, err)
 	}
 }
 
