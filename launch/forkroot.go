@@ -138,7 +138,11 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	close(r.quit)
 	r.names.Close()
 	r.closers.Wait()
-	r.first.n.RecordMemory()
+	if cfg.ReportPath != "" || cfg.TracePath != "" {
+		// The memory counters' only readers (reading /proc/self/status
+		// costs 0.1-0.2 ms of a job's end).
+		r.first.n.RecordMemory()
+	}
 	for _, j := range r.jobs {
 		j.n.Close()
 	}

@@ -409,6 +409,10 @@ func (n *Node) watch(p *rankProc) {
 		// with the job (Close).
 		ev.groupGone = sys.GroupGone(p.pid)
 		n.evch <- ev
+		// Its exit first: a connection that ends after its process
+		// did is not a lost rank. What it sent is served before the
+		// exit is judged (Handle waits for the agent to drain it).
+		n.serve(p)
 	})
 }
 

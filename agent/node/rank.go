@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -42,13 +43,17 @@ type event = RankEvent
 // rankProc is one rank's process, owned by its node (pid 0 for a played
 // rank).
 type rankProc struct {
-	rank   int
-	local  int
-	cmd    *exec.Cmd
-	pid    int
-	pmi    net.Conn // the agent's end of PMI_FD until Start serves it (nil after, or with PMI_PORT)
-	exited bool     // its process ended (no more signals)
-	judged bool     // its end was judged and reported (counts against Node.Live)
+	rank  int
+	local int
+	cmd   *exec.Cmd
+	pid   int
+	pmi   net.Conn // the agent's end of PMI_FD (nil with PMI_PORT); set before its waiter starts
+	// served says pmi was handed to the agent, by Start once every rank
+	// is forked or by the rank's waiter once the process has ended,
+	// whichever comes first.
+	served atomic.Bool
+	exited bool // its process ended (no more signals)
+	judged bool // its end was judged and reported (counts against Node.Live)
 	// guarded says its process group is registered with the process's
 	// guard (internal/guard): one guard.Remove is owed, made when the
 	// group is found empty at the rank's exit, or at Node.Close.
@@ -221,16 +226,16 @@ func (p *rankProc) unguard() {
 	}
 }
 
-// serve hands p's PMI connection to the agent (Start does it once every
-// rank is forked). A rank the agent refuses is killed; its exit is judged
-// as any other.
+// serve hands p's PMI connection to the agent, once: Start does it once
+// every rank is forked, a rank's waiter as soon as its process has ended
+// (an ended rank takes no CPU from the forks still to come, and what it
+// sent is served before its exit is judged). A rank the agent refuses is
+// killed; its exit is judged as any other.
 func (n *Node) serve(p *rankProc) {
-	if p.pmi == nil {
+	if p.pmi == nil || !p.served.CompareAndSwap(false, true) {
 		return
 	}
-	conn := p.pmi
-	p.pmi = nil
-	if err := n.ag.Serve(p.local, conn); err != nil {
+	if err := n.ag.Serve(p.local, p.pmi); err != nil {
 		n.opt.Logger.Error("serve rank", "rank", p.rank, "err", err)
 		_ = p.cmd.Process.Kill()
 	}

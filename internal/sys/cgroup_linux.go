@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -81,7 +82,7 @@ type cgroupDir struct{ mount, path string }
 // hierarchy, which carries every enabled controller (the walk finds
 // whether its files exist).
 func cgroupDirs(controller string) []cgroupDir {
-	mounts := cgroupMounts()
+	mounts := cgroupMountTable()
 	cg, err := os.Open("/proc/self/cgroup")
 	if err != nil {
 		return nil
@@ -119,8 +120,16 @@ func cgroupDirs(controller string) []cgroupDir {
 // the mount's root.
 type cgroupMount struct{ point, root string }
 
+// cgroupMountTable is cgroupMounts, read once per process: a launcher
+// checks the memory and pids cgroups before its first fork, and the
+// kernel writes mountinfo anew at each read (about 50 µs here, a third
+// of a MemoryRoom). Hierarchies are mounted as the machine starts; one
+// mounted later is not seen by this process.
+var cgroupMountTable = sync.OnceValue(cgroupMounts)
+
 // cgroupMounts reads /proc/self/mountinfo: the v1 hierarchies by each
-// controller they carry, the v2 hierarchy as "cgroup2".
+// controller they carry, the v2 hierarchy as "cgroup2". The map is not
+// changed once returned.
 func cgroupMounts() map[string]cgroupMount {
 	mi, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
