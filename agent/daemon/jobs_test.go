@@ -205,3 +205,149 @@ func TestDaemonJobs(t *testing.T) {
 		}
 	}
 }
+
+// One run's requests waiting for other runs are bounded: rank-data
+// requests its owner does not answer, and entries in collectives across
+// jobs that no other process joins, in number and in the data they hold.
+// One over is refused at once, naming the quota; the run may ask again
+// once one is answered, and the other run is not held up meanwhile.
+func TestDaemonJobsBounds(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	tr, err := NewTransport(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	a, b := openSession(t, tr, s.Addr().String()), openSession(t, tr, s.Addr().String())
+	// jb runs on two nodes of b's run, one rank each... and then some:
+	// a collective over rank i of each node waits for both processes.
+	const half = maxSessionWaiting + 16
+	nodes := [][]int{make([]int, half), make([]int, half)}
+	for i := range half {
+		nodes[0][i], nodes[1][i] = i, half+i
+	}
+	jb := &agent.Layout{Size: 2 * half, Hosts: []string{"n1", "n2"}, Nodes: nodes}
+	if r := b.call(node.Name{ID: 2, Op: "jobreg", Name: "jb", Layout: jb, Agents: []string{"h/1", "h/2"}}); r.Err != "" {
+		t.Fatalf("register jb: %s", r.Err)
+	}
+	quota := func(what string, r node.Name) {
+		t.Helper()
+		if !strings.Contains(r.Err, agent.ErrQuota.Error()) || !strings.Contains(r.Err, "waiting for other runs") {
+			t.Fatalf("%s over the bound answered %+v", what, r)
+		}
+	}
+
+	// Rank data: b's run never answers.
+	asked := make(chan node.Name, maxSessionWaiting)
+	go func() {
+		for range maxSessionWaiting {
+			asked <- b.next()
+		}
+	}()
+	rank0 := []agent.JobRanks{{Job: "jb", Ranks: []int{0}}}
+	for i := range maxSessionWaiting {
+		a.send(node.Name{ID: uint64(100 + i), Op: "rankdata", Procs: rank0})
+	}
+	var first node.Name
+	for i := range maxSessionWaiting {
+		q := <-asked
+		if q.Op != "rankdata" {
+			t.Fatalf("b was asked %+v", q)
+		}
+		if i == 0 {
+			first = q
+		}
+	}
+	quota("a rank-data request", a.call(node.Name{ID: 50, Op: "rankdata", Procs: rank0}))
+	// b's own requests still go through.
+	if r := b.call(node.Name{ID: 3, Op: "joblayout", Procs: []agent.JobRanks{{Job: "jb"}}}); r.Err != "" {
+		t.Errorf("b held up by a's requests: %+v", r)
+	}
+	// One answered: a may ask again.
+	b.send(node.Name{ID: first.ID, Op: OpAnswer, Data: []byte("card")})
+	if r := a.next(); string(r.Data) != "card" || r.Err != "" {
+		t.Fatalf("answer: %+v", r)
+	}
+	a.send(node.Name{ID: 51, Op: "rankdata", Procs: rank0})
+	if q := b.next(); q.Op != "rankdata" {
+		t.Fatalf("b was asked %+v", q)
+	}
+	quota("a rank-data request", a.call(node.Name{ID: 52, Op: "rankdata", Procs: rank0}))
+	// a's session ends: b's run is no longer asked to answer it.
+	j, err := s.dir.Find("jb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asks := func() int {
+		j.Owner.mu.Lock()
+		defer j.Owner.mu.Unlock()
+		return len(j.Owner.asks)
+	}
+	if n := asks(); n != maxSessionWaiting {
+		t.Fatalf("b's run has %d requests to answer, want %d", n, maxSessionWaiting)
+	}
+	a.c.Close()
+	eventually(t, "b's requests to answer forgotten", func() bool { return asks() == 0 })
+
+	// Collectives across jobs: b's process h/1 enters, h/2 never does.
+	c := openSession(t, tr, s.Addr().String())
+	pair := func(i int) []agent.JobRanks { return []agent.JobRanks{{Job: "jb", Ranks: []int{i, half + i}}} }
+	for i := range maxSessionWaiting {
+		c.send(node.Name{ID: uint64(100 + i), Op: "jobs", Name: agent.JobsFence, Procs: pair(i), Agents: []string{"h/1"}})
+	}
+	quota("a collective entry", c.call(node.Name{ID: 50, Op: "jobs", Name: agent.JobsFence, Procs: pair(maxSessionWaiting), Agents: []string{"h/1"}}))
+	if n := s.dir.Pending(); n != maxSessionWaiting {
+		t.Fatalf("%d collectives under way, want %d", n, maxSessionWaiting)
+	}
+	// c's session ends: its entries go, with the data they held.
+	c.c.Close()
+	eventually(t, "c's entries withdrawn", func() bool { return s.dir.Pending() == 0 })
+
+	// ... and the data they hold.
+	d := openSession(t, tr, s.Addr().String())
+	big := make([]byte, 11<<20) // base64 in a frame of at most MaxFrame
+	n := maxSessionWaitingBytes / len(big)
+	for i := range n {
+		d.send(node.Name{ID: uint64(100 + i), Op: "jobs", Name: agent.JobsFence, Procs: pair(i), Agents: []string{"h/1"}, Data: big})
+	}
+	quota("a collective entry's data", d.call(node.Name{ID: 50, Op: "jobs", Name: agent.JobsFence, Procs: pair(n), Agents: []string{"h/1"}, Data: big}))
+	// A small one still fits: it waits (no answer) instead of being refused.
+	d.send(node.Name{ID: 51, Op: "jobs", Name: agent.JobsFence, Procs: pair(n + 1), Agents: []string{"h/1"}, Data: []byte("small")})
+	d.quiet()
+	// The other process enters them: they complete, and the room is back.
+	for i := range n + 1 {
+		if i == n {
+			i++ // pair(n) was refused
+		}
+		b.send(node.Name{ID: uint64(200 + i), Op: "jobs", Name: agent.JobsFence, Procs: pair(i), Agents: []string{"h/2"}})
+	}
+	for range n + 1 {
+		if r := d.next(); r.Err != "" {
+			t.Fatalf("entry answered %+v", r)
+		}
+		b.next()
+	}
+	d.send(node.Name{ID: 52, Op: "jobs", Name: agent.JobsFence, Procs: pair(n), Agents: []string{"h/1"}, Data: big})
+	d.quiet()
+}
+
+// eventually waits up to 5 s for cond.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 5 s", what)
+		}
+	}
+}

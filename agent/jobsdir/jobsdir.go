@@ -59,10 +59,10 @@ type Dir[O any] struct {
 
 // coll is one collective across jobs under way.
 type coll struct {
-	jobs []string          // the jobs it names
-	want []string          // agent processes that host participants, sorted
-	in   map[string][]byte // the data of each that entered
-	done []func([]byte, error)
+	jobs []string                       // the jobs it names
+	want []string                       // agent processes that host participants, sorted
+	in   map[string][]byte              // the data of each that entered
+	done map[string]func([]byte, error) // the callback of each that entered
 }
 
 // New makes an empty directory; where says whose it is in errors ("in
@@ -111,8 +111,10 @@ func (d *Dir[O]) Remove(id string) {
 	d.mu.Unlock()
 	err := fmt.Errorf("collective across jobs: job %s ended before every participant joined", id)
 	for _, c := range failed {
-		for _, done := range c.done {
-			done(nil, err)
+		for _, p := range c.want {
+			if done := c.done[p]; done != nil {
+				done(nil, err)
+			}
 		}
 	}
 }
@@ -155,16 +157,18 @@ func NodeOf(l *agent.Layout, rank int) int {
 // Enter enters agent process me in the collective of kind over procs,
 // with its data; done is called once, when the collective completes
 // (every participating process's data, in process order) or with why it
-// cannot.
-func (d *Dir[O]) Enter(kind string, procs []agent.JobRanks, me string, data []byte, done func([]byte, error)) {
+// cannot. While the collective is under way, withdraw takes the entry
+// back (done is then never called: for an entrant that has gone, whose
+// data the directory need not hold); it is nil once done was called.
+func (d *Dir[O]) Enter(kind string, procs []agent.JobRanks, me string, data []byte, done func([]byte, error)) (withdraw func()) {
 	fail := func(err error) { done(nil, fmt.Errorf("%s across jobs: %w", kind, err)) }
 	if err := agent.CheckJobsColl(agent.JobsColl{Kind: kind, Procs: procs}); err != nil {
 		fail(err)
-		return
+		return nil
 	}
 	if len(data) > tree.MaxNodeEntry {
 		fail(fmt.Errorf("%d bytes of node data, want at most %d", len(data), tree.MaxNodeEntry))
-		return
+		return nil
 	}
 	procs = canonical(procs)
 	keyJSON, _ := json.Marshal(procs)
@@ -175,16 +179,16 @@ func (d *Dir[O]) Enter(kind string, procs []agent.JobRanks, me string, data []by
 	if err != nil {
 		d.mu.Unlock()
 		fail(err)
-		return
+		return nil
 	}
 	if !slices.Contains(want, me) {
 		d.mu.Unlock()
 		fail(fmt.Errorf("agent process %s hosts no participant", me))
-		return
+		return nil
 	}
 	c := d.colls[key]
 	if c == nil {
-		c = &coll{want: want, in: make(map[string][]byte, len(want))}
+		c = &coll{want: want, in: make(map[string][]byte, len(want)), done: make(map[string]func([]byte, error), len(want))}
 		for _, p := range procs {
 			c.jobs = append(c.jobs, p.Job)
 		}
@@ -193,13 +197,13 @@ func (d *Dir[O]) Enter(kind string, procs []agent.JobRanks, me string, data []by
 	if _, twice := c.in[me]; twice {
 		d.mu.Unlock()
 		fail(fmt.Errorf("agent process %s entered twice", me))
-		return
+		return nil
 	}
 	c.in[me] = slices.Clone(data)
-	c.done = append(c.done, done)
+	c.done[me] = done
 	if len(c.in) < len(c.want) {
 		d.mu.Unlock()
-		return
+		return func() { d.withdraw(key, c, me) }
 	}
 	delete(d.colls, key)
 	d.mu.Unlock()
@@ -207,8 +211,24 @@ func (d *Dir[O]) Enter(kind string, procs []agent.JobRanks, me string, data []by
 	for _, p := range c.want {
 		all = append(all, c.in[p]...)
 	}
-	for _, f := range c.done {
-		f(all, nil)
+	for _, p := range c.want {
+		c.done[p](all, nil)
+	}
+	return nil
+}
+
+// withdraw takes me's entry out of collective c (key), if c is still
+// under way; the collective goes with its last entry.
+func (d *Dir[O]) withdraw(key string, c *coll, me string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.colls[key] != c {
+		return // completed or failed: done was called
+	}
+	delete(c.in, me)
+	delete(c.done, me)
+	if len(c.in) == 0 {
+		delete(d.colls, key)
 	}
 }
 

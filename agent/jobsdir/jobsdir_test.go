@@ -143,6 +143,45 @@ func TestRemove(t *testing.T) {
 	}
 }
 
+// An entry withdrawn while its collective is under way goes with its data
+// and is never answered; the collective goes with its last entry, and
+// the process may enter again. Withdrawn after the collective completed,
+// nothing happens.
+func TestWithdraw(t *testing.T) {
+	d := dir(t)
+	both := []agent.JobRanks{{Job: "p"}}
+	gone := false
+	w1 := d.Enter(agent.JobsFence, both, "h/1", []byte("A"), func([]byte, error) { gone = true })
+	if w1 == nil || d.Pending() != 1 {
+		t.Fatalf("an entry under way: withdraw %v, %d under way", w1 != nil, d.Pending())
+	}
+	w1()
+	w1() // twice: nothing
+	if d.Pending() != 0 {
+		t.Fatalf("%d collectives under way after their only entry was withdrawn", d.Pending())
+	}
+	a := enter(d, agent.JobsFence, both, "h/1", "a")
+	b := enter(d, agent.JobsFence, both, "h/2", "b")
+	if sa, sb := answered(a), answered(b); sa != "data: ab" || sb != "data: ab" || gone {
+		t.Errorf("after a withdrawn entry: answered %q and %q, the withdrawn one called: %v", sa, sb, gone)
+	}
+	// Two entries, one withdrawn: the other still waits, for a new one.
+	c := enter(d, agent.JobsConnect, both, "h/2", "")
+	w := d.Enter(agent.JobsConnect, both, "h/1", nil, func([]byte, error) {})
+	if w != nil || answered(c) != "data: " {
+		t.Fatalf("the connect completed by its last entry: withdraw %v, answered %q", w != nil, answered(c))
+	}
+	e := enter(d, agent.JobsConnect, both, "h/2", "")
+	w = d.Enter(agent.JobsFence, both, "h/1", nil, func([]byte, error) { gone = true })
+	w()
+	if s := answered(e); s != "" || d.Pending() != 1 || gone {
+		t.Errorf("after another collective's entry was withdrawn: answered %q, %d under way", s, d.Pending())
+	}
+	if s := answered(enter(d, agent.JobsConnect, both, "h/1", "")); s != "data: " || answered(e) != "data: " {
+		t.Errorf("the connect, entered by its other process: %q", s)
+	}
+}
+
 // Jobs that do not describe a job, or take an id in use, are refused.
 func TestAddErrors(t *testing.T) {
 	d := dir(t)
