@@ -75,6 +75,7 @@ type Node struct {
 	ag     *agent.Agent
 	rec    *perf.Recorder
 	out    *Output
+	host   string     // %h in output prefixes and file names (hostName), if a pattern has it
 	env    []string   // every rank's environment but its own variables
 	apps   []int      // each local rank's App (index into spec.Apps)
 	paths  []string   // each App's resolved program, for the Apps with local ranks
@@ -204,7 +205,10 @@ func New(spec *Spec, o Options) (*Node, error) {
 		// A spawned job's ranks are "job,rank": [1,0] is job 1's rank 0.
 		prefix = strings.ReplaceAll(prefix, "%r", strconv.Itoa(spec.Jobno)+",%r")
 	}
-	n.out = NewOutput(NewPrefix(prefix), spec.Size > 1, o.Stdout, o.Stderr)
+	if strings.Contains(prefix+spec.OutPattern+spec.ErrPattern, "%h") {
+		n.host = hostName(o)
+	}
+	n.out = NewOutput(NewPrefix(prefix, n.host), spec.Size > 1, o.Stdout, o.Stderr)
 	n.env = baseEnv(spec, len(ranks))
 	if !spec.NoShm {
 		seg, err := shm.Create(segmentParams(len(ranks), spec.Size))
@@ -252,6 +256,18 @@ const (
 	CounterAgentRSS    = "agent.rss.peak.bytes"
 	CounterSegResident = "segment.resident.bytes"
 )
+
+// hostName is what %h names this node in output prefixes and file
+// names: the run's name for it (Options.Hosts: the node names its ranks
+// see, a host name with a suffix where nodes share one) when the
+// launcher named the run's nodes, else this machine's host name.
+func hostName(o Options) string {
+	if o.Hosts != nil {
+		return o.Hosts[o.Index]
+	}
+	h, _ := os.Hostname()
+	return h
+}
 
 // RecordMemory adds the node's memory counters to its recorder; call it
 // once, when the ranks have ended and before Close. A figure that cannot

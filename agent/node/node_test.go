@@ -106,3 +106,23 @@ func TestSpecSpawner(t *testing.T) {
 		}
 	}
 }
+
+// %h names a node as the run names it for its ranks when the launcher
+// named the run's nodes, else by this machine's host name.
+func TestHostName(t *testing.T) {
+	if h := hostName(Options{Index: 1, Hosts: []string{"vm-0", "vm-1"}}); h != "vm-1" {
+		t.Errorf("node 1 of a named run: %q, want vm-1", h)
+	}
+	if h, want := hostName(Options{}), mustHostname(t); h != want {
+		t.Errorf("a node of an unnamed run: %q, want this machine's %q", h, want)
+	}
+}
+
+func mustHostname(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}

@@ -2,28 +2,23 @@ package node
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 )
 
 // Prefix is the pattern put before every output line of a rank: %r is
-// the rank, %h the node's host name, %t the time the line was read (UTC,
+// the rank, %h the node's name, %t the time the line was read (UTC,
 // microseconds), %% a percent sign. The zero Prefix puts nothing.
 type Prefix struct {
 	pattern string
 	host    string
 }
 
-// NewPrefix returns the prefix for pattern on this host; the pattern was
-// checked (CheckPattern).
-func NewPrefix(pattern string) Prefix {
-	p := Prefix{pattern: pattern}
-	if strings.Contains(pattern, "%h") {
-		p.host, _ = os.Hostname()
-	}
-	return p
+// NewPrefix returns the prefix for pattern on the node named host (%h);
+// the pattern was checked (CheckPattern).
+func NewPrefix(pattern, host string) Prefix {
+	return Prefix{pattern: pattern, host: host}
 }
 
 // CheckPattern checks that pattern uses only %% and the letters in

@@ -248,8 +248,7 @@ func (n *Node) outFile(r int, pattern string, stderr bool) (*os.File, error) {
 	if pattern == "" {
 		return n.out.Pipe(r, stderr)
 	}
-	host, _ := os.Hostname()
-	name := Expand(pattern, r, host, time.Time{})
+	name := Expand(pattern, r, n.host, time.Time{})
 	if !filepath.IsAbs(name) && n.spec.Wdir != "" {
 		name = filepath.Join(n.spec.Wdir, name)
 	}

@@ -298,20 +298,34 @@ func TestRankWaitersHoldNoThreads(t *testing.T) {
 
 // Across real nodes (test hosts): HOST:SLOTS places the ranks, -wdir,
 // -genv and --tag-output reach every node, and --stdin RANK sends the
-// input to the node of that rank.
+// input to the node of that rank. --tag-output's node is the run's name
+// for it, as its ranks see it: the test hosts share one host name, the
+// run tells them apart.
 func TestNetnsSlotsStdinRank(t *testing.T) {
 	cl := newClusterOf(t, 2)
 	dir := t.TempDir()
 	j := job{
 		args: []string{"--bootstrap", "netns", "-hosts", cl.names[0] + ":3," + cl.names[1],
 			"--root-addr", cl.c.Hosts[0].Addr, "-n", "5", "--stdin", "3", "-wdir", dir, "-genv", "GREETING", "hi",
-			"-l", "sh", "-c", `read x; echo "$MPI_LOCALNRANKS $(pwd) $GREETING in:$x"`},
+			"--tag-output", "sh", "-c", `read x; echo "$MPI_LOCALNRANKS $(pwd) $GREETING in:$x"`},
 		wrap: []string{"ip", "netns", "exec", cl.names[0]}, markAgents: true, timeout: 40 * time.Second,
 		stdin: strings.NewReader("typed\n"),
 	}
 	r := run(t, j)
 	r.wantCode(t, 0)
 	// Node 0 takes 3 ranks, node 1 one, then node 0 again: 0,1,2,4 | 3.
+	tagged := regexp.MustCompile(`^\[(\d)@(\S+)\] (.*)$`)
+	nodeOf := map[string]string{} // rank: the node its tag names
+	var rest []string
+	for _, l := range lines(r.stdout) {
+		m := tagged.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("line %q: want [rank@node] ...\n%s", l, r)
+		}
+		nodeOf[m[1]] = m[2]
+		rest = append(rest, "["+m[1]+"] "+m[3])
+	}
+	r.stdout = strings.Join(rest, "\n") + "\n"
 	r.wantRankLines(t, 5, func(rank int) string {
 		local, in := "4", ""
 		if rank == 3 {
@@ -319,6 +333,9 @@ func TestNetnsSlotsStdinRank(t *testing.T) {
 		}
 		return "[" + strconv.Itoa(rank) + "] " + local + " " + dir + " hi in:" + in
 	})
+	if n0 := nodeOf["0"]; n0 == "" || nodeOf["1"] != n0 || nodeOf["2"] != n0 || nodeOf["4"] != n0 || nodeOf["3"] == n0 || nodeOf["3"] == "" {
+		t.Errorf("the nodes --tag-output names: %v, want ranks 0, 1, 2, 4 on one node and 3 on another", nodeOf)
+	}
 }
 
 // --pmi-port (Hydra's -pmi-port): ranks reach the agent over loopback TCP
