@@ -304,6 +304,38 @@ func (a *agentNode) send(to int, f netio.Frame) {
 	a.rec.Add("net.bytes.sent", int64(len(f.Payload)))
 }
 
+// heartbeat tells pmirun and the watched peers that this node lives.
+func (a *agentNode) heartbeat() {
+	a.send(-1, netio.Frame{Type: FrameHeartbeat})
+	for _, p := range a.watched {
+		a.send(p, netio.Frame{Type: FrameHeartbeat})
+	}
+}
+
+// keepAlive sends a heartbeat every Heartbeat from a goroutine of its own
+// until stop, which waits for it. Only while the loop does not run: send
+// reads the links the loop changes.
+func (a *agentNode) keepAlive() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				a.heartbeat()
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 func (a *agentNode) emit(e agent.Event) {
 	a.send(-1, netio.Frame{Type: FrameEvent, Payload: Encode(e)})
 }
@@ -324,7 +356,12 @@ func (a *agentNode) loop(ctx context.Context) error {
 		a.emit(agent.Event{Kind: agent.EventStartFailed, Rank: spec.Nodes[a.idx][0], Code: ExitCodeFor(err), Msg: err.Error()})
 	} else {
 		a.send(-1, netio.Frame{Type: FrameReady})
+		// The loop below serves nothing while the ranks are forked:
+		// thousands of them, or a busy machine, outlast NetTimeout, and
+		// pmirun and the peers would take the node for lost.
+		stop := a.keepAlive()
 		a.n.Start()
+		stop()
 	}
 	tick := time.NewTicker(Heartbeat)
 	defer tick.Stop()
@@ -362,10 +399,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 			a.rec.Add("net.bytes.recv", int64(len(fi.Frame.Payload)))
 			a.frame(fi)
 		case <-tick.C:
-			a.send(-1, netio.Frame{Type: FrameHeartbeat})
-			for _, p := range a.watched {
-				a.send(p, netio.Frame{Type: FrameHeartbeat})
-			}
+			a.heartbeat()
 			a.expireNames(time.Now())
 			a.reportWaiting()
 			for p, t := range a.lastRx {

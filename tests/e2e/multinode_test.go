@@ -292,6 +292,16 @@ func TestLoopbackNodesStayUntilJobEnds(t *testing.T) {
 	}
 }
 
+// A node that forks its ranks for longer than --net-timeout (thousands
+// of ranks on two CPUs: 1,500 running ranks a node take 1.5-2 s to fork
+// here) keeps its links alive meanwhile; before, pmirun took it for lost
+// ("no message for 1s") and ended the job.
+func TestLoopbackForkOutlastsNetTimeout(t *testing.T) {
+	r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "--net-timeout", "1s", "-n", "3000", "sleep", "1"},
+		timeout: 90 * time.Second})
+	r.wantCode(t, 0)
+}
+
 // The root compresses each gathered fence once: MPICH-style business
 // cards of 32 ranks on 4 hosts shrink to at most half with s2, and
 // --compress none sends them as they are.
