@@ -350,13 +350,14 @@ func (n *Node) Resolve() error {
 func (n *Node) wdir(ai int) string { return n.spec.Apps[ai].workDir(n.spec.Wdir) }
 
 // Start forks every local rank (or hands them to the Starter), then hands
-// their PMI connections to the agent: no rank is served before every rank
-// is forked, so on a machine with fewer CPUs than ranks the ranks that
-// are up wait in their first PMI read instead of taking the CPU from the
-// forks still to come (docs/benchmarks.md). Up to forkers ranks are
-// forked at once. A rank that cannot start is reported, and no rank after
-// it is started (those already forked are ended with the job). Call
-// Resolve first.
+// their PMI connections to the agent: no running rank is served before
+// every rank is forked, so on a machine with fewer CPUs than ranks the
+// ranks that are up wait in their first PMI read instead of taking the
+// CPU from the forks still to come (docs/benchmarks.md); a rank whose
+// process has ended is served at once, by its waiter. Up to forkers
+// ranks are forked at once. A rank that cannot start is reported, and no
+// rank after it is started (those already forked are ended with the
+// job). Call Resolve first.
 func (n *Node) Start() {
 	if n.opt.Starter != nil {
 		n.startPlayed()
