@@ -226,10 +226,25 @@ func (c *Config) validateLimits() error {
 	if !local {
 		return nil // each loopback agent holds its own segment and descriptors
 	}
-	// pmirun holds about three descriptors per rank (its ends of the
-	// output pipes and of the PMI socket).
-	if lim, err := sys.FileLimit(); err == nil && lim > 0 && uint64(3*c.Size+64) > lim {
-		return fmt.Errorf("-n %d: more ranks than pmirun can hold descriptors for (%d needed, RLIMIT_NOFILE %d; see ulimit -n)", c.Size, 3*c.Size+64, lim)
+	// pmirun holds launcherFiles descriptors per running rank.
+	need := launcherFiles(c.MPI)*c.Size + launcherFilesFixed
+	if lim, err := sys.FileLimit(); err == nil && lim > 0 && uint64(need) > lim {
+		return fmt.Errorf("-n %d: more ranks than pmirun can hold descriptors for (%d needed, RLIMIT_NOFILE %d; see ulimit -n)", c.Size, need, lim)
 	}
 	return nil
 }
+
+// launcherFiles is how many descriptors pmirun holds for each running
+// rank it forks: its ends of the rank's PMI socket and of its two output
+// pipes, and the rank's pidfd (sys.StartChild), and with PMIx the
+// server library's end of the rank's connection. launcherFilesFixed is
+// the rest: its own, and those of the forks in flight (a socket end, two
+// pipe ends and fork's own pipe each).
+func launcherFiles(mpi string) int {
+	if mpi == node.MPIPMIx {
+		return 5
+	}
+	return 4
+}
+
+const launcherFilesFixed = 64

@@ -408,11 +408,10 @@ func (n *Node) Start() {
 // reaped, and queued for the owner's loop, while the other forks go on.
 func (n *Node) watch(p *rankProc) {
 	n.waiters.Go(func() {
-		sys.WaitExited(p.pid) // in the poller: no thread per rank
-		werr := p.cmd.Wait()
+		ws, werr := p.proc.Wait() // in the poller: no thread per rank
 		ev := event{kind: evExit, ev: agent.Event{Kind: agent.EventExited, Rank: p.rank}}
-		if ps := p.cmd.ProcessState; ps != nil {
-			code, sig, signaled := sys.ExitStatus(ps)
+		if werr == nil {
+			code, sig, signaled := sys.WaitCode(ws)
 			ev.ev.Code = code
 			if signaled {
 				ev.ev.Sig = sig

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,7 +44,7 @@ type event = RankEvent
 type rankProc struct {
 	rank  int
 	local int
-	cmd   *exec.Cmd
+	proc  *sys.Child // nil for a played rank
 	pid   int
 	pmi   net.Conn // the agent's end of PMI_FD (nil with PMI_PORT); set before its waiter starts
 	// served says pmi was handed to the agent, by Start once every rank
@@ -158,24 +157,10 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 		}
 		renv = append(renv, penv...)
 	}
-	cmd := &exec.Cmd{
-		Path:        n.paths[ai],
-		Args:        append([]string{app.Prog}, app.Args...),
-		Env:         renv,
-		Dir:         n.wdir(ai),
-		Stdout:      stdout,
-		Stderr:      stderr,
-		SysProcAttr: sys.RankProcAttr(),
-	}
-	if rankEnd != nil {
-		cmd.ExtraFiles = []*os.File{rankEnd} // fd 3 = PMI_FD
-	}
-	if n.seg != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, n.seg) // FASTPMI_SHM_FD
-	}
+	stdin := n.devNull
 	switch {
 	case n.stdins != nil:
-		cmd.Stdin = n.stdins[li]
+		stdin = n.stdins[li]
 	case r == spec.StdinRank && n.opt.Stdin != nil:
 		in, err := stdinFiles(n.opt.Stdin, 1)
 		if err != nil {
@@ -184,18 +169,28 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 			stderr.Close()
 			return nil, err
 		}
-		cmd.Stdin = in[0]
-	case n.devNull != nil:
-		cmd.Stdin = n.devNull
+		stdin = in[0]
 	}
-	if f, ok := cmd.Stdin.(*os.File); ok && f != n.opt.Stdin && f != n.devNull {
-		defer f.Close() // the child has its copy
+	if stdin != n.opt.Stdin && stdin != n.devNull {
+		defer stdin.Close() // the child has its copy
+	}
+	files := []*os.File{stdin, stdout, stderr}
+	if rankEnd != nil {
+		files = append(files, rankEnd) // fd 3 = PMI_FD
+	}
+	if n.seg != nil {
+		files = append(files, n.seg) // FASTPMI_SHM_FD
 	}
 	var cpus []int
 	if n.binds != nil {
 		cpus = n.binds[li]
 	}
-	err = sys.StartBound(cpus, cmd.Start)
+	var proc *sys.Child
+	err = sys.StartBound(cpus, func() error {
+		var err error
+		proc, err = sys.StartChild(n.paths[ai], append([]string{app.Prog}, app.Args...), dedupEnv(renv), n.wdir(ai), files, sys.RankProcAttr())
+		return err
+	})
 	stdout.Close()
 	stderr.Close()
 	if err != nil {
@@ -204,14 +199,14 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	}
 	// The rank leads its process group (sys.RankProcAttr): from now on
 	// the group dies with this process, however this process ends.
-	p := &rankProc{rank: r, local: li, cmd: cmd, pid: cmd.Process.Pid, guarded: guard.Add(cmd.Process.Pid)}
+	p := &rankProc{rank: r, local: li, proc: proc, pid: proc.Pid, guarded: guard.Add(proc.Pid)}
 	if agentEnd == nil {
 		return p, nil
 	}
 	p.pmi, err = net.FileConn(agentEnd)
 	agentEnd.Close()
 	if err != nil {
-		_ = cmd.Process.Kill()
+		_ = proc.Kill()
 		p.unguard()
 		return nil, fmt.Errorf("PMI connection: %w", err)
 	}
@@ -237,7 +232,7 @@ func (n *Node) serve(p *rankProc) {
 	}
 	if err := n.ag.Serve(p.local, p.pmi); err != nil {
 		n.opt.Logger.Error("serve rank", "rank", p.rank, "err", err)
-		_ = p.cmd.Process.Kill()
+		_ = p.proc.Kill()
 	}
 }
 

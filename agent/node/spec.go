@@ -434,6 +434,23 @@ func setEnv(env []string, k, v string) []string {
 	return append(out, k+"="+v)
 }
 
+// dedupEnv returns env without the earlier of two variables of one name
+// (--env over the launcher's environment, a rank's own over both), in
+// the order of the ones kept, as os/exec passes an environment.
+func dedupEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	seen := make(map[string]bool, len(env))
+	for i := len(env) - 1; i >= 0; i-- {
+		k, _, _ := strings.Cut(env[i], "=")
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, env[i])
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
+
 // getEnv returns k's value in env.
 func getEnv(env []string, k string) string {
 	for i := len(env) - 1; i >= 0; i-- {

@@ -141,33 +141,6 @@ func FileLimit() (uint64, error) {
 	return r.Cur, nil
 }
 
-// WaitExited returns when the child pid has exited, without reaping it
-// (the caller's exec.Cmd.Wait does, then at once). It waits in Go's
-// network poller on a pidfd, not in a blocked system call, so that a
-// launcher waiting for tens of thousands of ranks holds no thread per
-// rank (Go aborts past 10,000 threads, and each counts against
-// RLIMIT_NPROC). Where pidfds are missing it returns at once and the
-// caller's Wait blocks as before.
-func WaitExited(pid int) {
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		return
-	}
-	f := os.NewFile(uintptr(fd), "pidfd") // non-blocking: in the poller
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Read(func(fd uintptr) bool {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		// Done once it exited (waitid filled info: si_signo SIGCHLD)
-		// or waitid fails (never block on a pidfd that cannot tell).
-		return err != nil || info.Signo != 0
-	})
-}
-
 // Threads returns the number of threads of process pid (0: this one),
 // from the Threads line of its /proc status.
 func Threads(pid int) (int, error) {

@@ -42,9 +42,6 @@ func IsTerminal(f *os.File) bool { return false }
 // FileLimit is not known off Linux.
 func FileLimit() (uint64, error) { return 0, ErrNotSupported }
 
-// WaitExited returns at once off Linux: the caller's Wait blocks.
-func WaitExited(pid int) {}
-
 // Threads is not known off Linux.
 func Threads(pid int) (int, error) { return 0, ErrNotSupported }
 

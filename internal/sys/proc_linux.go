@@ -89,8 +89,8 @@ func SignalProcess(pid int, sig os.Signal) error {
 }
 
 // Socketpair returns a connected pair of Unix stream sockets as files,
-// both close-on-exec; the launcher passes one end to a rank with
-// exec.Cmd.ExtraFiles, which clears close-on-exec in the child only.
+// both close-on-exec; the launcher passes one end to a rank as one of its
+// descriptors (StartChild), which clears close-on-exec in the child only.
 func Socketpair(name string) (agentEnd, rankEnd *os.File, err error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -116,19 +116,6 @@ func OutputPipe() (r, w *os.File, err error) {
 		return nil, nil, os.NewSyscallError("fcntl", err)
 	}
 	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
-}
-
-// ExitStatus decodes a finished process's state: its exit code, or the
-// signal that killed it (signaled true).
-func ExitStatus(ps *os.ProcessState) (code int, sig int, signaled bool) {
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	if !ok {
-		return ps.ExitCode(), 0, false
-	}
-	if ws.Signaled() {
-		return 128 + int(ws.Signal()), int(ws.Signal()), true
-	}
-	return ws.ExitStatus(), 0, false
 }
 
 // SignalName names a signal number ("killed", "terminated", ...).

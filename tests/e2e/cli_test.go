@@ -263,11 +263,20 @@ func TestTerminalCtrlCTwice(t *testing.T) {
 }
 
 // -n beyond the descriptors pmirun may hold fails at once, naming the
-// limit, instead of failing rank by rank.
+// limit, instead of failing rank by rank; and the count is true: the most
+// ranks it lets start run, all at once.
 func TestFileLimitGuard(t *testing.T) {
-	r := run(t, job{wrap: []string{"bash", "-c", `ulimit -n 1024 && exec "$@"`, "bash"}, args: []string{"-n", "1000", "true"}})
+	limited := []string{"bash", "-c", `ulimit -n 1024 && exec "$@"`, "bash"}
+	r := run(t, job{wrap: limited, args: []string{"-n", "1000", "true"}})
 	r.wantCode(t, 2)
-	r.wantMessage(t, `-n 1000: more ranks than pmirun can hold descriptors for \(3064 needed, RLIMIT_NOFILE 1024; see ulimit -n\)`)
+	r.wantMessage(t, `-n 1000: more ranks than pmirun can hold descriptors for \(4064 needed, RLIMIT_NOFILE 1024; see ulimit -n\)`)
+	r = run(t, job{wrap: limited, args: []string{"-n", "241", "true"}})
+	r.wantCode(t, 2)
+	r.wantMessage(t, `-n 241: more ranks than pmirun can hold descriptors for \(1028 needed`)
+	// 240 ranks alive together (before, with three descriptors a rank
+	// counted and five held, 203 started and the 204th failed).
+	r = run(t, job{wrap: limited, args: []string{"-n", "240", "sleep", "1"}})
+	r.wantCode(t, 0)
 }
 
 // pmirun waits for its ranks without a thread each (Go aborts past
