@@ -46,12 +46,12 @@ func StartChild(path string, argv, env []string, dir string, files []*os.File, a
 	for i, f := range files {
 		fds[i] = f.Fd()
 	}
-	sys := *attr
+	a := *attr
 	pidfd := -1
 	if pidfdsWork() {
-		sys.PidFD = &pidfd
+		a.PidFD = &pidfd
 	}
-	pid, _, err := syscall.StartProcess(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: &sys})
+	pid, _, err := syscall.StartProcess(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: &a})
 	runtime.KeepAlive(files)
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: path, Err: err}
