@@ -91,6 +91,30 @@ func (s *testSession) call(m node.Name) node.Name {
 	return r
 }
 
+// serveDaemon starts a daemon on loopback, served until the test ends,
+// and a transport to reach it with its secret.
+func serveDaemon(t *testing.T) (*Server, netio.Transport) {
+	t.Helper()
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error)
+	go func() { served <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-served
+	})
+	tr, err := NewTransport(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return s, tr
+}
+
 func oneNode(host string) *agent.Layout {
 	return &agent.Layout{Size: 1, Hosts: []string{host}, Nodes: [][]int{{0}}}
 }
@@ -100,23 +124,7 @@ func oneNode(host string) *agent.Layout {
 // data (asked of the run that registered it) are served to the other;
 // the end of a session withdraws its jobs and fails what waits for them.
 func TestDaemonJobs(t *testing.T) {
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
-	tr, err := NewTransport(secret, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	s, tr := serveDaemon(t)
 	a, b := openSession(t, tr, s.Addr().String()), openSession(t, tr, s.Addr().String())
 
 	if r := a.call(node.Name{ID: 2, Op: "jobreg", Name: "ja", Layout: oneNode("n1"), Agents: []string{"h/1"}}); r.Err != "" {
@@ -212,23 +220,7 @@ func TestDaemonJobs(t *testing.T) {
 // One over is refused at once, naming the quota; the run may ask again
 // once one is answered, and the other run is not held up meanwhile.
 func TestDaemonJobsBounds(t *testing.T) {
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error)
-	go func() { served <- s.Serve(ctx) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
-	tr, err := NewTransport(secret, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	s, tr := serveDaemon(t)
 	a, b := openSession(t, tr, s.Addr().String()), openSession(t, tr, s.Addr().String())
 	// jb runs on two nodes of b's run, one rank each... and then some:
 	// a collective over rank i of each node waits for both processes.
