@@ -70,7 +70,7 @@ func run() int {
 	// Signals are caught before the guard starts: each one Notify
 	// enables is a hand-off to the runtime's signal thread, which the
 	// guard's start-up on the other CPU delays (0.5-1 ms for the six
-	// then, 0.1-0.3 ms before).
+	// then, 0.1-0.5 ms before).
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, sys.ForwardedSignals...)
 	if len(cfg.Daemons) == 0 {
