@@ -59,10 +59,15 @@ type Dir[O any] struct {
 
 // coll is one collective across jobs under way.
 type coll struct {
-	jobs []string                       // the jobs it names
-	want []string                       // agent processes that host participants, sorted
-	in   map[string][]byte              // the data of each that entered
-	done map[string]func([]byte, error) // the callback of each that entered
+	jobs []string         // the jobs it names
+	want []string         // agent processes that host participants, sorted
+	in   map[string]entry // those that entered
+}
+
+// entry is one agent process's entry in a collective.
+type entry struct {
+	data []byte
+	done func([]byte, error)
 }
 
 // New makes an empty directory; where says whose it is in errors ("in
@@ -112,8 +117,8 @@ func (d *Dir[O]) Remove(id string) {
 	err := fmt.Errorf("collective across jobs: job %s ended before every participant joined", id)
 	for _, c := range failed {
 		for _, p := range c.want {
-			if done := c.done[p]; done != nil {
-				done(nil, err)
+			if e, ok := c.in[p]; ok {
+				e.done(nil, err)
 			}
 		}
 	}
@@ -188,7 +193,7 @@ func (d *Dir[O]) Enter(kind string, procs []agent.JobRanks, me string, data []by
 	}
 	c := d.colls[key]
 	if c == nil {
-		c = &coll{want: want, in: make(map[string][]byte, len(want)), done: make(map[string]func([]byte, error), len(want))}
+		c = &coll{want: want, in: make(map[string]entry, len(want))}
 		for _, p := range procs {
 			c.jobs = append(c.jobs, p.Job)
 		}
@@ -199,8 +204,7 @@ func (d *Dir[O]) Enter(kind string, procs []agent.JobRanks, me string, data []by
 		fail(fmt.Errorf("agent process %s entered twice", me))
 		return nil
 	}
-	c.in[me] = slices.Clone(data)
-	c.done[me] = done
+	c.in[me] = entry{data: slices.Clone(data), done: done}
 	if len(c.in) < len(c.want) {
 		d.mu.Unlock()
 		return func() { d.withdraw(key, c, me) }
@@ -209,10 +213,10 @@ func (d *Dir[O]) Enter(kind string, procs []agent.JobRanks, me string, data []by
 	d.mu.Unlock()
 	var all []byte
 	for _, p := range c.want {
-		all = append(all, c.in[p]...)
+		all = append(all, c.in[p].data...)
 	}
 	for _, p := range c.want {
-		c.done[p](all, nil)
+		c.in[p].done(all, nil)
 	}
 	return nil
 }
@@ -226,7 +230,6 @@ func (d *Dir[O]) withdraw(key string, c *coll, me string) {
 		return // completed or failed: done was called
 	}
 	delete(c.in, me)
-	delete(c.done, me)
 	if len(c.in) == 0 {
 		delete(d.colls, key)
 	}
