@@ -57,8 +57,7 @@ func (n *Node) startPMIx() error {
 	}
 	hosts := n.opt.Hosts
 	if hosts == nil && len(n.spec.Nodes) == 1 {
-		h, _ := os.Hostname()
-		hosts = []string{h}
+		hosts = []string{hostName(n.opt)}
 	}
 	j, err := pmix.NewJob(pmix.Config{
 		Agent: n.ag, Nspace: n.spec.JobID, Size: n.spec.Size, Usize: n.spec.Usize,
