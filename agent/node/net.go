@@ -312,30 +312,6 @@ func (a *agentNode) heartbeat() {
 	}
 }
 
-// keepAlive sends a heartbeat every Heartbeat from a goroutine of its own
-// until stop, which waits for it. Only while the loop does not run: send
-// reads the links the loop changes.
-func (a *agentNode) keepAlive() (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				a.heartbeat()
-			case <-done:
-				return
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
-}
-
 func (a *agentNode) emit(e agent.Event) {
 	a.send(-1, netio.Frame{Type: FrameEvent, Payload: Encode(e)})
 }
@@ -356,12 +332,10 @@ func (a *agentNode) loop(ctx context.Context) error {
 		a.emit(agent.Event{Kind: agent.EventStartFailed, Rank: spec.Nodes[a.idx][0], Code: ExitCodeFor(err), Msg: err.Error()})
 	} else {
 		a.send(-1, netio.Frame{Type: FrameReady})
-		// The loop below serves nothing while the ranks are forked:
-		// thousands of them, or a busy machine, outlast NetTimeout, and
-		// pmirun and the peers would take the node for lost.
-		stop := a.keepAlive()
+		// The loop below runs while the ranks are forked: its
+		// heartbeats go on (thousands of ranks, or a busy machine,
+		// outlast NetTimeout), and pmirun's orders are carried out.
 		a.n.Start()
-		stop()
 	}
 	tick := time.NewTicker(Heartbeat)
 	defer tick.Stop()

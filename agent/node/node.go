@@ -66,8 +66,8 @@ type Host struct {
 // processes (or a Starter's goroutine ranks) and their output. It turns
 // what happens to each rank into Events for the job's fate (Options.Emit)
 // and carries out the fate's orders (Kill, Signal). Only its owner's
-// goroutine calls its methods; rank waiters and the agent feed it through
-// the channel Local returns.
+// goroutine calls its methods; the forkers, rank waiters and the agent feed
+// it through the channel Events returns.
 type Node struct {
 	spec   *Spec
 	opt    Options
@@ -94,8 +94,13 @@ type Node struct {
 	judged   int               // procs whose end was judged and reported
 	killing  bool
 	killTime <-chan time.Time
-	waiters  sync.WaitGroup // the rank processes' waiters, the exit judges, the disconnect timers
+	waiters  sync.WaitGroup // the fork phase, the rank processes' waiters, the exit judges, the disconnect timers
 	quit     chan struct{}  // closed by Close: judges and timers stop waiting
+
+	// forking is true from Start until Handle takes evStarted: the ranks
+	// are forked meanwhile (forkAll), and handed over through fk.
+	forking bool
+	fk      forkPhase
 
 	// starterStop stops a Starter's ranks, or is nil.
 	starterStop func()
@@ -349,15 +354,18 @@ func (n *Node) Resolve() error {
 // wdir is where App ai's ranks start.
 func (n *Node) wdir(ai int) string { return n.spec.Apps[ai].workDir(n.spec.Wdir) }
 
-// Start forks every local rank (or hands them to the Starter), then hands
-// their PMI connections to the agent: no running rank is served before
-// every rank is forked, so on a machine with fewer CPUs than ranks the
-// ranks that are up wait in their first PMI read instead of taking the
-// CPU from the forks still to come (docs/benchmarks.md); a rank whose
-// process has ended is served at once, by its waiter. Up to forkers
-// ranks are forked at once. A rank that cannot start is reported, and no
-// rank after it is started (those already forked are ended with the
-// job). Call Resolve first.
+// Start begins the node's ranks and returns: it forks every local rank on
+// goroutines of its own (or hands them to the Starter) while the owner's
+// loop goes on, so that a signal, a timeout or a failure during the fork
+// phase is acted on at once (Kill stops the forks still to come). Once
+// every rank is forked, the owner's Handle (evStarted) hands their PMI
+// connections to the agent: no running rank is served before that, so on
+// a machine with fewer CPUs than ranks the ranks that are up wait in their
+// first PMI read instead of taking the CPU from the forks still to come
+// (docs/benchmarks.md); a rank whose process has ended is served at once,
+// by its waiter. Up to forkers ranks are forked at once. A rank that
+// cannot start is reported, and no rank after it is started (those
+// already forked are ended with the job). Call Resolve first.
 func (n *Node) Start() {
 	if n.opt.Starter != nil {
 		n.startPlayed()
@@ -368,20 +376,31 @@ func (n *Node) Start() {
 		return
 	}
 	reserveThreads()
-	forks := n.forkAll()
-	failed := -1
+	n.forking = true
+	n.waiters.Go(func() {
+		n.evch <- event{kind: evStarted, forks: n.forkAll()}
+	})
+}
+
+// started ends the fork phase (evStarted, on the owner's goroutine): every
+// forked rank is the node's, the first rank that could not start is
+// reported, the agent stops waiting for the ranks that did not start, and
+// the forked ranks' PMI connections are served.
+func (n *Node) started(forks []forked) {
+	n.adopt()
+	n.forking = false
+	failed, unstarted := -1, 0
 	for i, f := range forks {
-		if f.err != nil && failed < 0 {
-			failed = i
-		}
-		p := f.p
-		if p == nil {
+		if f.p == nil {
+			unstarted++
+			if f.err != nil && failed < 0 {
+				failed = i
+			}
 			continue
 		}
-		n.procs[p.rank] = p
 		// On the rank's own track, before its life: forks overlap.
-		n.rec.Span(perf.SliceFork, p.rank, f.t0, f.t1)
-		n.rec.MarkAt(perf.PhaseRankForked, p.rank, f.t1)
+		n.rec.Span(perf.SliceFork, f.p.rank, f.t0, f.t1)
+		n.rec.MarkAt(perf.PhaseRankForked, f.p.rank, f.t1)
 	}
 	if failed >= 0 {
 		err := forks[failed].err
@@ -390,10 +409,12 @@ func (n *Node) Start() {
 			why += " (no room for another process: see ulimit -u and the pids cgroup's pids.max)"
 		}
 		n.opt.Emit(agent.Event{Kind: agent.EventStartFailed, Rank: n.ranks[failed], Code: ExitCodeFor(err), Msg: why})
-		for i, f := range forks[failed:] {
-			if f.p == nil { // the ranks that started are judged when they end
-				n.ag.RankGone(n.ranks[failed+i], "never started")
-			}
+	} else if unstarted > 0 {
+		n.opt.Logger.Info("the job ended while its ranks were forked", "forked", len(forks)-unstarted, "unstarted", unstarted)
+	}
+	for i, f := range forks {
+		if f.p == nil { // the ranks that started are judged when they end
+			n.ag.RankGone(n.ranks[i], "never started")
 		}
 	}
 	guard.StartupOver() // the guard's start-up no longer competes with the ranks'
@@ -447,18 +468,19 @@ type forked struct {
 	t0, t1 time.Time
 }
 
-// forkAll forks the node's ranks, up to forkers at once, starts each
-// forked rank's waiter, and returns each one's result by local index.
-// Once a fork failed no other begins; forks already under way finish.
+// forkAll forks the node's ranks, up to forkers at once, gives each
+// forked rank to the owner (forkPhase.add) and starts its waiter, and
+// returns each one's result by local index. Once a fork failed, or Kill
+// stopped the phase, no other begins; forks already under way finish.
 // The result of a rank not tried has neither p nor err.
 func (n *Node) forkAll() []forked {
 	out := make([]forked, len(n.ranks))
 	var next atomic.Int64
-	var stop atomic.Bool
+	var failed atomic.Bool
 	var wg sync.WaitGroup
 	for range min(forkers, len(n.ranks)) {
 		wg.Go(func() {
-			for !stop.Load() {
+			for !failed.Load() && !n.fk.stopped.Load() {
 				i := int(next.Add(1) - 1)
 				if i >= len(n.ranks) {
 					return
@@ -468,15 +490,72 @@ func (n *Node) forkAll() []forked {
 				f.p, f.err = n.startRank(n.ranks[i], i)
 				f.t1 = time.Now()
 				if f.err != nil {
-					stop.Store(true)
-				} else {
-					n.watch(f.p)
+					failed.Store(true)
+					continue
 				}
+				n.fk.add(f.p)
+				n.watch(f.p)
 			}
 		})
 	}
 	wg.Wait()
 	return out
+}
+
+// forkPhase is what the forkers share with the owner's goroutine while a
+// node's ranks are forked (Start): each rank forked waits in forked until
+// the owner adopts it into Node.procs, which the owner does before it
+// acts on ranks; Kill stops the phase, and a rank forked after that gets
+// the kill's signal from its forker at once, so none escapes it.
+type forkPhase struct {
+	mu     sync.Mutex
+	forked []*rankProc // forked, not yet adopted (guarded by mu)
+	sig    os.Signal   // the signal that stopped the phase, or nil (guarded by mu)
+	// stopped is sig != nil: stored under mu with sig, loaded by the
+	// forkers without it before each fork (forkAll).
+	stopped atomic.Bool
+}
+
+// add hands the forked rank p to the owner; a forker calls it before
+// p's waiter starts, so p is not yet reaped when a stopped phase's signal
+// reaches its group.
+func (fp *forkPhase) add(p *rankProc) {
+	fp.mu.Lock()
+	fp.forked = append(fp.forked, p)
+	sig := fp.sig
+	fp.mu.Unlock()
+	if sig != nil {
+		_ = sys.SignalGroup(p.pid, sig)
+	}
+}
+
+// stop ends the phase: no fork begins after it, and a rank forked after
+// it gets sig.
+func (fp *forkPhase) stop(sig os.Signal) {
+	fp.mu.Lock()
+	fp.sig = sig
+	fp.stopped.Store(true)
+	fp.mu.Unlock()
+}
+
+// take returns the ranks forked since the last take.
+func (fp *forkPhase) take() []*rankProc {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	ps := fp.forked
+	fp.forked = nil
+	return ps
+}
+
+// adopt takes the ranks forked so far into procs, during the fork phase:
+// the owner's methods call it before they act on ranks.
+func (n *Node) adopt() {
+	if !n.forking {
+		return
+	}
+	for _, p := range n.fk.take() {
+		n.procs[p.rank] = p
+	}
 }
 
 // failStart reports that local rank i could not start, and releases the
@@ -525,7 +604,12 @@ func (n *Node) Events() <-chan RankEvent { return n.evch }
 // reported yet: a rank that exited with code 0 stays live until the agent
 // has read all it sent (did it finalize?), so that its verdict is never
 // lost to a loop that stops at the last exit.
-func (n *Node) Live() int { return len(n.procs) - n.judged }
+func (n *Node) Live() int {
+	if n.forking { // the ranks still to fork, and the forked ones, are live
+		return len(n.ranks) - n.judged
+	}
+	return len(n.procs) - n.judged
+}
 
 // Kill ends every local rank: SIGTERM now, SIGKILL after KillGrace
 // (KillTimer fires; call KillNow then).
@@ -534,6 +618,9 @@ func (n *Node) Kill() {
 		return
 	}
 	n.killing = true
+	if n.forking {
+		n.fk.stop(sys.SIGTERM)
+	}
 	n.Signal(sys.SIGTERM)
 	n.killTime = time.After(n.spec.KillGrace)
 }
@@ -544,11 +631,16 @@ func (n *Node) KillTimer() <-chan time.Time { return n.killTime }
 // KillNow is called when KillTimer fires.
 func (n *Node) KillNow() {
 	n.killTime = nil
+	if n.forking {
+		n.fk.stop(sys.SIGKILL)
+	}
 	n.Signal(sys.SIGKILL)
 }
 
-// Signal sends sig to every local rank's process group.
+// Signal sends sig to every local rank's process group (during the fork
+// phase: to the ranks forked so far).
 func (n *Node) Signal(sig os.Signal) {
+	n.adopt()
 	for _, p := range n.procs {
 		if !p.exited && p.pid > 0 { // played ranks have no process
 			_ = sys.SignalGroup(p.pid, sig)
@@ -562,8 +654,11 @@ func (n *Node) Signal(sig os.Signal) {
 
 // Handle judges one local event and reports it.
 func (n *Node) Handle(re RankEvent) {
+	n.adopt()
 	ev := re.ev
 	switch re.kind {
+	case evStarted:
+		n.started(re.forks)
 	case evExit:
 		p := n.procs[ev.Rank]
 		if p == nil || p.exited {

@@ -24,6 +24,7 @@ const (
 	evJudged                        // an evExit once the agent served all the rank sent: ev.Spoke, ev.Fin
 	evDisconnectTimer               // an EventDisconnected rank still runs after the grace
 	evTopology                      // a rank asked for the topology file (topology.go)
+	evStarted                       // the fork phase is over (Start): forks
 )
 
 // RankEvent is what a node's rank waiters and agent report to its owner's
@@ -35,6 +36,8 @@ type RankEvent struct {
 	// groupGone (evExit) says the rank's process group had no process
 	// left once the rank was reaped: its guard registration may end.
 	groupGone bool
+	// forks (evStarted) is each local rank's fork, by local index.
+	forks []forked
 }
 
 type event = RankEvent
@@ -47,9 +50,9 @@ type rankProc struct {
 	proc  *sys.Child // nil for a played rank
 	pid   int
 	pmi   net.Conn // the agent's end of PMI_FD (nil with PMI_PORT); set before its waiter starts
-	// served says pmi was handed to the agent, by Start once every rank
-	// is forked or by the rank's waiter once the process has ended,
-	// whichever comes first.
+	// served says pmi was handed to the agent, by the owner once every
+	// rank is forked (evStarted) or by the rank's waiter once the process
+	// has ended, whichever comes first.
 	served atomic.Bool
 	exited bool // its process ended (no more signals)
 	judged bool // its end was judged and reported (counts against Node.Live)
@@ -221,8 +224,8 @@ func (p *rankProc) unguard() {
 	}
 }
 
-// serve hands p's PMI connection to the agent, once: Start does it once
-// every rank is forked, a rank's waiter as soon as its process has ended
+// serve hands p's PMI connection to the agent, once: the owner does it
+// once every rank is forked (evStarted), a rank's waiter as soon as its process has ended
 // (an ended rank takes no CPU from the forks still to come, and what it
 // sent is served before its exit is judged). A rank the agent refuses is
 // killed; its exit is judged as any other.

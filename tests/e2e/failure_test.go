@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,47 @@ func TestPmirunKilledPMIx(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+}
+
+// A job that must end while its ranks are forked ends then, without
+// forking the rest: the fork phase runs beside the loop that judges the
+// job, which acts on a failed rank, a timeout or a node's report at once
+// (a few thousand ranks take seconds to fork here). Every rank that
+// starts prints "up"; with the fork phase stopped, far fewer than all do,
+// and no rank outlives pmirun.
+func TestEndDuringFork(t *testing.T) {
+	const size = 3000
+	up := func(fail bool) []string {
+		script := `echo up; exec sleep 60`
+		if fail {
+			script = `if [ "$PMI_RANK" = 3 ]; then exit 3; fi; ` + script
+		}
+		return []string{"-n", n(size), "sh", "-c", script}
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		code    int
+		msg     string
+		oneNode bool // its log says how many ranks were not started
+	}{
+		{"failed rank", up(true), 3, `rank 3 exited with code 3`, true},
+		{"timeout", append([]string{"--timeout", "300ms"}, up(false)...), 124, `timed out after 300ms`, true},
+		{"failed rank, two nodes", append([]string{"--bootstrap", "loopback", "--nodes", "2"}, up(true)...), 3, `rank 3 exited with code 3`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, job{args: append([]string{"--verbose"}, tc.args...), timeout: 90 * time.Second, markAgents: true})
+			r.wantCode(t, tc.code)
+			r.wantMessage(t, tc.msg)
+			started := strings.Count(r.stdout, "up\n")
+			t.Logf("%d of %d ranks started", started, size)
+			if started >= size/2 {
+				t.Errorf("%d of %d ranks started: the job went on forking after it had to end\n%s", started, size, r)
+			}
+			if tc.oneNode && !regexp.MustCompile(`the job ended while its ranks were forked.* unstarted=[1-9]`).MatchString(r.stderr) {
+				t.Errorf("no log of the ranks not started\n%s", r)
+			}
+		})
 	}
 }
