@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -40,8 +41,11 @@ type forkRoot struct {
 	local  []string // this machine's names, for spawn's host info keys
 	// closers close the nodes of spawned jobs that have ended, off the
 	// loop's goroutine (unmapping a segment, waiting for output);
-	// runFork waits for them.
+	// runFork waits for them. What such a node still reports comes
+	// through late, to the loop and then to runFork's wait: the fate is
+	// only ever touched by the loop's goroutine.
 	closers sync.WaitGroup
+	late    chan lateEvent
 	intr    interrupts // Ctrl-Cs seen
 }
 
@@ -50,6 +54,15 @@ type forkJob struct {
 	spec  *node.Spec
 	n     *node.Node
 	procs int // its rank processes, counted against the universe size
+	// closing is set by the loop as it hands the node to a closer; the
+	// node's events go through forkRoot.late from then on.
+	closing atomic.Bool
+}
+
+// lateEvent is an event of a job whose node a closer is closing.
+type lateEvent struct {
+	jobno int
+	ev    agent.Event
 }
 
 // spawnCall is a spawn request from job parent's agent.
@@ -118,26 +131,26 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	r := &forkRoot{
 		cfg: cfg, rec: rec, names: agent.NewLocal(),
 		stdout: &syncWriter{w: cfg.Stdout}, stderr: &syncWriter{w: cfg.Stderr},
-		spawns: make(chan spawnCall), quit: make(chan struct{}),
+		spawns: make(chan spawnCall), quit: make(chan struct{}), late: make(chan lateEvent),
 		local: localNames(),
 	}
 	r.fate = &fate{stderr: r.stderr, end: func(*JobError) { r.killAll() }}
 	r.intr = interrupts{stderr: r.stderr}
-	n, err := r.newNode(spec, rec, cfg.Stdin)
+	j, err := r.newJob(spec, rec, cfg.Stdin)
 	if err != nil {
 		return early(cfg, 1, err.Error())
 	}
-	if err := n.Resolve(); err != nil {
-		n.Close()
+	if err := j.n.Resolve(); err != nil {
+		j.n.Close()
 		return early(cfg, node.ExitCodeFor(err), err.Error())
 	}
-	r.first = &forkJob{spec: spec, n: n, procs: cfg.Size}
+	r.first = j
 	r.jobs, r.njobs = []*forkJob{r.first}, 1
-	n.Start()
+	j.n.Start()
 	r.loop(ctx)
 	close(r.quit)
 	r.names.Close()
-	r.closers.Wait()
+	r.waitClosers()
 	if cfg.ReportPath != "" || cfg.TracePath != "" {
 		// The memory counters' only readers (reading /proc/self/status
 		// costs 0.1-0.2 ms of a job's end).
@@ -153,21 +166,55 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	return nil
 }
 
-// newNode creates the node of job spec, its events judged by the run's
-// fate under its job number.
-func (r *forkRoot) newNode(spec *node.Spec, rec *perf.Recorder, stdin io.Reader) (*node.Node, error) {
-	jobno := spec.Jobno
-	return node.New(spec, node.Options{
+// newJob creates job spec and its node, whose events the run's fate
+// judges under the job's number (emit).
+func (r *forkRoot) newJob(spec *node.Spec, rec *perf.Recorder, stdin io.Reader) (*forkJob, error) {
+	j := &forkJob{spec: spec, procs: spec.Size}
+	n, err := node.New(spec, node.Options{
 		Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr, Logger: r.cfg.Logger, Perf: rec,
-		Upstream: forkUpstream{Local: agent.NewLocal(), r: r, jobno: jobno, jobID: spec.JobID},
-		Emit:     func(e agent.Event) { r.fate.jobEvent(jobno, e) },
+		Upstream: forkUpstream{Local: agent.NewLocal(), r: r, jobno: spec.Jobno, jobID: spec.JobID},
+		Emit:     func(e agent.Event) { r.emit(j, e) },
 	})
+	if err != nil {
+		return nil, err
+	}
+	j.n = n
+	return j, nil
+}
+
+// emit hands an event of job j to the run's fate. The node reports on
+// its owner's goroutine, the loop's, except while a closer closes it.
+func (r *forkRoot) emit(j *forkJob, e agent.Event) {
+	if j.closing.Load() {
+		r.late <- lateEvent{jobno: j.spec.Jobno, ev: e}
+		return
+	}
+	r.fate.jobEvent(j.spec.Jobno, e)
+}
+
+// waitClosers waits for the closers, once the loop is over, judging what
+// their nodes still report.
+func (r *forkRoot) waitClosers() {
+	done := make(chan struct{})
+	go func() {
+		r.closers.Wait()
+		close(done)
+	}()
+	for {
+		select {
+		case le := <-r.late:
+			r.fate.jobEvent(le.jobno, le.ev)
+		case <-done:
+			return
+		}
+	}
 }
 
 // Fixed cases of the loop's select, before two per job (its events and
 // its kill timer).
 const (
 	caseSpawn = iota
+	caseLate
 	caseSignal
 	caseTimeout
 	caseDone
@@ -188,6 +235,7 @@ func (r *forkRoot) loop(ctx context.Context) {
 		cases[i].Dir = reflect.SelectRecv
 	}
 	cases[caseSpawn].Chan = reflect.ValueOf(r.spawns)
+	cases[caseLate].Chan = reflect.ValueOf(r.late)
 	cases[caseSignal].Chan = reflect.ValueOf(r.cfg.Signals)
 	for r.live() {
 		cases[caseTimeout].Chan = reflect.ValueOf(timeout)
@@ -201,6 +249,9 @@ func (r *forkRoot) loop(ctx context.Context) {
 		switch i {
 		case caseSpawn:
 			r.spawn(v.Interface().(spawnCall))
+		case caseLate:
+			le := v.Interface().(lateEvent)
+			r.fate.jobEvent(le.jobno, le.ev)
 		case caseSignal:
 			sig := v.Interface().(os.Signal)
 			if r.intr.kill(sig) {
@@ -233,6 +284,7 @@ func (r *forkRoot) loop(ctx context.Context) {
 				// (a parent may spawn thousands); the loop never touches
 				// its node again.
 				r.jobs = slices.Delete(r.jobs, ji, ji+1)
+				j.closing.Store(true)
 				r.closers.Go(j.n.Close)
 			}
 		}
@@ -300,17 +352,17 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}
-	n, err := r.newNode(spec, nil, nil)
+	j, err := r.newJob(spec, nil, nil)
 	if err != nil {
 		return "", err
 	}
-	if err := n.Resolve(); err != nil {
-		n.Close()
+	if err := j.n.Resolve(); err != nil {
+		j.n.Close()
 		return "", err
 	}
-	r.jobs = append(r.jobs, &forkJob{spec: spec, n: n, procs: spec.Size})
+	r.jobs = append(r.jobs, j)
 	r.njobs++
-	n.Start()
+	j.n.Start()
 	return spec.JobID, nil
 }
 
