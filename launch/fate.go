@@ -91,7 +91,14 @@ func (f *fate) jobEvent(jobno int, e agent.Event) {
 		if code == 0 {
 			code = 1
 		}
-		f.fail(&JobError{Code: code, Msg: fmt.Sprintf("start %s: %s", rank, e.Msg)})
+		msg := fmt.Sprintf("start %s: %s", rank, e.Msg)
+		if f.failure != nil {
+			// Said even so: why a rank could not start (a process
+			// limit, say) often explains the failure reported first.
+			fmt.Fprintf(f.stderr, "pmirun: also, %s\n", msg)
+			return
+		}
+		f.fail(&JobError{Code: code, Msg: msg})
 	}
 }
 

@@ -387,7 +387,7 @@ func (n *Node) Start() {
 // reported, the agent stops waiting for the ranks that did not start, and
 // the forked ranks' PMI connections are served.
 func (n *Node) started(forks []forked) {
-	n.adopt()
+	n.adopt(nil)
 	n.forking = false
 	failed, unstarted := -1, 0
 	for i, f := range forks {
@@ -505,55 +505,53 @@ func (n *Node) forkAll() []forked {
 // forkPhase is what the forkers share with the owner's goroutine while a
 // node's ranks are forked (Start): each rank forked waits in forked until
 // the owner adopts it into Node.procs, which the owner does before it
-// acts on ranks; Kill stops the phase, and a rank forked after that gets
-// the kill's signal from its forker at once, so none escapes it.
+// acts on ranks; a signal the owner sends meanwhile is kept in sent, and
+// a rank forked after it gets it from its forker, so that every rank gets
+// every signal, once. Kill stops the phase: no fork begins after it.
 type forkPhase struct {
 	mu     sync.Mutex
 	forked []*rankProc // forked, not yet adopted (guarded by mu)
-	sig    os.Signal   // the signal that stopped the phase, or nil (guarded by mu)
-	// stopped is sig != nil: stored under mu with sig, loaded by the
-	// forkers without it before each fork (forkAll).
+	sent   []os.Signal // sent to the node's ranks during the phase, in order (guarded by mu)
+	// stopped is set by Kill and loaded by the forkers before each
+	// fork (forkAll).
 	stopped atomic.Bool
 }
 
-// add hands the forked rank p to the owner; a forker calls it before
-// p's waiter starts, so p is not yet reaped when a stopped phase's signal
-// reaches its group.
+// add hands the forked rank p to the owner, and sends it the signals the
+// ranks forked before it got. A forker calls it before p's waiter starts,
+// so p is not yet reaped when they reach its group.
 func (fp *forkPhase) add(p *rankProc) {
 	fp.mu.Lock()
 	fp.forked = append(fp.forked, p)
-	sig := fp.sig
+	sent := fp.sent
 	fp.mu.Unlock()
-	if sig != nil {
+	for _, sig := range sent {
 		_ = sys.SignalGroup(p.pid, sig)
 	}
 }
 
-// stop ends the phase: no fork begins after it, and a rank forked after
-// it gets sig.
-func (fp *forkPhase) stop(sig os.Signal) {
-	fp.mu.Lock()
-	fp.sig = sig
-	fp.stopped.Store(true)
-	fp.mu.Unlock()
-}
-
-// take returns the ranks forked since the last take.
-func (fp *forkPhase) take() []*rankProc {
+// take returns the ranks forked since the last take. A sig that is not
+// nil is kept, in the same step, for the ranks forked from now on: the
+// caller sends it to those it took.
+func (fp *forkPhase) take(sig os.Signal) []*rankProc {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
+	if sig != nil {
+		fp.sent = append(fp.sent, sig)
+	}
 	ps := fp.forked
 	fp.forked = nil
 	return ps
 }
 
-// adopt takes the ranks forked so far into procs, during the fork phase:
-// the owner's methods call it before they act on ranks.
-func (n *Node) adopt() {
+// adopt takes the ranks forked so far into procs, during the fork phase
+// (the owner's methods call it before they act on ranks); a sig that is
+// not nil is about to be sent to every rank (forkPhase.take).
+func (n *Node) adopt(sig os.Signal) {
 	if !n.forking {
 		return
 	}
-	for _, p := range n.fk.take() {
+	for _, p := range n.fk.take(sig) {
 		n.procs[p.rank] = p
 	}
 }
@@ -618,9 +616,7 @@ func (n *Node) Kill() {
 		return
 	}
 	n.killing = true
-	if n.forking {
-		n.fk.stop(sys.SIGTERM)
-	}
+	n.fk.stopped.Store(true) // no fork begins from now on
 	n.Signal(sys.SIGTERM)
 	n.killTime = time.After(n.spec.KillGrace)
 }
@@ -631,19 +627,26 @@ func (n *Node) KillTimer() <-chan time.Time { return n.killTime }
 // KillNow is called when KillTimer fires.
 func (n *Node) KillNow() {
 	n.killTime = nil
-	if n.forking {
-		n.fk.stop(sys.SIGKILL)
-	}
 	n.Signal(sys.SIGKILL)
 }
 
 // Signal sends sig to every local rank's process group (during the fork
-// phase: to the ranks forked so far).
+// phase: to the ranks forked so far, and to the others as they are
+// forked), and to the groups of ended ranks whose processes outlived
+// them: a job that fails or is interrupted ends those too.
 func (n *Node) Signal(sig os.Signal) {
-	n.adopt()
+	n.adopt(sig)
 	for _, p := range n.procs {
-		if !p.exited && p.pid > 0 { // played ranks have no process
+		if p.pid == 0 { // played ranks have no process
+			continue
+		}
+		switch {
+		case !p.exited:
 			_ = sys.SignalGroup(p.pid, sig)
+		case p.leftBehind:
+			if sys.IsGroupGone(sys.SignalGroup(p.pid, sig)) {
+				p.leftBehind = false // the group is gone; its id may be reused
+			}
 		}
 	}
 	if n.starterStop != nil && (sig == sys.SIGTERM || sig == sys.SIGKILL) {
@@ -654,7 +657,7 @@ func (n *Node) Signal(sig os.Signal) {
 
 // Handle judges one local event and reports it.
 func (n *Node) Handle(re RankEvent) {
-	n.adopt()
+	n.adopt(nil)
 	ev := re.ev
 	switch re.kind {
 	case evStarted:
@@ -667,6 +670,8 @@ func (n *Node) Handle(re RankEvent) {
 		p.exited = true
 		if re.groupGone {
 			p.unguard()
+		} else {
+			p.leftBehind = true
 		}
 		n.rec.Mark(perf.PhaseRankExit, ev.Rank)
 		// Judge once the agent has served everything the rank sent: its
@@ -776,6 +781,12 @@ func (n *Node) drain() {
 // started. Call it once Live is 0.
 func (n *Node) Close() {
 	n.drain()
+	if n.killing {
+		// A job that was ended leaves nothing behind: a rank's child
+		// forked as the rank got its SIGTERM (a shell forks with the
+		// signal blocked) outlives it, in its group.
+		n.Signal(sys.SIGKILL)
+	}
 	// The job is over: processes its ranks left behind are no longer
 	// the guard's (they survive a normal end, as they always did).
 	for _, p := range n.procs {

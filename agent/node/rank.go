@@ -54,8 +54,12 @@ type rankProc struct {
 	// rank is forked (evStarted) or by the rank's waiter once the process
 	// has ended, whichever comes first.
 	served atomic.Bool
-	exited bool // its process ended (no more signals)
-	judged bool // its end was judged and reported (counts against Node.Live)
+	exited bool // its process ended (no more signals to it)
+	// leftBehind says processes of its group outlived it (groupGone was
+	// false at its exit): the group's id stays theirs, and they get the
+	// job's signals, until a signal finds the group empty.
+	leftBehind bool
+	judged     bool // its end was judged and reported (counts against Node.Live)
 	// guarded says its process group is registered with the process's
 	// guard (internal/guard): one guard.Remove is owed, made when the
 	// group is found empty at the rank's exit, or at Node.Close.

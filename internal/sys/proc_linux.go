@@ -70,6 +70,10 @@ func SignalGroup(pgid int, sig os.Signal) error {
 	return unix.Kill(-pgid, s)
 }
 
+// IsGroupGone reports whether err, from SignalGroup, says the group has
+// no process left (ESRCH): its id may be reused from then on.
+func IsGroupGone(err error) bool { return errors.Is(err, unix.ESRCH) }
+
 // GroupGone reports whether the process group pgid has no process left
 // (kill(-pgid, 0) answers ESRCH). Only then may a launcher forget a
 // rank's group: the kernel does not reuse a group's id while any member

@@ -105,13 +105,16 @@ func TestPidsCgroupGuard(t *testing.T) {
 	r.wantCode(t, 0)
 }
 
-// Room for the job when it starts, none midway: rank 0 forks until the
+// Room for the job when it starts, none midway: the ranks fork until the
 // cgroup is full while pmirun is still starting the others. The job ends
 // with one message naming the rank that could not start and why, never a
-// runtime abort, and nothing it started survives.
+// runtime abort, and nothing it started survives. The ranks are bash,
+// which retries a fork that fails: no rank fails of it before pmirun's
+// own fork does (dash exits, and the job would end on that rank's
+// failure, pmirun's reason printed after it, if its fork came to fail).
 func TestPidsExhaustedMidStart(t *testing.T) {
 	_, wrap := testCgroup(t, "pids", func(bool) map[string]string { return map[string]string{"pids.max": "80"} })
-	r := run(t, job{wrap: wrap, args: []string{"-n", "40", "sh", "-c", `while :; do sleep 30 & done`}, timeout: 60 * time.Second})
+	r := run(t, job{wrap: wrap, args: []string{"-n", "40", "bash", "-c", `while :; do sleep 30 & done`}, timeout: 60 * time.Second})
 	if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "SIGABRT") || strings.Contains(r.stderr, "fatal error") {
 		t.Fatalf("pmirun aborted:\n%s", r)
 	}
