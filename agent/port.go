@@ -39,10 +39,11 @@ type portStats struct {
 	acceptLogged atomic.Bool  // the first Accept error was logged
 }
 
-// refuse drops a PMI_PORT connection that may not be served.
+// refuse drops a PMI_PORT connection that may not be served: counted
+// first, so that the count holds it once the peer sees the connection end.
 func (a *Agent) refuse(nc net.Conn, why error) {
-	nc.Close()
 	a.port.refused.Add(1)
+	nc.Close()
 	if a.port.logged.CompareAndSwap(false, true) {
 		a.log.Warn("PMI_PORT connection refused (further refusals are counted, not logged)",
 			"peer", nc.RemoteAddr().String(), "err", why)
