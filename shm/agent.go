@@ -34,6 +34,10 @@ type Agent struct {
 	// Wait's condition consumes it with CompareAndSwap. It publishes
 	// nothing but itself.
 	kicked atomic.Bool
+
+	// took says TakeReady found a rank since the last Wait; only the
+	// agent goroutine touches it.
+	took bool
 }
 
 func newAgent(s *Segment) *Agent {
@@ -95,9 +99,19 @@ func (a *Agent) Responses(i int) *Producer {
 // Wait returns when some request ring holds a message or Kick was called
 // since the last Wait; ErrTimeout after timeout (negative: no bound). The
 // agent sleeps on one doorbell word for all its ranks; a rank rings it only
-// when the agent has announced that it sleeps (see event).
+// when the agent has announced that it sleeps (see event). It spins first,
+// as the segment's waiter allows, only if TakeReady found a rank since the
+// last Wait (a rank that just made a request often makes another soon);
+// otherwise it sleeps at once, so that the periodic wake-up of an idle
+// agent costs one check, not a spin: a node of many idle jobs (a spawn
+// storm's children, a daemon's) has as many such agents.
 func (a *Agent) Wait(timeout time.Duration) error {
-	return a.s.waiter.wait(a.doorbell, a.pending, &a.park, context.Background(), timeout)
+	w := a.s.waiter
+	if !a.took {
+		w.spins = 0
+	}
+	a.took = false
+	return w.wait(a.doorbell, a.pending, &a.park, context.Background(), timeout)
 }
 
 // SleepPrepare is Wait split in two, for an agent that sleeps elsewhere:
@@ -134,7 +148,7 @@ func (a *Agent) pending() bool {
 // marked again, so no request is missed; a mark may find its ring already
 // drained.
 func (a *Agent) TakeReady(dst []int) []int {
-	n := len(a.req)
+	n, had := len(a.req), len(dst)
 	for w := range readyWords(n) {
 		set := a.s.readyWord(int(w) * 64).Swap(0)
 		for set != 0 {
@@ -144,6 +158,9 @@ func (a *Agent) TakeReady(dst []int) []int {
 				dst = append(dst, i)
 			}
 		}
+	}
+	if len(dst) > had {
+		a.took = true
 	}
 	return dst
 }

@@ -587,3 +587,34 @@ func TestKVSArena(t *testing.T) {
 		t.Fatalf("another agent view put into the full arena: %v", err)
 	}
 }
+
+// An agent that found no rank since its last Wait sleeps at once, however
+// long the segment's waiter may spin: the periodic wake-up of an idle
+// agent costs one check (a node of many idle jobs has as many agents).
+// Once TakeReady found a rank, the next Wait spins first again.
+func TestAgentIdleWaitSleepsAtOnce(t *testing.T) {
+	seg, err := Create(Params{LocalRanks: 1, WorldSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	seg.SetWaiter(SpinWaiter(1 << 30)) // spinning through it takes seconds
+	ag := seg.Agent()
+	start := time.Now()
+	if err := ag.Wait(20 * time.Millisecond); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("idle Wait: %v, want ErrTimeout", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("an idle agent's Wait took %v: it spun before sleeping", d)
+	}
+	if err := seg.Rank(0).Requests().Push(Header{Op: OpHello}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := ag.TakeReady(nil); len(got) != 1 || !ag.took {
+		t.Fatalf("TakeReady after a push: %v (took %v), want rank 0 taken", got, ag.took)
+	}
+	seg.SetWaiter(SpinWaiter(16))
+	if err := ag.Wait(0); !errors.Is(err, ErrTimeout) || ag.took {
+		t.Errorf("Wait after taking work: %v (took %v), want ErrTimeout and took cleared", err, ag.took)
+	}
+}
