@@ -24,7 +24,7 @@ const (
 	evJudged                        // an evExit once the agent served all the rank sent: ev.Spoke, ev.Fin
 	evDisconnectTimer               // an EventDisconnected rank still runs after the grace
 	evTopology                      // a rank asked for the topology file (topology.go)
-	evStarted                       // the fork phase is over (Start): forks
+	evStarted                       // the fork phase is over (Start): forks, each rank's fork
 )
 
 // RankEvent is what a node's rank waiters and agent report to its owner's
@@ -229,10 +229,10 @@ func (p *rankProc) unguard() {
 }
 
 // serve hands p's PMI connection to the agent, once: the owner does it
-// once every rank is forked (evStarted), a rank's waiter as soon as its process has ended
-// (an ended rank takes no CPU from the forks still to come, and what it
-// sent is served before its exit is judged). A rank the agent refuses is
-// killed; its exit is judged as any other.
+// once every rank is forked (evStarted), a rank's waiter as soon as its
+// process has ended (an ended rank takes no CPU from the forks still to
+// come, and what it sent is served before its exit is judged). A rank
+// the agent refuses is killed; its exit is judged as any other.
 func (n *Node) serve(p *rankProc) {
 	if p.pmi == nil || !p.served.CompareAndSwap(false, true) {
 		return
