@@ -601,10 +601,13 @@ func (n *Node) Events() <-chan RankEvent { return n.evch }
 // Live is the number of started ranks whose end has not been judged and
 // reported yet: a rank that exited with code 0 stays live until the agent
 // has read all it sent (did it finalize?), so that its verdict is never
-// lost to a loop that stops at the last exit.
+// lost to a loop that stops at the last exit. During the fork phase the
+// ranks still to fork count too, and the phase itself counts as one until
+// Handle took its end (evStarted): every rank may have been forked and
+// judged before that event reaches the loop, whose forks it reports.
 func (n *Node) Live() int {
-	if n.forking { // the ranks still to fork, and the forked ones, are live
-		return len(n.ranks) - n.judged
+	if n.forking {
+		return len(n.ranks) - n.judged + 1
 	}
 	return len(n.procs) - n.judged
 }
