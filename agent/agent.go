@@ -91,6 +91,12 @@ type Config struct {
 	ReplyQueueBytes int
 	// KVS is the policy for keys put without a hint (remote.go).
 	KVS KVSPolicy
+	// Sleeper, if set, is where the shared-memory front end sleeps once
+	// it has had nothing to do for shmIdleWake: with no thread of its own
+	// (shm.Sleeper; a process may serve thousands of idle jobs). It is the
+	// owner's, shared by its agents, closed after them. nil = each agent
+	// sleeps on its own thread.
+	Sleeper *shm.Sleeper
 
 	Upstream Upstream // job-wide collectives and services; nil = Local
 	// Events receives the agent's reports (event.go: init, finalize,

@@ -51,12 +51,15 @@ func (a *Agent) AttachSegment(seg *shm.Segment) error {
 // while the agent-sleepers word says the agent sleeps, and any rank can
 // write that word: a stray store there delays the other ranks' requests by
 // at most this much instead of forever. Each wake also checks the segment
-// header.
+// header. An agent that slept this long with nothing to do parks on
+// Config.Sleeper, if there is one, which bounds the delay the same way.
 const shmIdleWake = 100 * time.Millisecond
 
 func (a *Agent) serveShm(seg *shm.Segment) {
 	sa := seg.Agent()
 	var ready []int // local ranks with requests, per pass
+	sleeper := a.cfg.Sleeper
+	idle := false // the last Wait timed out with nothing to do
 	for {
 		if err := sa.CheckHeader(); err != nil {
 			// No rank can be blamed: every rank maps the header writable.
@@ -78,8 +81,17 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 			}
 		}
 		a.finishLocked(t)
-		if !did {
-			_ = sa.Wait(shmIdleWake)
+		switch {
+		case did:
+			idle = false
+		case idle && sleeper != nil:
+			if err := sa.Park(sleeper); err != nil {
+				// Closed, or it cannot sleep there: sleep here from now on.
+				a.log.Debug("shared memory: parking refused; the agent sleeps on its own", "err", err)
+				sleeper = nil
+			}
+		default:
+			idle = errors.Is(sa.Wait(shmIdleWake), shm.ErrTimeout)
 		}
 	}
 }

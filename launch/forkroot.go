@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -15,8 +14,10 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/pmiwire"
+	"github.com/fastpmi/fastpmi/shm"
 )
 
 // forkRoot is pmirun's root for the fork bootstrap: every job of the run
@@ -30,15 +31,29 @@ type forkRoot struct {
 	names  *agent.Local // the name service every job of the run shares
 	stdout io.Writer    // cfg.Stdout and cfg.Stderr, shared by every job's output
 	stderr io.Writer
-	first  *forkJob   // the command line's job
-	jobs   []*forkJob // the jobs whose nodes are open, in start order (the first one's stays to the end)
-	njobs  int        // jobs started so far: the next one's Spec.Jobno
+	first  *forkJob // the command line's job
+	// jobs are the jobs whose nodes are open, in start order: the first
+	// one stays to the end, a spawned one goes once its Live is 0 (handle).
+	jobs  []*forkJob
+	procs int // the rank processes of jobs, counted against the universe size
+	njobs int // jobs started so far: the next one's Spec.Jobno
+	// The loop waits for events of every job's node on one bell, not on
+	// each node's channel: a storm of spawns leaves thousands of jobs
+	// live, and a select over all of them cost O(jobs) per event.
+	// readyJobs are the jobs whose nodes have queued events since the
+	// loop last took them (ready); bell has one slot.
+	readyMu   sync.Mutex
+	readyJobs []*forkJob
+	bell      chan struct{}
 	// spawns carries the agents' spawn calls to the loop; quit is closed
 	// when the loop is over, so that a late call is refused instead of
 	// blocking its agent.
 	spawns chan spawnCall
 	quit   chan struct{}
 	local  []string // this machine's names, for spawn's host info keys
+	// sleeper is where every job's agent sleeps when idle, so that a
+	// storm's live jobs hold no thread each; closed after every node.
+	sleeper *shm.Sleeper
 	// closers close the nodes of spawned jobs that have ended, off the
 	// loop's goroutine (unmapping a segment, waiting for output);
 	// runFork waits for them. What such a node still reports comes
@@ -57,6 +72,10 @@ type forkJob struct {
 	// closing is set by the loop as it hands the node to a closer; the
 	// node's events go through forkRoot.late from then on.
 	closing atomic.Bool
+	// ready says the job is among forkRoot.readyJobs, not yet taken by
+	// the loop: set by forkRoot.ready (the node's goroutines), cleared by
+	// the loop before it reads the node's events.
+	ready atomic.Bool
 }
 
 // lateEvent is an event of a job whose node a closer is closing.
@@ -132,7 +151,8 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 		cfg: cfg, rec: rec, names: agent.NewLocal(),
 		stdout: &syncWriter{w: cfg.Stdout}, stderr: &syncWriter{w: cfg.Stderr},
 		spawns: make(chan spawnCall), quit: make(chan struct{}), late: make(chan lateEvent),
-		local: localNames(),
+		bell:  make(chan struct{}, 1),
+		local: localNames(), sleeper: shm.NewSleeper(),
 	}
 	r.fate = &fate{stderr: r.stderr, end: func(*JobError) { r.killAll() }}
 	r.intr = interrupts{stderr: r.stderr}
@@ -145,7 +165,7 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 		return early(cfg, node.ExitCodeFor(err), err.Error())
 	}
 	r.first = j
-	r.jobs, r.njobs = []*forkJob{r.first}, 1
+	r.jobs, r.njobs, r.procs = []*forkJob{r.first}, 1, j.procs
 	j.n.Start()
 	r.loop(ctx)
 	close(r.quit)
@@ -159,6 +179,7 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	for _, j := range r.jobs {
 		j.n.Close()
 	}
+	r.sleeper.Close()
 	report(cfg, rec)
 	if r.fate.failure != nil {
 		return r.fate.failure
@@ -174,6 +195,8 @@ func (r *forkRoot) newJob(spec *node.Spec, rec *perf.Recorder, stdin io.Reader) 
 		Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr, Logger: r.cfg.Logger, Perf: rec,
 		Upstream: forkUpstream{Local: agent.NewLocal(), r: r, jobno: spec.Jobno, jobID: spec.JobID},
 		Emit:     func(e agent.Event) { r.emit(j, e) },
+		Ready:    func() { r.ready(j) },
+		Sleeper:  r.sleeper,
 	})
 	if err != nil {
 		return nil, err
@@ -210,17 +233,6 @@ func (r *forkRoot) waitClosers() {
 	}
 }
 
-// Fixed cases of the loop's select, before two per job (its events and
-// its kill timer).
-const (
-	caseSpawn = iota
-	caseLate
-	caseSignal
-	caseTimeout
-	caseDone
-	caseJobs
-)
-
 // loop runs until every rank of every job has ended and been judged.
 func (r *forkRoot) loop(ctx context.Context) {
 	var timeout <-chan time.Time
@@ -230,30 +242,14 @@ func (r *forkRoot) loop(ctx context.Context) {
 		timeout = t.C
 	}
 	done := ctx.Done()
-	cases := make([]reflect.SelectCase, caseJobs)
-	for i := range cases {
-		cases[i].Dir = reflect.SelectRecv
-	}
-	cases[caseSpawn].Chan = reflect.ValueOf(r.spawns)
-	cases[caseLate].Chan = reflect.ValueOf(r.late)
-	cases[caseSignal].Chan = reflect.ValueOf(r.cfg.Signals)
+	var ready []*forkJob
 	for r.live() {
-		cases[caseTimeout].Chan = reflect.ValueOf(timeout)
-		cases[caseDone].Chan = reflect.ValueOf(done)
-		cases = cases[:caseJobs]
-		for _, j := range r.jobs {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.n.Events())},
-				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.n.KillTimer())})
-		}
-		i, v, _ := reflect.Select(cases)
-		switch i {
-		case caseSpawn:
-			r.spawn(v.Interface().(spawnCall))
-		case caseLate:
-			le := v.Interface().(lateEvent)
+		select {
+		case c := <-r.spawns:
+			r.spawn(c)
+		case le := <-r.late:
 			r.fate.jobEvent(le.jobno, le.ev)
-		case caseSignal:
-			sig := v.Interface().(os.Signal)
+		case sig := <-r.cfg.Signals:
 			if r.intr.kill(sig) {
 				if r.fate.failure != nil {
 					r.killAllNow() // already ending: no more grace
@@ -265,40 +261,87 @@ func (r *forkRoot) loop(ctx context.Context) {
 			for _, j := range r.jobs {
 				j.n.Signal(sig)
 			}
-		case caseTimeout:
+		case <-timeout:
 			timeout = nil
 			r.fate.fail(&JobError{Code: ExitTimeout, Msg: fmt.Sprintf("job timed out after %v", r.cfg.Timeout)})
-		case caseDone:
+		case <-done:
 			done = nil
 			r.fate.fail(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
-		default:
-			ji := (i - caseJobs) / 2
-			j := r.jobs[ji]
-			if (i-caseJobs)%2 == 0 {
-				j.n.Handle(v.Interface().(node.RankEvent))
-			} else {
-				j.n.KillNow()
+		case <-r.bell:
+			ready = r.takeReady(ready[:0])
+			for _, j := range ready {
+				r.handle(j)
 			}
-			if j.spec.Jobno > 0 && j.n.Live() == 0 {
-				// A spawned job's resources go as soon as it has ended
-				// (a parent may spawn thousands); the loop never touches
-				// its node again.
-				r.jobs = slices.Delete(r.jobs, ji, ji+1)
-				j.closing.Store(true)
-				r.closers.Go(j.n.Close)
-			}
+			clear(ready) // no job is kept alive by the loop's scratch
 		}
 	}
 }
 
-// live reports whether any job has a rank not yet judged.
-func (r *forkRoot) live() bool {
-	for _, j := range r.jobs {
-		if j.n.Live() > 0 {
-			return true
+// ready is a node's Options.Ready: job j has events queued. It names j to
+// the loop once until the loop takes it (forkJob.ready) and rings the
+// loop's bell; it never blocks.
+func (r *forkRoot) ready(j *forkJob) {
+	if !j.ready.CompareAndSwap(false, true) {
+		return
+	}
+	r.readyMu.Lock()
+	r.readyJobs = append(r.readyJobs, j)
+	r.readyMu.Unlock()
+	select {
+	case r.bell <- struct{}{}:
+	default: // rung already: the loop takes every job named so far
+	}
+}
+
+// takeReady appends to dst the jobs named since the last call.
+func (r *forkRoot) takeReady(dst []*forkJob) []*forkJob {
+	r.readyMu.Lock()
+	defer r.readyMu.Unlock()
+	dst = append(dst, r.readyJobs...)
+	clear(r.readyJobs)
+	r.readyJobs = r.readyJobs[:0]
+	return dst
+}
+
+// handle passes job j's queued events to its node, and hands a spawned
+// job that has ended to a closer. It takes at most handleBatch events, so
+// that one busy job does not hold up the others: if more are queued it
+// names j again, behind the jobs already named.
+func (r *forkRoot) handle(j *forkJob) {
+	if j.closing.Load() {
+		return // named before it ended: its closer takes what is left
+	}
+	j.ready.Store(false) // before the reads: an event queued after them names j again
+	evs := j.n.Events()
+	for range handleBatch {
+		select {
+		case ev := <-evs:
+			j.n.Handle(ev)
+		default:
+			return
+		}
+		if j.spec.Jobno > 0 && j.n.Live() == 0 {
+			// A spawned job's resources go as soon as it has ended
+			// (a parent may spawn thousands); the loop never touches
+			// its node again.
+			i := slices.Index(r.jobs, j)
+			r.jobs = slices.Delete(r.jobs, i, i+1)
+			r.procs -= j.procs
+			j.closing.Store(true)
+			r.closers.Go(j.n.Close)
+			return
 		}
 	}
-	return false
+	r.ready(j)
+}
+
+// handleBatch bounds the events handle takes from one job at a time.
+const handleBatch = 64
+
+// live reports whether any job has a rank not yet judged: the first job,
+// or any spawned one (jobs holds only spawned jobs with a live rank).
+func (r *forkRoot) live() bool {
+	return r.first.n.Live() > 0 || len(r.jobs) > 1
 }
 
 // killAll ends every job's ranks.
@@ -340,11 +383,10 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	live := 0
-	for _, j := range r.jobs {
-		live += j.procs
+	if err := req.fits(r.cfg.UniverseSize, r.procs); err != nil {
+		return "", err
 	}
-	if err := req.fits(r.cfg.UniverseSize, live); err != nil {
+	if err := r.filesFor(req.size); err != nil {
 		return "", err
 	}
 	jobno := r.njobs
@@ -362,8 +404,29 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 	}
 	r.jobs = append(r.jobs, j)
 	r.njobs++
+	r.procs += j.procs
 	j.n.Start()
 	return spec.JobID, nil
+}
+
+// filesFor refuses a spawn of size processes for which pmirun would not
+// have the descriptors (RLIMIT_NOFILE): a rank that cannot be forked
+// would end the whole run, where a refused spawn is an error its parent
+// sees. It counts the live jobs' ranks and nodes, and keeps a sixteenth
+// of the limit for what it does not count: the forks in flight (each
+// job forks on its own goroutine, with a few descriptors open while it
+// does) and the nodes of ended jobs not yet closed.
+func (r *forkRoot) filesFor(size int) error {
+	lim, err := sys.FileLimit()
+	if err != nil || lim == 0 {
+		return nil
+	}
+	need := launcherFiles(r.cfg.MPI)*(r.procs+size) + jobFiles*(len(r.jobs)+1) + launcherFilesFixed
+	if room := lim - lim/16; uint64(need) > room {
+		return fmt.Errorf("%d more processes: pmirun would hold about %d descriptors for its %d live jobs, more than the %d it allows itself (RLIMIT_NOFILE %d less a sixteenth; see ulimit -n)",
+			size, need, len(r.jobs)+1, room, lim)
+	}
+	return nil
 }
 
 // localNames are the names a spawn's host info key may give this machine.

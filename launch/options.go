@@ -248,3 +248,8 @@ func launcherFiles(mpi string) int {
 }
 
 const launcherFilesFixed = 64
+
+// jobFiles is how many descriptors pmirun holds for each job it runs
+// itself (its nodes: the fork bootstrap's spawned jobs): the segment's
+// memfd and the ranks' /dev/null.
+const jobFiles = 2

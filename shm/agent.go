@@ -38,6 +38,10 @@ type Agent struct {
 	// took says TakeReady found a rank since the last Wait; only the
 	// agent goroutine touches it.
 	took bool
+
+	// parked is the agent's place in a Sleeper's bed (Park): the agent
+	// goroutine sets it up before parking, the bed hands it back.
+	parked parked
 }
 
 func newAgent(s *Segment) *Agent {

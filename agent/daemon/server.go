@@ -17,6 +17,7 @@ import (
 	"github.com/fastpmi/fastpmi/agent/jobsdir"
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/netio"
+	"github.com/fastpmi/fastpmi/shm"
 )
 
 // Config configures a Server.
@@ -71,6 +72,10 @@ type Server struct {
 	names  *agent.Local           // the name service (names.go), each session's names capped; safe for concurrent use
 	dir    *jobsdir.Dir[*session] // the jobs runs registered on their name sessions (jobs.go); safe for concurrent use
 	askSeq atomic.Uint64          // the daemon's requests to runs (session.ask)
+	// sleeper is where idle jobs' agents sleep, so that idle jobs hold
+	// no thread each; closed once every job has ended (Serve). nil where
+	// the kernel cannot (shm.NewSleeper).
+	sleeper *shm.Sleeper
 
 	mu      sync.Mutex // guards the fields below
 	jobs    map[*job]struct{}
@@ -103,7 +108,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	return &Server{cfg: cfg, tr: tr, ln: ln, start: time.Now(), jobs: map[*job]struct{}{}, names: agent.NewLocalNames(0),
-		dir: jobsdir.New[*session]("on this daemon")}, nil
+		dir: jobsdir.New[*session]("on this daemon"), sleeper: shm.NewSleeper()}, nil
 }
 
 // NewTransport makes the transport of connections to or from a daemon:
@@ -165,6 +170,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	cancelJobs()
 	s.names.Close() // lookups still waiting for a name are answered
 	s.conns.Wait()
+	s.sleeper.Close()
 	return s.tr.Close()
 }
 
@@ -342,12 +348,13 @@ func (s *Server) run(ctx context.Context, j *job, log *slog.Logger) {
 	}()
 	host, _, _ := net.SplitHostPort(j.c.LocalAddr().String())
 	err := node.RunAgent(ctx, j.spec, node.AgentOptions{
-		Index:  j.idx,
-		Listen: net.JoinHostPort(host, "0"), // peers reach it where pmirun reached the daemon
-		Stdin:  stdin,
-		Stdout: &frameWriter{c: j.c, typ: FrameStdout},
-		Stderr: &frameWriter{c: j.c, typ: FrameStderr},
-		Logger: log,
+		Index:   j.idx,
+		Listen:  net.JoinHostPort(host, "0"), // peers reach it where pmirun reached the daemon
+		Stdin:   stdin,
+		Stdout:  &frameWriter{c: j.c, typ: FrameStdout},
+		Stderr:  &frameWriter{c: j.c, typ: FrameStderr},
+		Logger:  log,
+		Sleeper: s.sleeper,
 	})
 	if pr != nil {
 		pr.Close() // the input forwarder drains

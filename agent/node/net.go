@@ -19,6 +19,7 @@ import (
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/ring"
+	"github.com/fastpmi/fastpmi/shm"
 	"github.com/fastpmi/fastpmi/tree"
 )
 
@@ -39,6 +40,8 @@ type AgentOptions struct {
 	// those jobs' nodes (Hello.Jobs). An error is logged and the node
 	// runs without: pmirun then starts agents for its spawns.
 	HostJobs func(host string) (addr string, err error)
+	// Sleeper is where the node's agent sleeps when idle (Options.Sleeper).
+	Sleeper *shm.Sleeper
 }
 
 // agentNode is one node of a multi-node job, on its own goroutine (run):
@@ -322,6 +325,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 	a.n, err = New(spec, Options{
 		Index: a.idx, Stdin: a.opt.Stdin, Stdout: a.opt.Stdout, Stderr: a.opt.Stderr, Logger: a.log,
 		Perf: a.rec, Upstream: netUpstream{a}, Emit: a.emit, Starter: a.opt.Starter, Hosts: a.hosts,
+		Sleeper: a.opt.Sleeper,
 	})
 	if err != nil {
 		a.emit(agent.Event{Kind: agent.EventStartFailed, Rank: spec.Nodes[a.idx][0], Msg: err.Error()})
@@ -387,8 +391,6 @@ func (a *agentNode) loop(ctx context.Context) error {
 					delete(a.lastRx, p)
 				}
 			}
-		case <-a.n.KillTimer():
-			a.n.KillNow()
 		case <-ctx.Done():
 			if !ending {
 				ending = true

@@ -33,6 +33,16 @@ type Options struct {
 	// Emit receives the node's reports about its ranks, on the goroutine
 	// that calls Node's methods.
 	Emit func(agent.Event)
+	// Ready, when set, is called after each event the node queues on
+	// Events, from the goroutine that queued it; it must not block. An
+	// owner of many nodes waits for it instead of selecting on every
+	// node's channel, then drains the channels of the nodes it named.
+	Ready func()
+	// Sleeper, if set, is where the agent's shared-memory front end
+	// sleeps when idle, without a thread of its own (agent.Config.Sleeper):
+	// an owner of many nodes shares one among them and closes it after
+	// them. nil = the agent sleeps on its own thread.
+	Sleeper *shm.Sleeper
 	// Starter, when set, plays the ranks instead of forking Spec.Prog
 	// (Spec.Virtual); nil = fork.
 	Starter Starter
@@ -90,12 +100,11 @@ type Node struct {
 	shm    *shm.Segment // the segment itself (goroutine ranks map it in place)
 	evch   chan event
 
-	procs    map[int]*rankProc // by global rank
-	judged   int               // procs whose end was judged and reported
-	killing  bool
-	killTime <-chan time.Time
-	waiters  sync.WaitGroup // the fork phase, the rank processes' waiters, the exit judges, the disconnect timers
-	quit     chan struct{}  // closed by Close: judges and timers stop waiting
+	procs   map[int]*rankProc // by global rank
+	judged  int               // procs whose end was judged and reported
+	killing bool              // Kill was called (its grace timer is one of the waiters)
+	waiters sync.WaitGroup    // the fork phase, the rank processes' waiters, the exit judges, the disconnect timers
+	quit    chan struct{}     // closed by Close: judges and timers stop waiting
 
 	// forking is true from Start until Handle takes evStarted: the ranks
 	// are forked meanwhile (forkAll), and handed over through fk.
@@ -148,23 +157,21 @@ func New(spec *Spec, o Options) (*Node, error) {
 		}
 		peerCheck = samePeerUser
 	}
-	var late map[string]func()
-	var topo *topology
-	evch := make(chan event, 8*len(ranks)+64)
-	if o.Starter == nil {
-		if p := lstopoPath(); p != "" {
-			topo = &topology{lstopo: p}
-			// The first read of the attribute has the owner's loop make
-			// the file (Handle, evTopology).
-			late = map[string]func(){agent.AttrHwlocXML: func() { evch <- event{kind: evTopology} }}
-		}
-	}
 	n := &Node{
-		topo: topo, pmiIDs: ids,
-		spec: spec, opt: o, ranks: ranks, rec: o.Perf,
-		evch:  evch,
+		pmiIDs: ids,
+		spec:   spec, opt: o, ranks: ranks, rec: o.Perf,
+		evch:  make(chan event, 8*len(ranks)+64),
 		quit:  make(chan struct{}),
 		procs: make(map[int]*rankProc, len(ranks)),
+	}
+	var late map[string]func()
+	if o.Starter == nil {
+		if p := lstopoPath(); p != "" {
+			n.topo = &topology{lstopo: p}
+			// The first read of the attribute has the owner's loop make
+			// the file (Handle, evTopology).
+			late = map[string]func(){agent.AttrHwlocXML: func() { n.send(event{kind: evTopology}) }}
+		}
 	}
 	if len(spec.Apps) > 0 {
 		n.apps = make([]int, len(ranks))
@@ -191,12 +198,13 @@ func New(spec *Spec, o Options) (*Node, error) {
 		Preput:       preput,
 		KVS:          kvs,
 		Upstream:     o.Upstream,
-		Events:       func(e agent.Event) { n.evch <- event{kind: evAgent, ev: e} },
+		Events:       func(e agent.Event) { n.send(event{kind: evAgent, ev: e}) },
 		Logger:       o.Logger,
 		Perf:         o.Perf,
 		LateAttrs:    late,
 		IDs:          ids,
 		PeerCheck:    peerCheck,
+		Sleeper:      o.Sleeper,
 	})
 	if err != nil {
 		return nil, err
@@ -378,7 +386,7 @@ func (n *Node) Start() {
 	reserveThreads()
 	n.forking = true
 	n.waiters.Go(func() {
-		n.evch <- event{kind: evStarted, forks: n.forkAll()}
+		n.send(event{kind: evStarted, forks: n.forkAll()})
 	})
 }
 
@@ -445,7 +453,7 @@ func (n *Node) watch(p *rankProc) {
 		// outlive that; if the rank left processes behind, it ends
 		// with the job (Close).
 		ev.groupGone = sys.GroupGone(p.pid)
-		n.evch <- ev
+		n.send(ev)
 		// Its exit first: a connection that ends after its process
 		// did is not a lost rank. What it sent is served before the
 		// exit is judged (Handle waits for the agent to drain it).
@@ -581,7 +589,7 @@ func (n *Node) startPlayed() {
 		Spec: n.spec, Ranks: n.ranks, Segment: n.shm, Agent: n.ag, Perf: n.rec,
 		Stdout: n.out.out.write, Stderr: n.out.err.write,
 		Exited: func(i, code int) {
-			n.evch <- event{kind: evExit, ev: agent.Event{Kind: agent.EventExited, Rank: n.ranks[i], Code: code}}
+			n.send(event{kind: evExit, ev: agent.Event{Kind: agent.EventExited, Rank: n.ranks[i], Code: code}})
 		},
 	})
 	if err != nil {
@@ -598,6 +606,14 @@ func (n *Node) startPlayed() {
 // to Handle.
 func (n *Node) Events() <-chan RankEvent { return n.evch }
 
+// send queues ev for the owner (Events) and tells it (Options.Ready).
+func (n *Node) send(ev event) {
+	n.evch <- ev
+	if n.opt.Ready != nil {
+		n.opt.Ready()
+	}
+}
+
 // Live is the number of started ranks whose end has not been judged and
 // reported yet: a rank that exited with code 0 stays live until the agent
 // has read all it sent (did it finalize?), so that its verdict is never
@@ -612,8 +628,8 @@ func (n *Node) Live() int {
 	return len(n.procs) - n.judged
 }
 
-// Kill ends every local rank: SIGTERM now, SIGKILL after KillGrace
-// (KillTimer fires; call KillNow then).
+// Kill ends every local rank: SIGTERM now, SIGKILL after KillGrace (an
+// event on Events, which Handle acts on).
 func (n *Node) Kill() {
 	if n.killing {
 		return
@@ -621,17 +637,19 @@ func (n *Node) Kill() {
 	n.killing = true
 	n.fk.stopped.Store(true) // no fork begins from now on
 	n.Signal(sys.SIGTERM)
-	n.killTime = time.After(n.spec.KillGrace)
+	n.waiters.Go(func() {
+		t := time.NewTimer(n.spec.KillGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			n.send(event{kind: evKillGrace})
+		case <-n.quit:
+		}
+	})
 }
 
-// KillTimer fires when the kill grace is over; nil before Kill.
-func (n *Node) KillTimer() <-chan time.Time { return n.killTime }
-
-// KillNow is called when KillTimer fires.
-func (n *Node) KillNow() {
-	n.killTime = nil
-	n.Signal(sys.SIGKILL)
-}
+// KillNow sends every local rank SIGKILL at once, without Kill's grace.
+func (n *Node) KillNow() { n.Signal(sys.SIGKILL) }
 
 // Signal sends sig to every local rank's process group (during the fork
 // phase: to the ranks forked so far, and to the others as they are
@@ -697,7 +715,7 @@ func (n *Node) Handle(re RankEvent) {
 			n.ag.Settle(ev.Rank)
 			j := ev
 			j.Spoke, j.Fin = n.ag.RankStatus(ev.Rank)
-			n.evch <- event{kind: evJudged, ev: j}
+			n.send(event{kind: evJudged, ev: j})
 		})
 	case evJudged:
 		p := n.procs[ev.Rank]
@@ -728,6 +746,8 @@ func (n *Node) Handle(re RankEvent) {
 		}
 	case evTopology:
 		n.startTopology()
+	case evKillGrace:
+		n.KillNow()
 	case evAgent:
 		n.agentEvent(ev)
 	}
@@ -750,7 +770,7 @@ func (n *Node) agentEvent(ev agent.Event) {
 		defer t.Stop()
 		select {
 		case <-t.C:
-			n.evch <- event{kind: evDisconnectTimer, ev: agent.Event{Kind: agent.EventLost, Rank: ev.Rank}}
+			n.send(event{kind: evDisconnectTimer, ev: agent.Event{Kind: agent.EventLost, Rank: ev.Rank}})
 		case <-n.quit:
 		}
 	})

@@ -25,6 +25,7 @@ const (
 	evDisconnectTimer               // an EventDisconnected rank still runs after the grace
 	evTopology                      // a rank asked for the topology file (topology.go)
 	evStarted                       // the fork phase is over (Start): forks, each rank's fork
+	evKillGrace                     // Kill's grace is over: SIGKILL what is left
 )
 
 // RankEvent is what a node's rank waiters and agent report to its owner's

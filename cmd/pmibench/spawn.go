@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/benchplot"
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // Spawn mode (-spawn): the research's spawn benchmarks, run by a real
@@ -43,6 +44,11 @@ import (
 // spawned step waits for them forever) and SLURM_OVERCOMMIT=1 (children
 // beyond the node's CPUs). Its launch column is "srun -n SIZE ... noop",
 // a new job each.
+
+// rateFileLimit is the RLIMIT_NOFILE pmibench gives the rate test's
+// launchers where it may: 10 s of spawns on one node leave thousands of
+// live jobs, about 6 descriptors each in pmirun (12 with daemons).
+const rateFileLimit = 1 << 20
 
 // spawnOptions are spawn mode's parsed command line.
 type spawnOptions struct {
@@ -115,6 +121,7 @@ type spawnRow struct {
 	hung    map[int]int             // by child size: spawns that never returned (Slurm)
 	spawns  int                     // rate test
 	secs    float64
+	refused bool // the launcher refused a spawn before the time was up: the rate is that of the spawns before it
 	errs    []string
 	// vs, when set, is the row this one is compared with in the tables:
 	// slow is the slower way (latency slow/fast, rate fast/slow).
@@ -143,7 +150,18 @@ func runSpawn(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	// The rate test keeps every child job running until its end: far
-	// more jobs at once than a daemon runs by default.
+	// more jobs at once than a daemon runs by default, each holding a
+	// few descriptors in pmirun or a daemon (the launchers inherit the
+	// limit raised here). What the test measures is the launcher's rate,
+	// not the shell's ulimit -n: a launcher that is out of descriptors
+	// anyway refuses the spawn (the row says so).
+	if o.rateTime > 0 {
+		if lim, err := sys.RaiseFileLimit(rateFileLimit); err != nil {
+			fmt.Fprintf(stderr, "pmibench: the rate test runs with RLIMIT_NOFILE %d: %v\n", lim, err)
+		} else if lim < rateFileLimit {
+			fmt.Fprintf(stderr, "pmibench: the rate test runs with RLIMIT_NOFILE %d (not raised to %d)\n", lim, rateFileLimit)
+		}
+	}
 	ds, err := startDaemons(ctx, pmirun, o.nodes, stderr, "--max-jobs", strconv.Itoa(maxSpawnJobs))
 	if err != nil {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
@@ -399,9 +417,11 @@ func (r *spawnRow) measureRate(ctx context.Context, o spawnOptions, prog string)
 		r.errs = append(r.errs, err.Error())
 		return
 	}
-	if _, err := fmt.Sscanf(string(out), "spawn_rate %d %f", &r.spawns, &r.secs); err != nil || r.secs <= 0 {
-		r.errs = append(r.errs, fmt.Sprintf("rate test printed %q", out))
+	var refused string
+	if n, err := fmt.Sscanf(string(out), "spawn_rate %d %f %s", &r.spawns, &r.secs, &refused); n < 2 || r.secs <= 0 {
+		r.errs = append(r.errs, fmt.Sprintf("rate test printed %q (%v)", out, err))
 	}
+	r.refused = refused == "refused"
 }
 
 func medianOf(ds []time.Duration) time.Duration {
@@ -491,7 +511,11 @@ func writeSpawnTables(w io.Writer, o spawnOptions, rows []*spawnRow) {
 				ratio = fmt.Sprintf("%.2f (%s/%s)", fast/slow, r.vs.fast.setup.way, r.vs.slow.setup.way)
 			}
 		}
-		row(strconv.Itoa(r.setup.nodes), r.setup.way, strconv.Itoa(r.spawns), fmt.Sprintf("%.2f", r.secs), fmt.Sprintf("%.1f", rateOf(r)), ratio)
+		spawns := strconv.Itoa(r.spawns)
+		if r.refused {
+			spawns += " (then refused)"
+		}
+		row(strconv.Itoa(r.setup.nodes), r.setup.way, spawns, fmt.Sprintf("%.2f", r.secs), fmt.Sprintf("%.1f", rateOf(r)), ratio)
 	}
 }
 

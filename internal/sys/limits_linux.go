@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -139,6 +140,27 @@ func FileLimit() (uint64, error) {
 		return 0, nil
 	}
 	return r.Cur, nil
+}
+
+// RaiseFileLimit raises RLIMIT_NOFILE, soft and hard, to want (raising
+// the hard limit needs CAP_SYS_RESOURCE), or else the soft limit to the
+// hard one, and returns the soft limit now in force; processes started
+// after it inherit it (Go restores no other limit in them). It never
+// lowers a limit.
+func RaiseFileLimit(want uint64) (uint64, error) {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0, errnoErr("getrlimit", err)
+	}
+	if r.Max != unix.RLIM_INFINITY && r.Max < want {
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}) == nil {
+			return want, nil
+		}
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: r.Max, Max: r.Max}); err != nil {
+		return r.Cur, errnoErr("setrlimit", err)
+	}
+	return r.Max, nil
 }
 
 // Threads returns the number of threads of process pid (0: this one),

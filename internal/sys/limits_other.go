@@ -42,6 +42,9 @@ func IsTerminal(f *os.File) bool { return false }
 // FileLimit is not known off Linux.
 func FileLimit() (uint64, error) { return 0, ErrNotSupported }
 
+// RaiseFileLimit is not supported off Linux.
+func RaiseFileLimit(want uint64) (uint64, error) { return 0, ErrNotSupported }
+
 // Threads is not known off Linux.
 func Threads(pid int) (int, error) { return 0, ErrNotSupported }
 

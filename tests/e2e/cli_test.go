@@ -293,13 +293,7 @@ func TestRankWaitersHoldNoThreads(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // every waiter has begun waiting
-	threads, err := sys.Threads(j.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j.cmd.Process.Signal(sys.SIGTERM)
-	r := j.wait()
-	r.wantCode(t, 128+15)
+	threads := j.threadsThenTerm()
 	if threads < 1 || threads > n/3 {
 		t.Errorf("pmirun has %d threads while waiting for %d ranks, want at most %d", threads, n, n/3)
 	}

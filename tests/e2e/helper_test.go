@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // markerVar is set, to a value unique per job, in every rank's environment.
@@ -437,6 +439,19 @@ func (r *running) sigkill() []int {
 	r.pw.Close()
 	r.cancel()
 	return waitNoMarked(r.marker, 2*time.Second)
+}
+
+// threadsThenTerm returns pmirun's thread count now, then ends the job
+// with SIGTERM, as a batch system would, and checks that it ended so.
+func (r *running) threadsThenTerm() int {
+	r.t.Helper()
+	threads, err := sys.Threads(r.cmd.Process.Pid)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.cmd.Process.Signal(sys.SIGTERM)
+	r.wait().wantCode(r.t, 128+15)
+	return threads
 }
 
 // wait waits for pmirun to end and checks that no rank of the job is left.

@@ -64,6 +64,48 @@ func TestSpawnRefused(t *testing.T) {
 	r.wantMessage(t, `^pmirun: rank 0 exited with code 1`)
 }
 
+// A parent spawning live jobs until pmirun is out of descriptors
+// (RLIMIT_NOFILE 200 here: about 20 one-process jobs) gets a refused
+// spawn, with the reason on stderr, instead of a rank that cannot be
+// forked ending the run; the parent then ends well, and so does the run.
+func TestSpawnRefusedOutOfDescriptors(t *testing.T) {
+	r := run(t, job{
+		wrap: []string{"sh", "-c", `ulimit -n 200 && exec "$@"`, "sh"},
+		args: []string{"-n", "1", prog("pmi2_spawnbench"), "rate", "3"},
+	})
+	r.wantCode(t, 0)
+	r.wantMessage(t, `^pmirun: spawn requested by job 0 failed: 1 more processes: pmirun would hold about \d+ descriptors for its \d+ live jobs, .*RLIMIT_NOFILE 200`)
+	m := regexp.MustCompile(`(?m)^spawn_rate (\d+) [0-9.]+ refused$`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("no refused spawn rate line\n%s", r)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 5 {
+		t.Errorf("%d spawns before the refusal, want the ~20 that fit in 200 descriptors\n%s", n, r)
+	}
+}
+
+// The jobs of a spawn storm that sit idle (one-process children sleeping
+// until the end) hold no thread each in pmirun: their agents, once idle,
+// sleep together on a few threads (shm.Sleeper), where each used to hold
+// one in its own futex wait.
+func TestSpawnIdleJobsHoldNoThreads(t *testing.T) {
+	const jobs = 300
+	j := start(t, job{args: []string{"-n", "1", prog("pmi2_spawnbench"), "rate", "8"}, timeout: 60 * time.Second})
+	deadline := time.Now().Add(30 * time.Second)
+	for len(marked(j.marker)) < jobs+1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes of the run after 30 s, want %d spawned jobs", len(marked(j.marker)), jobs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // the first jobs' agents have been idle long enough to park
+	live := len(marked(j.marker)) - 1
+	threads := j.threadsThenTerm()
+	if threads < 1 || threads > live/3 {
+		t.Errorf("pmirun has %d threads with %d live spawned jobs, want at most %d", threads, live, live/3)
+	}
+}
+
 // A child that fails or aborts ends every job, the parent waiting for it
 // included, naming the child's job and rank; no process survives.
 func TestSpawnChildFails(t *testing.T) {
