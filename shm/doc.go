@@ -96,7 +96,11 @@
 // woken by request pushes, response-ring releases and Kick. A rank sleeps on
 // its own wake word (ring waits) or on the shared epoch word (WaitEpoch,
 // one FUTEX_WAKE for all ranks). A Waiter spins first only while local
-// ranks + 1 fit on the online CPUs; otherwise it sleeps at once.
+// ranks + 1 fit on the online CPUs; otherwise it sleeps at once. An agent
+// idle for a while may park instead (Agent.Park): it announces its sleep
+// the same way and a Sleeper's bed waits on its doorbell word together
+// with up to 126 others (futex_waitv), so that idle agents hold no thread
+// each; nothing changes for the ranks.
 //
 // # Lifetimes
 //

@@ -14,7 +14,7 @@ import (
 // threads. An agent in Wait holds an OS thread in its futex wait for as
 // long as it sleeps: a process with thousands of live jobs (a spawn
 // storm's children, a daemon's jobs) held thousands of threads, each woken
-// every shmIdleWake to look at its segment (and Go ends a process that
+// ten times a second to look at its segment (and Go ends a process that
 // needs more than 10,000). An agent with nothing to do for a while parks
 // instead (Agent.Park): it announces itself asleep exactly as Wait does and
 // hands its doorbell word to the Sleeper, whose beds each wait on up to

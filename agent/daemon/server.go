@@ -16,6 +16,7 @@ import (
 	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/jobsdir"
 	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/shm"
 )
@@ -79,6 +80,7 @@ type Server struct {
 
 	mu      sync.Mutex // guards the fields below
 	jobs    map[*job]struct{}
+	ranks   int  // the local ranks of jobs
 	closing bool // Serve is shutting down: no new job
 	served  uint64
 	refused uint64
@@ -261,10 +263,13 @@ func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
 	ctx, cancel := context.WithCancelCause(jctx)
 	defer cancel(nil)
 	j := &job{spec: sub.Spec, idx: sub.Node, c: c, cancel: cancel, start: time.Now()}
+	ranks := len(sub.Spec.Nodes[sub.Node])
 	s.mu.Lock()
 	busy, closing := len(s.jobs) >= s.cfg.MaxJobs, s.closing
-	if !busy && !closing {
+	files := s.filesLocked(ranks)
+	if !busy && !closing && files == nil {
 		s.jobs[j] = struct{}{}
+		s.ranks += ranks
 	}
 	s.mu.Unlock()
 	switch {
@@ -274,13 +279,46 @@ func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
 	case busy:
 		s.refuse(c, fmt.Sprintf("%d jobs running, the most it runs at once (pmid --max-jobs)", s.cfg.MaxJobs))
 		return
+	case files != nil:
+		s.refuse(c, files.Error())
+		return
 	}
 	log := s.cfg.Logger.With("job", sub.Spec.JobID, "node", sub.Node)
 	s.run(ctx, j, log)
 	s.mu.Lock()
 	delete(s.jobs, j)
+	s.ranks -= ranks
 	s.served++
 	s.mu.Unlock()
+}
+
+// Descriptors a daemon holds, counted against RLIMIT_NOFILE before it
+// takes a job: per local rank its PMI socket end, two output pipe ends
+// and its pidfd (and with PMIx the server library's end of the rank's
+// connection); per job its submission, its link to pmirun, its listener
+// for peer agents, its /dev/null, segment memfd, and its transport's
+// descriptors (an io_uring and an eventfd each way with --netio uring).
+const (
+	rankFiles = 5
+	jobFiles  = 8
+)
+
+// filesLocked refuses a job of ranks local ranks that the daemon would
+// lack descriptors for (a sixteenth of the limit kept for what is not
+// counted: forks in flight, jobs ending): a rank that cannot be forked
+// would fail its job at start, and a spawning parent sees a refused
+// spawn instead. The caller holds s.mu.
+func (s *Server) filesLocked(ranks int) error {
+	lim, err := sys.FileLimit()
+	if err != nil || lim == 0 {
+		return nil
+	}
+	need := rankFiles*(s.ranks+ranks) + jobFiles*(len(s.jobs)+1)
+	if room := lim - lim/16; uint64(need) > room {
+		return fmt.Errorf("no descriptors for %d more ranks: the daemon would hold about %d for its %d jobs, more than the %d it allows itself (RLIMIT_NOFILE %d less a sixteenth; see ulimit -n)",
+			ranks, need, len(s.jobs)+1, room, lim)
+	}
+	return nil
 }
 
 // run runs j's node with its input and output on the submission

@@ -64,23 +64,43 @@ func TestSpawnRefused(t *testing.T) {
 	r.wantMessage(t, `^pmirun: rank 0 exited with code 1`)
 }
 
-// A parent spawning live jobs until pmirun is out of descriptors
-// (RLIMIT_NOFILE 200 here: about 20 one-process jobs) gets a refused
-// spawn, with the reason on stderr, instead of a rank that cannot be
-// forked ending the run; the parent then ends well, and so does the run.
+// A parent spawning live jobs until pmirun, or the daemon that runs them,
+// is out of descriptors (RLIMIT_NOFILE 200 or 300 here: about 20 one-
+// process jobs) gets a refused spawn, with the reason on stderr, instead
+// of a rank that cannot be forked ending the run; the parent then ends
+// well, and so does the run.
 func TestSpawnRefusedOutOfDescriptors(t *testing.T) {
-	r := run(t, job{
-		wrap: []string{"sh", "-c", `ulimit -n 200 && exec "$@"`, "sh"},
-		args: []string{"-n", "1", prog("pmi2_spawnbench"), "rate", "3"},
-	})
-	r.wantCode(t, 0)
-	r.wantMessage(t, `^pmirun: spawn requested by job 0 failed: 1 more processes: pmirun would hold about \d+ descriptors for its \d+ live jobs, .*RLIMIT_NOFILE 200`)
-	m := regexp.MustCompile(`(?m)^spawn_rate (\d+) [0-9.]+ refused$`).FindStringSubmatch(r.stdout)
-	if m == nil {
-		t.Fatalf("no refused spawn rate line\n%s", r)
+	limit := func(n int) []string {
+		return []string{"sh", "-c", "ulimit -n " + strconv.Itoa(n) + ` && exec "$@"`, "sh"}
 	}
-	if n, _ := strconv.Atoi(m[1]); n < 5 {
-		t.Errorf("%d spawns before the refusal, want the ~20 that fit in 200 descriptors\n%s", n, r)
+	for _, tc := range []struct {
+		name string
+		job  func(t *testing.T) job
+		msg  string
+	}{
+		{"fork", func(*testing.T) job {
+			return job{wrap: limit(200), args: []string{"-n", "1"}}
+		}, `^pmirun: spawn requested by job 0 failed: 1 more processes: pmirun would hold about \d+ descriptors for its \d+ live jobs, .*RLIMIT_NOFILE 200`},
+		{"daemon", func(t *testing.T) job {
+			secret := newSecret(t)
+			d := startDaemon(t, limit(300), "127.0.0.1:0", secret, "--max-jobs", "1000")
+			return job{args: []string{"--daemons", d.addr, "--secret-file", secret, "-n", "1"}}
+		}, `^pmirun: spawn of job \d+ failed: .*daemon refused the job: no descriptors for 1 more ranks: .*RLIMIT_NOFILE 300`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := tc.job(t)
+			j.args = append(j.args, prog("pmi2_spawnbench"), "rate", "3")
+			r := run(t, j)
+			r.wantCode(t, 0)
+			r.wantMessage(t, tc.msg)
+			m := regexp.MustCompile(`(?m)^spawn_rate (\d+) [0-9.]+ refused$`).FindStringSubmatch(r.stdout)
+			if m == nil {
+				t.Fatalf("no refused spawn rate line\n%s", r)
+			}
+			if n, _ := strconv.Atoi(m[1]); n < 5 {
+				t.Errorf("%d spawns before the refusal, want the ~20 that fit\n%s", n, r)
+			}
+		})
 	}
 }
 
