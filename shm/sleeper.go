@@ -32,6 +32,7 @@ import (
 // Lock order: Sleeper.mu only. A bed's goroutine takes it to read and
 // change its agents, never while it sleeps.
 type Sleeper struct {
+	check  time.Duration // how often a bed looks at its agents unrung (parkCheck)
 	mu     sync.Mutex
 	beds   []*bed // guarded by mu: the beds whose goroutine runs
 	closed bool   // guarded by mu: Close was called; Park fails
@@ -76,7 +77,7 @@ func NewSleeper() *Sleeper {
 	if !waitvWorks() {
 		return nil
 	}
-	return &Sleeper{}
+	return &Sleeper{check: parkCheck}
 }
 
 // probeWord is the word waitvWorks waits on: Go memory that never moves.
@@ -163,7 +164,7 @@ func (s *Sleeper) run(b *bed) {
 			v.Add(futexAddr(p.a.doorbell.word), p.val)
 		}
 		clear(in) // the bed's set is b.in: no agent is kept by the scratch
-		_, err := v.Wait(parkCheck)
+		_, err := v.Wait(s.check)
 		if err != nil && !errors.Is(err, sys.ErrTimedOut) {
 			// These agents cannot sleep here: each goes back to
 			// sleeping on its own (Park's error says so).
