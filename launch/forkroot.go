@@ -410,19 +410,13 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 }
 
 // filesFor refuses a spawn of size processes for which pmirun would not
-// have the descriptors (RLIMIT_NOFILE): a rank that cannot be forked
-// would end the whole run, where a refused spawn is an error its parent
-// sees. It counts the live jobs' ranks and nodes, and keeps a sixteenth
-// of the limit for what it does not count: the forks in flight (each
-// job forks on its own goroutine, with a few descriptors open while it
-// does) and the nodes of ended jobs not yet closed.
+// have the descriptors (sys.FileRoom): a rank that cannot be forked would
+// end the whole run, where a refused spawn is an error its parent sees.
+// It counts the live jobs' ranks and nodes.
 func (r *forkRoot) filesFor(size int) error {
-	lim, err := sys.FileLimit()
-	if err != nil || lim == 0 {
-		return nil
-	}
+	room, lim, ok := sys.FileRoom()
 	need := launcherFiles(r.cfg.MPI)*(r.procs+size) + jobFiles*(len(r.jobs)+1) + launcherFilesFixed
-	if room := lim - lim/16; uint64(need) > room {
+	if ok && uint64(need) > room {
 		return fmt.Errorf("%d more processes: pmirun would hold about %d descriptors for its %d live jobs, more than the %d it allows itself (RLIMIT_NOFILE %d less a sixteenth; see ulimit -n)",
 			size, need, len(r.jobs)+1, room, lim)
 	}

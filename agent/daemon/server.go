@@ -304,17 +304,13 @@ const (
 )
 
 // filesLocked refuses a job of ranks local ranks that the daemon would
-// lack descriptors for (a sixteenth of the limit kept for what is not
-// counted: forks in flight, jobs ending): a rank that cannot be forked
-// would fail its job at start, and a spawning parent sees a refused
-// spawn instead. The caller holds s.mu.
+// lack descriptors for (sys.FileRoom): a rank that cannot be forked would
+// fail its job at start, and a spawning parent sees a refused spawn
+// instead. The caller holds s.mu.
 func (s *Server) filesLocked(ranks int) error {
-	lim, err := sys.FileLimit()
-	if err != nil || lim == 0 {
-		return nil
-	}
+	room, lim, ok := sys.FileRoom()
 	need := rankFiles*(s.ranks+ranks) + jobFiles*(len(s.jobs)+1)
-	if room := lim - lim/16; uint64(need) > room {
+	if ok && uint64(need) > room {
 		return fmt.Errorf("no descriptors for %d more ranks: the daemon would hold about %d for its %d jobs, more than the %d it allows itself (RLIMIT_NOFILE %d less a sixteenth; see ulimit -n)",
 			ranks, need, len(s.jobs)+1, room, lim)
 	}

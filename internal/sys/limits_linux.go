@@ -142,6 +142,19 @@ func FileLimit() (uint64, error) {
 	return r.Cur, nil
 }
 
+// FileRoom is how many descriptors a launcher that counts its own lets
+// itself hold before it refuses more work: RLIMIT_NOFILE less a sixteenth,
+// kept for what it does not count (forks in flight, whose descriptors are
+// open only while they fork; jobs ending). It also returns the limit; ok
+// is false when the limit is unknown or unlimited.
+func FileRoom() (room, limit uint64, ok bool) {
+	lim, err := FileLimit()
+	if err != nil || lim == 0 {
+		return 0, 0, false
+	}
+	return lim - lim/16, lim, true
+}
+
 // RaiseFileLimit raises RLIMIT_NOFILE, soft and hard, to want (raising
 // the hard limit needs CAP_SYS_RESOURCE), or else the soft limit to the
 // hard one, and returns the soft limit now in force; processes started

@@ -42,6 +42,9 @@ func IsTerminal(f *os.File) bool { return false }
 // FileLimit is not known off Linux.
 func FileLimit() (uint64, error) { return 0, ErrNotSupported }
 
+// FileRoom is not known off Linux.
+func FileRoom() (room, limit uint64, ok bool) { return 0, 0, false }
+
 // RaiseFileLimit is not supported off Linux.
 func RaiseFileLimit(want uint64) (uint64, error) { return 0, ErrNotSupported }
 
