@@ -65,7 +65,7 @@ func TestSpawnRefused(t *testing.T) {
 }
 
 // A parent spawning live jobs until pmirun, or the daemon that runs them,
-// is out of descriptors (RLIMIT_NOFILE 200 or 300 here: about 20 one-
+// is out of descriptors (RLIMIT_NOFILE 200 or 300 here: 20 to 40 one-
 // process jobs) gets a refused spawn, with the reason on stderr, instead
 // of a rank that cannot be forked ending the run; the parent then ends
 // well, and so does the run.
@@ -86,6 +86,14 @@ func TestSpawnRefusedOutOfDescriptors(t *testing.T) {
 			d := startDaemon(t, limit(300), "127.0.0.1:0", secret, "--max-jobs", "1000")
 			return job{args: []string{"--daemons", d.addr, "--secret-file", secret, "-n", "1"}}
 		}, `^pmirun: spawn of job \d+ failed: .*daemon refused the job: no descriptors for 1 more ranks: .*RLIMIT_NOFILE 300`},
+		// pmirun's own descriptors, with daemons that have room: the
+		// child job's listener or submission fails as it is made (which
+		// one runs out first varies).
+		{"pmirun-on-daemons", func(t *testing.T) job {
+			secret := newSecret(t)
+			d := startDaemon(t, nil, "127.0.0.1:0", secret, "--max-jobs", "1000")
+			return job{wrap: limit(300), args: []string{"--daemons", d.addr, "--secret-file", secret, "-n", "1"}}
+		}, `^pmirun: spawn (of|requested by) job \d+ failed: .*too many open files$`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := tc.job(t)
