@@ -119,8 +119,8 @@ func (a *Agent) Wait(timeout time.Duration) error {
 }
 
 // SleepPrepare is Wait split in two, for an agent that sleeps elsewhere:
-// io_uring's FUTEX_WAIT on the doorbell, submitted together with the
-// agent's socket operations. It announces the agent asleep and returns the
+// in a Sleeper's bed (Park), or in io_uring's FUTEX_WAIT on the doorbell
+// submitted together with the agent's socket operations. It announces the agent asleep and returns the
 // doorbell word and the value to wait on. If ready is true, work is already
 // pending and the caller must not sleep. Either way, call SleepDone once
 // awake (or at once when ready), then drain the request rings.
