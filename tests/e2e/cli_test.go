@@ -119,7 +119,7 @@ func TestExitCodes126And127(t *testing.T) {
 
 // -n beyond the user's process limit fails at once, naming the limit.
 func TestProcessLimitGuard(t *testing.T) {
-	r := run(t, job{wrap: []string{"bash", "-c", `ulimit -u 64 && exec "$@"`, "bash"}, args: []string{"-n", "100", "true"}})
+	r := run(t, job{wrap: ulimit("-u", 64), args: []string{"-n", "100", "true"}})
 	r.wantCode(t, 2)
 	r.wantMessage(t, `-n 100: more ranks than this user may run processes \(RLIMIT_NPROC 64; see ulimit -u\)`)
 	r.wantFaster(t, 5*time.Second)
@@ -266,7 +266,7 @@ func TestTerminalCtrlCTwice(t *testing.T) {
 // limit, instead of failing rank by rank; and the count is true: the most
 // ranks it lets start run, all at once.
 func TestFileLimitGuard(t *testing.T) {
-	limited := []string{"bash", "-c", `ulimit -n 1024 && exec "$@"`, "bash"}
+	limited := ulimit("-n", 1024)
 	r := run(t, job{wrap: limited, args: []string{"-n", "1000", "true"}})
 	r.wantCode(t, 2)
 	r.wantMessage(t, `-n 1000: more ranks than pmirun can hold descriptors for \(4064 needed, RLIMIT_NOFILE 1024; see ulimit -n\)`)

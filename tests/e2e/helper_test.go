@@ -441,6 +441,12 @@ func (r *running) sigkill() []int {
 	return waitNoMarked(r.marker, 2*time.Second)
 }
 
+// ulimit is a job's wrap that runs pmirun under "ulimit OPT N" (-n
+// descriptors, -u processes): what it and its children may hold.
+func ulimit(opt string, n int) []string {
+	return []string{"bash", "-c", "ulimit " + opt + " " + strconv.Itoa(n) + ` && exec "$@"`, "bash"}
+}
+
 // threadsThenTerm returns pmirun's thread count now, then ends the job
 // with SIGTERM, as a batch system would, and checks that it ended so.
 func (r *running) threadsThenTerm() int {

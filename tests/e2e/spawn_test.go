@@ -70,20 +70,17 @@ func TestSpawnRefused(t *testing.T) {
 // of a rank that cannot be forked ending the run; the parent then ends
 // well, and so does the run.
 func TestSpawnRefusedOutOfDescriptors(t *testing.T) {
-	limit := func(n int) []string {
-		return []string{"sh", "-c", "ulimit -n " + strconv.Itoa(n) + ` && exec "$@"`, "sh"}
-	}
 	for _, tc := range []struct {
 		name string
 		job  func(t *testing.T) job
 		msg  string
 	}{
 		{"fork", func(*testing.T) job {
-			return job{wrap: limit(200), args: []string{"-n", "1"}}
+			return job{wrap: ulimit("-n", 200), args: []string{"-n", "1"}}
 		}, `^pmirun: spawn requested by job 0 failed: 1 more processes: pmirun would hold about \d+ descriptors for its \d+ live jobs, .*RLIMIT_NOFILE 200`},
 		{"daemon", func(t *testing.T) job {
 			secret := newSecret(t)
-			d := startDaemon(t, limit(300), "127.0.0.1:0", secret, "--max-jobs", "1000")
+			d := startDaemon(t, ulimit("-n", 300), "127.0.0.1:0", secret, "--max-jobs", "1000")
 			return job{args: []string{"--daemons", d.addr, "--secret-file", secret, "-n", "1"}}
 		}, `^pmirun: spawn of job \d+ failed: .*daemon refused the job: no descriptors for 1 more ranks: .*RLIMIT_NOFILE 300`},
 		// pmirun's own descriptors, with daemons that have room: the
@@ -92,7 +89,7 @@ func TestSpawnRefusedOutOfDescriptors(t *testing.T) {
 		{"pmirun-on-daemons", func(t *testing.T) job {
 			secret := newSecret(t)
 			d := startDaemon(t, nil, "127.0.0.1:0", secret, "--max-jobs", "1000")
-			return job{wrap: limit(300), args: []string{"--daemons", d.addr, "--secret-file", secret, "-n", "1"}}
+			return job{wrap: ulimit("-n", 300), args: []string{"--daemons", d.addr, "--secret-file", secret, "-n", "1"}}
 		}, `^pmirun: spawn (of|requested by) job \d+ failed: .*too many open files$`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
