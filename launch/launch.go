@@ -91,6 +91,9 @@ type Config struct {
 	// Bind binds each rank to a CPU unit (BindUnits; "" or "none" = no
 	// binding); MapBy orders a node's ranks over the units (MapUnits).
 	Bind, MapBy string
+	// TimerSlack is every rank's timer slack (node.Spec.TimerSlack):
+	// node.TimerSlackAuto (0), node.TimerSlackOff, or a duration.
+	TimerSlack time.Duration
 	// Timeout ends the job after this long; 0 = none.
 	Timeout time.Duration
 	// UniverseSize answered to get_universe_size; -1 (or 0) = unlimited.
@@ -353,7 +356,7 @@ func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
 		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate, VirtualWork: c.VirtualWork,
 		Trace: c.TracePath != "",
 		Wdir:  c.Wdir, EnvNone: c.EnvNone, EnvKeep: c.EnvList, Prefix: c.prefix(),
-		OutPattern: c.OutPattern, ErrPattern: c.ErrPattern, Bind: c.Bind, MapBy: c.MapBy, StdinRank: c.StdinRank,
+		OutPattern: c.OutPattern, ErrPattern: c.ErrPattern, Bind: c.Bind, MapBy: c.MapBy, TimerSlack: c.TimerSlack, StdinRank: c.StdinRank,
 		KVS: c.KVS, GetStrategy: c.GetStrategy,
 	}
 }

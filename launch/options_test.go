@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
@@ -126,6 +127,39 @@ func TestBindToHwthread(t *testing.T) {
 	wantAll := regexp.MustCompile(`Cpus_allowed_list:\t.*\n`).FindString(string(own))
 	if err != nil || out != wantAll {
 		t.Errorf("unbound rank: %q, %v; want pmirun's own %q", out, err, wantAll)
+	}
+}
+
+// --timer-slack: every rank of a node running more ranks than CPUs
+// starts with 1 ms unless told otherwise, as the rank itself reads it
+// from /proc/self/timerslack_ns; a node with a CPU per rank leaves the
+// ranks pmirun's own, and a duration is set on every rank.
+func TestTimerSlackOfRanks(t *testing.T) {
+	cpus, err := sys.AllowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := os.ReadFile("/proc/self/timerslack_ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		size  int
+		slack time.Duration
+		want  string
+	}{
+		{len(cpus) + 1, node.TimerSlackAuto, "1000000\n"},
+		{len(cpus), node.TimerSlackAuto, string(own)},
+		{len(cpus) + 1, node.TimerSlackOff, string(own)},
+		{1, 3 * time.Millisecond, "3000000\n"},
+	} {
+		out, stderr, err := run(t, Config{Size: c.size, Prog: "cat", Args: []string{"/proc/self/timerslack_ns"}, TimerSlack: c.slack})
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		if want := strings.Repeat(c.want, c.size); out != want {
+			t.Errorf("%d ranks on %d CPUs, timer slack %v: ranks read %q, want %q", c.size, len(cpus), c.slack, out, want)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
@@ -131,4 +132,37 @@ func stdinFiles(in io.Reader, n int) ([]*os.File, error) {
 		}
 	}()
 	return rs, nil
+}
+
+// The ranks' timer slack (Spec.TimerSlack). A rank that waits by sleeping
+// briefly in a loop — Open MPI's start-up waits sleep 100 µs between
+// looks — wakes 10,000 times a second; on a node with more ranks than
+// CPUs those wakes take the CPUs from the ranks still starting (an Open
+// MPI hello of 128 ranks on 2 CPUs: 10.3 s with the kernel's 50 µs slack,
+// 3.9 s with 1 ms; docs/benchmarks.md). A slack lets the kernel end such
+// sleeps together, each later by at most the slack; waits for an event
+// (a futex, a socket) are not delayed.
+const (
+	// TimerSlackAuto sets DefaultTimerSlack on a node that runs more
+	// ranks than it may use CPUs, and leaves the ranks their own
+	// elsewhere (each has a CPU to wake on).
+	TimerSlackAuto time.Duration = 0
+	// TimerSlackOff leaves every rank its own: pmirun's or the agent's,
+	// inherited.
+	TimerSlackOff     time.Duration = -1
+	DefaultTimerSlack               = time.Millisecond
+	MaxTimerSlack                   = time.Second
+)
+
+// rankSlack is the timer slack a node's ranks start with (sys.ForkAttr;
+// 0 = their own) when the job asks for ask (Spec.TimerSlack), on a node
+// that is oversubscribed or not.
+func rankSlack(ask time.Duration, oversubscribed bool) time.Duration {
+	switch {
+	case ask > 0:
+		return ask
+	case ask == TimerSlackAuto && oversubscribed:
+		return DefaultTimerSlack
+	}
+	return 0
 }

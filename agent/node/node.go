@@ -91,6 +91,11 @@ type Node struct {
 	paths  []string   // each App's resolved program, for the Apps with local ranks
 	binds  [][]int    // CPUs of each local rank (Spec.Bind), or nil
 	stdins []*os.File // each local rank's input (Spec.StdinRank all), or nil; closed as it starts
+
+	// oversubscribed: the node runs more ranks than this process may use
+	// CPUs; slack is the timer slack its ranks start with (rankSlack).
+	oversubscribed bool
+	slack          time.Duration
 	// devNull is the input of the ranks that read none, opened once by
 	// Resolve (os/exec would open it for every rank), closed by Close.
 	devNull *os.File
@@ -164,6 +169,10 @@ func New(spec *Spec, o Options) (*Node, error) {
 		quit:  make(chan struct{}),
 		procs: make(map[int]*rankProc, len(ranks)),
 	}
+	if cpus, err := sys.AllowedCPUs(); err == nil {
+		n.oversubscribed = len(ranks) > len(cpus)
+	}
+	n.slack = rankSlack(spec.TimerSlack, n.oversubscribed)
 	var late map[string]func()
 	if o.Starter == nil {
 		if p := lstopoPath(); p != "" {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBaseEnvDropsLauncherVariables(t *testing.T) {
@@ -103,6 +104,36 @@ func TestSpecSpawner(t *testing.T) {
 			SpawnerJobID: c.job, SpawnerRank: c.rank}
 		if err := s.Validate(); (err == nil) != c.ok {
 			t.Errorf("spawner %q rank %d: %v, want ok %v", c.job, c.rank, err, c.ok)
+		}
+	}
+}
+
+// A spec's timer slack is auto, off, or a duration up to MaxTimerSlack;
+// a node sets DefaultTimerSlack under auto only where it runs more ranks
+// than CPUs.
+func TestTimerSlack(t *testing.T) {
+	for _, c := range []struct {
+		slack time.Duration
+		ok    bool
+	}{{TimerSlackAuto, true}, {TimerSlackOff, true}, {time.Microsecond, true}, {MaxTimerSlack, true},
+		{MaxTimerSlack + 1, false}, {-2, false}} {
+		s := Spec{JobID: "job-0", Size: 1, Nodes: [][]int{{0}}, Usize: -1, Virtual: "ring",
+			TreeWidth: 8, NetTimeout: 1e9, KillGrace: 1e9, DisconnectGrace: 1e9, TimerSlack: c.slack}
+		if err := s.Validate(); (err == nil) != c.ok {
+			t.Errorf("timer slack %v: %v, want ok %v", c.slack, err, c.ok)
+		}
+	}
+	for _, c := range []struct {
+		ask   time.Duration
+		over  bool
+		slack time.Duration
+	}{
+		{TimerSlackAuto, false, 0}, {TimerSlackAuto, true, DefaultTimerSlack},
+		{TimerSlackOff, false, 0}, {TimerSlackOff, true, 0},
+		{3 * time.Millisecond, false, 3 * time.Millisecond}, {3 * time.Millisecond, true, 3 * time.Millisecond},
+	} {
+		if got := rankSlack(c.ask, c.over); got != c.slack {
+			t.Errorf("rankSlack(%v, oversubscribed %v) = %v, want %v", c.ask, c.over, got, c.slack)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent/pmix"
 	"github.com/fastpmi/fastpmi/internal/guard"
-	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // MPI interfaces (Spec.MPI).
@@ -88,7 +87,7 @@ func (n *Node) startPMIx() error {
 		guard.AddDir(dir) // removed by the guard if this process is killed
 		env = append(env, ompiShmDirVar+"="+dir)
 	}
-	if cpus, err := sys.AllowedCPUs(); err == nil && len(n.ranks) > len(cpus) {
+	if n.oversubscribed {
 		// More ranks than CPUs: Open MPI's ranks should yield while they
 		// wait instead of spinning, as they do when its mpirun says so.
 		env = append(env, "OMPI_MCA_mpi_oversubscribe=1")

@@ -194,7 +194,7 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 		cpus = n.binds[li]
 	}
 	var proc *sys.Child
-	err = sys.StartBound(cpus, func() error {
+	err = sys.StartWith(sys.ForkAttr{CPUs: cpus, TimerSlack: n.slack}, func() error {
 		var err error
 		proc, err = sys.StartChild(n.paths[ai], append([]string{app.Prog}, app.Args...), dedupEnv(renv), n.wdir(ai), files, sys.RankProcAttr())
 		return err

@@ -76,6 +76,10 @@ type Spec struct {
 	// over sockets.
 	Bind  string `json:"bind,omitempty"`
 	MapBy string `json:"map_by,omitempty"`
+	// TimerSlack is the timer slack each rank starts with (see
+	// rankSlack): TimerSlackAuto, TimerSlackOff, or a duration of at most
+	// MaxTimerSlack set on every rank.
+	TimerSlack time.Duration `json:"timer_slack,omitempty"`
 	// StdinRank reads the job's input (default rank 0); -1 none, -2 all
 	// (one node only).
 	StdinRank int  `json:"stdin_rank,omitempty"`
@@ -300,6 +304,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Bind != "" && !slices.Contains(bindUnits, s.Bind) || s.MapBy != "" && !slices.Contains(bindUnits, s.MapBy) {
 		return fmt.Errorf("binding %q, mapping %q: want core, hwthread or socket", s.Bind, s.MapBy)
+	}
+	if s.TimerSlack < TimerSlackOff || s.TimerSlack > MaxTimerSlack {
+		return fmt.Errorf("timer slack %v: want %v (auto), %v (off) or a duration up to %v", s.TimerSlack, TimerSlackAuto, TimerSlackOff, MaxTimerSlack)
 	}
 	if s.StdinRank < -2 || s.StdinRank >= s.Size || s.StdinRank == -2 && len(s.Nodes) > 1 {
 		return fmt.Errorf("stdin rank %d: want 0..%d, -1 (none) or -2 (all, one node)", s.StdinRank, s.Size-1)

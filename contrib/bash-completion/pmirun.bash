@@ -8,7 +8,7 @@ _pmirun() {
     i=1
     while [ $i -lt $COMP_CWORD ]; do
         case "${COMP_WORDS[i]}" in
-            -n|-np|--ntasks|-configfile|-wdir|--chdir|-D|--timeout|-i|--stdin|--input|--mpi|--usize|--spawn-placement|-hosts|-host|--nodelist|-w|-f|-hostfile|-machinefile|-ppn|--ntasks-per-node|-bind-to|-map-by|--env|-genvlist|-prepend-pattern|-outfile-pattern|--output|-o|-errfile-pattern|--error|-e|--bootstrap|-launcher|--nodes|--tree-width|--kvs|--get-strategy|--compress|--netio|--net-timeout|--ssh|--pmid|--root-addr|--daemons|--secret-file|--trace|--report|--virtual|--virtual-rounds|--virtual-late|--virtual-work) i=$((i+2)) ;;
+            -n|-np|--ntasks|-configfile|-wdir|--chdir|-D|--timeout|-i|--stdin|--input|--mpi|--usize|--spawn-placement|-hosts|-host|--nodelist|-w|-f|-hostfile|-machinefile|-ppn|--ntasks-per-node|-bind-to|-map-by|--timer-slack|--env|-genvlist|-prepend-pattern|-outfile-pattern|--output|-o|-errfile-pattern|--error|-e|--bootstrap|-launcher|--nodes|--tree-width|--kvs|--get-strategy|--compress|--netio|--net-timeout|--ssh|--pmid|--root-addr|--daemons|--secret-file|--trace|--report|--virtual|--virtual-rounds|--virtual-late|--virtual-work) i=$((i+2)) ;;
             -genv) i=$((i+3)) ;;
             --) i=$((i+1)); break ;;
             -*) i=$((i+1)) ;;
@@ -25,6 +25,7 @@ _pmirun() {
         --spawn-placement) COMPREPLY=($(compgen -W "roundrobin leastload" -- "$cur")); return ;;
         -bind-to) COMPREPLY=($(compgen -W "core hwthread socket none" -- "$cur")); return ;;
         -map-by) COMPREPLY=($(compgen -W "core hwthread socket" -- "$cur")); return ;;
+        --timer-slack) COMPREPLY=($(compgen -W "auto off" -- "$cur")); return ;;
         --bootstrap|-launcher) COMPREPLY=($(compgen -W "fork ssh slurm netns loopback" -- "$cur")); return ;;
         --kvs) COMPREPLY=($(compgen -W "auto dense sparse" -- "$cur")); return ;;
         --get-strategy) COMPREPLY=($(compgen -W "direct dkvs tree" -- "$cur")); return ;;
@@ -32,10 +33,10 @@ _pmirun() {
         --netio) COMPREPLY=($(compgen -W "auto uring net" -- "$cur")); return ;;
         --virtual) COMPREPLY=($(compgen -W "allgather fence iallgather ring kvs-dense kvs-sparse kvs-dense-od kvs-sparse-od kvs-cards paper-fence paper-ifence paper-allgather paper-iallgather paper-ifence-sleep paper-ifence-spin paper-iallgather-sleep paper-iallgather-spin paper-init-fence paper-init-allgather paper-init-iallgather pmix-fence" -- "$cur")); return ;;
         -configfile|-wdir|--chdir|-D|-f|-hostfile|-machinefile|-outfile-pattern|--output|-o|-errfile-pattern|--error|-e|--pmid|--secret-file|--trace|--report) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        -n|-np|--ntasks|--timeout|-i|--stdin|--input|--mpi|--usize|--spawn-placement|-hosts|-host|--nodelist|-w|-ppn|--ntasks-per-node|-bind-to|-map-by|-genv|--env|-genvlist|-prepend-pattern|--bootstrap|-launcher|--nodes|--tree-width|--kvs|--get-strategy|--compress|--netio|--net-timeout|--ssh|--root-addr|--daemons|--virtual|--virtual-rounds|--virtual-late|--virtual-work) return ;;
+        -n|-np|--ntasks|--timeout|-i|--stdin|--input|--mpi|--usize|--spawn-placement|-hosts|-host|--nodelist|-w|-ppn|--ntasks-per-node|-bind-to|-map-by|--timer-slack|-genv|--env|-genvlist|-prepend-pattern|--bootstrap|-launcher|--nodes|--tree-width|--kvs|--get-strategy|--compress|--netio|--net-timeout|--ssh|--root-addr|--daemons|--virtual|--virtual-rounds|--virtual-late|--virtual-work) return ;;
     esac
     if [[ "$cur" == -* ]]; then
-        COMPREPLY=($(compgen -W "-n -np --ntasks -configfile -wdir --chdir -D --timeout -i --stdin --input --mpi --usize --spawn-placement -hosts -host --nodelist -w -f -hostfile -machinefile -ppn --ntasks-per-node --cyclic -bind-to -map-by -genv --env -genvall -genvnone -genvlist -l --label -prepend-rank --tag-output --timestamp-output -prepend-pattern -outfile-pattern --output -o -errfile-pattern --error -e --bootstrap -launcher --nodes --tree-width --kvs --get-strategy --compress --netio --net-timeout --ssh --pmid --root-addr --daemons --secret-file --verbose -v --trace --report --no-shm --pmi-port --virtual --virtual-rounds --virtual-late --virtual-work --help -h --version -V" -- "$cur"))
+        COMPREPLY=($(compgen -W "-n -np --ntasks -configfile -wdir --chdir -D --timeout -i --stdin --input --mpi --usize --spawn-placement -hosts -host --nodelist -w -f -hostfile -machinefile -ppn --ntasks-per-node --cyclic -bind-to -map-by --timer-slack -genv --env -genvall -genvnone -genvlist -l --label -prepend-rank --tag-output --timestamp-output -prepend-pattern -outfile-pattern --output -o -errfile-pattern --error -e --bootstrap -launcher --nodes --tree-width --kvs --get-strategy --compress --netio --net-timeout --ssh --pmid --root-addr --daemons --secret-file --verbose -v --trace --report --no-shm --pmi-port --virtual --virtual-rounds --virtual-late --virtual-work --help -h --version -V" -- "$cur"))
     else
         COMPREPLY=($(compgen -c -- "$cur"))
     fi

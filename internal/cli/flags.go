@@ -96,6 +96,9 @@ var flagTable = []*Flag{
 	{Names: []string{"-map-by"}, Arg: "UNIT", Nargs: 1, Group: "placement", Choices: launch.MapUnits,
 		Help: "order in which a node's ranks take the binding units: core (default: consecutive), socket (round robin over sockets)",
 		set:  func(p *parser, v []string) error { p.cfg.MapBy = v[0]; return nil }},
+	{Names: []string{"--timer-slack"}, Arg: "auto|off|DURATION", Nargs: 1, Group: "placement", Choices: []string{"auto", "off"},
+		Help: "how late the kernel may end the ranks' timed sleeps, to end several at once: auto (default) sets 1ms on a node running more ranks than CPUs, so that ranks waiting in short sleeps (Open MPI's start-up) leave the CPUs to the ranks still starting; off (or 0) leaves the ranks pmirun's own; a duration up to 1s sets it on every rank",
+		set:  func(p *parser, v []string) error { return timerSlack(v[0], &p.cfg.TimerSlack) }},
 
 	// environment
 	{Names: []string{"-genv"}, Arg: "KEY VALUE", Nargs: 2, Group: "environment", Repeat: true,
@@ -241,6 +244,27 @@ func posInt(s string, dst *int) error {
 		return fmt.Errorf("want a positive whole number, got %q", s)
 	}
 	*dst = n
+	return nil
+}
+
+// timerSlack parses --timer-slack.
+func timerSlack(s string, dst *time.Duration) error {
+	switch s {
+	case "auto":
+		*dst = node.TimerSlackAuto
+		return nil
+	case "off":
+		*dst = node.TimerSlackOff
+		return nil
+	}
+	d, err := ParseDuration(s)
+	if err != nil || d < 0 || d > node.MaxTimerSlack {
+		return fmt.Errorf("want auto, off or a duration of at most %v, got %q", node.MaxTimerSlack, s)
+	}
+	if d == 0 {
+		d = node.TimerSlackOff
+	}
+	*dst = d
 	return nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,36 +90,6 @@ func readInt(path string) int {
 		return -1
 	}
 	return n
-}
-
-// StartBound runs start — which forks a process — on a thread bound to
-// cpus, so that the child inherits that affinity from its first
-// instruction (a mask set after the fork would race with the child), and
-// restores the thread's own mask afterwards.
-func StartBound(cpus []int, start func() error) error {
-	if len(cpus) == 0 {
-		return start()
-	}
-	var want unix.CPUSet
-	for _, c := range cpus {
-		want.Set(c)
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var old unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		return errnoErr("sched_getaffinity", err)
-	}
-	if err := unix.SchedSetaffinity(0, &want); err != nil {
-		return fmt.Errorf("bind to cpus %v: %w", cpus, errnoErr("sched_setaffinity", err))
-	}
-	err := start()
-	if rerr := unix.SchedSetaffinity(0, &old); rerr != nil {
-		// The thread keeps the rank's mask: let it die with the
-		// goroutine rather than serve others (never unlocked).
-		runtime.LockOSThread()
-	}
-	return err
 }
 
 // IsTerminal reports whether f is a terminal.

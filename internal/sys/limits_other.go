@@ -28,14 +28,6 @@ type CPUPlace struct{ CPU, Core, Socket int }
 // CPUPlaces knows no topology off Linux.
 func CPUPlaces(cpus []int) []CPUPlace { return nil }
 
-// StartBound cannot bind off Linux.
-func StartBound(cpus []int, start func() error) error {
-	if len(cpus) > 0 {
-		return ErrNotSupported
-	}
-	return start()
-}
-
 // IsTerminal is false off Linux.
 func IsTerminal(f *os.File) bool { return false }
 

@@ -60,6 +60,7 @@ func TestHelpOnStdout(t *testing.T) {
 func TestBadFlagOneLine(t *testing.T) {
 	for _, args := range [][]string{
 		{"--bogus", "true"}, {"-n", "2", "--np", "3", "true"}, {"--timeout", "soon", "true"},
+		{"--timer-slack", "2s", "true"}, {"--timer-slack", "-1ms", "true"},
 		{"-n", "1", "./a", "A", ":", "--timeout", "3", "./b", "B"},
 	} {
 		out, errOut, code := runBinary(t, "pmirun", args...)

@@ -306,6 +306,20 @@ func TestDaemonJobs(t *testing.T) {
 		r.wantCode(t, 0)
 		r.wantLines(t, map[string]int{"0 " + j.dir + " " + j.dir: 1, "1 " + j.dir + " " + j.dir: 1})
 	})
+	t.Run("timer slack", func(t *testing.T) {
+		// The option reaches the daemons in the spec; auto is decided by
+		// each daemon for its own ranks (ncpu+1 each: more than CPUs).
+		cpus, err := sys.AllowedCPUs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := run(t, p.job("-n", "4", "--timer-slack", "3ms", "cat", "/proc/self/timerslack_ns"))
+		r.wantCode(t, 0)
+		r.wantLines(t, map[string]int{"3000000": 4})
+		r = run(t, p.job("-n", n(2*(len(cpus)+1)), "cat", "/proc/self/timerslack_ns"))
+		r.wantCode(t, 0)
+		r.wantLines(t, map[string]int{"1000000": 2 * (len(cpus) + 1)})
+	})
 	t.Run("wrong secret", func(t *testing.T) {
 		j := p.job("-n", "2", "true")
 		j.args[3] = newSecret(t)
