@@ -20,14 +20,13 @@ func StartWith(a ForkAttr, start func() error) error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	var restore []func() error
-	defer func() {
-		for _, r := range restore {
-			if r() != nil {
-				runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-			}
+	// keep runs in a deferred restore that failed: the thread is never
+	// unlocked, so it ends with the goroutine.
+	keep := func(err error) {
+		if err != nil {
+			runtime.LockOSThread()
 		}
-	}()
+	}
 	if len(a.CPUs) > 0 {
 		var want, old unix.CPUSet
 		for _, c := range a.CPUs {
@@ -39,7 +38,7 @@ func StartWith(a ForkAttr, start func() error) error {
 		if err := unix.SchedSetaffinity(0, &want); err != nil {
 			return fmt.Errorf("bind to cpus %v: %w", a.CPUs, errnoErr("sched_setaffinity", err))
 		}
-		restore = append(restore, func() error { return unix.SchedSetaffinity(0, &old) })
+		defer func() { keep(unix.SchedSetaffinity(0, &old)) }()
 	}
 	if a.TimerSlack > 0 {
 		old, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
@@ -49,7 +48,7 @@ func StartWith(a ForkAttr, start func() error) error {
 		if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(a.TimerSlack.Nanoseconds()), 0, 0, 0); err != nil {
 			return fmt.Errorf("timer slack %v: %w", a.TimerSlack, errnoErr("prctl PR_SET_TIMERSLACK", err))
 		}
-		restore = append(restore, func() error { return unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(old), 0, 0, 0) })
+		defer func() { keep(unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(old), 0, 0, 0)) }()
 	}
 	return start()
 }
