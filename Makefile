@@ -39,14 +39,19 @@ deps: ## install what builds and tests need (Debian packages, Go modules)
 	fi
 	$(GO) mod download
 
-# With OpenPMIx's server library installed (libpmix-dev), pmirun and pmid
-# are built with -tags pmix: they serve PMIx ranks (Open MPI) with
-# --mpi pmix (docs/pmix.md). Without it they build pure Go and say so.
+# With OpenPMIx's server library installed (libpmix-dev), pmid and
+# pmirun-pmix are built with -tags pmix: they serve PMIx ranks (Open MPI)
+# with --mpi pmix (docs/pmix.md). pmirun itself is always pure Go, linked
+# statically (it starts sooner): it hands a one-node PMIx job to the
+# pmirun-pmix beside it. Without the library, pmirun-pmix is not built
+# and pmid is pure Go too; both say so when asked for PMIx.
 # (Expanded when used: deps may install the library first.)
 GOTAGS      = $(shell pkg-config --exists pmix 2>/dev/null && echo -tags pmix)
 
 build: ## build pmirun, pmid, pmibench into build/bin (with PMIx support when libpmix-dev is installed)
-	$(GO) build $(LDFLAGS) $(GOTAGS) -o $(BIN)/ ./cmd/...
+	$(GO) build $(LDFLAGS) $(GOTAGS) -o $(BIN)/ ./cmd/pmid ./cmd/pmibench
+	CGO_ENABLED=0 $(GO) build $(LDFLAGS) -o $(BIN)/ ./cmd/pmirun
+	$(if $(GOTAGS),$(GO) build $(LDFLAGS) $(GOTAGS) -o $(BIN)/pmirun-pmix ./cmd/pmirun)
 
 # libfastpmi (clib/): a drop-in libpmi2.so.0 over fastpmi's shared memory.
 # LIB=DIR builds it elsewhere (the end-to-end tests build their own);

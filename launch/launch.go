@@ -215,11 +215,15 @@ func (c *Config) validate() error {
 	if err != nil {
 		return err
 	}
-	c.mpiFound = found
-	if err := node.CheckMPI(c.MPI); err != nil {
-		return err
+	if found != "" { // else PMIxInProcess may have found it first
+		c.mpiFound = found
 	}
 	if err := c.validatePlacement(); err != nil {
+		return err
+	}
+	if err := node.CheckMPI(c.MPI); err != nil && !(errors.Is(err, node.ErrNoPMIx) && !c.nodeInProcess()) {
+		// The agents serve PMIx ranks on other bootstraps: pmirun
+		// itself needs PMIx support only for the node it runs.
 		return err
 	}
 	if err := c.validateLinks(); err != nil {
@@ -390,3 +394,10 @@ func (c *Config) validateApps() error {
 // multiNode reports whether the job needs agents on other nodes (a
 // bootstrap other than fork).
 func (c *Config) multiNode() bool { return c.Bootstrap != "" && c.Bootstrap != "fork" }
+
+// nodeInProcess reports whether the job's node runs inside pmirun (the
+// fork bootstrap): no bootstrap, hosts or daemons name other agents. It
+// holds before validate too, which derives the bootstrap from those.
+func (c *Config) nodeInProcess() bool {
+	return !c.multiNode() && len(c.Hosts) == 0 && len(c.Daemons) == 0
+}

@@ -104,3 +104,20 @@ func (c *Config) detectMPI() (string, error) {
 	}
 	return "", nil
 }
+
+// PMIxInProcess reports whether pmirun itself would serve the job's
+// ranks over PMIx: its node runs inside pmirun (the fork bootstrap) and
+// --mpi pmix is given or detected (recorded as validate records it). A
+// pmirun built without PMIx hands such a job to the one built with it
+// (cmd/pmirun). A command line validate refuses says false: Run reports it.
+func (c *Config) PMIxInProcess() bool {
+	if !c.nodeInProcess() {
+		return false
+	}
+	found, err := c.detectMPI()
+	if err != nil {
+		return false
+	}
+	c.mpiFound = found
+	return c.MPI == node.MPIPMIx
+}

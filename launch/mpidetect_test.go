@@ -27,3 +27,24 @@ func TestLinkedKind(t *testing.T) {
 		t.Error("a missing program has a kind")
 	}
 }
+
+// pmirun serves PMIx itself only for a PMIx job whose node it runs: the
+// fork bootstrap, no hosts, no daemons.
+func TestPMIxInProcess(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want bool
+	}{
+		{Config{Size: 1, Prog: "true", MPI: "pmix"}, true},
+		{Config{Size: 1, Prog: "true", MPI: "pmix", Bootstrap: "fork"}, true},
+		{Config{Size: 1, Prog: "true", MPI: "pmi"}, false},
+		{Config{Size: 1, Prog: "true"}, false}, // detected: true links neither
+		{Config{Size: 1, Prog: "true", MPI: "pmix", Bootstrap: "loopback", Nodes: 2}, false},
+		{Config{Size: 1, Prog: "true", MPI: "pmix", Hosts: []string{"a"}}, false},
+		{Config{Size: 1, Prog: "true", MPI: "pmix", Daemons: []string{"a:1"}}, false},
+	} {
+		if got := tc.cfg.PMIxInProcess(); got != tc.want {
+			t.Errorf("%+v: PMIxInProcess = %v, want %v", tc.cfg, got, tc.want)
+		}
+	}
+}

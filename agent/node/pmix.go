@@ -16,6 +16,9 @@ const (
 	MPIPMIx = "pmix" // PMIx too, through OpenPMIx's server library
 )
 
+// ErrNoPMIx is CheckMPI's answer for --mpi pmix in a build without PMIx.
+var ErrNoPMIx = fmt.Errorf("--mpi pmix: %w", pmix.ErrNotSupported)
+
 // CheckMPI checks a Spec.MPI value and that this build can serve it.
 func CheckMPI(mpi string) error {
 	switch mpi {
@@ -23,7 +26,7 @@ func CheckMPI(mpi string) error {
 		return nil
 	case MPIPMIx:
 		if !pmix.Supported {
-			return fmt.Errorf("--mpi pmix: %w", pmix.ErrNotSupported)
+			return ErrNoPMIx
 		}
 		return nil
 	}

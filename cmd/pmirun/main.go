@@ -10,7 +10,9 @@
 // Ctrl-C within 5 s kills them), and exits with the first failing rank's
 // code (128+signal for a rank killed by a signal, 124 on --timeout, 126
 // or 127 when the program cannot be executed or found), else 0.
-// "pmirun --help" lists every option (internal/cli holds them).
+// "pmirun --help" lists every option (internal/cli holds them). Built
+// without cgo, it hands a one-machine PMIx job to pmirun-pmix beside it
+// (withPMIx).
 // FASTPMI_CPUPROFILE=FILE writes a CPU profile of pmirun itself (go tool
 // pprof) to show where the launcher spends its time.
 package main
@@ -23,6 +25,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"syscall"
 
 	"github.com/fastpmi/fastpmi/agent/pmix"
 	"github.com/fastpmi/fastpmi/internal/cli"
@@ -53,6 +57,12 @@ func run() int {
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "pmirun: %v (see pmirun --help)\n", err)
 		return 2
+	}
+	if !pmix.Supported && cfg.PMIxInProcess() {
+		if err := execWithPMIx(); err != nil {
+			fmt.Fprintf(os.Stderr, "pmirun: %v\n", err)
+			return 1
+		}
 	}
 	if path := os.Getenv("FASTPMI_CPUPROFILE"); path != "" {
 		stop, err := perf.StartCPUProfile(path)
@@ -90,4 +100,29 @@ func run() int {
 	cfg.Signals = sigs
 	err = launch.Run(context.Background(), cfg)
 	return launch.ExitCode(err)
+}
+
+// withPMIx is pmirun built with PMIx support (-tags pmix: cgo and
+// OpenPMIx's server library), installed beside a pmirun built without
+// it. A binary without cgo is linked statically and starts about 1 ms
+// sooner (docs/benchmarks.md, "pmirun without cgo"), so every job starts
+// that way, and a job whose ranks pmirun would serve over PMIx itself
+// (its node inside pmirun: the fork bootstrap) is handed to this one.
+const withPMIx = "pmirun-pmix"
+
+// execWithPMIx replaces this process with withPMIx from beside this
+// executable, with the same arguments and environment, before pmirun
+// has started anything. It returns nil, doing nothing, when there is no
+// such file (Run then says that this build serves no PMIx) or this
+// process is it.
+func execWithPMIx() error {
+	exe, err := os.Executable()
+	if err != nil || filepath.Base(exe) == withPMIx {
+		return nil
+	}
+	p := filepath.Join(filepath.Dir(exe), withPMIx)
+	if _, err := os.Stat(p); err != nil {
+		return nil
+	}
+	return fmt.Errorf("run %s for --mpi pmix: %w", p, syscall.Exec(p, os.Args, os.Environ()))
 }

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"context"
+	"debug/elf"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -189,6 +192,60 @@ func TestOpenMPIBadFlag(t *testing.T) {
 	r.wantCode(t, 2)
 	if !strings.Contains(r.stderr, `invalid --mpi "pmix3": want pmi or pmix`) {
 		t.Errorf("stderr does not explain the bad --mpi\n%s", r)
+	}
+}
+
+// pmirun is pure Go, linked statically, and hands a job whose ranks it
+// would serve over PMIx itself (its node inside pmirun) to pmirun-pmix
+// beside it, in the same process; PMI jobs stay in pmirun. Alone, it
+// refuses such a job saying why, and runs PMIx jobs whose agents (pmid)
+// serve PMIx.
+func TestPMIxHandedToPMIxBuild(t *testing.T) {
+	f, err := elf.Open(pmirun())
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs, _ := f.ImportedLibraries()
+	interp := f.Section(".interp") != nil
+	f.Close()
+	if len(libs) > 0 || interp {
+		t.Errorf("pmirun links %v (interpreter: %v): want a static binary", libs, interp)
+	}
+	parentExe := []string{"-n", "1", "sh", "-c", `readlink /proc/$PPID/exe`}
+	r := run(t, job{args: append([]string{"--mpi", "pmix"}, parentExe...)})
+	r.wantCode(t, 0)
+	r.wantLines(t, map[string]int{prog("pmirun-pmix"): 1})
+	r = run(t, job{args: parentExe})
+	r.wantCode(t, 0)
+	r.wantLines(t, map[string]int{pmirun(): 1})
+
+	lone := filepath.Join(t.TempDir(), "pmirun")
+	b, err := os.ReadFile(pmirun())
+	if err == nil {
+		err = os.WriteFile(lone, b, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	runLone := func(args ...string) (string, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, lone, args...)
+		cmd.Env = callerEnv(nil)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%s %q: %v", lone, args, err)
+		}
+		return string(out), code
+	}
+	if out, code := runLone("-n", "2", prog("ompi_hello")); code != 2 || !strings.Contains(out, "--mpi pmix: pmix: built without PMIx support") {
+		t.Errorf("pmirun without pmirun-pmix beside it, Open MPI job: exit %d, output:\n%s\nwant exit 2 and why", code, out)
+	}
+	if out, code := runLone("--bootstrap", "loopback", "--nodes", "2", "--pmid", prog("pmid"), "-n", "4", prog("ompi_allreduce")); code != 0 || !strings.Contains(out, "allreduce ok N=4 sum=10") {
+		t.Errorf("pmirun without pmirun-pmix, Open MPI job on two agents: exit %d, output:\n%s", code, out)
 	}
 }
 
