@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"syscall"
 
 	"github.com/fastpmi/fastpmi/agent/pmix"
 	"github.com/fastpmi/fastpmi/internal/cli"
@@ -124,5 +123,5 @@ func execWithPMIx() error {
 	if _, err := os.Stat(p); err != nil {
 		return nil
 	}
-	return fmt.Errorf("run %s for --mpi pmix: %w", p, syscall.Exec(p, os.Args, os.Environ()))
+	return fmt.Errorf("run %s for --mpi pmix: %w", p, sys.Exec(p, os.Args, os.Environ()))
 }

@@ -186,3 +186,10 @@ func SetProcessName(name string) error {
 	}
 	return os.WriteFile("/proc/self/comm", []byte(name), 0)
 }
+
+// Exec replaces this process with path, run with argv and env (execve):
+// same pid, same descriptors but those marked close-on-exec. It returns
+// only on failure.
+func Exec(path string, argv, env []string) error {
+	return os.NewSyscallError("execve", unix.Exec(path, argv, env))
+}
