@@ -143,13 +143,13 @@ func build(dir string) error {
 		{"scribbler", "./tests/e2e/scribbler"},
 		{"pmibench", "./cmd/pmibench"},
 	} {
-		cmd := exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-tags", "pmix", "-o", filepath.Join(dir, b.out), b.pkg)
-		cmd.Dir = root
-		if b.out == "pmirun" {
-			cmd = exec.Command(goBin, "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, b.out), b.pkg)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		tags, env := []string{"-tags", "pmix"}, os.Environ()
+		if b.out == "pmirun" { // pure Go, as make builds it
+			tags, env = nil, append(env, "CGO_ENABLED=0")
 		}
+		args := append(append([]string{"build", "-ldflags=-checklinkname=0"}, tags...), "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd := exec.Command(goBin, args...)
+		cmd.Dir, cmd.Env = root, env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
 		}
