@@ -119,8 +119,10 @@ type Config struct {
 	// detects it from the programs (mpidetect.go), PMI unless one links
 	// PMIx.
 	MPI string
-	// mpiFound says what detectMPI found, for --verbose ("" if nothing).
-	mpiFound string
+	// mpiFound says what detectMPI found, for --verbose ("" if nothing);
+	// mpiDetected, that it has read the programs.
+	mpiFound    string
+	mpiDetected bool
 	// NoShm turns the shared-memory segment off: ranks get only PMI_FD
 	// (or PMI_PORT).
 	NoShm bool
@@ -211,12 +213,8 @@ func (c *Config) validate() error {
 	if len(c.EnvList) > 0 {
 		c.EnvNone = true
 	}
-	found, err := c.detectMPI()
-	if err != nil {
+	if err := c.detectMPI(); err != nil {
 		return err
-	}
-	if found != "" { // else PMIxInProcess may have found it first
-		c.mpiFound = found
 	}
 	if err := c.validatePlacement(); err != nil {
 		return err

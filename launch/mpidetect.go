@@ -68,8 +68,23 @@ func programKind(path string) (progKind, string) {
 // detectMPI sets c.MPI from the programs when --mpi did not (pmix if
 // one links PMIx and none links PMI), and refuses a job whose programs
 // link PMIx and PMI both: their collectives cannot meet (docs/pmix.md,
-// "Mixing PMI and PMIx ranks"). It returns what it found, for --verbose.
-func (c *Config) detectMPI() (string, error) {
+// "Mixing PMI and PMIx ranks"). What it found goes to c.mpiFound, for
+// --verbose. The programs are read once: a second call (validate after
+// PMIxInProcess) returns at once.
+func (c *Config) detectMPI() error {
+	if c.mpiDetected {
+		return nil
+	}
+	found, err := c.linkedMPI()
+	if err != nil {
+		return err
+	}
+	c.mpiFound, c.mpiDetected = found, true
+	return nil
+}
+
+// linkedMPI is detectMPI's reading of the programs.
+func (c *Config) linkedMPI() (string, error) {
 	if c.Virtual != "" || (c.MPI != "" && len(c.Apps) == 0) {
 		return "", nil // no programs, or one whose interface --mpi names
 	}
@@ -114,10 +129,8 @@ func (c *Config) PMIxInProcess() bool {
 	if !c.nodeInProcess() {
 		return false
 	}
-	found, err := c.detectMPI()
-	if err != nil {
+	if c.detectMPI() != nil {
 		return false
 	}
-	c.mpiFound = found
 	return c.MPI == node.MPIPMIx
 }
