@@ -92,8 +92,12 @@ type Node struct {
 	binds  [][]int    // CPUs of each local rank (Spec.Bind), or nil
 	stdins []*os.File // each local rank's input (Spec.StdinRank all), or nil; closed as it starts
 
-	// oversubscribed: the node runs more ranks than this process may use
-	// CPUs; slack is the timer slack its ranks start with (rankSlack).
+	// cpus are the CPUs this process may use, read once by New (cpusErr
+	// if they could not be), for the oversubscription test and binding.
+	// oversubscribed: the node runs more ranks than that; slack is the
+	// timer slack its ranks start with (rankSlack).
+	cpus           []int
+	cpusErr        error
 	oversubscribed bool
 	slack          time.Duration
 	// devNull is the input of the ranks that read none, opened once by
@@ -169,8 +173,8 @@ func New(spec *Spec, o Options) (*Node, error) {
 		quit:  make(chan struct{}),
 		procs: make(map[int]*rankProc, len(ranks)),
 	}
-	if cpus, err := sys.AllowedCPUs(); err == nil {
-		n.oversubscribed = len(ranks) > len(cpus)
+	if n.cpus, n.cpusErr = sys.AllowedCPUs(); n.cpusErr == nil {
+		n.oversubscribed = len(ranks) > len(n.cpus)
 	}
 	n.slack = rankSlack(spec.TimerSlack, n.oversubscribed)
 	var late map[string]func()
@@ -348,11 +352,10 @@ func (n *Node) Resolve() error {
 		n.paths[ai] = path
 	}
 	if n.spec.Bind != "" {
-		cpus, err := sys.AllowedCPUs()
-		if err != nil {
-			return fmt.Errorf("bind ranks: %w", err)
+		if n.cpusErr != nil {
+			return fmt.Errorf("bind ranks: %w", n.cpusErr)
 		}
-		n.binds = bindSets(sys.CPUPlaces(cpus), n.spec.Bind, n.spec.MapBy, len(n.ranks))
+		n.binds = bindSets(sys.CPUPlaces(n.cpus), n.spec.Bind, n.spec.MapBy, len(n.ranks))
 	}
 	if n.spec.StdinRank == -2 && n.opt.Stdin != nil {
 		var err error
