@@ -3,6 +3,7 @@ package launch
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,13 +95,44 @@ func (c *Config) validatePlacement() error {
 			}
 			c.Wdir = filepath.Join(wd, c.Wdir)
 		}
-		// On this machine the directory must be there; other nodes
-		// report their own.
-		if c.Bootstrap != "ssh" && c.Bootstrap != "slurm" && len(c.Daemons) == 0 {
-			if st, err := os.Stat(c.Wdir); err != nil || !st.IsDir() {
-				return fmt.Errorf("invalid -wdir %s: not a directory", c.Wdir)
-			}
+	}
+	// On this machine the directories must be there; other nodes report
+	// their own.
+	if c.Bootstrap == "ssh" || c.Bootstrap == "slurm" || len(c.Daemons) > 0 {
+		return nil
+	}
+	if err := checkDir(c.Wdir); err != nil {
+		return fmt.Errorf("invalid -wdir %s: %w", c.Wdir, err)
+	}
+	for i, a := range c.Apps {
+		if a.Wdir == "" {
+			continue
 		}
+		dir := a.Wdir
+		if !filepath.IsAbs(dir) && c.Wdir != "" {
+			dir = filepath.Join(c.Wdir, dir)
+		}
+		if err := checkDir(dir); err != nil {
+			return fmt.Errorf("MPMD command %d (%s): invalid -wdir %s: %w", i, a.Prog, a.Wdir, err)
+		}
+	}
+	return nil
+}
+
+// checkDir says why dir cannot be a working directory; "" is the
+// current one.
+func checkDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errors.New("no such directory")
+	case err != nil:
+		return err
+	case !st.IsDir():
+		return errors.New("not a directory")
 	}
 	return nil
 }

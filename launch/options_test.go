@@ -44,7 +44,12 @@ func TestValidateRefuses(t *testing.T) {
 		{Config{Size: 2, Prog: "p", PrefixPattern: "%q"}, "unknown %q"},
 		{Config{Size: 2, Prog: "p", OutPattern: "out.txt"}, "needs %r"},
 		{Config{Size: 2, Prog: "p", ErrPattern: "err.%t"}, "unknown %t"},
-		{Config{Size: 2, Prog: "p", Wdir: "/nonexistent/dir"}, "invalid -wdir /nonexistent/dir: not a directory"},
+		{Config{Size: 2, Prog: "p", Wdir: "/nonexistent/dir"}, "invalid -wdir /nonexistent/dir: no such directory"},
+		{Config{Size: 2, Prog: "p", Wdir: "/etc/passwd"}, "invalid -wdir /etc/passwd: not a directory"},
+		{Config{Size: 2, Apps: []node.App{{Prog: "p", Size: 1}, {Prog: "q", Size: 1, Wdir: "/nonexistent/dir"}}},
+			"MPMD command 1 (q): invalid -wdir /nonexistent/dir: no such directory"},
+		{Config{Size: 2, Wdir: "/", Apps: []node.App{{Prog: "p", Size: 1, Wdir: "etc/passwd"}, {Prog: "q", Size: 1}}},
+			"MPMD command 0 (p): invalid -wdir etc/passwd: not a directory"},
 		{Config{Size: 2, Prog: "p", Hosts: []string{"a", "b"}, Slots: []int{1}}, "1 slot counts for 2 hosts"},
 		{Config{Size: 1000000, Prog: "p"}, "-n 1000000: no shared segment for so many ranks"},
 	} {

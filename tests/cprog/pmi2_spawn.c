@@ -12,7 +12,8 @@
  *
  * SPAWN_MODE=missing: rank 0 spawns a program that does not exist; the
  * spawn must fail (non-zero return) and the parent carry on: it prints
- * "parent ok rank R spawn refused".
+ * "parent ok rank R spawn refused". SPAWN_MODE=badwdir: the same with the
+ * program itself and the info key wdir=/fastpmi-no-such-dir.
  *
  * SPAWN_MODE=childfail: child rank 0 exits with code 7 after PMI2_Init
  * (the launcher must end every job, the parent waiting for its names
@@ -114,7 +115,8 @@ static void child(const char *arg, int rank, int size, int appnum, char *jobid)
 
 static void parent(const char *self, int rank, char *jobid)
 {
-    int n = nchildren(), missing = getenv("SPAWN_MODE") && strcmp(getenv("SPAWN_MODE"), "missing") == 0;
+    const char *mode = getenv("SPAWN_MODE") ? getenv("SPAWN_MODE") : "";
+    int n = nchildren(), badwdir = strcmp(mode, "badwdir") == 0, missing = badwdir || strcmp(mode, "missing") == 0;
     const char *cmds[2] = {self, self};
     const char *argsA[] = {"child", "A"}, *argsB[] = {"child", "B"};
     const char **argvs[2] = {argsA, argsB};
@@ -137,9 +139,9 @@ static void parent(const char *self, int rank, char *jobid)
     memset(&pre, 0, sizeof pre);
     infoA[ninfo[0]].key = "fastpmi-test-unknown-key";
     infoA[ninfo[0]++].value = "ignored";
-    if (getenv("SPAWN_WDIR")) {
+    if (getenv("SPAWN_WDIR") || badwdir) {
         infoA[ninfo[0]].key = "wdir";
-        infoA[ninfo[0]++].value = getenv("SPAWN_WDIR");
+        infoA[ninfo[0]++].value = badwdir ? "/fastpmi-no-such-dir" : getenv("SPAWN_WDIR");
     }
     infoB[0].key = "path";
     infoB[0].value = "/usr/bin:/bin";
@@ -147,7 +149,8 @@ static void parent(const char *self, int rank, char *jobid)
     pre.key = "PARENT_KEY";
     pre.value = prevalue;
     if (missing) {
-        cmds[0] = "./fastpmi-no-such-program";
+        if (!badwdir)
+            cmds[0] = "./fastpmi-no-such-program";
         if (PMI2_Job_Spawn(1, cmds, argcs, argvs, maxprocs, ninfo, infos, 1, preput,
                            newjob, sizeof newjob, errors) == PMI2_SUCCESS)
             die("spawn of a missing program succeeded (job %s)", newjob);

@@ -57,6 +57,15 @@ func TestSpawnRefused(t *testing.T) {
 	r.wantMessage(t, `^pmirun: spawn requested by job 0 failed: cannot run "\./fastpmi-no-such-program"`)
 	r.wantLines(t, map[string]int{"parent ok rank 0 spawn refused": 1, "parent ok rank 1": 1})
 
+	// A working directory (the wdir info key) that is not one: refused
+	// the same way, on one node and on per-job agents.
+	for _, args := range [][]string{nil, {"--bootstrap", "loopback", "--nodes", "2"}} {
+		r = run(t, job{args: append(args, "-n", "2", prog("pmi2_spawn")), env: []string{"SPAWN_MODE=badwdir"}})
+		r.wantCode(t, 0)
+		r.wantMessage(t, `^pmirun: spawn requested by job 0 failed: .*cannot run ".*pmi2_spawn": working directory /fastpmi-no-such-dir is not a directory here$`)
+		r.wantLines(t, map[string]int{"parent ok rank 0 spawn refused": 1, "parent ok rank 1": 1})
+	}
+
 	// Two parents and three children do not fit a universe of four.
 	r = run(t, job{args: []string{"-n", "2", "--usize", "4", prog("pmi2_spawn")}})
 	r.wantCode(t, 1)
