@@ -3,6 +3,8 @@ package launch
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -363,5 +365,42 @@ func TestSecondInterruptKills(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("ranks ignoring SIGINT and SIGTERM outlived a second Ctrl-C")
+	}
+}
+
+// fullWriter fails every write, as /dev/full does.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// Output that cannot be written is never lost in silence: the first
+// failure is said on stderr at once, and a job that otherwise succeeded
+// ends with exit code 1; a job that failed keeps its own code. Failing
+// stderr, with nowhere to say it, still gives the exit code.
+func TestOutputWriteFailure(t *testing.T) {
+	for _, c := range []struct {
+		script   string
+		failErr  bool
+		wantCode int
+	}{
+		{"echo hi", false, 1},
+		{"echo hi; exit 3", false, 3},
+		{"echo hi >&2", true, 1},
+		{":", false, 0}, // nothing written, nothing failed
+	} {
+		var stdout io.Writer = fullWriter{}
+		var stderr bytes.Buffer
+		var errw io.Writer = &stderr
+		if c.failErr {
+			stdout, errw = io.Discard, fullWriter{}
+		}
+		err := Run(context.Background(), Config{Size: 2, Prog: "sh", Args: []string{"-c", c.script}, Stdout: stdout, Stderr: errw, Timeout: 30 * time.Second})
+		if code := ExitCode(err); code != c.wantCode {
+			t.Errorf("%q (stderr failing %v): exit code %d (%v), want %d", c.script, c.failErr, code, err, c.wantCode)
+		}
+		said := strings.Count(stderr.String(), "pmirun: cannot write the job's standard output (no space left on device): the ranks' output is being lost\n")
+		if want := map[bool]int{true: 1, false: 0}[c.script == "echo hi" || c.script == "echo hi; exit 3"]; said != want {
+			t.Errorf("%q: the failure said %d times, want %d:\n%s", c.script, said, want, stderr.String())
+		}
 	}
 }

@@ -51,6 +51,12 @@ func Run(ctx context.Context, cfg Config) (jobErr error) {
 	if err := cfg.validate(); err != nil {
 		return early(cfg, 2, err.Error())
 	}
+	outputs := checkOutputs(&cfg)
+	defer func() {
+		if jobErr == nil {
+			jobErr = outputs()
+		}
+	}()
 	if cfg.Verbose && cfg.mpiFound != "" {
 		fmt.Fprintf(cfg.Stderr, "pmirun: --mpi %s\n", cfg.mpiFound)
 	}
