@@ -41,6 +41,12 @@ func (c *Config) validatePlacement() error {
 	if len(c.Slots) != 0 && len(c.Slots) != len(c.Hosts) {
 		return fmt.Errorf("%d slot counts for %d hosts", len(c.Slots), len(c.Hosts))
 	}
+	if len(c.Hosts) > 0 && c.Bootstrap == "" && len(c.Daemons) == 0 && onlyThisMachine(c.Hosts) {
+		// Every host is this machine (-hosts localhost, a hostfile of
+		// $(hostname):4): one node, forked here, without ssh to itself,
+		// as Hydra runs its local host.
+		c.Hosts, c.Slots = nil, nil
+	}
 	if len(c.Hosts) > 0 {
 		switch c.Bootstrap {
 		case "":
@@ -285,3 +291,15 @@ const launcherFilesFixed = 64
 // itself (its nodes: the fork bootstrap's spawned jobs): the segment's
 // memfd and the ranks' /dev/null.
 const jobFiles = 2
+
+// onlyThisMachine reports whether every host names this machine
+// (localNames).
+func onlyThisMachine(hosts []string) bool {
+	local := localNames()
+	for _, h := range hosts {
+		if !slices.ContainsFunc(local, func(l string) bool { return strings.EqualFold(h, l) }) {
+			return false
+		}
+	}
+	return true
+}

@@ -62,12 +62,27 @@ func TestValidateRefuses(t *testing.T) {
 	}
 }
 
-// Hosts without a bootstrap start agents over ssh, as Hydra does; one
-// node's -ppn that holds every rank is fine.
+// Hosts without a bootstrap start agents over ssh, as Hydra does, unless
+// every one is this machine: then the job is forked here, without ssh;
+// one node's -ppn that holds every rank is fine.
 func TestValidateHostsMeanSSH(t *testing.T) {
 	c := Config{Size: 2, Prog: "p", Hosts: []string{"a", "b"}}
 	if err := c.validate(); err != nil || c.Bootstrap != "ssh" {
 		t.Errorf("hosts without --bootstrap: bootstrap %q, %v; want ssh", c.Bootstrap, err)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hosts := range [][]string{{"localhost"}, {"LOCALHOST", host, "127.0.0.1"}} {
+		c = Config{Size: 4, Prog: "p", Hosts: hosts, Slots: make([]int, len(hosts))}
+		if err := c.validate(); err != nil || !c.nodeInProcess() || c.Hosts != nil || c.Slots != nil {
+			t.Errorf("hosts %v, all this machine: bootstrap %q, hosts %v, slots %v, %v; want the fork bootstrap", hosts, c.Bootstrap, c.Hosts, c.Slots, err)
+		}
+	}
+	c = Config{Size: 2, Prog: "p", Hosts: []string{"localhost", "a"}}
+	if err := c.validate(); err != nil || c.Bootstrap != "ssh" {
+		t.Errorf("hosts localhost and a: bootstrap %q, %v; want ssh", c.Bootstrap, err)
 	}
 	c = Config{Size: 4, Prog: "p", PPN: 4}
 	if err := c.validate(); err != nil {

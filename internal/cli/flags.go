@@ -73,7 +73,7 @@ var flagTable = []*Flag{
 		Help: "where spawned processes go: roundrobin over the nodes (default), or leastload (the nodes running the fewest processes first)",
 		set:  func(p *parser, v []string) error { p.cfg.SpawnPlacement = v[0]; return nil }},
 	{Names: []string{"-hosts", "-host", "--nodelist", "-w"}, Arg: "HOST[,HOST...]", Nargs: 1, Group: "placement",
-		Help: "nodes to run on, one agent each (HOST:SLOTS sets its ranks); hosts without --bootstrap start over ssh, as Hydra does",
+		Help: "nodes to run on, one agent each (HOST:SLOTS sets its ranks); hosts without --bootstrap start over ssh, as Hydra does (this machine alone: forked here)",
 		set:  func(p *parser, v []string) error { return p.addHosts(strings.Split(v[0], ",")) }},
 	{Names: []string{"-f", "-hostfile", "-machinefile"}, Arg: "FILE", Nargs: 1, Group: "placement", Files: true,
 		Help: "file of nodes, one a line: HOST or HOST:SLOTS; # starts a comment",
