@@ -255,6 +255,12 @@ func TestOutputFiles(t *testing.T) {
 			}
 		}
 	}
+	// A file that cannot be made ends the job with exit code 1 and says
+	// why: not 127, which says the program is missing.
+	_, stderr, err := run(t, Config{Size: 2, Prog: "true", Wdir: dir, OutPattern: "nodir/out.%r"})
+	if code := ExitCode(err); code != 1 || !strings.Contains(stderr, "output file of rank 0: open "+dir+"/nodir/out.0: no such file or directory") {
+		t.Errorf("output file in a missing directory: exit code %d, want 1\n%s", code, stderr)
+	}
 }
 
 // --stdin RANK, all and none choose who reads pmirun's input.

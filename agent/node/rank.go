@@ -257,7 +257,8 @@ func (n *Node) outFile(r int, pattern string, stderr bool) (*os.File, error) {
 	}
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
-		return nil, fmt.Errorf("output file of rank %d: %w", r, err)
+		// %v: a missing directory is not a missing program (exit 127).
+		return nil, fmt.Errorf("output file of rank %d: %v", r, err)
 	}
 	return f, nil
 }
