@@ -123,6 +123,10 @@ type Config struct {
 	// mpiDetected, that it has read the programs.
 	mpiFound    string
 	mpiDetected bool
+	// interactive: pmirun's standard output is a terminal (Run), so a
+	// rank's unfinished line is written once the rank pauses in it
+	// (node.Spec.PartialLines): a prompt shows before its input is read.
+	interactive bool
 	// NoShm turns the shared-memory segment off: ranks get only PMI_FD
 	// (or PMI_PORT).
 	NoShm bool
@@ -358,7 +362,7 @@ func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
 		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate, VirtualWork: c.VirtualWork,
 		Trace: c.TracePath != "",
 		Wdir:  c.Wdir, EnvNone: c.EnvNone, EnvKeep: c.EnvList, Prefix: c.prefix(),
-		OutPattern: c.OutPattern, ErrPattern: c.ErrPattern, Bind: c.Bind, MapBy: c.MapBy, TimerSlack: c.TimerSlack, StdinRank: c.StdinRank,
+		OutPattern: c.OutPattern, ErrPattern: c.ErrPattern, PartialLines: c.interactive, Bind: c.Bind, MapBy: c.MapBy, TimerSlack: c.TimerSlack, StdinRank: c.StdinRank,
 		KVS: c.KVS, GetStrategy: c.GetStrategy,
 	}
 }

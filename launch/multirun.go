@@ -78,7 +78,7 @@ type multiRun struct {
 func newMultiRun(cfg Config, hosts []string, tr netio.Transport, codec netio.Codec) *multiRun {
 	run := &multiRun{
 		cfg: cfg, hosts: hosts, tr: tr, codec: codec, names: agent.NewLocal(),
-		out:   node.NewOutput(node.Prefix{}, true, cfg.Stdout, cfg.Stderr),
+		out:   node.NewOutput(node.Prefix{}, true, cfg.interactive, cfg.Stdout, cfg.Stderr),
 		intr:  interrupts{stderr: cfg.Stderr},
 		start: time.Now(), end: make(chan struct{}),
 		live: make(map[*rootNode]int), sigs: make(map[*rootNode]chan<- os.Signal), dir: jobsdir.New[*rootNode]("in this run"),

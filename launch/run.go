@@ -51,6 +51,9 @@ func Run(ctx context.Context, cfg Config) (jobErr error) {
 	if err := cfg.validate(); err != nil {
 		return early(cfg, 2, err.Error())
 	}
+	if f, ok := cfg.Stdout.(*os.File); ok && sys.IsTerminal(f) {
+		cfg.interactive = true
+	}
 	outputs := checkOutputs(&cfg)
 	defer func() {
 		if jobErr == nil {

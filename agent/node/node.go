@@ -234,7 +234,7 @@ func New(spec *Spec, o Options) (*Node, error) {
 	if strings.Contains(prefix+spec.OutPattern+spec.ErrPattern, "%h") {
 		n.host = hostName(o)
 	}
-	n.out = NewOutput(NewPrefix(prefix, n.host), spec.Size > 1, o.Stdout, o.Stderr)
+	n.out = NewOutput(NewPrefix(prefix, n.host), spec.Size > 1, spec.PartialLines, o.Stdout, o.Stderr)
 	n.env = baseEnv(spec, len(ranks))
 	if !spec.NoShm {
 		seg, err := shm.Create(segmentParams(len(ranks), spec.Size))
@@ -599,7 +599,7 @@ func (n *Node) startPlayed() {
 	}
 	stop, err := n.opt.Starter(Host{
 		Spec: n.spec, Ranks: n.ranks, Segment: n.shm, Agent: n.ag, Perf: n.rec,
-		Stdout: n.out.out.write, Stderr: n.out.err.write,
+		Stdout: n.out.out.writeLines, Stderr: n.out.err.writeLines,
 		Exited: func(i, code int) {
 			n.send(event{kind: evExit, ev: agent.Event{Kind: agent.EventExited, Rank: n.ranks[i], Code: code}})
 		},

@@ -1,7 +1,7 @@
 package node
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -13,38 +13,71 @@ import (
 
 // Output forwards the ranks' stdout and stderr to the launcher's, a whole
 // line at a time: a line is written with one Write under the stream's
-// lock, so lines of different ranks never interleave inside a line.
+// lock, so lines of different ranks never interleave inside a line. A
+// line still unfinished when its rank has written nothing more for
+// partialIdle (a prompt waiting for input, a progress bar) is written as
+// far as it goes when partial is set (someone watches the output): the
+// rest follows it, unless another rank's output came in between, which
+// then starts on a line of its own, and the rest too, with its prefix.
+// Without partial a line is never cut but at maxLine.
 type Output struct {
-	prefix Prefix
-	multi  bool // more than one rank: terminate a final partial line
-	out    lockedWriter
-	err    lockedWriter
+	prefix  Prefix
+	multi   bool // more than one rank: terminate a final partial line
+	partial bool // write an unfinished line once its rank pauses
+	out     lockedWriter
+	err     lockedWriter
 
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	pipes []*os.File // read ends, closed by wait if ranks' children hold them
 }
 
+// lockedWriter is one of the launcher's streams.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu   sync.Mutex
+	w    io.Writer
+	open *forwarder // guarded by mu: whose unfinished line the stream ends in, nil at a line's start
 }
 
-func (l *lockedWriter) write(b []byte) {
+// forwarder is one rank's stream being forwarded (forward's state that
+// the stream it writes to looks at).
+type forwarder struct{ dst *lockedWriter }
+
+// write writes line, a line of f's rank that starts with its prefix of
+// head bytes, unfinished unless it ends in a newline. cont says it
+// continues the line f last wrote unfinished: where the stream still
+// ends in that line, the prefix is left out.
+func (l *lockedWriter) write(f *forwarder, line []byte, head int, cont bool) {
 	l.mu.Lock()
-	_, _ = l.w.Write(b)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	switch {
+	case cont && l.open == f:
+		line = line[head:]
+	case cont && len(line) == head+1 && line[head] == '\n':
+		return // the end of a line that other output has ended already
+	case l.open != nil && l.open != f:
+		_, _ = l.w.Write([]byte{'\n'}) // another rank's unfinished line ends here
+	}
+	_, _ = l.w.Write(line)
+	l.open = nil
+	if f != nil && len(line) > 0 && line[len(line)-1] != '\n' {
+		l.open = f
+	}
 }
+
+// writeLines writes whole lines that no forwarder read (virtual ranks').
+func (l *lockedWriter) writeLines(b []byte) { l.write(nil, b, 0, false) }
 
 // NewOutput forwards to stdout and stderr, prefixing lines with prefix
-// (the zero Prefix: none) and terminating a final partial line when
-// multi.
-func NewOutput(prefix Prefix, multi bool, stdout, stderr io.Writer) *Output {
+// (the zero Prefix: none), terminating a final partial line when multi,
+// and writing unfinished lines after a pause when partial.
+func NewOutput(prefix Prefix, multi, partial bool, stdout, stderr io.Writer) *Output {
 	return &Output{
-		prefix: prefix,
-		multi:  multi,
-		out:    lockedWriter{w: stdout},
-		err:    lockedWriter{w: stderr},
+		prefix:  prefix,
+		multi:   multi,
+		partial: partial,
+		out:     lockedWriter{w: stdout},
+		err:     lockedWriter{w: stderr},
 	}
 }
 
@@ -77,43 +110,72 @@ func (o *Output) Pipe(r int, stderr bool) (*os.File, error) {
 	return pw, nil
 }
 
+// partialIdle is how long a rank's unfinished line waits for its end
+// before what there is of it is written: long enough for a line written
+// in pieces at once to stay whole, short for a person at a prompt.
+const partialIdle = 50 * time.Millisecond
+
 func (o *Output) forward(r *os.File, dst *lockedWriter, rp rankPrefix) {
-	// A small reader: every rank has two of these, and they are zeroed
+	// A small buffer: every rank has two of these, and they are zeroed
 	// at once when the rank starts (64 KiB each made 8 MiB per 64 ranks).
-	// Longer lines come in pieces (ErrBufferFull) up to maxLine.
-	br := bufio.NewReaderSize(r, 4<<10)
-	var line []byte // grows with the first line: most ranks print none
+	// Longer lines are held up to maxLine, then written in pieces.
+	buf := make([]byte, 4<<10)
+	f := &forwarder{dst: dst}
+	var line []byte // prefix and then the line's bytes; grows with the first line: most ranks print none
 	var prefix []byte
+	cont := false // the last write left the line unfinished: line continues it
 	start := func() {
 		prefix = rp.line(prefix[:0])
 		line = append(line[:0], prefix...)
 	}
 	flush := func() {
 		if len(line) > len(prefix) {
-			dst.write(line)
+			dst.write(f, line, len(prefix), cont)
+			cont = line[len(line)-1] != '\n'
 		}
 		start()
 	}
+	// A deadline on the read end (Go's poller: no system call) tells the
+	// loop the rank has paused inside a line. Without one (a read end
+	// the poller does not hold) lines are only written whole.
+	deadlines := o.partial && r.SetReadDeadline(time.Time{}) == nil
+	waiting := false // a deadline is set
 	start()
 	for {
-		chunk, err := br.ReadSlice('\n')
-		line = append(line, chunk...)
-		switch {
-		case err == nil:
-			flush()
-			continue
-		case errors.Is(err, bufio.ErrBufferFull):
-			if len(line) >= maxLine {
-				flush()
+		n, err := r.Read(buf)
+		for data := buf[:n]; len(data) > 0; {
+			i := bytes.IndexByte(data, '\n')
+			if i < 0 {
+				line = append(line, data...)
+				if len(line) >= maxLine {
+					flush()
+				}
+				break
 			}
-			continue
+			line = append(line, data[:i+1]...)
+			flush()
+			data = data[i+1:]
 		}
-		// EOF or closed: a final line without newline.
-		if len(line) > len(prefix) && o.multi {
-			line = append(line, '\n')
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			flush() // the rank paused inside a line: what there is of it
+		} else if err != nil {
+			// EOF or closed: a final line without newline.
+			if o.multi && (len(line) > len(prefix) || cont) {
+				line = append(line, '\n')
+			}
+			flush()
+			return
 		}
-		flush()
-		return
+		// Wait partialIdle from the line's last bytes: a long line that
+		// keeps coming is not cut.
+		if pending := len(line) > len(prefix); deadlines && (pending && n > 0 || pending != waiting) {
+			var at time.Time
+			if pending {
+				at = time.Now().Add(partialIdle)
+			}
+			_ = r.SetReadDeadline(at) // it worked above
+			waiting = pending
+		}
 	}
 }
 

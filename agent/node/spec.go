@@ -70,6 +70,9 @@ type Spec struct {
 	// the job's output.
 	OutPattern string `json:"out_pattern,omitempty"`
 	ErrPattern string `json:"err_pattern,omitempty"`
+	// PartialLines writes a rank's unfinished line once the rank pauses
+	// in it (a prompt): pmirun's output is a terminal (Output).
+	PartialLines bool `json:"partial_lines,omitempty"`
 	// Bind binds each rank to a core, hwthread or socket of the CPUs the
 	// agent may use ("" = no binding); MapBy orders the node's ranks over
 	// those units: "core"/"hwthread"/"" in order, "socket" round robin

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -234,6 +235,23 @@ func (tm *terminal) wait() int {
 		tm.t.Fatalf("pmirun on a terminal did not end in 30s:\n%s", tm.seen.String())
 	}
 	return -1
+}
+
+// On a terminal, a prompt that a rank leaves unfinished while it waits
+// for input shows before the answer is typed (MPICH's icpi asks "Enter
+// the number of intervals: "), on one node and through per-job agents;
+// the answer's line follows it with its label.
+func TestTerminalPrompt(t *testing.T) {
+	for _, extra := range [][]string{nil, {"--bootstrap", "loopback", "--nodes", "2"}} {
+		args := append(slices.Clone(extra), "-n", "2", "-l", "sh", "-c", `[ $PMI_RANK = 0 ] || exit 0; printf 'intervals: '; read x; echo "got:$x"`)
+		tm := startTerminal(t, args...)
+		tm.waitFor("[0] intervals: ", 1)
+		tm.master.Write([]byte("12\n"))
+		tm.waitFor("got:12", 1)
+		if code := tm.wait(); code != 0 {
+			t.Errorf("%v: exit %d, want 0", args, code)
+		}
+	}
 }
 
 // Input typed on the terminal reaches rank 0, which is never stopped by
