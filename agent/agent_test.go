@@ -411,6 +411,66 @@ func TestFenceFailsWhenPeerGone(t *testing.T) {
 	ev.waitDisconnects(t, 1, 2*time.Second)
 }
 
+// An abort whose body does not parse (MPICH does not escape a ';' in its
+// message; a NUL byte) still aborts, with the exit code read before the
+// fault and the message saying what was wrong; it gets no reply.
+func TestMalformedAbort(t *testing.T) {
+	for _, c := range []struct {
+		send func(*wireClient)
+		want string
+	}{
+		{func(c *wireClient) {
+			c.v1("cmd=init pmi_version=2 pmi_subversion=0")
+			c.read()
+			c.v2("cmd=fullinit;pmirank=0;")
+			c.read()
+			c.v2("cmd=abort;exitcode=7;message=Fatal error in PMPI_Send: Invalid rank; aborting job;")
+		}, "0:7:Fatal error in PMPI_Send: Invalid rank (the rest of the abort request was malformed: field without '=')"},
+		{func(c *wireClient) {
+			c.v1("cmd=init pmi_version=1 pmi_subversion=1")
+			c.read()
+			c.v1("cmd=abort exitcode=5 message=a\x00b")
+		}, `0:5:(its abort request was malformed: NUL byte in field "message")`},
+	} {
+		_, cs, ev := newJob(t, 1, nil)
+		c.send(cs[0])
+		cs[0].noReply(50 * time.Millisecond)
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			ev.mu.Lock()
+			got := append([]string(nil), ev.aborts...)
+			ev.mu.Unlock()
+			if len(got) == 1 && got[0] == c.want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("aborts %q, want [%q]", got, c.want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// Init after finalize is refused (it answered rc=0 to a rank that stayed
+// finalized), on both wire protocols.
+func TestInitAfterFinalize(t *testing.T) {
+	_, cs, _ := newJob(t, 2, nil)
+	cs[0].v1("cmd=init pmi_version=1 pmi_subversion=1")
+	cs[0].read()
+	cs[0].v1("cmd=finalize")
+	cs[0].expect("cmd=finalize_ack rc=0")
+	cs[0].v1("cmd=init pmi_version=1 pmi_subversion=1")
+	cs[0].expect("cmd=response_to_init rc=1 msg=rank_0_already_finalized")
+	cs[1].v1("cmd=init pmi_version=2 pmi_subversion=0")
+	cs[1].read()
+	cs[1].v2("cmd=fullinit;pmirank=1;")
+	cs[1].read()
+	cs[1].v2("cmd=finalize;")
+	cs[1].expect("cmd=finalize-response;rc=0;")
+	cs[1].v2("cmd=fullinit;pmirank=1;")
+	cs[1].expect("cmd=fullinit-response;rc=1;errmsg=rank 1 already finalized;")
+}
+
 func TestAbortAndIsworld(t *testing.T) {
 	_, cs, ev := newJob(t, 2, nil)
 	cs[0].v1("cmd=init pmi_version=2 pmi_subversion=0")

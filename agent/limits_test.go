@@ -131,6 +131,20 @@ func TestPendingQuota(t *testing.T) {
 	if strings.Contains(got, "rc=0;") || !strings.Contains(got, "quota exceeded") {
 		t.Fatalf("request past the pending quota answered %q", got)
 	}
+	// A refused PMI-1.2 group barrier carries its tag: a threaded client
+	// finds its answer by it.
+	_, cs, _ = newJob(t, 2, nil)
+	cs[0].v1("cmd=init pmi_version=1 pmi_subversion=2")
+	cs[0].read()
+	b.Reset()
+	for i := range MaxPendingPerConn + 1 {
+		fmt.Fprintf(&b, "cmd=barrier_in group=0,1:t%d\n", i)
+	}
+	cs[0].send(b.String())
+	got = cs[0].read()
+	if want := fmt.Sprintf("tag=t%d", MaxPendingPerConn); strings.Contains(got, "rc=0") || !strings.Contains(got, want) {
+		t.Fatalf("group barrier past the pending quota answered %q, want rc≠0 and %s", got, want)
+	}
 }
 
 // Published names and ports are bounded and NUL-free on both paths.

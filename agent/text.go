@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,6 +97,10 @@ func (c *textConn) run() {
 				if err != nil {
 					var se *pmiwire.SyntaxError
 					if errors.As(err, &se) {
+						if se.Cmd == "abort" {
+							c.handle(malformedAbort(se))
+							continue
+						}
 						c.replyMalformed(se)
 						continue
 					}
@@ -113,6 +118,22 @@ func (c *textConn) run() {
 			return
 		}
 	}
+}
+
+// malformedAbort is an abort request whose body could not be parsed
+// (MPICH does not escape a ';' in its message): an abort gets no reply,
+// so it aborts with the fields read before the fault, its message saying
+// what was wrong if its own was lost.
+func malformedAbort(se *pmiwire.SyntaxError) *pmiwire.Msg {
+	m := &pmiwire.Msg{Framing: se.Framing, Cmd: se.Cmd, Pairs: slices.Clone(se.Fields)}
+	for i, p := range m.Pairs {
+		if p.Key == "message" || p.Key == "msg" || p.Key == "error_msg" {
+			m.Pairs[i].Val += " (the rest of the abort request was malformed: " + se.Reason + ")"
+			return m
+		}
+	}
+	m.Pairs = append(m.Pairs, pmiwire.Pair{Key: "message", Val: "(its abort request was malformed: " + se.Reason + ")"})
+	return m
 }
 
 // replyMalformed answers a request whose body could not be parsed with a
@@ -196,14 +217,26 @@ func lookupCmd(f pmiwire.Framing, cmd string) *textCmd {
 func (c *textConn) dispatchLocked(t *turn, m *pmiwire.Msg) {
 	a := c.a
 	rq := &textReq{m: *m, name: pmiwire.ResponseName(m.Framing, m.Cmd), cmd: lookupCmd(m.Framing, m.Cmd), read: t.read}
+	if m.Cmd == "barrier_in" {
+		// A threaded client finds its answer by the tag, refusals too.
+		if group, ok := m.Get("group"); ok {
+			if i := strings.LastIndexByte(group, ':'); i >= 0 {
+				rq.tag = group[i+1:]
+			}
+		}
+	}
+	if rc := c.rank; rc != nil && m.Cmd != "finalize" {
+		// Init included: it would answer rc=0 to a rank that stays
+		// finalized.
+		if _, fin := a.core.RankStatus(rc.local); fin {
+			t.fail(c, rq, pmiwire.RCInit, fmt.Errorf("rank %d already finalized", rc.global))
+			return
+		}
+	}
 	if rq.cmd == nil || !rq.cmd.unbound {
 		rc := c.rank
 		if rc == nil {
 			t.fail(c, rq, pmiwire.RCInit, errors.New("connection not bound to a rank: send initack or fullinit first"))
-			return
-		}
-		if _, fin := a.core.RankStatus(rc.local); fin && m.Cmd != "finalize" {
-			t.fail(c, rq, pmiwire.RCInit, fmt.Errorf("rank %d already finalized", rc.global))
 			return
 		}
 		if rq.cmd == nil {
@@ -264,7 +297,11 @@ func encodeFound(rq *textReq, r *Reply) *pmiwire.Resp {
 func (t *turn) answer(c *textConn, b []byte) { t.text = append(t.text, textOut{c: c, b: b}) }
 
 func (t *turn) fail(c *textConn, rq *textReq, rc int, err error) {
-	t.answer(c, errResp(&rq.m, rq.name, rc, err).Append(nil))
+	e := errResp(&rq.m, rq.name, rc, err)
+	if rq.tag != "" {
+		e.Add("tag", rq.tag)
+	}
+	t.answer(c, e.Append(nil))
 }
 
 func (t *turn) ok(c *textConn, r *pmiwire.Resp) { t.answer(c, r.Append(nil)) }

@@ -3,6 +3,9 @@ package launch
 import (
 	"fmt"
 	"io"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fastpmi/fastpmi/agent"
 )
@@ -77,7 +80,7 @@ func (f *fate) jobEvent(jobno int, e agent.Event) {
 	case agent.EventAbort:
 		msg := fmt.Sprintf("%s called abort with exit code %d", rank, e.Code)
 		if e.Msg != "" {
-			msg += ": " + e.Msg
+			msg += ": " + printable(e.Msg)
 		}
 		f.fail(&JobError{Code: abortExitCode(e.Code), Msg: msg})
 	case agent.EventProtocol:
@@ -85,7 +88,7 @@ func (f *fate) jobEvent(jobno int, e agent.Event) {
 			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("PMI protocol error: %s", e.Msg)})
 			break
 		}
-		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s sent malformed PMI: %s", rank, e.Msg)})
+		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s broke the PMI protocol: %s", rank, e.Msg)})
 	case agent.EventStartFailed:
 		code := e.Code
 		if code == 0 {
@@ -124,4 +127,33 @@ func abortExitCode(code int) int {
 		return ExitAbortOutOfRange
 	}
 	return code
+}
+
+// maxAbortText bounds the part of a rank's abort message pmirun prints.
+const maxAbortText = 4096
+
+// printable is a rank's text as pmirun prints it on its own lines: control
+// characters (escape sequences, carriage returns, newlines that would
+// forge a "pmirun:" line) and invalid UTF-8 quoted as Go escapes, and at
+// most maxAbortText bytes of it.
+func printable(s string) string {
+	n := len(s)
+	if n > maxAbortText {
+		s = s[:maxAbortText]
+	}
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			clean = false
+			break
+		}
+	}
+	if !clean {
+		q := strconv.Quote(s)
+		s = q[1 : len(q)-1]
+	}
+	if n > maxAbortText {
+		s += fmt.Sprintf(" [the first %d of %d bytes]", maxAbortText, n)
+	}
+	return s
 }

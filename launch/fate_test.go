@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -28,5 +29,23 @@ func TestFateStartFailureAfterFailure(t *testing.T) {
 		"pmirun: also, start rank 14: fork/exec /bin/sh: resource temporarily unavailable\n"
 	if out.String() != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// A rank's abort message is printed on pmirun's own line as text: escape
+// sequences, carriage returns and newlines (which could forge a
+// "pmirun:" line) quoted, and at most maxAbortText bytes of it.
+func TestAbortMessagePrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain: a=b; c":           "plain: a=b; c",
+		"red \x1b[31mtext":        `red \x1b[31mtext`,
+		"two\npmirun: forged\r":   `two\npmirun: forged\r`,
+		"caf\xc3\xa9 ok":          "café ok",
+		"bad \xff byte":           `bad \xff byte`,
+		strings.Repeat("x", 5000): strings.Repeat("x", maxAbortText) + " [the first 4096 of 5000 bytes]",
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%.40q) = %.60q, want %.60q", in, got, want)
+		}
 	}
 }

@@ -280,10 +280,10 @@ func parseV1Line(line []byte) (Msg, error) {
 		}
 		k, v, hasEq := strings.Cut(f, "=")
 		if k == "" {
-			return Msg{}, &SyntaxError{Framing: V1, Cmd: m.Cmd, Reason: "field with empty key"}
+			return Msg{}, &SyntaxError{Framing: V1, Cmd: m.Cmd, Reason: "field with empty key", Fields: soFar(m.Pairs)}
 		}
 		if strings.IndexByte(f, 0) >= 0 {
-			return Msg{}, &SyntaxError{Framing: V1, Cmd: m.Cmd, Reason: "NUL byte in field " + strconv.Quote(k)}
+			return Msg{}, &SyntaxError{Framing: V1, Cmd: m.Cmd, Reason: "NUL byte in field " + strconv.Quote(k), Fields: soFar(m.Pairs)}
 		}
 		m.Pairs = append(m.Pairs, Pair{Key: k, Val: v, NoVal: !hasEq})
 	}
@@ -403,14 +403,14 @@ func parseV2Body(body []byte) (Msg, error) {
 		eq := strings.IndexByte(s[i:], '=')
 		semi := strings.IndexByte(s[i:], ';')
 		if eq < 0 || (semi >= 0 && semi < eq) {
-			return Msg{}, &SyntaxError{Framing: V2, Cmd: m.Cmd, Reason: "field without '='"}
+			return Msg{}, &SyntaxError{Framing: V2, Cmd: m.Cmd, Reason: "field without '='", Fields: soFar(m.Pairs)}
 		}
 		key := s[i : i+eq]
 		i += eq + 1
 		var val string
 		val, i = v2Value(s, i)
 		if key == "" {
-			return Msg{}, &SyntaxError{Framing: V2, Cmd: m.Cmd, Reason: "field with empty key"}
+			return Msg{}, &SyntaxError{Framing: V2, Cmd: m.Cmd, Reason: "field with empty key", Fields: soFar(m.Pairs)}
 		}
 		if first {
 			if key != "cmd" || val == "" {
@@ -458,4 +458,12 @@ func v2Value(s string, i int) (string, int) {
 		i++
 	}
 	return b.String(), i
+}
+
+// soFar is a SyntaxError's Fields: the pairs read before it, nil if none.
+func soFar(p []Pair) []Pair {
+	if len(p) == 0 {
+		return nil
+	}
+	return p
 }

@@ -100,7 +100,7 @@ func sameResult(a, b result) error {
 	}
 	if a.Err != nil {
 		var sa, sb *SyntaxError
-		if !errors.As(a.Err, &sa) || !errors.As(b.Err, &sb) || *sa != *sb {
+		if !errors.As(a.Err, &sa) || !errors.As(b.Err, &sb) || !reflect.DeepEqual(sa, sb) {
 			return fmt.Errorf("%v vs %v", a.Err, b.Err)
 		}
 		return nil

@@ -146,6 +146,9 @@ type SyntaxError struct {
 	Framing Framing
 	Cmd     string
 	Reason  string
+	// Fields are the request's fields read before the error (Cmd set):
+	// enough to act on a request that gets no reply (abort).
+	Fields []Pair
 }
 
 func (e *SyntaxError) Error() string {

@@ -84,7 +84,7 @@ var soakFaults = []soakFault{
 		return []string{"bash", "-c", `printf 'cmd=init pmi_version=1 pmi_subversion=1\n' >&$PMI_FD; read -r l <&$PMI_FD
 if [ "$PMI_RANK" = 0 ]; then printf 'cmd=barrier_in\n' >&$PMI_FD; yes 'cmd=get_maxes' >&$PMI_FD; fi
 printf 'cmd=barrier_in\n' >&$PMI_FD; read -r l <&$PMI_FD; echo "released $PMI_RANK $l"; sleep 30`}
-	}, code: -2, msg: `timed out after 2s|\brank 0 sent malformed PMI: stopped reading its PMI replies\b`},
+	}, code: -2, msg: `timed out after 2s|\brank 0 broke the PMI protocol: stopped reading its PMI replies\b`},
 	{name: "rank SIGKILLed at a random phase", args: func(r *rand.Rand, size int) []string {
 		return []string{prog("exit_early"), "ok"}
 	}, strike: func(t *testing.T, r *rand.Rand, j *running) bool {
