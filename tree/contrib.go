@@ -287,27 +287,36 @@ func DecodeKVs(b []byte, lim Limits) ([]KV, error) { return AppendDecodedKVs(nil
 func MergeEntries(dst []byte, parts [][]byte, lim Limits) ([]byte, error) {
 	return merge(dst, parts, lim, DecodeEntries, AppendEntries,
 		func(a, b Entry) int { return cmp.Compare(a.Rank, b.Rank) },
-		func(i, j int, a, b Entry) error {
-			return fmt.Errorf("merge parts %d and %d: %w: rank %d", i, j, ErrConflict, b.Rank)
+		func(i, j int, a, b Entry) (Entry, error) {
+			return a, fmt.Errorf("merge parts %d and %d: %w: rank %d", i, j, ErrConflict, b.Rank)
 		})
 }
 
-// MergeKVs is MergeEntries for KV sets; a key in two parts is ErrConflict.
+// MergeKVs is MergeEntries for KV sets. A key put by ranks of two parts
+// (two nodes) keeps the higher rank's value, as a node keeps the later
+// of its ranks' (every node then commits the same value); a key of one
+// owner in two parts is ErrConflict.
 func MergeKVs(dst []byte, parts [][]byte, lim Limits) ([]byte, error) {
 	return merge(dst, parts, lim, DecodeKVs, AppendKVs,
 		func(a, b KV) int { return bytes.Compare(a.Key, b.Key) },
-		func(i, j int, a, b KV) error {
-			return fmt.Errorf("merge parts %d and %d: %w: key %q (ranks %d and %d)", i, j, ErrConflict, b.Key, a.Owner, b.Owner)
+		func(i, j int, a, b KV) (KV, error) {
+			switch {
+			case a.Owner < b.Owner:
+				return b, nil
+			case a.Owner > b.Owner:
+				return a, nil
+			}
+			return a, fmt.Errorf("merge parts %d and %d: %w: key %q (rank %d)", i, j, ErrConflict, b.Key, b.Owner)
 		})
 }
 
-// merge decodes parts, each sorted by order, merges them k-way (an item
-// in two parts is the error conflict(part of the first, part of the
-// second, first, second)) and appends the encoding of the result to dst,
-// at most lim.MaxTotal bytes.
+// merge decodes parts, each sorted by order, merges them k-way (of an
+// item in two parts, resolve(part of the first, part of the second,
+// first, second) keeps one, or fails) and appends the encoding of the
+// result to dst, at most lim.MaxTotal bytes.
 func merge[T any](dst []byte, parts [][]byte, lim Limits,
 	decode func([]byte, Limits) ([]T, error), appendAll func([]byte, []T) ([]byte, error),
-	order func(a, b T) int, conflict func(i, j int, a, b T) error) ([]byte, error) {
+	order func(a, b T) int, resolve func(i, j int, a, b T) (T, error)) ([]byte, error) {
 	lists := make([][]T, len(parts))
 	total := 0
 	for i, p := range parts {
@@ -331,7 +340,12 @@ func merge[T any](dst []byte, parts [][]byte, lim Limits,
 			}
 			switch c := order(l[0], lists[best][0]); {
 			case c == 0:
-				return dst, conflict(best, i, lists[best][0], l[0])
+				keep, err := resolve(best, i, lists[best][0], l[0])
+				if err != nil {
+					return dst, err
+				}
+				lists[best][0] = keep
+				lists[i] = l[1:]
 			case c < 0:
 				best = i
 			}

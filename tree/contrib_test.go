@@ -172,6 +172,27 @@ func TestMergeDifferential(t *testing.T) {
 			if _, err := MergeKVs(nil, append(kparts, kextra), testLimits); !errors.Is(err, ErrConflict) {
 				t.Fatalf("key conflict not found: %v", err)
 			}
+			// One key put by ranks of two nodes: the higher rank's value,
+			// wherever its part is, as a node keeps its later rank's.
+			k := rng.IntN(len(kall))
+			other := KV{Key: kall[k].Key, Value: []byte("other"), Owner: kall[k].Owner + 1000}
+			if rng.IntN(2) == 0 {
+				other.Owner = kall[k].Owner - 1
+				if kall[k].Owner == 0 {
+					other.Owner = 1000
+				}
+			}
+			oextra, _ := AppendKVs(nil, []KV{other})
+			ref := slices.Clone(kall)
+			if other.Owner > kall[k].Owner {
+				ref[k] = other
+			}
+			owant, _ := AppendKVs(nil, ref)
+			at := rng.IntN(len(kparts) + 1)
+			oparts := slices.Insert(slices.Clone(kparts), at, oextra)
+			if got, err := MergeKVs(nil, oparts, testLimits); err != nil || !bytes.Equal(got, owant) {
+				t.Fatalf("key %q of ranks %d and %d in two parts: %v; want rank %d's value", other.Key, kall[k].Owner, other.Owner, err, max(kall[k].Owner, other.Owner))
+			}
 		}
 	}
 }

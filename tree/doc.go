@@ -36,8 +36,9 @@
 // ErrDuplicate; an Up from a node that is not a child, or a Down before
 // this node sent its Up, is ErrUnexpected. A refused message changes
 // nothing. A failed merge (a malformed part, ErrMalformed or ErrLimit; a
-// rank or key from two parts, ErrConflict) leaves its epoch stuck: the
-// caller ends the job.
+// rank, or a key of one rank, from two parts, ErrConflict) leaves its
+// epoch stuck: the caller ends the job. A key put by ranks of two parts
+// keeps the higher rank's value (MergeKVs).
 //
 // # Ownership
 //

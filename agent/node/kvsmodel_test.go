@@ -23,7 +23,8 @@ import (
 // policy together with the routing.
 //
 // Each epoch every rank first puts its keys (a key has one putter per
-// epoch, sparse or dense), then gets some keys — with wait only keys that
+// epoch, sparse or dense, and a dense one sometimes a second, whose value
+// wins if its rank is higher), then gets some keys — with wait only keys that
 // exist or are put sparse in this epoch, so that no get can wait forever
 // — then all ranks fence. A get may return the key's value as of the
 // last fence, or its value put in this epoch if that put was sparse;
@@ -58,8 +59,8 @@ type kvsModel struct {
 	epoch     int
 	ref       []modelEpoch // by epoch - 1
 	committed map[string]string
-	fenceIn   int        // nodes that contributed to the fence
-	fenceKVs  []agent.KV // their puts
+	fenceIn   int      // nodes that contributed to the fence
+	fenceKVs  [][]byte // their puts, each node's encoded as its shell sends them (tree.KV)
 	keys      []string
 	putBy     map[string]int  // the rank that puts each key
 	dense     map[string]bool // keys a fence has carried
@@ -203,6 +204,15 @@ func (m *kvsModel) program() {
 		v := fmt.Sprintf("%s@%d", k, m.epoch)
 		now[k] = modelPut{v, sparse}
 		puts[g] = append(puts[g], modelOp{epoch: m.epoch, put: true, key: k, val: v, hint: hint})
+		if g2 := m.r.IntN(m.p); !sparse && g2 != g && m.r.IntN(4) == 0 {
+			// A second rank puts the dense key in the same epoch: the
+			// fence keeps the higher rank's value on every node.
+			v2 := fmt.Sprintf("%s@%d/%d", k, m.epoch, g2)
+			puts[g2] = append(puts[g2], modelOp{epoch: m.epoch, put: true, key: k, val: v2, hint: pmiwire.HintDense})
+			if g2 > g {
+				now[k] = modelPut{v2, false}
+			}
+		}
 	}
 	old := m.committed
 	m.ref = append(m.ref, modelEpoch{old: old, now: now})
@@ -419,11 +429,33 @@ func (m *kvsModel) tryFence(n *modelNode) {
 	u := n.held
 	n.held = nil
 	m.fenceIn++
-	m.fenceKVs = append(m.fenceKVs, u.KVs...)
+	part := make([]tree.KV, len(u.KVs))
+	for i, p := range u.KVs {
+		part[i] = tree.KV{Key: []byte(p.Key), Value: []byte(p.Val), Owner: uint32(p.Owner)}
+	}
+	tree.SortKVs(part)
+	b, err := tree.AppendKVs(nil, part)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.fenceKVs = append(m.fenceKVs, b)
 	if m.fenceIn < m.k {
 		return
 	}
-	done := &agent.FenceDone{Epoch: u.Epoch, KVs: m.fenceKVs}
+	// Merged as the tree merges them (a key of two nodes' ranks: the
+	// higher rank's value).
+	merged, err := tree.MergeKVs(nil, m.fenceKVs, tree.JobLimits(m.p))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	kvs, err := tree.DecodeKVs(merged, tree.JobLimits(m.p))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	done := &agent.FenceDone{Epoch: u.Epoch}
+	for _, kv := range kvs {
+		done.KVs = append(done.KVs, agent.KV{Key: string(kv.Key), Val: string(kv.Value), Owner: int(kv.Owner)})
+	}
 	m.fenceIn, m.fenceKVs = 0, nil
 	// The verdict goes down the agent tree, as the broadcast does: a node
 	// has it before its children.
