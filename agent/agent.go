@@ -547,11 +547,23 @@ func (a *Agent) release(t *turn) {
 		}
 	}
 	if t.seg != nil {
+		// The epochs' own replies (a failed collective's error), then
+		// the epochs, then the other replies: a rank moved past a failed
+		// epoch it never entered (its get failed with it) finds it
+		// published when its answer comes, and numbers its next
+		// collective after it.
 		for i := range t.shm {
-			a.shmReply(t, &t.shm[i])
+			if collReply(&t.shm[i]) {
+				a.shmReply(t, &t.shm[i])
+			}
 		}
 		for i := range t.rd.Results {
 			a.publish(t.seg, &t.rd.Results[i])
+		}
+		for i := range t.shm {
+			if !collReply(&t.shm[i]) {
+				a.shmReply(t, &t.shm[i])
+			}
 		}
 	}
 	a.pubMu.Unlock()

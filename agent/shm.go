@@ -165,18 +165,35 @@ func (a *Agent) Settle(global int) {
 // waiting on its response ring is answered at once, not at the end of
 // the sweep. The rest of the turn (results to publish included) waits for
 // the sweep's end.
+//
+// While an epoch that failed waits for the sweep's end to be published,
+// only the collectives' replies go early: the others wait with it
+// (release says why).
 func (a *Agent) pushShmLocked(t *turn) {
 	t.take(a)
 	if len(t.shm) == 0 || t.seg == nil {
 		return
 	}
+	hold := false
+	for i := range t.rd.Results {
+		hold = hold || t.rd.Results[i].Err != nil
+	}
 	a.pubMu.Lock()
+	kept := t.shm[:0]
 	for i := range t.shm {
+		if hold && !collReply(&t.shm[i]) {
+			kept = append(kept, t.shm[i])
+			continue
+		}
 		a.shmReply(t, &t.shm[i])
 	}
 	a.pubMu.Unlock()
-	t.shm = t.shm[:0]
+	t.shm = kept
 }
+
+// collReply reports whether r answers a collective (a fence or
+// allgather: only its failure is pushed, shmReply).
+func collReply(r *Reply) bool { return r.Kind == ReplyFence || r.Kind == ReplyAllgather }
 
 // shmRefusal is shmOp's answer to a well-formed request whose argument
 // breaks a limit (as the text path answers rc≠0): the rank gets an error

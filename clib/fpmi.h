@@ -79,8 +79,12 @@ void fpmi_buf_start(struct fpmi_buf *b, const char *cmd);
 void fpmi_buf_pair(struct fpmi_buf *b, const char *key, const char *val, size_t vlen);
 void fpmi_buf_pairs(struct fpmi_buf *b, const char *key, const char *val);
 void fpmi_buf_pairi(struct fpmi_buf *b, const char *key, long v);
+/* FPMI_FRAME_MAX is the longest request body sent: servers refuse longer
+ * ones (fastpmi's agent and Slurm's client both stop at 64 KiB), and
+ * fastpmi's agent ends the job for one. */
+#define FPMI_FRAME_MAX (64 * 1024)
 /* fpmi_buf_finish writes the length header; -1 if out of memory or the
- * body is longer than the header can say. */
+ * body is longer than FPMI_FRAME_MAX. */
 int fpmi_buf_finish(struct fpmi_buf *b);
 void fpmi_buf_free(struct fpmi_buf *b);
 
@@ -103,6 +107,10 @@ int fpmi_shm_max_value(const struct fpmi_shm *s);
 
 /* Each returns 0, or -1 with a message in err. */
 int fpmi_shm_put(struct fpmi_shm *s, const char *key, const char *val, size_t vlen, int hint, char *err, size_t errlen);
+/* fpmi_shm_next_epoch is the epoch the next collective will have: one
+ * after the last this rank started, or after the last published if the
+ * agent failed (and skipped this rank past) epochs it never entered. */
+uint32_t fpmi_shm_next_epoch(struct fpmi_shm *s);
 int fpmi_shm_start_fence(struct fpmi_shm *s, uint32_t *epoch, char *err, size_t errlen);
 int fpmi_shm_start_allgather(struct fpmi_shm *s, const void *val, size_t n, uint32_t *epoch, char *err, size_t errlen);
 /* fpmi_shm_done reports whether collective epoch completed (1) or not yet
@@ -118,6 +126,10 @@ int fpmi_shm_lookup(struct fpmi_shm *s, const char *key, size_t klen, const char
  * buffer (valid until the next call). */
 int fpmi_shm_call(struct fpmi_shm *s, uint16_t op, uint16_t flags, const void *a, size_t an, const void *b, size_t bn,
                   uint16_t *status, const char **resp, size_t *rlen, char *err, size_t errlen);
+/* fpmi_shm_abort may be called without the API's mutex (PMI2_Abort): it
+ * sends the abort (msg cut at FPMI_ABORT_MSG_MAX bytes) under the request
+ * ring's own lock, waiting at most a second for it. */
+#define FPMI_ABORT_MSG_MAX 1024
 int fpmi_shm_abort(struct fpmi_shm *s, int code, const char *msg);
 int fpmi_shm_finalize(struct fpmi_shm *s, char *err, size_t errlen);
 
@@ -156,7 +168,9 @@ int fpmi_text_progress(struct fpmi_text *t, char *err, size_t errlen);
 /* fpmi_text_call sends and waits; on 0 the done request is in *out. */
 int fpmi_text_call(struct fpmi_text *t, struct fpmi_buf *b, const char *cmd, struct fpmi_treq **out, char *err,
                    size_t errlen);
-/* fpmi_text_write writes a frame without expecting a response (abort). */
+/* fpmi_text_write writes a frame without expecting a response (abort);
+ * it may be called without the API's mutex and waits at most a second
+ * for a frame another thread is writing. */
 int fpmi_text_write(struct fpmi_text *t, struct fpmi_buf *b);
 /* fpmi_text_drain waits until no request is outstanding. */
 int fpmi_text_drain(struct fpmi_text *t, char *err, size_t errlen);

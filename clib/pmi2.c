@@ -16,7 +16,10 @@
  *   singleton  no launcher: rank 0 of 1 with a process-local KVS.
  *
  * Thread safety: every entry point takes one mutex, so calls from several
- * threads are serialised (libpmi2's promise); a blocking call holds it. */
+ * threads are serialised (libpmi2's promise); a blocking call holds it.
+ * PMI2_Abort alone does not wait for it: it sends the abort through the
+ * transport's own write lock (shm.c, text.c), sets aborted and exits;
+ * every call after that fails at once. */
 #define _GNU_SOURCE
 #include <netdb.h>
 #include <poll.h>
@@ -64,10 +67,16 @@ static struct {
     int ext;   /* T_TEXT: the launcher answers fastpmi's extensions */
     int nag;   /* T_TEXT without extensions: allgathers emulated so far */
     struct kv *kvs, *nodeattrs; /* T_SINGLETON */
-    struct tview *views[2];     /* T_TEXT: the last two allgather views */
+    struct tview *views[2];     /* T_TEXT, and T_SHM views copied out: the last two */
     int nviews;
+    struct PMIX_Request_s *pending; /* T_SHM: allgathers not yet waited for, oldest first */
     char err[512];
 } g;
+
+/* aborted is set (atomically, without mu) by PMI2_Abort: every entry point
+ * then fails at once instead of waiting for mu, which a thread blocked in
+ * a call may hold until the job ends. */
+static int aborted;
 
 struct PMIX_Request_s {
     int allgather;
@@ -79,19 +88,36 @@ struct PMIX_Request_s {
     PMIX_View *outview;     /* a zero-copy allgather's view, filled at completion */
     const char *sval;       /* T_SINGLETON allgather value */
     size_t slen;
+    /* T_SHM allgather: in g.pending until harvested or waited for. Its
+     * results sit in the segment's two-deep result array only until the
+     * rank starts the allgather two epochs later, so one still outstanding
+     * then is completed and copied out first (harvest): done is set and
+     * rc is what PMIX_Wait returns. */
+    struct PMIX_Request_s *next;
+    int done, rc;
 };
 
+/* seterr formats into g.err. Callers pass g.err itself as an argument
+ * (the transport's message, wrapped): it is formatted into a copy first,
+ * as vsnprintf's destination must not overlap its arguments. */
 static void seterr(const char *fmt, ...)
 {
+    char msg[sizeof g.err];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g.err, sizeof g.err, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(g.err, msg, sizeof msg);
     if (getenv("FASTPMI_DEBUG") != NULL)
         fprintf(stderr, "libfastpmi: rank %d: %s\n", g.rank, g.err);
 }
 
-#define LOCK() pthread_mutex_lock(&mu)
+#define LOCK()                                                                                                         \
+    do {                                                                                                               \
+        if (__atomic_load_n(&aborted, __ATOMIC_ACQUIRE))                                                               \
+            return PMI2_FAIL;                                                                                          \
+        pthread_mutex_lock(&mu);                                                                                       \
+    } while (0)
 #define RETURN(rc)                                                                                                     \
     do {                                                                                                               \
         int rc_ = (rc);                                                                                                \
@@ -388,26 +414,42 @@ EXPORT int PMI2_Finalize(void)
 
 EXPORT int PMI2_Initialized(void)
 {
-    LOCK();
+    if (__atomic_load_n(&aborted, __ATOMIC_ACQUIRE))
+        return 0;
+    pthread_mutex_lock(&mu);
     RETURN(g.init);
 }
 
+/* PMI2_Abort sends the abort and exits at once, as Slurm's library does.
+ * It does not wait for mu: another thread may hold it, blocked in a call
+ * that only the abort would end. If mu is free it is taken so that the
+ * state cannot change under the send; otherwise the state read is the
+ * one the blocked call runs on (g.init, g.kind, g.shm and g.text change
+ * only in PMI2_Init and PMI2_Finalize), and the send goes through the
+ * transport's write lock alone, which no call holds while it waits for
+ * an answer. mu is released before exit: atexit handlers and other
+ * threads calling the library fail at once (aborted). */
 EXPORT int PMI2_Abort(int flag, const char msg[])
 {
-    LOCK();
+    int locked = pthread_mutex_trylock(&mu) == 0;
+    int first = !__atomic_exchange_n(&aborted, 1, __ATOMIC_ACQ_REL);
     if (msg == NULL)
         msg = "";
-    if (g.init) {
+    if (first && g.init) {
         if (g.kind == T_SHM) {
             fpmi_shm_abort(g.shm, 1, msg);
         } else if (g.kind == T_TEXT) {
-            fpmi_buf_start(&wb, "abort");
-            fpmi_buf_pairs(&wb, "isworld", flag ? "TRUE" : "FALSE");
-            fpmi_buf_pairs(&wb, "exitcode", "1");
-            fpmi_buf_pairs(&wb, "msg", msg);
-            fpmi_text_write(g.text, &wb);
+            struct fpmi_buf b = {0};
+            fpmi_buf_start(&b, "abort");
+            fpmi_buf_pairs(&b, "isworld", flag ? "TRUE" : "FALSE");
+            fpmi_buf_pairs(&b, "exitcode", "1");
+            fpmi_buf_pair(&b, "msg", msg, strnlen(msg, PMI2_MAX_VALLEN));
+            fpmi_text_write(g.text, &b);
+            fpmi_buf_free(&b);
         }
     }
+    if (locked)
+        pthread_mutex_unlock(&mu);
     fprintf(stderr, "libfastpmi: rank %d: abort: %s\n", g.rank, msg);
     exit(1);
 }
@@ -670,18 +712,65 @@ static int start_fence(struct PMIX_Request_s *q)
 
 static const char hexdig[] = "0123456789abcdef";
 
+static int q_done(struct PMIX_Request_s *q, int wait, int *rc);
+static int finish(struct PMIX_Request_s *q);
+static struct tview *tview_new(void);
+
+/* harvest completes every pending shared-memory allgather that the
+ * allgather of epoch e would overwrite (result buffer e & 1 holds epoch
+ * e-2's results, and older ones of that parity) and copies its results
+ * out of the segment: into its buffer, or for a zero-copy view into a
+ * library copy (as on the text protocol). Starting epoch e waits for e-2
+ * anyway, so the wait here adds none. */
+static void harvest(uint32_t e)
+{
+    struct PMIX_Request_s **pp = &g.pending;
+    while (*pp != NULL) {
+        struct PMIX_Request_s *q = *pp;
+        if ((int32_t)(e - 2 - q->epoch) < 0) {
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        q->next = NULL;
+        q_done(q, 1, &q->rc);
+        if (q->rc == PMI2_SUCCESS && q->outview != NULL && (q->view = tview_new()) == NULL)
+            q->rc = PMI2_ERR_NOMEM;
+        if (q->rc == PMI2_SUCCESS)
+            q->rc = finish(q);
+        q->done = 1;
+    }
+}
+
+/* unpend takes q off g.pending, if it is there. */
+static void unpend(struct PMIX_Request_s *q)
+{
+    for (struct PMIX_Request_s **pp = &g.pending; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == q) {
+            *pp = q->next;
+            q->next = NULL;
+            return;
+        }
+}
+
 static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
 {
     q->allgather = 1;
     if (serialize() != PMI2_SUCCESS)
         return PMI2_FAIL;
     switch (g.kind) {
-    case T_SHM:
+    case T_SHM: {
+        harvest(fpmi_shm_next_epoch(g.shm));
         if (fpmi_shm_start_allgather(g.shm, v, n, &q->epoch, g.err, sizeof g.err) != 0) {
             seterr("allgather: %s", g.err);
             return PMI2_FAIL;
         }
+        struct PMIX_Request_s **pp = &g.pending;
+        while (*pp != NULL)
+            pp = &(*pp)->next;
+        *pp = q;
         return PMI2_SUCCESS;
+    }
     case T_TEXT:
         if (g.ext) {
             fpmi_buf_start(&wb, "fastpmi-allgather");
@@ -800,8 +889,8 @@ static int finish(struct PMIX_Request_s *q)
     if (g.kind == T_SINGLETON)
         return deliver(q, 0, q->sval, q->slen);
     if (g.kind == T_SHM) {
-        if (q->view != NULL)
-            return PMI2_SUCCESS; /* read in place by PMIX_View_get */
+        /* A view is read in place by PMIX_View_get (q->view is NULL)
+         * unless harvest copies it out. */
         for (int r = 0; r < g.size; r++) {
             const char *v;
             size_t n;
@@ -809,7 +898,9 @@ static int finish(struct PMIX_Request_s *q)
                 seterr("allgather %u: no value of rank %d", q->epoch, r);
                 return PMI2_FAIL;
             }
-            deliver(q, r, v, n);
+            int rc = deliver(q, r, v, n);
+            if (rc != PMI2_SUCCESS)
+                return rc;
         }
         return PMI2_SUCCESS;
     }
@@ -862,13 +953,16 @@ static void q_free(struct PMIX_Request_s *q)
 
 static void view_done(struct PMIX_Request_s *q, int rc);
 
-/* wait_locked completes q and frees it. */
+/* wait_locked completes q (unless harvest did) and frees it. */
 static int wait_locked(struct PMIX_Request_s *q)
 {
-    int rc;
-    q_done(q, 1, &rc);
-    if (rc == PMI2_SUCCESS)
-        rc = finish(q);
+    int rc = q->rc;
+    if (!q->done) {
+        unpend(q);
+        q_done(q, 1, &rc);
+        if (rc == PMI2_SUCCESS)
+            rc = finish(q);
+    }
     if (q->outview != NULL)
         view_done(q, rc);
     q_free(q);
@@ -984,10 +1078,17 @@ EXPORT int PMIX_KVS_Get_wait(const char *jobid, int src_pmi_id, const char key[]
 
 /* ---- attributes -------------------------------------------------------- */
 
+/* NAME_MAX_LEN bounds attribute and service names and ports, on every
+ * transport: refused here, a name never makes a frame that the server's
+ * limit (64 KiB) refuses by ending the job. */
+#define NAME_MAX_LEN PMI2_MAX_VALLEN
+
 static int node_attr_locked(const char *name, char *value, int valuelen, int *found, int waitfor)
 {
     if (name == NULL || *name == '\0' || value == NULL || found == NULL)
         return PMI2_ERR_INVALID_ARG;
+    if (strnlen(name, NAME_MAX_LEN + 1) > NAME_MAX_LEN)
+        return PMI2_ERR_INVALID_KEY_LENGTH;
     *found = 0;
     if (g.kind == T_SHM) {
         uint16_t st;
@@ -1064,6 +1165,8 @@ static int job_attr_locked(const char *name, char *value, int valuelen, int *fou
 {
     if (name == NULL || *name == '\0' || value == NULL || found == NULL)
         return PMI2_ERR_INVALID_ARG;
+    if (strnlen(name, NAME_MAX_LEN + 1) > NAME_MAX_LEN)
+        return PMI2_ERR_INVALID_KEY_LENGTH;
     *found = 0;
     if (g.kind == T_SHM) {
         uint16_t st;
@@ -1183,6 +1286,8 @@ EXPORT int PMI2_Nameserv_publish(const char service_name[], const struct MPID_In
     (void)info_ptr;
     if (service_name == NULL || *service_name == '\0' || port == NULL || *port == '\0')
         RETURN(PMI2_ERR_INVALID_ARG);
+    if (strnlen(service_name, NAME_MAX_LEN + 1) > NAME_MAX_LEN || strnlen(port, NAME_MAX_LEN + 1) > NAME_MAX_LEN)
+        RETURN(PMI2_ERR_INVALID_LENGTH);
     if (g.kind == T_SHM)
         RETURN(names_shm(FPMI_OP_PUBLISH, service_name, port, NULL, 0));
     if (g.kind == T_SINGLETON)
@@ -1203,6 +1308,8 @@ EXPORT int PMI2_Nameserv_lookup(const char service_name[], const struct MPID_Inf
     (void)info_ptr;
     if (service_name == NULL || *service_name == '\0' || port == NULL || portLen <= 0)
         RETURN(PMI2_ERR_INVALID_ARG);
+    if (strnlen(service_name, NAME_MAX_LEN + 1) > NAME_MAX_LEN)
+        RETURN(PMI2_ERR_INVALID_LENGTH);
     if (g.kind == T_SHM)
         RETURN(names_shm(FPMI_OP_LOOKUP, service_name, NULL, port, portLen));
     if (g.kind == T_SINGLETON)
@@ -1233,6 +1340,8 @@ EXPORT int PMI2_Nameserv_unpublish(const char service_name[], const struct MPID_
     (void)info_ptr;
     if (service_name == NULL || *service_name == '\0')
         RETURN(PMI2_ERR_INVALID_ARG);
+    if (strnlen(service_name, NAME_MAX_LEN + 1) > NAME_MAX_LEN)
+        RETURN(PMI2_ERR_INVALID_LENGTH);
     if (g.kind == T_SHM)
         RETURN(names_shm(FPMI_OP_UNPUBLISH, service_name, NULL, NULL, 0));
     if (g.kind == T_SINGLETON)
@@ -1311,7 +1420,9 @@ EXPORT int PMIX_Ring(const char value[], int *rank, int *ranks, char left[], cha
 EXPORT const char *PMIX_Transport(void)
 {
     static const char *const names[] = {NULL, "shm", "pmi2", "singleton"};
-    LOCK();
+    if (__atomic_load_n(&aborted, __ATOMIC_ACQUIRE))
+        return NULL;
+    pthread_mutex_lock(&mu);
     const char *n = g.init ? names[g.kind] : NULL;
     pthread_mutex_unlock(&mu);
     return n;
@@ -1388,8 +1499,23 @@ EXPORT int PMIX_Test(PMIX_Request request, int *done)
     if (request == NULL || done == NULL)
         RETURN(PMI2_ERR_INVALID_ARG);
     int rc;
-    *done = q_done(request, 0, &rc);
+    *done = request->done || q_done(request, 0, &rc);
     RETURN(PMI2_SUCCESS);
+}
+
+/* tview_new allocates an empty copy of g.size values. */
+static struct tview *tview_new(void)
+{
+    struct tview *tv = calloc(1, sizeof *tv);
+    if (tv == NULL || (tv->vals = calloc((size_t)g.size, sizeof *tv->vals)) == NULL ||
+        (tv->lens = calloc((size_t)g.size, sizeof *tv->lens)) == NULL) {
+        if (tv != NULL)
+            free(tv->vals);
+        free(tv);
+        return NULL;
+    }
+    tv->n = g.size;
+    return tv;
 }
 
 static void tview_free(struct tview *v)
@@ -1412,17 +1538,8 @@ static int iallgather_view_locked(const void *value, int len, PMIX_View *view, s
     if (len > PMI2_MAX_VALLEN || (g.kind == T_SHM && len > fpmi_shm_max_value(g.shm)))
         return PMI2_ERR_INVALID_VAL_LENGTH;
     struct tview *tv = NULL;
-    if (g.kind != T_SHM) {
-        tv = calloc(1, sizeof *tv);
-        if (tv == NULL || (tv->vals = calloc((size_t)g.size, sizeof *tv->vals)) == NULL ||
-            (tv->lens = calloc((size_t)g.size, sizeof *tv->lens)) == NULL) {
-            if (tv != NULL)
-                free(tv->vals);
-            free(tv);
-            return PMI2_ERR_NOMEM;
-        }
-        tv->n = g.size;
-    }
+    if (g.kind != T_SHM && (tv = tview_new()) == NULL)
+        return PMI2_ERR_NOMEM;
     struct PMIX_Request_s *q;
     int rc = iallgather_locked(value ? value : "", (size_t)len, NULL, tv, &q);
     if (rc != PMI2_SUCCESS) {

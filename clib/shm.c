@@ -22,6 +22,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,14 +47,17 @@ struct fpmi_shm {
     pid_t ppid;    /* the agent (our parent) at open; a change means it died */
     int spins;     /* condition checks before sleeping (0: sleep at once) */
 
-    /* request ring (producer) */
+    /* request ring (producer), guarded by wmu: taken by every push (under
+     * the API's mutex) and by fpmi_shm_abort (without it). A zero
+     * pthread_mutex_t is an unlocked default mutex (shm_store, calloc). */
+    pthread_mutex_t wmu;
     unsigned char *rq;
     uint64_t rq_size, rq_pos, rq_head_cache;
     /* response ring (consumer) */
     unsigned char *rs;
     uint64_t rs_size, rs_pos, rs_tail_cache;
 
-    uint32_t colls; /* collectives started: the last epoch used */
+    uint32_t colls; /* collectives started: the last epoch used (next_epoch) */
     uint32_t seq;   /* request ids */
     struct {
         uint32_t epoch;
@@ -201,9 +205,9 @@ struct need {
 
 static int has_room(struct fpmi_shm *s, void *arg) { return fits(s, ((struct need *)arg)->n) != 0; }
 
-/* push sends one request record whose payload is a, b, then c (copied
- * straight into the ring: no allocation). */
-static int push3(struct fpmi_shm *s, uint16_t op, uint16_t flags, uint32_t seq, uint32_t epoch, const void *a,
+/* push3_locked sends one request record whose payload is a, b, then c
+ * (copied straight into the ring: no allocation); the caller holds wmu. */
+static int push3_locked(struct fpmi_shm *s, uint16_t op, uint16_t flags, uint32_t seq, uint32_t epoch, const void *a,
                  size_t an, const void *b, size_t bn, const void *c, size_t cn, char *err, size_t errlen)
 {
     uint64_t n = (uint64_t)an + bn + cn;
@@ -239,6 +243,16 @@ static int push3(struct fpmi_shm *s, uint16_t op, uint16_t flags, uint32_t seq, 
                       __ATOMIC_SEQ_CST);
     ring_doorbell(s);
     return 0;
+}
+
+/* push3 under wmu. */
+static int push3(struct fpmi_shm *s, uint16_t op, uint16_t flags, uint32_t seq, uint32_t epoch, const void *a,
+                 size_t an, const void *b, size_t bn, const void *c, size_t cn, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&s->wmu);
+    int rc = push3_locked(s, op, flags, seq, epoch, a, an, b, bn, c, cn, err, errlen);
+    pthread_mutex_unlock(&s->wmu);
+    return rc;
 }
 
 static int push(struct fpmi_shm *s, uint16_t op, uint16_t flags, uint32_t seq, uint32_t epoch, const void *a, size_t an,
@@ -437,9 +451,25 @@ int fpmi_shm_put(struct fpmi_shm *s, const char *key, const char *val, size_t vl
     return push3(s, FPMI_OP_PUT, (uint16_t)hint, 0, 0, hdr, 2, key, kl, val, vlen, err, errlen);
 }
 
+/* next_epoch is the epoch this rank's next collective has, the agent's
+ * count of the collectives it entered or skipped: the agent moves a rank
+ * past a failed epoch it never entered (a deadlock failed it while the
+ * rank waited for a key, say), and publishes that epoch before it answers
+ * the rank's failed call. Every epoch published beyond s->colls is such a
+ * one, since none completes without this rank; the next is the one after
+ * the last published. */
+static uint32_t next_epoch(struct fpmi_shm *s)
+{
+    uint32_t pub = load32(u32(s, FPMI_OFF_EPOCH)); /* pairs with the agent's Publish */
+    uint32_t e = s->colls + 1;
+    return reached(pub, e) ? pub + 1 : e;
+}
+
+uint32_t fpmi_shm_next_epoch(struct fpmi_shm *s) { return next_epoch(s); }
+
 int fpmi_shm_start_fence(struct fpmi_shm *s, uint32_t *epoch, char *err, size_t errlen)
 {
-    uint32_t e = s->colls + 1;
+    uint32_t e = next_epoch(s);
     if (push(s, FPMI_OP_FENCE, 0, 0, e, NULL, 0, NULL, 0, err, errlen) != 0)
         return -1;
     s->colls = e;
@@ -459,11 +489,11 @@ static int wait_epoch(struct fpmi_shm *s, uint32_t e, char *err, size_t errlen)
 
 int fpmi_shm_start_allgather(struct fpmi_shm *s, const void *val, size_t n, uint32_t *epoch, char *err, size_t errlen)
 {
-    uint32_t e = s->colls + 1;
+    uint32_t e = next_epoch(s);
     if (n > s->l.max_value)
         return fail(err, errlen, "allgather value of %zu bytes exceeds %llu", n, (unsigned long long)s->l.max_value);
     /* The slot of epoch e is reused from e-2: wait until that is published. */
-    if (s->colls >= 2 && wait_epoch(s, e - 2, err, errlen) != 0)
+    if ((s->colls >= 2 || e > 2) && wait_epoch(s, e - 2, err, errlen) != 0)
         return -1;
     unsigned char *slot = s->mem + s->l.slot_off + (2 * (uint64_t)s->local + (e & 1)) * s->l.slot_bytes;
     uint32_t len = (uint32_t)n;
@@ -585,7 +615,19 @@ int fpmi_shm_abort(struct fpmi_shm *s, int code, const char *msg)
     unsigned char c[4];
     uint32_t v = (uint32_t)code;
     memcpy(c, &v, 4);
-    return push(s, FPMI_OP_ABORT, 0, 0, 0, c, 4, msg, strlen(msg), err, sizeof err);
+    size_t n = strnlen(msg, FPMI_ABORT_MSG_MAX);
+    /* Called without the API's mutex: wmu alone orders this push with
+     * another thread's. A push holds wmu only while it waits for ring
+     * space, so the wait for it is bounded: an abort that cannot be sent
+     * within a second is dropped (the caller exits with code 1 anyway). */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec++;
+    if (pthread_mutex_timedlock(&s->wmu, &until) != 0)
+        return -1;
+    int rc = push3_locked(s, FPMI_OP_ABORT, 0, 0, 0, c, 4, msg, n, NULL, 0, err, sizeof err);
+    pthread_mutex_unlock(&s->wmu);
+    return rc;
 }
 
 int fpmi_shm_finalize(struct fpmi_shm *s, char *err, size_t errlen)

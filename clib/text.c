@@ -1,15 +1,21 @@
 /* text.c: requests over the PMI-2 text protocol (pmi-wire.md), on the
  * PMI_FD socket the launcher gave (or a PMI_PORT connection). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fpmi.h"
 
 struct fpmi_text {
     int fd;
+    /* wmu orders whole frames on fd: held by fpmi_text_send's write and by
+     * fpmi_text_write (PMI2_Abort, without the API's mutex). Never held
+     * while reading. A zero pthread_mutex_t is an unlocked default mutex. */
+    pthread_mutex_t wmu;
     uint32_t next;
     struct fpmi_treq *pending; /* outstanding, oldest first */
     char rbuf[16384];
@@ -65,6 +71,7 @@ void fpmi_text_close(struct fpmi_text *t)
     t->pending = NULL;
     t->rstart = t->rend = 0;
     memset(&t->wbuf, 0, sizeof t->wbuf);
+    memset(&t->wmu, 0, sizeof t->wmu);
     __atomic_store_n(&text_store_used, 0, __ATOMIC_RELEASE);
 }
 
@@ -196,7 +203,10 @@ struct fpmi_treq *fpmi_text_send(struct fpmi_text *t, struct fpmi_buf *b, const 
         fail(err, errlen, "%s request too long", cmd);
         return NULL;
     }
-    if (write_all(t->fd, b->p, b->n) != 0) {
+    pthread_mutex_lock(&t->wmu);
+    int w = write_all(t->fd, b->p, b->n);
+    pthread_mutex_unlock(&t->wmu);
+    if (w != 0) {
         free(r);
         fail(err, errlen, "send %s: %s", cmd, strerror(errno));
         return NULL;
@@ -210,9 +220,18 @@ struct fpmi_treq *fpmi_text_send(struct fpmi_text *t, struct fpmi_buf *b, const 
 
 int fpmi_text_write(struct fpmi_text *t, struct fpmi_buf *b)
 {
-    if (fpmi_buf_finish(b) != 0)
+    if (t == NULL || fpmi_buf_finish(b) != 0)
         return -1;
-    return write_all(t->fd, b->p, b->n);
+    /* A frame being written by another thread is finished first: wait for
+     * it, at most a second (a peer that stopped reading). */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec++;
+    if (pthread_mutex_timedlock(&t->wmu, &until) != 0)
+        return -1;
+    int rc = write_all(t->fd, b->p, b->n);
+    pthread_mutex_unlock(&t->wmu);
+    return rc;
 }
 
 int fpmi_text_progress(struct fpmi_text *t, char *err, size_t errlen)

@@ -189,7 +189,7 @@ void fpmi_buf_pairi(struct fpmi_buf *b, const char *key, long v)
 int fpmi_buf_finish(struct fpmi_buf *b)
 {
     char hdr[8];
-    if (b->oom || b->n - 6 > 999999)
+    if (b->oom || b->n - 6 > FPMI_FRAME_MAX)
         return -1;
     snprintf(hdr, sizeof hdr, "%-6lu", (unsigned long)(b->n - 6));
     memcpy(b->p, hdr, 6);

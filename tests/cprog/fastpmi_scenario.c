@@ -18,6 +18,19 @@
  *   fastpmi_scenario threads    4 threads get every rank's key 200 times
  *                               while the main thread runs allgathers;
  *                               prints "r=<rank> threads ok"
+ *   fastpmi_scenario agmany     5 iallgathers (the third a zero-copy view)
+ *                               outstanding, waited for oldest first;
+ *                               prints "r=<rank> agmany ok"
+ *   fastpmi_scenario abortthread  rank 1's second thread aborts while its
+ *                               main thread waits in a fence rank 0 never
+ *                               enters (rank 0 sleeps 20 s)
+ *   fastpmi_scenario abortexit  every rank aborts; an atexit handler calls
+ *                               PMI2_Finalize and prints "atexit rc=<rc>"
+ *   fastpmi_scenario skipfailed rank 0 waits for a key nobody puts while
+ *                               the others fence (the deadlock check fails
+ *                               both), then all fence: "r=<rank> after rc=<rc>"
+ *   fastpmi_scenario longname   attribute and service names of 70000 bytes
+ *                               are refused; then a fence: "r=<rank> longname ok"
  *
  * A failed call prints to stderr and exits 1. */
 #include <pthread.h>
@@ -100,6 +113,57 @@ static void *getter(void *arg)
     return NULL;
 }
 
+static void after_abort(void)
+{
+    int rc = PMI2_Finalize();
+    printf("r=%d atexit rc=%d\n", me, rc);
+    fflush(stdout);
+}
+
+static void *aborter(void *arg)
+{
+    (void)arg;
+    sleep(1);
+    PMI2_Abort(1, "scenario abortthread");
+    return NULL;
+}
+
+/* agmany starts 5 iallgathers (the third zero-copy) and waits for them
+ * oldest first: results of epoch e must survive the start of e+2, e+4. */
+static int agmany(int size)
+{
+    enum { N = 5 };
+    PMIX_Request q[N];
+    PMIX_View view;
+    char *buf[N], v[64], w[64];
+    for (int i = 0; i < N; i++) {
+        buf[i] = calloc((size_t)size, PMIX_MAX_VALLEN);
+        snprintf(v, sizeof v, "m%d-%d", i, me);
+        if (i == 2)
+            check(PMIX_Iallgather_view(v, (int)strlen(v), &view, &q[i]), "PMIX_Iallgather_view");
+        else
+            check(PMIX_Iallgather(v, buf[i], &q[i]), "PMIX_Iallgather");
+    }
+    for (int i = 0; i < N; i++) {
+        check(PMIX_Wait(q[i]), "PMIX_Wait (agmany)");
+        for (int r = 0; r < size; r++) {
+            const char *got = buf[i] + (size_t)r * PMIX_MAX_VALLEN;
+            int len = (int)strlen(got);
+            if (i == 2)
+                check(PMIX_View_get(&view, r, &got, &len), "PMIX_View_get (agmany)");
+            snprintf(w, sizeof w, "m%d-%d", i, r);
+            if (len != (int)strlen(w) || memcmp(got, w, (size_t)len) != 0) {
+                fprintf(stderr, "fastpmi_scenario: rank %d: allgather %d gave %.*s for rank %d\n", me, i, len, got, r);
+                return 1;
+            }
+        }
+        free(buf[i]);
+    }
+    printf("r=%d agmany ok\n", me);
+    check(PMI2_Finalize(), "PMI2_Finalize");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int spawned, size, appnum, found, rc;
@@ -115,6 +179,55 @@ int main(int argc, char **argv)
     check(PMI2_Init(&spawned, &size, &me, &appnum), "PMI2_Init");
     printf("r=%d init size=%d transport=%s\n", me, size, PMIX_Transport());
 
+    if (strcmp(mode, "abortexit") == 0) {
+        atexit(after_abort);
+        PMI2_Abort(1, "scenario abortexit");
+        return 2;
+    }
+    if (strcmp(mode, "abortthread") == 0) {
+        if (me == 0) {
+            sleep(20);
+            PMI2_Finalize();
+            return 0;
+        }
+        pthread_t th;
+        pthread_create(&th, NULL, aborter, NULL);
+        rc = PMI2_KVS_Fence();
+        printf("r=%d fence rc=%d\n", me, rc);
+        return 2;
+    }
+    if (strcmp(mode, "agmany") == 0)
+        return agmany(size);
+    if (strcmp(mode, "skipfailed") == 0) {
+        int len;
+        setvbuf(stdout, NULL, _IONBF, 0);
+        if (me == 0)
+            rc = PMIX_KVS_Get_wait(NULL, 1, "never-put", val, sizeof val, &len);
+        else
+            rc = PMI2_KVS_Fence();
+        printf("r=%d failed rc=%d\n", me, rc != PMI2_SUCCESS);
+        rc = PMI2_KVS_Fence();
+        printf("r=%d after rc=%d\n", me, rc);
+        check(PMI2_Finalize(), "PMI2_Finalize");
+        return 0;
+    }
+    if (strcmp(mode, "longname") == 0) {
+        char *ln = malloc(70001);
+        memset(ln, 'n', 70000);
+        ln[70000] = '\0';
+        if (PMI2_Info_GetNodeAttr(ln, val, sizeof val, &found, 0) == PMI2_SUCCESS ||
+            PMI2_Info_GetJobAttr(ln, val, sizeof val, &found) == PMI2_SUCCESS ||
+            PMI2_Nameserv_publish(ln, NULL, "port") == PMI2_SUCCESS ||
+            PMI2_Nameserv_lookup(ln, NULL, val, sizeof val) == PMI2_SUCCESS) {
+            fprintf(stderr, "fastpmi_scenario: rank %d: a 70000-byte name was accepted\n", me);
+            return 1;
+        }
+        free(ln);
+        check(PMI2_KVS_Fence(), "PMI2_KVS_Fence (longname)");
+        printf("r=%d longname ok\n", me);
+        check(PMI2_Finalize(), "PMI2_Finalize");
+        return 0;
+    }
     if (strcmp(mode, "abort") == 0) {
         if (me == 0)
             PMI2_Abort(1, "scenario abort");

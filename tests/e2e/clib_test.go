@@ -437,3 +437,72 @@ func TestNetnsSlurmCLib(t *testing.T) {
 		}
 	}
 }
+
+// libfastpmi at the edges of its promises, each a scenario mode: any
+// number of outstanding iallgathers waited for oldest first; an abort
+// from a thread while another waits in a fence ends the job at once; an
+// atexit handler calling the library after an abort does not hang; after
+// the deadlock check failed an epoch a rank never entered, its next fence
+// synchronises (the epoch numbers the agent expects); over-long names are
+// refused locally rather than sent in a frame the agent refuses.
+func TestCLibEdges(t *testing.T) {
+	shm := func(san bool) []string { return libArgs(t, san, "shm") }
+	t.Run("agmany", func(t *testing.T) {
+		for _, san := range []bool{false, true} {
+			r := run(t, job{args: append(shm(san), "-n", "3", prog("fastpmi_scenario"), "agmany"), timeout: 40 * time.Second})
+			r.wantCode(t, 0)
+			for rank := range 3 {
+				if !slices.Contains(lines(r.stdout), fmt.Sprintf("r=%d agmany ok", rank)) {
+					t.Errorf("rank %d did not report (sanitizers %v)\n%s", rank, san, r)
+				}
+			}
+		}
+	})
+	t.Run("abortthread", func(t *testing.T) {
+		start := time.Now()
+		r := run(t, job{args: append(shm(false), "-n", "2", prog("fastpmi_scenario"), "abortthread"), timeout: 40 * time.Second})
+		r.wantCode(t, 1)
+		r.wantMessage(t, `rank 1 called abort with exit code 1: scenario abortthread`)
+		if d := time.Since(start); d > 12*time.Second {
+			t.Errorf("the abort took %v: it waited for the fence\n%s", d, r)
+		}
+	})
+	t.Run("abortexit", func(t *testing.T) {
+		// Singleton (no launcher to kill the process first): the handler
+		// runs and its call fails at once.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, prog("fastpmi_scenario"), "abortexit")
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(binDir, "lib"))
+		out, err := cmd.Output()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !slices.Contains(lines(string(out)), "r=0 atexit rc=-1") {
+			t.Errorf("abort with an atexit handler calling PMI2_Finalize: %v\n%s", err, out)
+		}
+	})
+	t.Run("skipfailed", func(t *testing.T) {
+		r := run(t, job{args: append(shm(false), "-n", "3", prog("fastpmi_scenario"), "skipfailed"), timeout: 40 * time.Second})
+		r.wantCode(t, 0)
+		for rank := range 3 {
+			for _, want := range []string{fmt.Sprintf("r=%d failed rc=1", rank), fmt.Sprintf("r=%d after rc=0", rank)} {
+				if !slices.Contains(lines(r.stdout), want) {
+					t.Errorf("no line %q\n%s", want, r)
+				}
+			}
+		}
+	})
+	t.Run("longname", func(t *testing.T) {
+		for _, tr := range []string{"shm", "pmi2"} {
+			args := libArgs(t, true, tr)
+			if tr == "pmi2" {
+				args = append(args, "--no-shm")
+			}
+			r := run(t, job{args: append(args, "-n", "2", prog("fastpmi_scenario"), "longname"), timeout: 40 * time.Second})
+			r.wantCode(t, 0)
+			for rank := range 2 {
+				if !slices.Contains(lines(r.stdout), fmt.Sprintf("r=%d longname ok", rank)) {
+					t.Errorf("%s: rank %d did not report\n%s", tr, rank, r)
+				}
+			}
+		}
+	})
+}
