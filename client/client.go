@@ -22,7 +22,9 @@
 // Allgather is a view into shared memory that stays valid until this rank
 // starts its second collective (fence or allgather) after the one that
 // produced it: fences and allgathers share one epoch sequence and results
-// are double-buffered by epoch; copy what must live longer.
+// are double-buffered by epoch; copy what must live longer. An allgather
+// still unread when a later one takes its result slot (three or more
+// outstanding) is copied out first: its Values, read once, is that copy.
 //
 // The client never imports the agent or the network transport: a rank pays
 // only for what it uses.

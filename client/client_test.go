@@ -20,6 +20,8 @@ func TestAllgather(t *testing.T) { forEach(t, "allgather", 1, 2, 5, 16) }
 
 func TestNonBlocking(t *testing.T) { forEach(t, "nonblocking", 1, 4) }
 
+func TestManyOutstanding(t *testing.T) { forEach(t, "outstanding", 1, 3) }
+
 func TestEpochsAlternate(t *testing.T) { forEach(t, "epochs", 3) }
 
 // TestValuesLifetime checks the documented lifetime of a Values view: it
@@ -32,6 +34,8 @@ func TestRing(t *testing.T) { forEach(t, "ring", 1, 3, 8) }
 func TestPutFenceGet(t *testing.T) { forEach(t, "kvs", 1, 5) }
 
 func TestWaitForPut(t *testing.T) { forEach(t, "waitget", 3) }
+
+func TestFenceAfterFailedEpoch(t *testing.T) { forEach(t, "skipfailed", 3) }
 
 func TestPublishLookup(t *testing.T) { forEach(t, "names", 3) }
 

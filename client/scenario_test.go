@@ -18,11 +18,13 @@ import (
 var scenarios = map[string]func(context.Context, *rankEnv) error{
 	"allgather":   scenarioAllgather,
 	"nonblocking": scenarioNonBlocking,
+	"outstanding": scenarioOutstanding,
 	"epochs":      scenarioEpochs,
 	"lifetime":    scenarioLifetime,
 	"ring":        scenarioRing,
 	"kvs":         scenarioKVS,
 	"waitget":     scenarioWaitGet,
+	"skipfailed":  scenarioSkipFailed,
 	"names":       scenarioNames,
 	"jobattr":     scenarioJobAttr,
 	"nodeattr":    scenarioNodeAttr,
@@ -81,6 +83,34 @@ func scenarioAllgather(ctx context.Context, e *rankEnv) error {
 }
 
 // scenarioNonBlocking: Iallgather, Ifence, Iallgather started back to back,
+// scenarioOutstanding: five allgathers outstanding at once (an Ifence
+// among them), waited for oldest first: every result is read whole,
+// though the later ones took the earlier ones' result slots.
+func scenarioOutstanding(ctx context.Context, e *rankEnv) error {
+	var rs []client.Request
+	for i := range 5 {
+		rs = append(rs, e.c.Iallgather(value(fmt.Sprintf("out%d", i), e.me)))
+		if i == 2 {
+			rs = append(rs, e.c.Ifence())
+		}
+	}
+	k := 0
+	for i, r := range rs {
+		if err := r.Wait(ctx); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if i == 3 {
+			continue // the fence
+		}
+		tag := fmt.Sprintf("out%d", k)
+		k++
+		if err := checkValues(tag, r.Values(), tag, e.n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // the last polled with Test until done, then waited in reverse order.
 func scenarioNonBlocking(ctx context.Context, e *rankEnv) error {
 	for round := range 10 {
@@ -450,6 +480,35 @@ func scenarioNodeAttr(ctx context.Context, e *rankEnv) error {
 		return fmt.Errorf("waiting read of a node attribute nobody puts ran into the context: %v", err)
 	case !strings.Contains(err.Error(), "deadlock"):
 		return fmt.Errorf("waiting read of a node attribute nobody puts: %v, want a deadlock error", err)
+	}
+	return nil
+}
+
+// scenarioSkipFailed: rank 0 waits for a key nobody puts while the
+// others fence; the deadlock check fails both (rank 0 never entered the
+// fence, and the agent moves it past that epoch). Then every rank fences
+// again, and that fence completes for all, rank 0's included: its next
+// collective has the number the agent expects.
+func scenarioSkipFailed(ctx context.Context, e *rankEnv) error {
+	var err error
+	if e.me == 0 {
+		_, err = e.c.Get(ctx, "never", client.WaitForPut())
+	} else {
+		err = e.c.Fence(ctx)
+	}
+	if err == nil || !strings.Contains(err.Error(), "deadlock") {
+		return fmt.Errorf("rank %d's call in a deadlock: %v, want a deadlock error", e.me, err)
+	}
+	if err := e.c.Put("after", value("after", e.me), client.HintNone); err != nil {
+		return err
+	}
+	if err := e.c.Fence(ctx); err != nil {
+		return fmt.Errorf("the fence after the failed one: %w", err)
+	}
+	for r := range e.n {
+		if v, err := e.c.Get(ctx, "after"); err != nil || !bytes.HasPrefix(v, []byte("after;")) {
+			return fmt.Errorf("get after the fence (rank %d): %q, %v", r, v, err)
+		}
 	}
 	return nil
 }

@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -32,6 +34,11 @@ type shmTransport struct {
 	buf   []byte            // response payload copy
 	req   []byte            // request payload scratch (push copies it into the ring)
 	got   bool
+	// unread are the allgathers started and not yet read (values); kept
+	// holds, by epoch, the results of those whose result slots a later
+	// allgather took before they were read (harvest).
+	unread []uint32
+	kept   map[uint32][][]byte
 	// virtual: the segment belongs to the caller (newPlayed).
 	virtual bool
 }
@@ -100,8 +107,22 @@ func shmHint(h Hint) uint16 { return uint16(h) }
 
 var _ = [1]struct{}{}[shm.HintNone-uint16(HintNone)+shm.HintDense-uint16(Dense)+shm.HintSparse-uint16(Sparse)]
 
-func (t *shmTransport) startFence() (uint32, error) {
+// nextEpoch is the epoch of this rank's next collective, the agent's
+// count of the collectives the rank entered or was moved past: the agent
+// moves a rank past a failed epoch it never entered (the deadlock check
+// failed it while the rank waited for a key) and publishes that epoch
+// before it answers the rank's failed call. Every epoch published beyond
+// t.colls is such a one, since none completes without this rank.
+func (t *shmTransport) nextEpoch() uint32 {
 	e := t.colls + 1
+	if pub := t.r.Epoch(); published(pub, e) {
+		return pub + 1
+	}
+	return e
+}
+
+func (t *shmTransport) startFence() (uint32, error) {
+	e := t.nextEpoch()
 	if err := t.push(shm.Header{Op: shm.OpFence, Epoch: e}, nil); err != nil {
 		return 0, err
 	}
@@ -110,12 +131,15 @@ func (t *shmTransport) startFence() (uint32, error) {
 }
 
 func (t *shmTransport) startAllgather(val []byte) (uint32, error) {
-	e := t.colls + 1
+	e := t.nextEpoch()
 	// The slot of epoch e is reused from e-2: wait until that is published.
-	if prev := e - 2; t.colls >= 2 && !published(t.r.Epoch(), prev) {
+	if prev := e - 2; e > 2 && !published(t.r.Epoch(), prev) {
 		if err := t.waitEpoch(context.Background(), prev); err != nil {
 			return 0, err
 		}
+	}
+	if err := t.harvest(e); err != nil {
+		return 0, err
 	}
 	if err := t.r.SetSlot(e, val); err != nil {
 		return 0, fmt.Errorf("write slot: %w", err)
@@ -124,7 +148,46 @@ func (t *shmTransport) startAllgather(val []byte) (uint32, error) {
 		return 0, err
 	}
 	t.colls = e
+	t.unread = append(t.unread, e)
 	return e, nil
+}
+
+// harvest copies out the results of every unread allgather that the
+// allgather of epoch e will overwrite (results are double-buffered by
+// epoch: e takes e-2's), so that several may be outstanding and read in
+// any order. Epoch e-2 is published: its results, or its error, are in.
+func (t *shmTransport) harvest(e uint32) error {
+	keep := t.unread[:0]
+	drained := false
+	for _, id := range t.unread {
+		if !published(e-2, id) {
+			keep = append(keep, id)
+			continue
+		}
+		if !drained {
+			if err := t.drain(); err != nil { // errors of failed epochs
+				return err
+			}
+			drained = true
+		}
+		if _, failed := t.errs[id]; failed {
+			continue // its Wait returns the error
+		}
+		vals := make([][]byte, t.info.Size)
+		for g := range vals {
+			b, err := t.r.Result(g, id)
+			if err != nil {
+				return fmt.Errorf("keep the results of allgather %d: %w", id, err)
+			}
+			vals[g] = bytes.Clone(b)
+		}
+		if t.kept == nil {
+			t.kept = make(map[uint32][][]byte)
+		}
+		t.kept[id] = vals
+	}
+	t.unread = keep
+	return nil
 }
 
 // published reports whether epoch want is at or before cur (wrapping).
@@ -164,7 +227,14 @@ func (t *shmTransport) progress(ctx context.Context, id uint32) error {
 
 func (t *shmTransport) poll() error { return t.drain() }
 
+// values is allgather id's result: a view in place, or the copy harvest
+// made of it (handed over once).
 func (t *shmTransport) values(id uint32) Values {
+	t.unread = slices.DeleteFunc(t.unread, func(u uint32) bool { return u == id })
+	if v, ok := t.kept[id]; ok {
+		delete(t.kept, id)
+		return Values{n: t.info.Size, vals: v}
+	}
 	return Values{n: t.info.Size, rank: t.r, epoch: id}
 }
 
