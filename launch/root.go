@@ -527,10 +527,10 @@ func (r *rootNode) send(i int, f netio.Frame) {
 // kill tells every agent to end its ranks.
 func (r *rootNode) kill(e *JobError) {
 	r.killed = true
+	// Nodes that are done too: their ranks may have left processes
+	// behind, which a failed job ends.
 	for i := range r.conns {
-		if !r.done[i] {
-			r.send(i, netio.Frame{Type: node.FrameKill, Payload: node.Encode(node.Kill{Code: e.Code, Msg: e.Msg})})
-		}
+		r.send(i, netio.Frame{Type: node.FrameKill, Payload: node.Encode(node.Kill{Code: e.Code, Msg: e.Msg})})
 	}
 }
 

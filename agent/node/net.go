@@ -425,8 +425,8 @@ func (a *agentNode) loop(ctx context.Context) error {
 					}
 					a.lastRx[-1] = time.Now()
 				}
-				if fi.Err == nil && fi.Frame.Type == FrameKVS {
-					a.kvsFrame(fi.From, fi.Frame.Payload)
+				if fi.Err == nil {
+					a.frameAfterDone(fi)
 				}
 			case <-a.kvs.notify:
 				a.runPosted()
@@ -447,6 +447,27 @@ func (a *agentNode) loop(ctx context.Context) error {
 		}
 	}
 	return errors.New("lost the connection to pmirun")
+}
+
+// frameAfterDone handles a frame that comes once the node's ranks have
+// all ended: keys placed here still served; and a kill or signal from
+// pmirun reaches what the ranks left behind (a background process), as
+// on one node (Node.Signal, Node.Close), when the job fails after this
+// node's part of it ended, or is interrupted.
+func (a *agentNode) frameAfterDone(fi FrameIn) {
+	switch fi.Frame.Type {
+	case FrameKVS:
+		a.kvsFrame(fi.From, fi.Frame.Payload)
+	case FrameKill:
+		if fi.From < 0 {
+			a.n.KillNow()
+		}
+	case FrameSignal:
+		var s Signal
+		if fi.From < 0 && Decode(fi.Frame.Payload, &s) == nil {
+			a.n.Signal(sys.Signal(s.Sig))
+		}
+	}
 }
 
 // clockProbes is how many clock probes a traced node sends to the root

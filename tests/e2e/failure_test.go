@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -235,10 +236,14 @@ func TestEndDuringFork(t *testing.T) {
 // Processes a rank left behind when it ended are ended with a job that
 // fails after it: rank 0 exits at once leaving a sleep in its process
 // group, rank 1 fails later, and the survivor check of run finds no sleep.
-// (A job that succeeds leaves them be, as it always did.)
+// On one node and on per-job agents, where rank 0's node has finished
+// its part (all its ranks ended) when the job fails. (A job that
+// succeeds leaves them be, as it always did.)
 func TestFailedJobEndsWhatEndedRanksLeft(t *testing.T) {
-	r := run(t, job{args: []string{"-n", "2", "sh", "-c",
-		`if [ "$PMI_RANK" = 0 ]; then sleep 60 & exit 0; fi; sleep 0.5; exit 3`}, timeout: 30 * time.Second})
-	r.wantCode(t, 3)
-	r.wantMessage(t, `rank 1 exited with code 3`)
+	for _, extra := range [][]string{nil, {"--bootstrap", "loopback", "--nodes", "2"}} {
+		r := run(t, job{args: append(slices.Clone(extra), "-n", "2", "sh", "-c",
+			`if [ "$PMI_RANK" = 0 ]; then sleep 60 & exit 0; fi; sleep 0.5; exit 3`), timeout: 30 * time.Second})
+		r.wantCode(t, 3)
+		r.wantMessage(t, `rank 1 exited with code 3`)
+	}
 }
