@@ -90,6 +90,34 @@ func TestValidateHostsMeanSSH(t *testing.T) {
 	}
 }
 
+// Without slots or --ppn, ranks are spread evenly in blocks of
+// consecutive ranks, the first nodes one more (as Hydra and srun do):
+// 4 ranks on 3 nodes is 2, 1, 1 (it was refused: ceil(4/3) per node left
+// node 2 empty). --ppn that leaves a node empty is refused.
+func TestPlacementSpreadsEvenly(t *testing.T) {
+	for _, c := range []struct {
+		size, k int
+		want    [][]int
+	}{
+		{4, 3, [][]int{{0, 1}, {2}, {3}}},
+		{10, 4, [][]int{{0, 1, 2}, {3, 4, 5}, {6, 7}, {8, 9}}},
+		{6, 2, [][]int{{0, 1, 2}, {3, 4, 5}}},
+	} {
+		m, err := placement(Config{Size: c.size}, c.k)
+		if err != nil {
+			t.Fatalf("%d ranks on %d nodes: %v", c.size, c.k, err)
+		}
+		for n, want := range c.want {
+			if !slices.Equal(m.Ranks(n), want) {
+				t.Errorf("%d ranks on %d nodes: node %d has %v, want %v", c.size, c.k, n, m.Ranks(n), want)
+			}
+		}
+	}
+	if _, err := placement(Config{Size: 4, PPN: 2}, 3); err == nil || !strings.Contains(err.Error(), "leaves node 2 empty") {
+		t.Errorf("4 ranks, --ppn 2, 3 nodes: %v, want node 2 empty refused", err)
+	}
+}
+
 // HOST:SLOTS fills each host with its slots, host after host, starting
 // over while ranks remain; unsaid slots count 1.
 func TestSlotPlacement(t *testing.T) {

@@ -75,7 +75,9 @@ type bootExit struct {
 	err error
 }
 
-// placement assigns ranks to nodes and returns the ring map.
+// placement assigns ranks to nodes and returns the ring map: by the
+// hosts' slots, else --ppn per node (in blocks, or --cyclic), else spread
+// evenly over the k nodes.
 func placement(cfg Config, k int) (*ring.Map, error) {
 	if cfg.Size < k {
 		return nil, fmt.Errorf("%d ranks on %d nodes: every node needs at least one rank", cfg.Size, k)
@@ -84,6 +86,23 @@ func placement(cfg Config, k int) (*ring.Map, error) {
 		return slotPlacement(cfg.Size, cfg.Slots)
 	}
 	ppn := cfg.PPN
+	if ppn == 0 && !cfg.Cyclic {
+		// Spread evenly, as Hydra and srun do: blocks of consecutive
+		// ranks, the first Size mod k nodes one rank more.
+		nodes := make([][]int, k)
+		r := 0
+		for n := range nodes {
+			c := cfg.Size / k
+			if n < cfg.Size%k {
+				c++
+			}
+			for range c {
+				nodes[n] = append(nodes[n], r)
+				r++
+			}
+		}
+		return ring.FromNodes(nodes)
+	}
 	if ppn == 0 {
 		ppn = (cfg.Size + k - 1) / k
 	}
