@@ -59,6 +59,7 @@ type rootNode struct {
 
 	done     []bool // the node's agent reported its counters (its ranks ended)
 	gone     []bool // the node's bootstrap process exited
+	lost     []bool // the node was declared lost (silent, its link failed): not waited for
 	counters []map[string]int64
 	lastRx   []time.Time
 	killed   bool
@@ -588,6 +589,7 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 			if !r.done[nt.i] && !r.killed {
 				r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", nt.i, r.hosts[nt.i], nt.err)})
 			}
+			r.lost[nt.i] = true
 		case sig := <-signals:
 			r.run.forward(sig)
 		case sig := <-r.sigs:
@@ -601,9 +603,13 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 					continue
 				}
 				r.send(i, netio.Frame{Type: node.FrameHeartbeat})
-				if !r.done[i] && !r.killed && time.Since(r.lastRx[i]) > r.cfg.NetTimeout {
-					r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: no message for %v", i, r.hosts[i], r.cfg.NetTimeout)})
-					r.lastRx[i] = time.Now()
+				if !r.done[i] && !r.lost[i] && time.Since(r.lastRx[i]) > r.cfg.NetTimeout {
+					// Lost: the job fails (if it has not), and the end
+					// does not wait for this node's report.
+					r.lost[i] = true
+					if !r.killed {
+						r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: no message for %v", i, r.hosts[i], r.cfg.NetTimeout)})
+					}
 				}
 			}
 		case <-timeout:
@@ -669,7 +675,7 @@ func (r *rootNode) deadlock() {
 // up wait for pmirun to close their links before they exit.
 func (r *rootNode) allDone() bool {
 	for i, d := range r.done {
-		if !d && !r.gone[i] {
+		if !d && !r.gone[i] && !r.lost[i] {
 			return false
 		}
 	}
@@ -682,9 +688,12 @@ func (r *rootNode) allDone() bool {
 func (r *rootNode) reap(agents []agentProc) {
 	deadline := time.After(r.cfg.NetTimeout)
 	pending := 0
-	for i := range agents {
+	for i, a := range agents {
 		if !r.gone[i] {
 			pending++
+			if r.lost[i] {
+				a.kill() // nothing to wait for
+			}
 		}
 	}
 	for pending > 0 {
@@ -709,6 +718,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		if !r.done[i] && !r.run.failed() && !r.killed {
 			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", i, r.hosts[i], fi.Err)})
 		}
+		r.lost[i] = !r.done[i]
 		return
 	}
 	r.lastRx[i] = time.Now()

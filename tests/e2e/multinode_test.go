@@ -495,3 +495,30 @@ func TestLoopbackAgentKilled(t *testing.T) {
 		t.Errorf("pmirun ended %v after node 2's agent was killed, want under 2s\n%s", took, res)
 	}
 }
+
+// An agent that hangs (stopped with SIGSTOP: it neither answers nor
+// ends) is declared lost after --net-timeout, and the job ends then: it
+// is not waited for again (it took three times --net-timeout).
+func TestLoopbackAgentStopped(t *testing.T) {
+	const netTimeout, slack = 2 * time.Second, 3 * time.Second
+	j := loopbackJob(hostCount, "auto", append([]string{"--net-timeout", netTimeout.String()}, sleepArgs()...)...)
+	j.env = []string{"EXIT_EARLY_ALARM=30"}
+	r := start(t, j)
+	r.waitReady()
+	pids := agentPIDs(t, r.marker, hostCount)
+	stopped := time.Now()
+	if out, err := exec.Command("kill", "-STOP", strconv.Itoa(pids[1])).CombinedOutput(); err != nil {
+		t.Fatalf("stop agent of node 1: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = sys.SignalProcess(pids[1], sys.SIGKILL) })
+	res := r.wait()
+	took := res.elapsed - stopped.Sub(r.start)
+	if res.code == 0 {
+		t.Errorf("exit code 0 after an agent hung\n%s", res)
+	}
+	res.wantMessage(t, `\bnode 1\b.*\blost: no message for 2s`)
+	if took > netTimeout+slack {
+		t.Errorf("pmirun ended %v after node 1's agent stopped, want under %v (--net-timeout %v + %v)\n%s",
+			took.Round(time.Millisecond), netTimeout+slack, netTimeout, slack, res)
+	}
+}
