@@ -73,10 +73,10 @@ func (c *Config) validatePlacement() error {
 		}
 	}
 	if c.StdinRank >= c.Size {
-		return fmt.Errorf("invalid --stdin %d: the job has ranks 0..%d", c.StdinRank, c.Size-1)
+		return fmt.Errorf("invalid -i/--stdin %d: the job has ranks 0..%d", c.StdinRank, c.Size-1)
 	}
 	if c.StdinRank < StdinAll {
-		return fmt.Errorf("invalid --stdin %d", c.StdinRank)
+		return fmt.Errorf("invalid -i/--stdin %d", c.StdinRank)
 	}
 	if c.StdinRank == StdinAll && (c.multiNode() || len(c.Daemons) > 0) {
 		return errors.New("--stdin all needs a job on one node; give a rank for a multi-node job")

@@ -40,7 +40,7 @@ func TestValidateRefuses(t *testing.T) {
 		{Config{Size: 2, Prog: "p", TreeWidth: -1}, "invalid tree width"},
 		{Config{Size: 2, Prog: "p", Bind: "numa"}, `invalid -bind-to "numa"`},
 		{Config{Size: 2, Prog: "p", MapBy: "socket"}, "-map-by socket orders the ranks' CPU binding: it needs -bind-to"},
-		{Config{Size: 2, Prog: "p", StdinRank: 2}, "invalid --stdin 2: the job has ranks 0..1"},
+		{Config{Size: 2, Prog: "p", StdinRank: 2}, "invalid -i/--stdin 2: the job has ranks 0..1"},
 		{Config{Size: 2, Prog: "p", StdinRank: StdinAll, Bootstrap: "loopback", Nodes: 2}, "--stdin all needs a job on one node"},
 		{Config{Size: 2, Prog: "p", Label: true, PrefixPattern: "%r"}, "-prepend-pattern excludes -l"},
 		{Config{Size: 2, Prog: "p", PrefixPattern: "%q"}, "unknown %q"},

@@ -128,6 +128,9 @@ func Parse(args []string) (launch.Config, error) {
 			if errors.Is(err, ErrHelp) || errors.Is(err, ErrVersion) {
 				return p.cfg, err
 			}
+			if len(vals) == 0 { // a switch: nothing invalid but its use
+				return p.cfg, fmt.Errorf("%s: %w", spelled, err)
+			}
 			return p.cfg, fmt.Errorf("invalid %s %s: %w", spelled, strings.Join(vals, " "), err)
 		}
 	}
