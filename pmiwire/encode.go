@@ -157,7 +157,7 @@ func ResponseName(f Framing, cmd string) string {
 		if r, ok := v2Responses[cmd]; ok {
 			return r
 		}
-		if cmd == "" {
+		if !isWord(cmd) {
 			return "error-response"
 		}
 		return cmd + "-response"
@@ -165,10 +165,26 @@ func ResponseName(f Framing, cmd string) string {
 	if r, ok := v1Responses[cmd]; ok {
 		return r
 	}
-	if cmd == "" {
+	if !isWord(cmd) {
 		return "error"
 	}
 	return cmd + "_result"
+}
+
+// isWord reports whether a command name can be echoed in a response name:
+// not empty, printable ASCII without the framing's separators (a client's
+// garbage is not sent back to it, NUL bytes and escape sequences
+// included).
+func isWord(cmd string) bool {
+	if cmd == "" {
+		return false
+	}
+	for i := 0; i < len(cmd); i++ {
+		if c := cmd[i]; c <= ' ' || c >= 0x7f || c == '=' || c == ';' {
+			return false
+		}
+	}
+	return true
 }
 
 // v2Responses holds the PMI-2 commands' response names, made once: the

@@ -199,6 +199,15 @@ func TestResponseName(t *testing.T) {
 	if got := ResponseName(V2, ""); got != "error-response" {
 		t.Errorf("ResponseName(V2, \"\") = %q", got)
 	}
+	// A client's garbage is not echoed back in a response's name.
+	for _, cmd := range []string{"\x00", "\xff\xfe", "a\x1b[31m", "a b", "a;b", "k=v", "\x7f"} {
+		if got := ResponseName(V1, cmd); got != "error" {
+			t.Errorf("ResponseName(V1, %q) = %q, want error", cmd, got)
+		}
+		if got := ResponseName(V2, cmd); got != "error-response" {
+			t.Errorf("ResponseName(V2, %q) = %q, want error-response", cmd, got)
+		}
+	}
 }
 
 // Alphabets for random messages: what each framing can carry unchanged.
