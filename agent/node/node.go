@@ -811,6 +811,34 @@ func (n *Node) drain() {
 	}
 }
 
+// outputLinger is how long the ranks' output is still forwarded after
+// the last rank ended: processes a rank started in the background may
+// hold its output pipes for ever.
+const outputLinger = 2 * time.Second
+
+// rankList names ranks for a message: "rank 3", "ranks 0, 2 and 5", the
+// first ten and a count beyond.
+func rankList(rs []int) string {
+	if len(rs) == 1 {
+		return "rank " + strconv.Itoa(rs[0])
+	}
+	var b strings.Builder
+	b.WriteString("ranks ")
+	for i, r := range rs[:min(len(rs), 10)] {
+		switch {
+		case i == len(rs)-1:
+			b.WriteString(" and ")
+		case i > 0:
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(r))
+	}
+	if len(rs) > 10 {
+		fmt.Fprintf(&b, " and %d more", len(rs)-10)
+	}
+	return b.String()
+}
+
 // Close handles the events that raced with the last exit, closes the
 // agent, waits (boundedly) for the output and for every goroutine the node
 // started. Call it once Live is 0.
@@ -835,7 +863,10 @@ func (n *Node) Close() {
 	}
 	n.closePMIx() // before the agent: its requests fail, none is left to the agent's end
 	n.ag.Close()
-	n.out.Wait(2 * time.Second)
+	if cut := n.out.Wait(outputLinger); len(cut) > 0 {
+		n.out.err.writeLines(fmt.Appendf(nil, "pmirun: stopped forwarding the output of %s: processes they started still held it %v after they ended\n",
+			rankList(cut), outputLinger))
+	}
 	// Every rank is judged (Live is 0): the goroutines still running are
 	// disconnect timers of ranks already reported. Stop them, taking what
 	// they send meanwhile.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,7 +30,7 @@ type Output struct {
 
 	wg    sync.WaitGroup
 	mu    sync.Mutex
-	pipes []*os.File // read ends, closed by wait if ranks' children hold them
+	pipes map[*os.File]int // read ends still forwarded, to their rank; closed by Wait if ranks' children hold them
 }
 
 // lockedWriter is one of the launcher's streams.
@@ -97,15 +98,21 @@ func (o *Output) Pipe(r int, stderr bool) (*os.File, error) {
 	}
 	prefix := o.prefix.forRank(r)
 	o.mu.Lock()
-	o.pipes = append(o.pipes, pr)
+	if o.pipes == nil {
+		o.pipes = make(map[*os.File]int)
+	}
+	o.pipes[pr] = r
 	o.mu.Unlock()
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
+		o.forward(pr, dst, prefix)
 		// The read end is closed here, not left to the finalizer: a
 		// daemon runs many jobs' Outputs in one process.
-		defer pr.Close()
-		o.forward(pr, dst, prefix)
+		o.mu.Lock()
+		delete(o.pipes, pr)
+		o.mu.Unlock()
+		pr.Close()
 	}()
 	return pw, nil
 }
@@ -180,19 +187,25 @@ func (o *Output) forward(r *os.File, dst *lockedWriter, rp rankPrefix) {
 }
 
 // Wait waits for every forwarder to reach EOF, at most d; then it closes
-// the read ends (a rank's orphaned children may hold the write ends).
-func (o *Output) Wait(d time.Duration) {
+// the read ends (a rank's orphaned children may hold the write ends) and
+// returns the ranks whose output it cut so.
+func (o *Output) Wait(d time.Duration) (cut []int) {
 	done := make(chan struct{})
 	go func() { o.wg.Wait(); close(done) }() // ends with the forwarders, waited for below
 	select {
 	case <-done:
-		return
+		return nil
 	case <-time.After(d):
 	}
 	o.mu.Lock()
-	for _, p := range o.pipes {
+	for p, r := range o.pipes {
 		p.Close()
+		if r >= 0 && !slices.Contains(cut, r) {
+			cut = append(cut, r)
+		}
 	}
 	o.mu.Unlock()
 	<-done
+	slices.Sort(cut)
+	return cut
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -99,5 +100,36 @@ func TestOutputPromptOneRank(t *testing.T) {
 	o.Wait(5 * time.Second)
 	if got := out.String(); got != "Enter the number of intervals: " {
 		t.Errorf("one rank's final unfinished line: %q, want it as written", got)
+	}
+}
+
+// Wait gives up on output pipes still open after its bound (a rank's
+// background process holds them) and names their ranks; pipes whose
+// writers closed are not named.
+func TestOutputWaitNamesCutRanks(t *testing.T) {
+	var out syncBuffer
+	o := NewOutput(Prefix{}, true, false, &out, &out)
+	var held []interface{ Close() error }
+	for r := range 4 {
+		w, err := o.Pipe(r, r%2 == 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == 1 || r == 2 {
+			held = append(held, w) // a background process still has it
+			continue
+		}
+		w.Close()
+	}
+	defer func() {
+		for _, w := range held {
+			w.Close()
+		}
+	}()
+	if cut := o.Wait(50 * time.Millisecond); !slices.Equal(cut, []int{1, 2}) {
+		t.Errorf("Wait cut the output of ranks %v, want [1 2]", cut)
+	}
+	if got := rankList([]int{3}) + "; " + rankList([]int{0, 2, 5}); got != "rank 3; ranks 0, 2 and 5" {
+		t.Errorf("rankList: %q", got)
 	}
 }
