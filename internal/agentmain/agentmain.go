@@ -61,7 +61,7 @@ it exits 0.
   --secret-file FILE  the daemon's secret: connections must prove they
                       know it. Made (mode 0600, random) if missing; refused
                       if group or others can read it or another user owns it
-  --max-jobs N        jobs run at once; more are refused (default 64)
+  --max-jobs N        jobs run at once, at least 1; more are refused (default 64)
   --status ADDR       print a running daemon's status (jobs, served,
                       strangers dropped, goroutines, threads,
                       descriptors, memfds) as JSON
@@ -90,7 +90,7 @@ func Main(name, guardExe string, args []string, stdin io.Reader, stdout, stderr 
 	daemonMode := fs.Bool("daemon", false, "")
 	statusAddr := fs.String("status", "", "")
 	secretFile := fs.String("secret-file", "", "")
-	maxJobs := fs.Int("max-jobs", 0, "")
+	maxJobs := fs.Int("max-jobs", daemon.DefaultMaxJobs, "")
 	showVersion := fs.Bool("version", false, "")
 	err := fs.Parse(args)
 	switch {
@@ -111,7 +111,7 @@ func Main(name, guardExe string, args []string, stdin io.Reader, stdout, stderr 
 			fmt.Fprintf(stderr, "%s: --daemon, --status and --node exclude each other (see --help)\n", name)
 			return 2
 		}
-		if *maxJobs < 0 {
+		if *maxJobs < 1 {
 			fmt.Fprintf(stderr, "%s: --max-jobs %d: want at least 1\n", name, *maxJobs)
 			return 2
 		}

@@ -33,6 +33,7 @@ func TestCommandLine(t *testing.T) {
 		{"stray argument", []string{"--node", "0", "prog"}, "", 2, "", "unexpected arguments"},
 		{"bad index", []string{"--node", "x"}, "", 2, "", `node index "x"`},
 		{"daemon and node", []string{"--daemon", "--node", "0"}, "", 2, "", "exclude each other"},
+		{"no jobs", []string{"--daemon", "--listen", "127.0.0.1:0", "--max-jobs", "0"}, "", 2, "", "--max-jobs 0: want at least 1"},
 		{"no spec", []string{"--node", "0"}, "", 2, "", "read job spec"},
 		{"garbage spec", []string{"--node", "0"}, "{not json\n", 2, "", "read job spec"},
 		{"invalid spec", []string{"--node", "0"}, `{"size":0}` + "\n", 2, "", "job spec: job size 0"},
