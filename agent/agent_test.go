@@ -577,6 +577,24 @@ func TestTextAllgather(t *testing.T) {
 			c.expect(fmt.Sprintf("cmd=fastpmi-allgather-response;rc=0;epoch=%d;size=3;v0=r%d;;x0;v1=r%d;;x1;v2=r%d;;x2;", round, round, round, round))
 		}
 	}
+	// A value holding a NUL byte comes hex-encoded (valenc=hex); the
+	// ranks that say hex=TRUE get every value so (enc=hex), the others
+	// the values as they are.
+	cs[0].v2("cmd=fastpmi-allgather;value=610062;valenc=hex;hex=TRUE;")
+	cs[1].v2("cmd=fastpmi-allgather;value=b;valenc=raw;hex=TRUE;")
+	cs[2].v2("cmd=fastpmi-allgather;value=c;")
+	cs[0].expect("cmd=fastpmi-allgather-response;rc=0;epoch=4;size=3;enc=hex;v0=610062;v1=62;v2=63;")
+	cs[1].expect("cmd=fastpmi-allgather-response;rc=0;epoch=4;size=3;enc=hex;v0=610062;v1=62;v2=63;")
+	cs[2].expect("cmd=fastpmi-allgather-response;rc=0;epoch=4;size=3;v0=a\x00b;v1=b;v2=c;")
+	// No NUL byte: no hex, whoever asks.
+	for i, c := range cs {
+		c.v2(fmt.Sprintf("cmd=fastpmi-allgather;value=v%d;hex=TRUE;", i))
+	}
+	for _, c := range cs {
+		c.expect("cmd=fastpmi-allgather-response;rc=0;epoch=5;size=3;v0=v0;v1=v1;v2=v2;")
+	}
+	cs[0].v2("cmd=fastpmi-allgather;value=zz;valenc=hex;")
+	cs[0].expect("cmd=fastpmi-allgather-response;rc=3;errmsg=value: valenc=hex: encoding/hex: invalid byte: U+007A 'z';")
 }
 
 func initV2(t *testing.T, cs []*wireClient) {

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -787,8 +789,26 @@ func encodeName(rq *textReq, r *Reply) *pmiwire.Resp {
 // caller contributes value and receives every rank's value as v<rank>
 // fields, so ranks on the text protocol join the same allgather as ranks on
 // shared memory. Values travel with ';' doubled (pmiwire's escape).
+//
+// Values travel as the wire carries them, except a NUL byte, which no
+// PMI-2 parser takes: a value holding one comes hex-encoded, with
+// valenc=hex; a requester that says hex=TRUE gets every value
+// hex-encoded, with enc=hex, when any holds one (encodeAllgather).
 func serveAllgather(c *textConn, t *turn, rq *textReq) Op {
 	val, _ := rq.m.Get("value")
+	switch enc, _ := rq.m.Get("valenc"); enc {
+	case "", "raw":
+	case "hex":
+		b, err := hex.DecodeString(val)
+		if err != nil {
+			t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("value: valenc=hex: %v", err))
+			return nil
+		}
+		val = string(b)
+	default:
+		t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("unknown valenc %q (want raw or hex)", enc))
+		return nil
+	}
 	if len(val) > pmiwire.ValLenMax {
 		t.fail(c, rq, pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax))
 		return nil
@@ -798,7 +818,18 @@ func serveAllgather(c *textConn, t *turn, rq *textReq) Op {
 
 func encodeAllgather(rq *textReq, r *Reply) *pmiwire.Resp {
 	resp := rq.ok().Add("epoch", strconv.FormatUint(r.Epoch, 10)).AddInt("size", len(r.Values))
+	asHex := false
+	if h, _ := rq.m.Get("hex"); h == "TRUE" {
+		asHex = slices.ContainsFunc(r.Values, func(v []byte) bool { return bytes.IndexByte(v, 0) >= 0 })
+	}
+	if asHex {
+		resp.Add("enc", "hex")
+	}
 	for i, v := range r.Values {
+		if asHex {
+			resp.Add("v"+strconv.Itoa(i), hex.EncodeToString(v))
+			continue
+		}
 		resp.Add("v"+strconv.Itoa(i), string(v))
 	}
 	return resp

@@ -712,6 +712,19 @@ static int start_fence(struct PMIX_Request_s *q)
 
 static const char hexdig[] = "0123456789abcdef";
 
+/* AG_PART is how many hex digits of an emulated allgather's value one key
+ * holds (with the first part's count prefix, within PMI2_MAX_VALLEN). */
+#define AG_PART 1000
+
+/* ag_key names part p of rank r's value in emulated allgather agnum. */
+static void ag_key(char *key, size_t cap, int agnum, int r, int p)
+{
+    if (p == 0)
+        snprintf(key, cap, "fastpmi-ag-%d-%d", agnum, r);
+    else
+        snprintf(key, cap, "fastpmi-ag-%d-%d-%d", agnum, r, p);
+}
+
 static int q_done(struct PMIX_Request_s *q, int wait, int *rc);
 static int finish(struct PMIX_Request_s *q);
 static struct tview *tview_new(void);
@@ -773,13 +786,32 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
     }
     case T_TEXT:
         if (g.ext) {
+            /* A value holding a NUL byte, which the wire does not carry,
+             * goes hex-encoded; hex=TRUE takes the values back so when any
+             * holds one (the agent's serveAllgather). */
             fpmi_buf_start(&wb, "fastpmi-allgather");
-            fpmi_buf_pair(&wb, "value", v, n);
+            if (memchr(v, '\0', n) != NULL) {
+                char *hex = malloc(2 * n + 1);
+                if (hex == NULL)
+                    return PMI2_ERR_NOMEM;
+                for (size_t i = 0; i < n; i++) {
+                    hex[2 * i] = hexdig[(unsigned char)v[i] >> 4];
+                    hex[2 * i + 1] = hexdig[(unsigned char)v[i] & 15];
+                }
+                fpmi_buf_pair(&wb, "value", hex, 2 * n);
+                free(hex);
+                fpmi_buf_pairs(&wb, "valenc", "hex");
+            } else {
+                fpmi_buf_pair(&wb, "value", v, n);
+            }
+            fpmi_buf_pairs(&wb, "hex", "TRUE");
             q->tr = fpmi_text_send(g.text, &wb, "fastpmi-allgather", g.err, sizeof g.err);
         } else {
             /* Plain PMI-2: put the hex-encoded value, fence; the gets
-             * follow when the fence is done. */
-            char key[64], *hex = malloc(2 * n + 1);
+             * follow when the fence is done. The hex (twice the value's
+             * length) is cut into parts a server's value limit takes
+             * (AG_PART hex digits a key); the first says how many. */
+            char *hex = malloc(2 * n + 1);
             if (hex == NULL)
                 return PMI2_ERR_NOMEM;
             for (size_t i = 0; i < n; i++) {
@@ -788,8 +820,16 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
             }
             hex[2 * n] = '\0';
             q->agnum = ++g.nag;
-            snprintf(key, sizeof key, "fastpmi-ag-%d-%d", q->agnum, g.rank);
-            int rc = put_locked(key, hex, PMIX_HINT_NONE);
+            int parts = n == 0 ? 1 : (int)((2 * n + AG_PART - 1) / AG_PART), rc = PMI2_SUCCESS;
+            for (int p = 0; p < parts && rc == PMI2_SUCCESS; p++) {
+                char key[64], val[PMI2_MAX_VALLEN + 1];
+                size_t off = (size_t)p * AG_PART, len = 2 * n - off < AG_PART ? 2 * n - off : AG_PART;
+                int m = p == 0 ? snprintf(val, sizeof val, "%d.", parts) : 0;
+                memcpy(val + m, hex + off, len);
+                val[m + len] = '\0';
+                ag_key(key, sizeof key, q->agnum, g.rank, p);
+                rc = put_locked(key, val, PMIX_HINT_NONE);
+            }
             free(hex);
             if (rc != PMI2_SUCCESS)
                 return rc;
@@ -905,11 +945,21 @@ static int finish(struct PMIX_Request_s *q)
         return PMI2_SUCCESS;
     }
     if (g.ext) {
+        const char *enc = fpmi_msg_get(&q->tr->resp, "enc", NULL);
+        int hexed = enc != NULL && strcmp(enc, "hex") == 0;
         for (int r = 0; r < g.size; r++) {
-            char k[32];
+            char k[32], buf[PMI2_MAX_VALLEN + 1];
             size_t n = 0;
             snprintf(k, sizeof k, "v%d", r);
             const char *v = fpmi_msg_get(&q->tr->resp, k, &n);
+            if (v != NULL && hexed) {
+                if (n / 2 > PMI2_MAX_VALLEN || unhex(v, n, buf) != 0) {
+                    seterr("allgather value of rank %d malformed", r);
+                    return PMI2_FAIL;
+                }
+                v = buf;
+                n /= 2;
+            }
             int rc = deliver(q, r, v ? v : "", v ? n : 0);
             if (rc != PMI2_SUCCESS)
                 return rc;
@@ -917,27 +967,50 @@ static int finish(struct PMIX_Request_s *q)
         return PMI2_SUCCESS;
     }
     for (int r = 0; r < g.size; r++) {
-        char key[64], buf[PMI2_MAX_VALLEN + 1];
-        struct fpmi_treq *t;
-        snprintf(key, sizeof key, "fastpmi-ag-%d-%d", q->agnum, r);
-        fpmi_buf_start(&wb, "kvs-get");
-        fpmi_buf_pairs(&wb, "jobid", "");
-        fpmi_buf_pairi(&wb, "srcid", r);
-        fpmi_buf_pairs(&wb, "key", key);
-        int rc = tcall("kvs-get", &t);
-        if (rc != PMI2_SUCCESS)
-            return rc;
+        /* The parts' hex, gathered: at most PMI2_MAX_VALLEN bytes of value. */
+        char hex[2 * PMI2_MAX_VALLEN + 1], buf[PMI2_MAX_VALLEN + 1];
         size_t hn = 0;
-        const char *h = fpmi_msg_get(&t->resp, "value", &hn);
-        const char *f = fpmi_msg_get(&t->resp, "found", NULL);
-        if (h == NULL || (f != NULL && strcmp(f, "TRUE") != 0) || hn / 2 > PMI2_MAX_VALLEN ||
-            unhex(h, hn, buf) != 0) {
+        int parts = 1;
+        for (int p = 0; p < parts; p++) {
+            char key[64];
+            struct fpmi_treq *t;
+            ag_key(key, sizeof key, q->agnum, r, p);
+            fpmi_buf_start(&wb, "kvs-get");
+            fpmi_buf_pairs(&wb, "jobid", "");
+            fpmi_buf_pairi(&wb, "srcid", r);
+            fpmi_buf_pairs(&wb, "key", key);
+            int rc = tcall("kvs-get", &t);
+            if (rc != PMI2_SUCCESS)
+                return rc;
+            size_t vn = 0;
+            const char *v = fpmi_msg_get(&t->resp, "value", &vn);
+            const char *f = fpmi_msg_get(&t->resp, "found", NULL);
+            int ok = v != NULL && (f == NULL || strcmp(f, "TRUE") == 0);
+            if (ok && p == 0) { /* "<parts>.<hex>" */
+                char *dot = memchr(v, '.', vn);
+                parts = dot == NULL ? 0 : atoi(v);
+                ok = parts >= 1 && parts <= (2 * PMI2_MAX_VALLEN + AG_PART - 1) / AG_PART;
+                if (ok) {
+                    vn -= (size_t)(dot + 1 - v);
+                    v = dot + 1;
+                }
+            }
+            ok = ok && hn + vn < sizeof hex;
+            if (ok) {
+                memcpy(hex + hn, v, vn);
+                hn += vn;
+            }
             fpmi_treq_free(t);
-            seterr("allgather value of rank %d missing or malformed", r);
+            if (!ok) {
+                seterr("allgather value of rank %d missing or malformed (part %d)", r, p);
+                return PMI2_FAIL;
+            }
+        }
+        if (hn / 2 > PMI2_MAX_VALLEN || unhex(hex, hn, buf) != 0) {
+            seterr("allgather value of rank %d malformed", r);
             return PMI2_FAIL;
         }
-        rc = deliver(q, r, buf, hn / 2);
-        fpmi_treq_free(t);
+        int rc = deliver(q, r, buf, hn / 2);
         if (rc != PMI2_SUCCESS)
             return rc;
     }

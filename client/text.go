@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -23,7 +24,8 @@ import (
 //
 // Against fastpmi's agent (which announces fastpmi=1 in fullinit)
 // allgather, put hints and waiting gets are native; elsewhere allgather is
-// a put of the hex-encoded value, a fence and a get of every rank's key,
+// a put of the hex-encoded value (in parts a server's value limit takes,
+// putParts), a fence and a get of every rank's parts,
 // a waiting get polls, and Ring (unless the launcher is Slurm, whose
 // PMI-2 serves it) is a put, a fence and the two neighbours' gets.
 type textTransport struct {
@@ -149,12 +151,7 @@ func (t *textTransport) handshake() error {
 	return nil
 }
 
-func (t *textTransport) maxValue() int {
-	if t.ext {
-		return t.vmax
-	}
-	return t.vmax / 2 // hex-encoded in the fallback allgather
-}
+func (t *textTransport) maxValue() int { return t.vmax }
 
 // send writes one request with a fresh thrid and records it outstanding.
 func (t *textTransport) send(cmd string, pairs ...pmiwire.Pair) (*textReq, error) {
@@ -276,7 +273,15 @@ func (t *textTransport) startFence() (uint32, error) {
 func (t *textTransport) startAllgather(val []byte) (uint32, error) {
 	t.nAg++
 	if t.ext {
-		r, err := t.send("fastpmi-allgather", pmiwire.Pair{Key: "value", Val: string(val)})
+		// A value holding a NUL byte, which the wire does not carry,
+		// goes hex-encoded; hex=TRUE takes the values back so when any
+		// holds one (the agent's serveAllgather).
+		v, enc := string(val), "raw"
+		if bytes.IndexByte(val, 0) >= 0 {
+			v, enc = hex.EncodeToString(val), "hex"
+		}
+		r, err := t.send("fastpmi-allgather", pmiwire.Pair{Key: "value", Val: v}, pmiwire.Pair{Key: "valenc", Val: enc},
+			pmiwire.Pair{Key: "hex", Val: "TRUE"})
 		if err != nil {
 			return 0, err
 		}
@@ -284,18 +289,31 @@ func (t *textTransport) startAllgather(val []byte) (uint32, error) {
 			if r.err != nil {
 				return
 			}
+			asHex := false
+			if e, _ := r.resp.Get("enc"); e == "hex" {
+				asHex = true
+			}
 			r.vals = make([][]byte, t.info.Size)
 			for i := range r.vals {
 				v, _ := r.resp.Get("v" + strconv.Itoa(i))
-				r.vals[i] = []byte(v)
+				if !asHex {
+					r.vals[i] = []byte(v)
+					continue
+				}
+				b, err := hex.DecodeString(v)
+				if err != nil {
+					r.err = fmt.Errorf("allgather value of rank %d: %w", i, err)
+					return
+				}
+				r.vals[i] = b
 			}
 		}
 		t.colls[r.id] = r
 		return r.id, nil
 	}
-	// Plain PMI-2: put, fence now; the gets follow when the fence is done.
-	key := fmt.Sprintf("fastpmi-ag-%d-%d", t.nAg, t.info.Rank)
-	if err := t.put(key, []byte(hex.EncodeToString(val)), HintNone); err != nil {
+	// Plain PMI-2: put, fence now; the gets follow when the fence is
+	// done.
+	if err := t.putParts(fmt.Sprintf("fastpmi-ag-%d-%d", t.nAg, t.info.Rank), val); err != nil {
 		return 0, err
 	}
 	r, err := t.send("kvs-fence")
@@ -324,16 +342,67 @@ func (t *textTransport) done(id uint32) (bool, error) {
 	return true, r.err
 }
 
+// hexPart is how many hex digits of a value one key holds when a value
+// travels through a plain PMI-2 server's KVS (the fallback allgather and
+// ring): with the first part's count prefix, within a PMI-2 value's 1024
+// bytes. libfastpmi cuts its fallback allgather's values the same way.
+const hexPart = 1000
+
+// partKey names part p of a value put under key.
+func partKey(key string, p int) string {
+	if p == 0 {
+		return key
+	}
+	return key + "-" + strconv.Itoa(p)
+}
+
+// putParts puts val under key through a plain PMI-2 server: hex-encoded
+// (the wire carries no NUL byte), in parts the server's value limit
+// takes, the first saying how many ("N.hex").
+func (t *textTransport) putParts(key string, val []byte) error {
+	h := hex.EncodeToString(val)
+	parts := max(1, (len(h)+hexPart-1)/hexPart)
+	for p := range parts {
+		part := h[p*hexPart : min(len(h), (p+1)*hexPart)]
+		if p == 0 {
+			part = strconv.Itoa(parts) + "." + part
+		}
+		if err := t.put(partKey(key, p), []byte(part), HintNone); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// getParts reads what rank src put with putParts under key.
+func (t *textTransport) getParts(ctx context.Context, key string, src int) ([]byte, error) {
+	var h strings.Builder
+	for p, parts := 0, 1; p < parts; p++ {
+		g, err := t.call(ctx, "kvs-get", pmiwire.Pair{Key: "jobid", Val: ""},
+			pmiwire.Pair{Key: "srcid", Val: strconv.Itoa(src)}, pmiwire.Pair{Key: "key", Val: partKey(key, p)})
+		if err != nil {
+			return nil, err
+		}
+		if f, _ := g.resp.Get("found"); f != "TRUE" {
+			return nil, fmt.Errorf("part %d: %w", p, ErrNotFound)
+		}
+		part, _ := g.resp.Get("value")
+		if p == 0 {
+			n, rest, ok := strings.Cut(part, ".")
+			if parts, err = strconv.Atoi(n); !ok || err != nil || parts < 1 || parts > (2*pmiwire.ValLenMax+hexPart-1)/hexPart {
+				return nil, fmt.Errorf("malformed first part %.20q", part)
+			}
+			part = rest
+		}
+		h.WriteString(part)
+	}
+	return hex.DecodeString(h.String())
+}
+
 func (t *textTransport) fetchAll(r *textReq) error {
 	vals := make([][]byte, t.info.Size)
 	for i := range vals {
-		key := fmt.Sprintf("fastpmi-ag-%d-%d", r.agNum, i)
-		g, err := t.call(context.Background(), "kvs-get", pmiwire.Pair{Key: "jobid", Val: ""}, pmiwire.Pair{Key: "srcid", Val: strconv.Itoa(i)}, pmiwire.Pair{Key: "key", Val: key})
-		if err != nil {
-			return err
-		}
-		hv, _ := g.resp.Get("value")
-		v, err := hex.DecodeString(hv)
+		v, err := t.getParts(context.Background(), fmt.Sprintf("fastpmi-ag-%d-%d", r.agNum, i), i)
 		if err != nil {
 			return fmt.Errorf("allgather value of rank %d: %w", i, err)
 		}
@@ -419,13 +488,13 @@ func (t *textTransport) ring(ctx context.Context, val []byte) (RingResult, error
 }
 
 // ringByKVS is Ring for launchers without the ring command: every rank
-// puts its value (hex, as the fallback allgather), fences, and gets its
-// neighbours' values. The ring position is the rank.
+// puts its value (in parts, as the fallback allgather), fences, and gets
+// its neighbours' values. The ring position is the rank.
 func (t *textTransport) ringByKVS(ctx context.Context, val []byte) (RingResult, error) {
 	t.nRing++
 	key := func(r int) string { return fmt.Sprintf("fastpmi-ring-%d-%d", t.nRing, r) }
 	me, n := t.info.Rank, t.info.Size
-	if err := t.put(key(me), []byte(hex.EncodeToString(val)), HintNone); err != nil {
+	if err := t.putParts(key(me), val); err != nil {
 		return RingResult{}, err
 	}
 	if _, err := t.call(ctx, "kvs-fence"); err != nil {
@@ -436,17 +505,11 @@ func (t *textTransport) ringByKVS(ctx context.Context, val []byte) (RingResult, 
 		r   int
 		dst *[]byte
 	}{{(me - 1 + n) % n, &res.Left}, {(me + 1) % n, &res.Right}} {
-		g, err := t.call(ctx, "kvs-get", pmiwire.Pair{Key: "jobid", Val: ""}, pmiwire.Pair{Key: "srcid", Val: strconv.Itoa(nb.r)}, pmiwire.Pair{Key: "key", Val: key(nb.r)})
+		v, err := t.getParts(ctx, key(nb.r), nb.r)
 		if err != nil {
-			return RingResult{}, err
-		}
-		if f, _ := g.resp.Get("found"); f != "TRUE" {
-			return RingResult{}, fmt.Errorf("ring value of rank %d: %w", nb.r, ErrNotFound)
-		}
-		hv, _ := g.resp.Get("value")
-		if *nb.dst, err = hex.DecodeString(hv); err != nil {
 			return RingResult{}, fmt.Errorf("ring value of rank %d: %w", nb.r, err)
 		}
+		*nb.dst = v
 	}
 	return res, nil
 }

@@ -31,6 +31,10 @@
  *                               both), then all fence: "r=<rank> after rc=<rc>"
  *   fastpmi_scenario longname   attribute and service names of 70000 bytes
  *                               are refused; then a fence: "r=<rank> longname ok"
+ *   fastpmi_scenario agbig      allgathers of the largest values: 1023
+ *                               bytes (PMIX_Allgather) and 1024 bytes with
+ *                               NUL bytes (PMIX_Allgather_view), every
+ *                               rank's checked: "r=<rank> agbig ok"
  *
  * A failed call prints to stderr and exits 1. */
 #include <pthread.h>
@@ -164,6 +168,45 @@ static int agmany(int size)
     return 0;
 }
 
+/* bigval is rank r's value of n bytes for agbig: NUL bytes included
+ * when bin. */
+static void bigval(char *v, int r, int n, int bin)
+{
+    for (int i = 0; i < n; i++)
+        v[i] = bin ? (char)((r * 7 + i) % 256) : (char)('a' + (r + i) % 26);
+}
+
+/* agbig: the largest values PMIX_Allgather and PMIX_Allgather_view take,
+ * over every transport (the emulation under plain PMI-2 servers too). */
+static int agbig(int size)
+{
+    char *buf = calloc((size_t)size, PMIX_MAX_VALLEN), v[PMIX_MAX_VALLEN + 1], w[PMIX_MAX_VALLEN + 1];
+    bigval(v, me, PMIX_MAX_VALLEN - 1, 0);
+    v[PMIX_MAX_VALLEN - 1] = '\0';
+    check(PMIX_Allgather(v, buf), "PMIX_Allgather (1023 bytes)");
+    for (int r = 0; r < size; r++) {
+        bigval(w, r, PMIX_MAX_VALLEN - 1, 0);
+        w[PMIX_MAX_VALLEN - 1] = '\0';
+        if (memcmp(buf + (size_t)r * PMIX_MAX_VALLEN, w, PMIX_MAX_VALLEN) != 0)
+            check(-1, "agbig: a value of 1023 bytes");
+    }
+    PMIX_View view;
+    bigval(v, me, PMIX_MAX_VALLEN, 1);
+    check(PMIX_Allgather_view(v, PMIX_MAX_VALLEN, &view), "PMIX_Allgather_view (1024 bytes)");
+    for (int r = 0; r < size; r++) {
+        const char *got;
+        int n;
+        check(PMIX_View_get(&view, r, &got, &n), "PMIX_View_get");
+        bigval(w, r, PMIX_MAX_VALLEN, 1);
+        if (n != PMIX_MAX_VALLEN || memcmp(got, w, PMIX_MAX_VALLEN) != 0)
+            check(-1, "agbig: a view of 1024 bytes");
+    }
+    free(buf);
+    printf("r=%d agbig ok\n", me);
+    check(PMI2_Finalize(), "PMI2_Finalize");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int spawned, size, appnum, found, rc;
@@ -198,6 +241,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "agmany") == 0)
         return agmany(size);
+    if (strcmp(mode, "agbig") == 0)
+        return agbig(size);
     if (strcmp(mode, "skipfailed") == 0) {
         int len;
         setvbuf(stdout, NULL, _IONBF, 0);

@@ -379,6 +379,17 @@ func TestCLibHydra(t *testing.T) {
 			}
 		}
 	}
+	// The largest values, binary ones included, through Hydra's KVS
+	// (hex-encoded, cut into keys Hydra takes).
+	out, err = hydraRun(prog("fastpmi_scenario"), "agbig")
+	if err != nil {
+		t.Fatalf("fastpmi_scenario agbig under Hydra: %v", err)
+	}
+	for r := range 4 {
+		if want := fmt.Sprintf("r=%d agbig ok", r); !slices.Contains(lines(out), want) {
+			t.Errorf("under Hydra no line %q\n%s", want, out)
+		}
+	}
 }
 
 // Across test hosts: each node's ranks on its own segment.
@@ -439,7 +450,8 @@ func TestNetnsSlurmCLib(t *testing.T) {
 }
 
 // libfastpmi at the edges of its promises, each a scenario mode: any
-// number of outstanding iallgathers waited for oldest first; an abort
+// number of outstanding iallgathers waited for oldest first; allgathers
+// of the largest values, NUL bytes included, on every transport; an abort
 // from a thread while another waits in a fence ends the job at once; an
 // atexit handler calling the library after an abort does not hang; after
 // the deadlock check failed an epoch a rank never entered, its next fence
@@ -486,6 +498,23 @@ func TestCLibEdges(t *testing.T) {
 			for _, want := range []string{fmt.Sprintf("r=%d failed rc=1", rank), fmt.Sprintf("r=%d after rc=0", rank)} {
 				if !slices.Contains(lines(r.stdout), want) {
 					t.Errorf("no line %q\n%s", want, r)
+				}
+			}
+		}
+	})
+	t.Run("agbig", func(t *testing.T) {
+		// The largest values, binary ones included, over shared memory
+		// and over the text protocol (fastpmi's allgather extension).
+		for _, tr := range []string{"shm", "pmi2"} {
+			args := libArgs(t, false, tr)
+			if tr == "pmi2" {
+				args = append(args, "--no-shm")
+			}
+			r := run(t, job{args: append(args, "-n", "3", prog("fastpmi_scenario"), "agbig"), timeout: 40 * time.Second})
+			r.wantCode(t, 0)
+			for rank := range 3 {
+				if !slices.Contains(lines(r.stdout), fmt.Sprintf("r=%d agbig ok", rank)) {
+					t.Errorf("%s: rank %d did not report\n%s", tr, rank, r)
 				}
 			}
 		}

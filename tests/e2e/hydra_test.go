@@ -33,12 +33,13 @@ func hydra(t *testing.T, n int, argv ...string) string {
 	return string(out)
 }
 
-// Under Hydra the Go client learns the job's id (not "singleton") and
-// Ring works (Hydra has no ring command: the client falls back to
-// put/fence/get instead of making Hydra abort the job).
+// Under Hydra the Go client learns the job's id (not "singleton"), and
+// Ring and Allgather work (Hydra has neither: the client falls back to
+// put/fence/get instead of making Hydra abort the job), the allgather
+// with the largest binary value (it is cut into keys Hydra takes).
 func TestGoClientUnderHydra(t *testing.T) {
 	out := hydra(t, 4, prog("jobinfo"))
-	re := regexp.MustCompile(`(?m)^jobinfo rank=(\d) size=4 jobid=(\S+) transport=pmi2 ring=(\d) left=v(\d) right=v(\d)$`)
+	re := regexp.MustCompile(`(?m)^jobinfo rank=(\d) size=4 jobid=(\S+) transport=pmi2 ring=(\d) left=v(\d) right=v(\d) allgather=ok$`)
 	ms := re.FindAllStringSubmatch(out, -1)
 	if len(ms) != 4 {
 		t.Fatalf("want 4 jobinfo lines, got:\n%s", out)
@@ -62,4 +63,25 @@ func atoi(s string) int {
 	var n int
 	fmt.Sscan(s, &n)
 	return n
+}
+
+// The same program under pmirun: over shared memory, and over the text
+// protocol, where fastpmi's allgather extension carries the binary values
+// (hex-encoded, as the wire carries no NUL byte), on one node and two.
+func TestGoClientBinaryAllgather(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		transport string
+	}{
+		{nil, "shm"},
+		{[]string{"--no-shm"}, "pmi2"},
+		{[]string{"--no-shm", "--bootstrap", "loopback", "--nodes", "2"}, "pmi2"},
+	} {
+		r := run(t, job{args: append(c.args, "-n", "4", prog("jobinfo"))})
+		r.wantCode(t, 0)
+		want := regexp.MustCompile(`(?m)^jobinfo rank=\d size=4 jobid=\S+ transport=` + c.transport + ` ring=\d left=v\d right=v\d allgather=ok$`)
+		if got := len(want.FindAllString(r.stdout, -1)); got != 4 {
+			t.Errorf("%v: %d of 4 ranks report the allgather of binary values\n%s", c.args, got, r)
+		}
+	}
 }
