@@ -66,7 +66,7 @@ static struct {
     char jobid[256];
     int ext;   /* T_TEXT: the launcher answers fastpmi's extensions */
     int nag;   /* T_TEXT without extensions: allgathers emulated so far */
-    struct kv *kvs, *nodeattrs; /* T_SINGLETON */
+    struct kv *kvs, *nodeattrs, *names; /* T_SINGLETON: process-local */
     struct tview *views[2];     /* T_TEXT, and T_SHM views copied out: the last two */
     int nviews;
     struct PMIX_Request_s *pending; /* T_SHM: allgathers not yet waited for, oldest first */
@@ -86,7 +86,7 @@ struct PMIX_Request_s {
     void *buffer;           /* allgather destination */
     struct tview *view;     /* allgather into a view instead of a buffer */
     PMIX_View *outview;     /* a zero-copy allgather's view, filled at completion */
-    const char *sval;       /* T_SINGLETON allgather value */
+    char *sval;             /* T_SINGLETON allgather value, a copy */
     size_t slen;
     /* T_SHM allgather: in g.pending until harvested or waited for. Its
      * results sit in the segment's two-deep result array only until the
@@ -842,7 +842,11 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
         }
         return PMI2_SUCCESS;
     default:
-        q->sval = v;
+        /* Copied, as the other transports take the value at the start:
+         * the caller may change or free it before PMIX_Wait. */
+        if ((q->sval = malloc(n + 1)) == NULL)
+            return PMI2_ERR_NOMEM;
+        memcpy(q->sval, v, n);
         q->slen = n;
         return PMI2_SUCCESS;
     }
@@ -1021,6 +1025,7 @@ static void q_free(struct PMIX_Request_s *q)
 {
     if (q->tr != NULL)
         fpmi_treq_free(q->tr);
+    free(q->sval);
     free(q);
 }
 
@@ -1363,8 +1368,11 @@ EXPORT int PMI2_Nameserv_publish(const char service_name[], const struct MPID_In
         RETURN(PMI2_ERR_INVALID_LENGTH);
     if (g.kind == T_SHM)
         RETURN(names_shm(FPMI_OP_PUBLISH, service_name, port, NULL, 0));
-    if (g.kind == T_SINGLETON)
-        RETURN(PMI2_FAIL);
+    if (g.kind == T_SINGLETON) { /* a name service of its own, as the Go client's */
+        if (*kv_find(&g.names, service_name) != NULL)
+            RETURN(PMI2_FAIL); /* published already */
+        RETURN(kv_set(&g.names, service_name, port, strlen(port)));
+    }
     fpmi_buf_start(&wb, "name-publish");
     fpmi_buf_pairs(&wb, "name", service_name);
     fpmi_buf_pairs(&wb, "port", port);
@@ -1385,8 +1393,12 @@ EXPORT int PMI2_Nameserv_lookup(const char service_name[], const struct MPID_Inf
         RETURN(PMI2_ERR_INVALID_LENGTH);
     if (g.kind == T_SHM)
         RETURN(names_shm(FPMI_OP_LOOKUP, service_name, NULL, port, portLen));
-    if (g.kind == T_SINGLETON)
-        RETURN(PMI2_FAIL);
+    if (g.kind == T_SINGLETON) {
+        struct kv *e = *kv_find(&g.names, service_name);
+        if (e == NULL)
+            RETURN(PMI2_FAIL);
+        RETURN(copy_out(port, portLen, e->val, strlen(e->val)) == 0 ? PMI2_SUCCESS : PMI2_ERR_INVALID_LENGTH);
+    }
     fpmi_buf_start(&wb, "name-lookup");
     fpmi_buf_pairs(&wb, "name", service_name);
     struct fpmi_treq *r;
@@ -1417,8 +1429,16 @@ EXPORT int PMI2_Nameserv_unpublish(const char service_name[], const struct MPID_
         RETURN(PMI2_ERR_INVALID_LENGTH);
     if (g.kind == T_SHM)
         RETURN(names_shm(FPMI_OP_UNPUBLISH, service_name, NULL, NULL, 0));
-    if (g.kind == T_SINGLETON)
-        RETURN(PMI2_FAIL);
+    if (g.kind == T_SINGLETON) {
+        struct kv **p = kv_find(&g.names, service_name), *e = *p;
+        if (e == NULL)
+            RETURN(PMI2_FAIL);
+        *p = e->next;
+        free(e->key);
+        free(e->val);
+        free(e);
+        RETURN(PMI2_SUCCESS);
+    }
     fpmi_buf_start(&wb, "name-unpublish");
     fpmi_buf_pairs(&wb, "name", service_name);
     struct fpmi_treq *r;

@@ -349,6 +349,7 @@ int main(int argc, char **argv)
     snprintf(val, sizeof val, "iag-%d", me);
     memset(buf, 'X', (size_t)size * PMIX_MAX_VALLEN);
     check(PMIX_Iallgather(val, buf, &ag), "PMIX_Iallgather");
+    strcpy(val, "changed"); /* the value was taken at the start */
     check(PMIX_Wait(ag), "PMIX_Wait(iallgather)");
     check(PMIX_Wait(fence), "PMIX_Wait(ifence)");
     joined("iallgather", buf, size);

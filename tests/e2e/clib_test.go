@@ -240,6 +240,22 @@ func TestCLibConformance(t *testing.T) {
 			}
 		})
 	}
+	// Without a launcher, each is a singleton with a process-local KVS
+	// and name service: the same lines again.
+	t.Run("singleton", func(t *testing.T) {
+		goOut, err := runOther([]string{prog("conform")})
+		if err != nil {
+			t.Fatalf("the Go client as a singleton: %v", err)
+		}
+		cOut, err := runOther([]string{prog("fastpmi_scenario")}, "LD_LIBRARY_PATH="+filepath.Join(binDir, "lib"))
+		if err != nil {
+			t.Fatalf("libfastpmi as a singleton: %v", err)
+		}
+		gl, cl := sortedLines(goOut), sortedLines(cOut)
+		if !slices.Equal(gl, cl) || !slices.Contains(cl, "r=0 lookup rc=0 port-0") || !slices.Contains(cl, "r=0 iallgather iag-0") {
+			t.Errorf("the Go client and libfastpmi disagree as singletons\n--- Go:\n%s\n--- C:\n%s", strings.Join(gl, "\n"), strings.Join(cl, "\n"))
+		}
+	})
 }
 
 // Abort through either ends the job alike; PMI2_Job_Spawn through the
