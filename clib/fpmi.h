@@ -123,7 +123,8 @@ int fpmi_shm_result(struct fpmi_shm *s, int g, uint32_t epoch, const char **v, s
 int fpmi_shm_lookup(struct fpmi_shm *s, const char *key, size_t klen, const char **v, size_t *n);
 /* fpmi_shm_call sends a request (payload a then b) and waits for its
  * response: status FPMI_STATUS_*, the payload copied into the handle's
- * buffer (valid until the next call). */
+ * buffer (valid until the next call). It returns 0, 1 if the agent
+ * refused the request (its reason in err), or -1 if the exchange failed. */
 int fpmi_shm_call(struct fpmi_shm *s, uint16_t op, uint16_t flags, const void *a, size_t an, const void *b, size_t bn,
                   uint16_t *status, const char **resp, size_t *rlen, char *err, size_t errlen);
 /* fpmi_shm_abort may be called without the API's mutex (PMI2_Abort): it

@@ -172,8 +172,9 @@ static void set_jobid(const char *id) { (void)copy_out(g.jobid, (int)sizeof g.jo
 
 static struct fpmi_buf wb;
 
-/* tcall sends wb (started with cmd) and waits; the PMI-2 rc: the
- * server's rc, or PMI2_FAIL if the connection failed. */
+/* tcall sends wb (started with cmd) and waits: PMI2_SUCCESS,
+ * PMI2_ERR_OTHER if the server refused it, or PMI2_FAIL if the connection
+ * failed. */
 static int tcall(const char *cmd, struct fpmi_treq **out)
 {
     struct fpmi_treq *r;
@@ -187,11 +188,13 @@ static int tcall(const char *cmd, struct fpmi_treq **out)
         return PMI2_FAIL;
     }
     if (r->rc != 0) {
+        /* The server's rc is a wire code, not a PMI2_ERR_* (Hydra's 1 is
+         * not PMI2_ERR_INIT): a refusal is PMI2_ERR_OTHER, as Slurm's
+         * library returns. */
         const char *m = fpmi_msg_get(&r->resp, "errmsg", NULL);
         seterr("%s failed (rc=%d): %s", cmd, r->rc, m ? m : "");
-        int rc = r->rc;
         fpmi_treq_free(r);
-        return rc;
+        return PMI2_ERR_OTHER;
     }
     *out = r;
     return PMI2_SUCCESS;
@@ -532,7 +535,9 @@ EXPORT int PMI2_Job_GetId(char jobid[], int jobid_size)
     NEED_INIT();
     if (jobid == NULL)
         RETURN(PMI2_ERR_INVALID_ARG);
-    RETURN(copy_out(jobid, jobid_size, g.jobid, strlen(g.jobid)) == 0 ? PMI2_SUCCESS : PMI2_ERR_INVALID_LENGTH);
+    /* Cut to fit, and a success, as Slurm's library does. */
+    (void)copy_out(jobid, jobid_size, g.jobid, strlen(g.jobid));
+    RETURN(PMI2_SUCCESS);
 }
 
 EXPORT int PMI2_Job_GetRank(int *rank)
@@ -1089,9 +1094,9 @@ static int get_locked(int src, const char *key, char *value, int maxvalue, int *
             seterr("get %s: %s", key, g.err);
             return PMI2_FAIL;
         }
-        if (st == FPMI_STATUS_NOT_FOUND) {
+        if (st == FPMI_STATUS_NOT_FOUND) { /* PMI2_ERR_OTHER, as Slurm's library */
             seterr("get %s: not found", key);
-            return PMI2_FAIL;
+            return PMI2_ERR_OTHER;
         }
         break;
     }
@@ -1115,7 +1120,7 @@ static int get_locked(int src, const char *key, char *value, int maxvalue, int *
             r = NULL;
             if (!wait || g.ext) {
                 seterr("get %s: not found", key);
-                return PMI2_FAIL;
+                return PMI2_ERR_OTHER;
             }
             usleep(1000); /* a foreign launcher cannot park the get: poll */
         }
@@ -1123,7 +1128,7 @@ static int get_locked(int src, const char *key, char *value, int maxvalue, int *
     default: {
         struct kv **p = kv_find(&g.kvs, key);
         if (*p == NULL)
-            return PMI2_FAIL;
+            return PMI2_ERR_OTHER;
         v = (*p)->val;
         n = strlen(v);
     }
@@ -1344,16 +1349,16 @@ static int names_shm(uint16_t op, const char *name, const char *port, char *out,
     } else {
         rc = fpmi_shm_call(g.shm, op, 0, name, nl, NULL, 0, &st, &v, &n, g.err, sizeof g.err);
     }
-    if (rc != 0) {
+    if (rc != 0) { /* refused by the agent (1): PMI2_ERR_OTHER, as tcall */
         seterr("%s: %s", name, g.err);
-        return PMI2_FAIL;
+        return rc == 1 ? PMI2_ERR_OTHER : PMI2_FAIL;
     }
-    if (st != FPMI_STATUS_OK) {
+    if (st != FPMI_STATUS_OK) { /* refused by the agent: as tcall */
         seterr("%s: not published", name);
-        return PMI2_FAIL;
+        return PMI2_ERR_OTHER;
     }
-    if (out != NULL && copy_out(out, outlen, v, n) != 0)
-        return PMI2_ERR_INVALID_LENGTH;
+    if (out != NULL)
+        (void)copy_out(out, outlen, v, n); /* cut to fit, as the text path */
     return PMI2_SUCCESS;
 }
 
@@ -1397,7 +1402,8 @@ EXPORT int PMI2_Nameserv_lookup(const char service_name[], const struct MPID_Inf
         struct kv *e = *kv_find(&g.names, service_name);
         if (e == NULL)
             RETURN(PMI2_FAIL);
-        RETURN(copy_out(port, portLen, e->val, strlen(e->val)) == 0 ? PMI2_SUCCESS : PMI2_ERR_INVALID_LENGTH);
+        (void)copy_out(port, portLen, e->val, strlen(e->val)); /* cut to fit, as the text path */
+        RETURN(PMI2_SUCCESS);
     }
     fpmi_buf_start(&wb, "name-lookup");
     fpmi_buf_pairs(&wb, "name", service_name);
@@ -1413,9 +1419,9 @@ EXPORT int PMI2_Nameserv_lookup(const char service_name[], const struct MPID_Inf
         fpmi_treq_free(r);
         RETURN(PMI2_FAIL);
     }
-    rc = copy_out(port, portLen, v, n) == 0 ? PMI2_SUCCESS : PMI2_ERR_INVALID_LENGTH;
+    (void)copy_out(port, portLen, v, n); /* cut to fit, and a success, as Slurm's library does */
     fpmi_treq_free(r);
-    RETURN(rc);
+    RETURN(PMI2_SUCCESS);
 }
 
 EXPORT int PMI2_Nameserv_unpublish(const char service_name[], const struct MPID_Info *info_ptr)
@@ -1483,8 +1489,10 @@ EXPORT int PMIX_Ring(const char value[], int *rank, int *ranks, char left[], cha
             RETURN(PMI2_FAIL);
         *rank = (int)pos;
         *ranks = (int)size;
-        int t = copy_out(left, maxvalue, p + 12, ln) | copy_out(right, maxvalue, p + 12 + ln, n - 12 - ln);
-        RETURN(t ? PMI2_ERR_INVALID_LENGTH : PMI2_SUCCESS);
+        /* Cut to fit, and a success, as Slurm's library and the singleton. */
+        (void)copy_out(left, maxvalue, p + 12, ln);
+        (void)copy_out(right, maxvalue, p + 12 + ln, n - 12 - ln);
+        RETURN(PMI2_SUCCESS);
     }
     fpmi_buf_start(&wb, "ring");
     fpmi_buf_pairs(&wb, "ring-count", "1");
@@ -1503,9 +1511,10 @@ EXPORT int PMIX_Ring(const char value[], int *rank, int *ranks, char left[], cha
     }
     *rank = atoi(c);
     *ranks = g.size;
-    int t = copy_out(left, maxvalue, l, ln) | copy_out(right, maxvalue, rt, rn);
+    (void)copy_out(left, maxvalue, l, ln); /* cut to fit, as above */
+    (void)copy_out(right, maxvalue, rt, rn);
     fpmi_treq_free(r);
-    RETURN(t ? PMI2_ERR_INVALID_LENGTH : PMI2_SUCCESS);
+    RETURN(PMI2_SUCCESS);
 }
 
 /* ---- extensions -------------------------------------------------------- */

@@ -601,8 +601,10 @@ int fpmi_shm_call(struct fpmi_shm *s, uint16_t op, uint16_t flags, const void *a
     }
     if (s->resp_op != op)
         return fail(err, errlen, "response op %u to request op %u", s->resp_op, op);
-    if (s->resp_flags == FPMI_STATUS_ERROR)
-        return fail(err, errlen, "%s", s->buf);
+    if (s->resp_flags == FPMI_STATUS_ERROR) {
+        fail(err, errlen, "%s", s->buf);
+        return 1; /* refused by the agent */
+    }
     *status = s->resp_flags;
     *resp = s->buf;
     *rlen = s->buf_len;

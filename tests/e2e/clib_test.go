@@ -356,6 +356,30 @@ func runOther(argv []string, env ...string) (string, error) {
 	return out.String(), nil
 }
 
+// The same program gives the same return codes and results with Slurm's
+// library and with libfastpmi, on either transport, at the edges where
+// they differed: buffers too small for a job id, a value, a port or ring
+// values (cut, and a success), a key or a name nobody put or published, a
+// name published twice (PMI2_ERR_OTHER, a refusal).
+func TestCLibReturnCodes(t *testing.T) {
+	slurm := run(t, job{args: []string{"--no-shm", "-n", "2", prog("pmi2_codes")}})
+	slurm.wantCode(t, 0)
+	if len(lines(slurm.stdout)) != 10 || !strings.Contains(slurm.stdout, "publish again rc=14") {
+		t.Fatalf("Slurm's library: %d lines, want 10\n%s", len(lines(slurm.stdout)), slurm)
+	}
+	for _, tr := range []string{"shm", "pmi2"} {
+		args := libArgs(t, false, tr)
+		if tr == "pmi2" {
+			args = append(args, "--no-shm")
+		}
+		ours := run(t, job{args: append(args, "-n", "2", prog("pmi2_codes"))})
+		ours.wantCode(t, 0)
+		if ours.stdout != slurm.stdout {
+			t.Errorf("libfastpmi over %s and Slurm's library disagree\n--- Slurm's:\n%s--- libfastpmi:\n%s", tr, slurm.stdout, ours.stdout)
+		}
+	}
+}
+
 // Under Debian's Hydra (no segment): the text protocol, with the
 // extensions emulated by put/fence/get.
 func TestCLibHydra(t *testing.T) {

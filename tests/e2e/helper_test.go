@@ -66,6 +66,7 @@ var cprogs = []struct {
 	{"pmi2_appnum", []string{"gcc"}, []string{"-lpmi2"}, ""},
 	{"pmi2_spawnbench", []string{"gcc"}, []string{"-lpmi2"}, ""},
 	{"pmi2_cost", []string{"gcc"}, []string{"-lpmi2", "-ldl"}, ""},
+	{"pmi2_codes", []string{"gcc"}, []string{"-lpmi2"}, ""},
 	{"pmix_bench", []string{"gcc"}, nil, ""},  // with pkgConfig's flags
 	{"pmix_dmodex", []string{"gcc"}, nil, ""}, // with pkgConfig's flags
 	{"pmix_spawn", []string{"gcc"}, nil, ""},  // with pkgConfig's flags

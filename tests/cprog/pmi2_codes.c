@@ -1,0 +1,57 @@
+/* pmi2_codes: the return codes and results of Slurm's libpmi2 calls at
+ * their edges, one line each, so that the same binary run with Slurm's
+ * library and with libfastpmi can be compared line for line: a job id
+ * cut to a small buffer, a key nobody put, a value cut to a small
+ * buffer, a name published twice, looked up into a small buffer, looked
+ * up and withdrawn when nobody published it, ring values cut to a small
+ * buffer. Rank 0 prints; every rank
+ * takes part in the fences. Built against Slurm's header and library. */
+#include <stdio.h>
+#include <string.h>
+
+#include <slurm/pmi2.h>
+
+int main(void)
+{
+    int spawned, size, rank, appnum, rc, len;
+    char small[4], val[PMI2_MAX_VALLEN + 1], port[8];
+
+    if (PMI2_Init(&spawned, &size, &rank, &appnum) != PMI2_SUCCESS) {
+        fprintf(stderr, "pmi2_codes: PMI2_Init failed\n");
+        return 1;
+    }
+    if (rank == 0) {
+        rc = PMI2_Job_GetId(small, sizeof small);
+        printf("getid(4) rc=%d len=%zu\n", rc, strnlen(small, sizeof small));
+    }
+    snprintf(val, sizeof val, "value-of-%d", rank);
+    PMI2_KVS_Put(rank == 0 ? "codes-key" : "codes-other", val);
+    PMI2_KVS_Fence();
+    if (rank == 0) {
+        len = 0;
+        rc = PMI2_KVS_Get(NULL, PMI2_ID_NULL, "codes-missing", val, sizeof val, &len);
+        printf("get missing rc=%d\n", rc);
+        len = 0;
+        rc = PMI2_KVS_Get(NULL, 0, "codes-key", small, sizeof small, &len);
+        printf("get cut rc=%d vallen=%d '%.3s'\n", rc, len, small);
+        printf("publish rc=%d\n", PMI2_Nameserv_publish("codes-svc", NULL, "port-long-name"));
+        printf("publish again rc=%d\n", PMI2_Nameserv_publish("codes-svc", NULL, "port-2"));
+        memset(port, 0, sizeof port);
+        rc = PMI2_Nameserv_lookup("codes-svc", NULL, port, 5);
+        printf("lookup cut rc=%d '%s'\n", rc, port);
+        printf("unpublish rc=%d\n", PMI2_Nameserv_unpublish("codes-svc", NULL));
+        printf("lookup missing rc=%d\n", PMI2_Nameserv_lookup("codes-svc", NULL, port, sizeof port));
+        printf("unpublish missing rc=%d\n", PMI2_Nameserv_unpublish("codes-svc", NULL));
+    }
+    {
+        int pos, n;
+        char left[4], right[4];
+        snprintf(val, sizeof val, "ring-value-%d", rank);
+        rc = PMIX_Ring(val, &pos, &n, left, right, sizeof left);
+        if (rank == 0)
+            printf("ring cut rc=%d pos=%d size=%d '%s' '%s'\n", rc, pos, n, left, right);
+    }
+    PMI2_KVS_Fence();
+    PMI2_Finalize();
+    return 0;
+}
