@@ -71,7 +71,7 @@ func TestShmScribbler(t *testing.T) {
 			t.Errorf("region %s: exit code %d, want a failure other than the timeout\n%s", tc.region, r.code, r)
 		}
 		if tc.msg == "" {
-			tc.msg = `\brank \d+ (exited|sent malformed|killed)|PMI protocol error`
+			tc.msg = `\brank \d+ (exited|broke the PMI protocol|killed)|PMI protocol error`
 		}
 		r.wantMessage(t, tc.msg)
 		r.wantFaster(t, scribbleBound)

@@ -102,7 +102,7 @@ printf 'cmd=barrier_in\n' >&$PMI_FD; read -r l <&$PMI_FD; echo "released $PMI_RA
 	}, code: -3, msg: `\bnode \d+\b.*\b(lost|exited before connecting)\b|\brank \d+\b`},
 	{name: "shm scribbler", args: func(r *rand.Rand, size int) []string {
 		return []string{prog("scribbler"), "-target", n(r.IntN(size)), "-seed", n(r.IntN(1000)), "-stores", n(1 + r.IntN(128))}
-	}, code: -2, msg: `\brank \d+ (exited|sent malformed|killed)|PMI protocol error`},
+	}, code: -2, msg: `\brank \d+ (exited|broke the PMI protocol|killed)|PMI protocol error`},
 }
 
 // soakBound is how soon every soak job must end: the 2 s --timeout of the
