@@ -420,10 +420,7 @@ func TestMalformedAbort(t *testing.T) {
 		want string
 	}{
 		{func(c *wireClient) {
-			c.v1("cmd=init pmi_version=2 pmi_subversion=0")
-			c.read()
-			c.v2("cmd=fullinit;pmirank=0;")
-			c.read()
+			initV2(t, []*wireClient{c})
 			c.v2("cmd=abort;exitcode=7;message=Fatal error in PMPI_Send: Invalid rank; aborting job;")
 		}, "0:7:Fatal error in PMPI_Send: Invalid rank (the rest of the abort request was malformed: field without '=')"},
 		{func(c *wireClient) {

@@ -721,6 +721,21 @@ static const char hexdig[] = "0123456789abcdef";
  * holds (with the first part's count prefix, within PMI2_MAX_VALLEN). */
 #define AG_PART 1000
 
+/* tohex returns v[n] hex-encoded, NUL-terminated, in memory the caller
+ * frees; NULL if out of memory. */
+static char *tohex(const char *v, size_t n)
+{
+    char *hex = malloc(2 * n + 1);
+    if (hex == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        hex[2 * i] = hexdig[(unsigned char)v[i] >> 4];
+        hex[2 * i + 1] = hexdig[(unsigned char)v[i] & 15];
+    }
+    hex[2 * n] = '\0';
+    return hex;
+}
+
 /* ag_key names part p of rank r's value in emulated allgather agnum. */
 static void ag_key(char *key, size_t cap, int agnum, int r, int p)
 {
@@ -796,13 +811,9 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
              * holds one (the agent's serveAllgather). */
             fpmi_buf_start(&wb, "fastpmi-allgather");
             if (memchr(v, '\0', n) != NULL) {
-                char *hex = malloc(2 * n + 1);
+                char *hex = tohex(v, n);
                 if (hex == NULL)
                     return PMI2_ERR_NOMEM;
-                for (size_t i = 0; i < n; i++) {
-                    hex[2 * i] = hexdig[(unsigned char)v[i] >> 4];
-                    hex[2 * i + 1] = hexdig[(unsigned char)v[i] & 15];
-                }
                 fpmi_buf_pair(&wb, "value", hex, 2 * n);
                 free(hex);
                 fpmi_buf_pairs(&wb, "valenc", "hex");
@@ -816,14 +827,9 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
              * follow when the fence is done. The hex (twice the value's
              * length) is cut into parts a server's value limit takes
              * (AG_PART hex digits a key); the first says how many. */
-            char *hex = malloc(2 * n + 1);
+            char *hex = tohex(v, n);
             if (hex == NULL)
                 return PMI2_ERR_NOMEM;
-            for (size_t i = 0; i < n; i++) {
-                hex[2 * i] = hexdig[(unsigned char)v[i] >> 4];
-                hex[2 * i + 1] = hexdig[(unsigned char)v[i] & 15];
-            }
-            hex[2 * n] = '\0';
             q->agnum = ++g.nag;
             int parts = n == 0 ? 1 : (int)((2 * n + AG_PART - 1) / AG_PART), rc = PMI2_SUCCESS;
             for (int p = 0; p < parts && rc == PMI2_SUCCESS; p++) {

@@ -545,33 +545,27 @@ func TestCLibEdges(t *testing.T) {
 	t.Run("agbig", func(t *testing.T) {
 		// The largest values, binary ones included, over shared memory
 		// and over the text protocol (fastpmi's allgather extension).
-		for _, tr := range []string{"shm", "pmi2"} {
-			args := libArgs(t, false, tr)
-			if tr == "pmi2" {
-				args = append(args, "--no-shm")
-			}
-			r := run(t, job{args: append(args, "-n", "3", prog("fastpmi_scenario"), "agbig"), timeout: 40 * time.Second})
-			r.wantCode(t, 0)
-			for rank := range 3 {
-				if !slices.Contains(lines(r.stdout), fmt.Sprintf("r=%d agbig ok", rank)) {
-					t.Errorf("%s: rank %d did not report\n%s", tr, rank, r)
-				}
+		scenarioOK(t, false, 3, "agbig")
+	})
+	t.Run("longname", func(t *testing.T) { scenarioOK(t, true, 2, "longname") })
+}
+
+// scenarioOK runs fastpmi_scenario MODE as size ranks over shared memory
+// and over the text protocol (the sanitized library if san), and wants
+// every rank's "r=<rank> MODE ok".
+func scenarioOK(t *testing.T, san bool, size int, mode string) {
+	t.Helper()
+	for _, tr := range []string{"shm", "pmi2"} {
+		args := libArgs(t, san, tr)
+		if tr == "pmi2" {
+			args = append(args, "--no-shm")
+		}
+		r := run(t, job{args: append(args, "-n", n(size), prog("fastpmi_scenario"), mode), timeout: 40 * time.Second})
+		r.wantCode(t, 0)
+		for rank := range size {
+			if !slices.Contains(lines(r.stdout), fmt.Sprintf("r=%d %s ok", rank, mode)) {
+				t.Errorf("%s: rank %d did not report\n%s", tr, rank, r)
 			}
 		}
-	})
-	t.Run("longname", func(t *testing.T) {
-		for _, tr := range []string{"shm", "pmi2"} {
-			args := libArgs(t, true, tr)
-			if tr == "pmi2" {
-				args = append(args, "--no-shm")
-			}
-			r := run(t, job{args: append(args, "-n", "2", prog("fastpmi_scenario"), "longname"), timeout: 40 * time.Second})
-			r.wantCode(t, 0)
-			for rank := range 2 {
-				if !slices.Contains(lines(r.stdout), fmt.Sprintf("r=%d longname ok", rank)) {
-					t.Errorf("%s: rank %d did not report\n%s", tr, rank, r)
-				}
-			}
-		}
-	})
+	}
 }
