@@ -219,13 +219,9 @@ func lookupCmd(f pmiwire.Framing, cmd string) *textCmd {
 func (c *textConn) dispatchLocked(t *turn, m *pmiwire.Msg) {
 	a := c.a
 	rq := &textReq{m: *m, name: pmiwire.ResponseName(m.Framing, m.Cmd), cmd: lookupCmd(m.Framing, m.Cmd), read: t.read}
-	if m.Cmd == "barrier_in" {
+	if group, ok := m.Get("group"); ok && m.Cmd == "barrier_in" {
 		// A threaded client finds its answer by the tag, refusals too.
-		if group, ok := m.Get("group"); ok {
-			if i := strings.LastIndexByte(group, ':'); i >= 0 {
-				rq.tag = group[i+1:]
-			}
-		}
+		_, rq.tag, _ = splitGroup(group)
 	}
 	if rc := c.rank; rc != nil && m.Cmd != "finalize" {
 		// Init included: it would answer rc=0 to a rank that stays
@@ -630,18 +626,26 @@ func serveFence(c *textConn, t *turn, rq *textReq) Op {
 	return Fence{Local: c.local(), Req: rq.req}
 }
 
+// splitGroup splits a PMI-1.2 barrier group <group>:<tag>.
+func splitGroup(group string) (kind, tag string, ok bool) {
+	i := strings.LastIndexByte(group, ':')
+	if i < 0 {
+		return "", "", false
+	}
+	return group[:i], group[i+1:], true
+}
+
 // serveBarrier serves PMI-1 barrier_in, with PMI-1.2 groups:
 // WORLD:<tag>, NODE:<tag> or r1,r2,...:<tag>.
 func serveBarrier(c *textConn, t *turn, rq *textReq) Op {
 	group, hasGroup := rq.m.Get("group")
 	kind := "WORLD"
 	if hasGroup {
-		i := strings.LastIndexByte(group, ':')
-		if i < 0 {
+		var ok bool
+		if kind, rq.tag, ok = splitGroup(group); !ok {
 			t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("bad barrier group %q (want <group>:<tag>)", group))
 			return nil
 		}
-		kind, rq.tag = group[:i], group[i+1:]
 	}
 	switch kind {
 	case "WORLD":

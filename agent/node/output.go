@@ -40,8 +40,8 @@ type lockedWriter struct {
 	open *forwarder // guarded by mu: whose unfinished line the stream ends in, nil at a line's start
 }
 
-// forwarder is one rank's stream being forwarded (forward's state that
-// the stream it writes to looks at).
+// forwarder is one rank's stream being forwarded to dst: the stream
+// knows it by its address (lockedWriter.open).
 type forwarder struct{ dst *lockedWriter }
 
 // write writes line, a line of f's rank that starts with its prefix of
@@ -137,7 +137,7 @@ func (o *Output) forward(r *os.File, dst *lockedWriter, rp rankPrefix) {
 	}
 	flush := func() {
 		if len(line) > len(prefix) {
-			dst.write(f, line, len(prefix), cont)
+			f.dst.write(f, line, len(prefix), cont)
 			cont = line[len(line)-1] != '\n'
 		}
 		start()
