@@ -12,17 +12,23 @@ import (
 // is the failing stream, and makes a job that otherwise succeeded end
 // with exit code 1: output lost is never silent. The job goes on (its
 // other results may be files), and later writes are tried as they come.
+// Writes are serialised: the failure is said on standard error from
+// whichever goroutine met it, beside the job's other writers there.
 type outputCheck struct {
-	w    io.Writer
 	name string    // "standard output" or "standard error"
 	say  io.Writer // where the failure is said; nil for standard error itself
+
+	wmu sync.Mutex // held while writing to w
+	w   io.Writer
 
 	mu  sync.Mutex
 	err error // the first failure
 }
 
 func (o *outputCheck) Write(p []byte) (int, error) {
+	o.wmu.Lock()
 	n, err := o.w.Write(p)
+	o.wmu.Unlock()
 	if err != nil {
 		o.failed(err)
 	}
