@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/shm"
 )
 
@@ -87,6 +88,10 @@ func TestNodeAttrQuota(t *testing.T) {
 	r.expect(shm.OpPutNodeAttr, seq, shm.StatusOK, "")
 	seq = r.push(shm.OpGetNodeAttr, []byte("a7"))
 	r.expect(shm.OpGetNodeAttr, seq, shm.StatusOK, "replaced")
+	// A name no put can make is not found, as over the text protocol
+	// (it was refused as an error here).
+	seq = r.push(shm.OpGetNodeAttr, []byte(strings.Repeat("k", pmiwire.KeyLenMax+1)))
+	r.expect(shm.OpGetNodeAttr, seq, shm.StatusNotFound, "")
 
 	_, cs, _ := newJob(t, 1, nil)
 	initV2(t, cs)

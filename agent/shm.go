@@ -265,9 +265,8 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		}
 		return PutNodeAttr{Local: i, Req: req, Key: string(k), Val: string(v)}, nil
 	case shm.OpGetNodeAttr:
-		if _, err := checkNodeAttr(string(m.Payload), ""); err != nil {
-			return nil, &shmRefusal{ReplyGetNodeAttr, err}
-		}
+		// A name no put can make (checkNodeAttr) is not found, as over
+		// the text protocol.
 		return GetNodeAttr{Local: i, Req: req, Key: string(m.Payload), Wait: m.Flags&shm.GetWait != 0}, nil
 	case shm.OpPublish:
 		name, port, err := shm.Pair(m.Payload)
