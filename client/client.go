@@ -31,12 +31,15 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
@@ -65,7 +68,16 @@ var (
 	ErrFinalized    = errors.New("client finalized")
 	ErrNotSupported = errors.New("not supported by this launcher")
 	ErrTooLarge     = errors.New("value too large")
+	// ErrInitialized: the launcher's connection (PMI_FD, PMI_PORT or the
+	// shared segment) was taken by an earlier Init of this process; it
+	// serves one client.
+	ErrInitialized = errors.New("PMI already initialized in this process")
 )
+
+// launcherTaken is set by the first Init that takes the launcher's
+// connection: the descriptors its environment names are that client's
+// from then on (closed with it), and another Init must not touch them.
+var launcherTaken atomic.Bool
 
 // Error is an operation's failure.
 type Error struct {
@@ -168,6 +180,10 @@ func Init() (*Client, error) {
 		return nil, &Error{Op: "init", Rank: info.Rank, Err: err}
 	}
 	c := &Client{info: info}
+	launched := env("FASTPMI_SHM_FD") != "" || env("PMI_FD") != "" || env("PMI_PORT") != ""
+	if launched && launcherTaken.Swap(true) {
+		return nil, &Error{Op: "init", Rank: info.Rank, Err: ErrInitialized}
+	}
 	switch {
 	case env("FASTPMI_SHM_FD") != "":
 		c.t, err = newShmTransport(&c.info, env("FASTPMI_SHM_FD"))
@@ -222,6 +238,11 @@ func (c *Client) Put(key string, value []byte, hint Hint) error {
 	if key == "" || len(key) > 64 {
 		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: want 1 to 64 bytes", key)}
 	}
+	if strings.IndexByte(key, 0) >= 0 || bytes.IndexByte(value, 0) >= 0 {
+		// PMI carries no NUL byte in a key or value (Allgather and Ring
+		// do: they encode what they must).
+		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: a NUL byte in the key or value", key)}
+	}
 	if len(value) > c.t.maxValue() {
 		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("%d bytes (limit %d): %w", len(value), c.t.maxValue(), ErrTooLarge)}
 	}
@@ -258,8 +279,8 @@ type getOpts struct {
 }
 
 // FromRank tells Get which rank put the key, so the agent can fetch it
-// straight from that rank's node.
-func FromRank(r int) GetOption { return func(o *getOpts) { o.src = r } }
+// straight from that rank's node. A negative r says nothing (unknown).
+func FromRank(r int) GetOption { return func(o *getOpts) { o.src = max(r, -1) } }
 
 // WaitForPut makes Get wait (bounded by its context) for a key that has
 // not been put yet, instead of failing with ErrNotFound.
@@ -401,6 +422,9 @@ func (c *Client) Lookup(ctx context.Context, name string) (string, error) {
 func (c *Client) Abort(code int, msg string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.begin("abort"); err != nil {
+		return err
+	}
 	return c.fail("abort", c.t.abort(code, msg))
 }
 

@@ -37,6 +37,8 @@ func TestWaitForPut(t *testing.T) { forEach(t, "waitget", 3) }
 
 func TestFenceAfterFailedEpoch(t *testing.T) { forEach(t, "skipfailed", 3) }
 
+func TestMisuse(t *testing.T) { forEach(t, "misuse", 1, 3) }
+
 func TestPublishLookup(t *testing.T) { forEach(t, "names", 3) }
 
 func TestNodeAttr(t *testing.T) { forEach(t, "nodeattr", 1, 3) }
@@ -51,24 +53,28 @@ func TestJobAttr(t *testing.T) {
 
 func TestLimitsAndFinalize(t *testing.T) { forEach(t, "limits", 2) }
 
-// TestSingleton runs a rank with no launcher environment at all.
+// TestSingleton runs a rank with no launcher environment at all: the
+// singleton scenario, and those of the others a singleton must pass too
+// (allgathers outstanding, each result its own; misuse).
 func TestSingleton(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe)
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") || strings.HasPrefix(k, "MPI_") || k == "FASTPMI_SHM_FD" {
-			continue
+	for _, scenario := range []string{"singleton", "outstanding", "misuse"} {
+		cmd := exec.Command(exe)
+		for _, kv := range os.Environ() {
+			k, _, _ := strings.Cut(kv, "=")
+			if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") || strings.HasPrefix(k, "MPI_") || k == "FASTPMI_SHM_FD" {
+				continue
+			}
+			cmd.Env = append(cmd.Env, kv)
 		}
-		cmd.Env = append(cmd.Env, kv)
-	}
-	cmd.Env = append(cmd.Env, envScenario+"=singleton", envTransport+"=singleton")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("singleton: %v\n%s", err, out)
+		cmd.Env = append(cmd.Env, envScenario+"="+scenario, envTransport+"=singleton")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("%s as a singleton: %v\n%s", scenario, err, out)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ var scenarios = map[string]func(context.Context, *rankEnv) error{
 	"kvs":         scenarioKVS,
 	"waitget":     scenarioWaitGet,
 	"skipfailed":  scenarioSkipFailed,
+	"misuse":      scenarioMisuse,
 	"names":       scenarioNames,
 	"jobattr":     scenarioJobAttr,
 	"nodeattr":    scenarioNodeAttr,
@@ -513,6 +515,51 @@ func scenarioSkipFailed(ctx context.Context, e *rankEnv) error {
 	return nil
 }
 
+// scenarioMisuse: calls a program gets wrong fail with an error and the
+// job goes on: a NUL byte in a put's key or value (on shared memory the
+// put was sent and the agent ended the job); a negative FromRank (an
+// unknown rank, where shared memory sent it and the job ended); a call
+// whose context is already cancelled is not made (it took effect and
+// reported the cancellation); a second Init in a launched rank (it closed
+// descriptors the program had opened since).
+func scenarioMisuse(ctx context.Context, e *rankEnv) error {
+	if err := e.c.Put("k\x00", []byte("v"), client.HintNone); err == nil {
+		return errors.New("a put whose key holds a NUL byte succeeded")
+	}
+	if err := e.c.Put("k", []byte("a\x00b"), client.HintNone); err == nil {
+		return errors.New("a put whose value holds a NUL byte succeeded")
+	}
+	if _, err := e.c.Get(ctx, "nope", client.FromRank(-5)); !errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("get from rank -5: %v, want ErrNotFound", err)
+	}
+	name := fmt.Sprintf("misuse-%d", e.me)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := e.c.Publish(cancelled, name, "p"); !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("publish with a cancelled context: %v, want context.Canceled", err)
+	}
+	if err := e.c.Publish(ctx, name, "p"); err != nil {
+		return fmt.Errorf("publish after the cancelled one (which must not have taken effect): %w", err)
+	}
+	if err := e.c.Unpublish(ctx, name); err != nil {
+		return err
+	}
+	if e.mode != "singleton" {
+		f, err := os.Open(os.DevNull) // may take a number the launcher's descriptors had
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := client.Init(); !errors.Is(err, client.ErrInitialized) {
+			return fmt.Errorf("second Init: %v, want ErrInitialized", err)
+		}
+		if _, err := f.Stat(); err != nil {
+			return fmt.Errorf("the second Init touched a descriptor of the program's: %w", err)
+		}
+	}
+	return e.c.Fence(ctx) // the job goes on
+}
+
 // scenarioLimits: too-large values and keys are refused; a value at the
 // PMI-2 limit passes; after Finalize everything fails with ErrFinalized.
 func scenarioLimits(ctx context.Context, e *rankEnv) error {
@@ -593,6 +640,7 @@ func scenarioLimits(ctx context.Context, e *rankEnv) error {
 		{"publish", e.c.Publish(ctx, "svc", "p")},
 		{"lookup", errLookup},
 		{"unpublish", e.c.Unpublish(ctx, "svc")},
+		{"abort", e.c.Abort(3, "after finalize")},
 	} {
 		if err := fin(c.what, c.err); err != nil {
 			return err

@@ -264,6 +264,9 @@ func (t *shmTransport) drain() error {
 
 // call sends a request and waits for its response.
 func (t *shmTransport) call(ctx context.Context, op, flags uint16, payload []byte) (shm.Header, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return shm.Header{}, nil, err // not sent: the request takes no effect
+	}
 	t.seq++
 	t.got = false
 	if err := t.push(shm.Header{Op: op, Flags: flags, Seq: t.seq}, payload); err != nil {

@@ -14,11 +14,21 @@ type singleton struct {
 	names map[string]string
 	attrs map[string]string // node attributes
 	colls uint32
-	last  []byte // the last allgather's value
+	// results are the allgathers' values by epoch, each a copy taken at
+	// the start. One is dropped once it has been read and two more
+	// collectives have started (the lifetime of a shared-memory view);
+	// an unread one stays, as the shared-memory transport keeps a copy.
+	results map[uint32]*singleResult
+}
+
+type singleResult struct {
+	val  []byte
+	read bool
 }
 
 func newSingleton() *singleton {
-	return &singleton{kvs: make(map[string][]byte), names: make(map[string]string), attrs: make(map[string]string)}
+	return &singleton{kvs: make(map[string][]byte), names: make(map[string]string), attrs: make(map[string]string),
+		results: make(map[uint32]*singleResult)}
 }
 
 func (s *singleton) maxValue() int { return pmiwire.ValLenMax }
@@ -28,18 +38,36 @@ func (s *singleton) put(key string, val []byte, _ Hint) error {
 	return nil
 }
 
-func (s *singleton) startFence() (uint32, error) { s.colls++; return s.colls, nil }
+func (s *singleton) startFence() (uint32, error) { return s.next(), nil }
 
 func (s *singleton) startAllgather(val []byte) (uint32, error) {
+	e := s.next()
+	s.results[e] = &singleResult{val: append([]byte{}, val...)}
+	return e, nil
+}
+
+// next starts the next collective and drops the results it outlives.
+func (s *singleton) next() uint32 {
 	s.colls++
-	s.last = append(s.last[:0], val...)
-	return s.colls, nil
+	for e, r := range s.results {
+		if r.read && s.colls-e >= 2 {
+			delete(s.results, e)
+		}
+	}
+	return s.colls
 }
 
 func (s *singleton) done(uint32) (bool, error)              { return true, nil }
 func (s *singleton) progress(context.Context, uint32) error { return nil }
 func (s *singleton) poll() error                            { return nil }
-func (s *singleton) values(uint32) Values                   { return Values{n: 1, vals: [][]byte{s.last}} }
+func (s *singleton) values(id uint32) Values {
+	r := s.results[id]
+	if r == nil { // a fence's, or dropped
+		return Values{n: 1, vals: [][]byte{nil}}
+	}
+	r.read = true
+	return Values{n: 1, vals: [][]byte{r.val}}
+}
 
 func (s *singleton) get(_ context.Context, key string, _ getOpts) ([]byte, error) {
 	if v, ok := s.kvs[key]; ok {
@@ -63,7 +91,10 @@ func (s *singleton) jobAttr(_ context.Context, key string) (string, bool, error)
 	return "", false, nil
 }
 
-func (s *singleton) putNodeAttr(_ context.Context, key, val string) error {
+func (s *singleton) putNodeAttr(ctx context.Context, key, val string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.attrs[key] = val
 	return nil
 }
@@ -78,7 +109,10 @@ func (s *singleton) nodeAttr(_ context.Context, key string, wait bool) (string, 
 	return v, ok, nil
 }
 
-func (s *singleton) publish(_ context.Context, name, port string) error {
+func (s *singleton) publish(ctx context.Context, name, port string) error {
+	if err := ctx.Err(); err != nil {
+		return err // not made, as the other transports' calls
+	}
 	if _, ok := s.names[name]; ok {
 		return fmt.Errorf("name %q already published", name)
 	}
@@ -86,7 +120,10 @@ func (s *singleton) publish(_ context.Context, name, port string) error {
 	return nil
 }
 
-func (s *singleton) unpublish(_ context.Context, name string) error {
+func (s *singleton) unpublish(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if _, ok := s.names[name]; !ok {
 		return ErrNotFound
 	}

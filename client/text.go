@@ -240,6 +240,9 @@ func (t *textTransport) dispatch(ctx context.Context) error {
 
 // call sends a request and waits for its response.
 func (t *textTransport) call(ctx context.Context, cmd string, pairs ...pmiwire.Pair) (*textReq, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // not sent: the request takes no effect
+	}
 	r, err := t.send(cmd, pairs...)
 	if err != nil {
 		return nil, err
