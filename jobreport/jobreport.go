@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -159,6 +160,31 @@ func Unmarshal(b []byte) (*Report, error) {
 	return &r, nil
 }
 
+// CheckWritable says, before a job runs, why a file could not be
+// written at path when it ends (a report, a trace, a benchmark's
+// results): path is a directory, or its directory is missing or not
+// writable. It leaves nothing behind.
+func CheckWritable(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", filepath.Dir(path), pathCause(err))
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// pathCause is err without the name of the temporary file it was about.
+func pathCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
 // WriteFile writes r to path: to a temporary file in the same directory
 // first, renamed into place, so that a reader never sees half a report.
 func (r *Report) WriteFile(path string) error {
@@ -168,7 +194,7 @@ func (r *Report) WriteFile(path string) error {
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return fmt.Errorf("write report: %w", err)
+		return fmt.Errorf("write report %s: %w", path, pathCause(err))
 	}
 	_, err = f.Write(b)
 	if cerr := f.Close(); err == nil {
@@ -182,7 +208,7 @@ func (r *Report) WriteFile(path string) error {
 	}
 	if err != nil {
 		os.Remove(f.Name())
-		return fmt.Errorf("write report: %w", err)
+		return fmt.Errorf("write report %s: %w", path, pathCause(err))
 	}
 	return nil
 }

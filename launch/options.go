@@ -13,6 +13,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/jobreport"
 )
 
 // Values the options may take (the command line's completion offers the
@@ -169,6 +170,19 @@ func (c *Config) validateLinks() error {
 // validateOutput checks the output options and turns them into the
 // nodes' line prefix.
 func (c *Config) validateOutput() error {
+	// pmirun writes these when the job ends: refused now, not after a
+	// job of hours (and never one file for both).
+	if c.TracePath != "" && c.ReportPath != "" && filepath.Clean(c.TracePath) == filepath.Clean(c.ReportPath) {
+		return fmt.Errorf("--trace and --report name the same file, %s", c.TracePath)
+	}
+	for _, f := range []struct{ flag, path string }{{"--trace", c.TracePath}, {"--report", c.ReportPath}} {
+		if f.path == "" {
+			continue
+		}
+		if err := jobreport.CheckWritable(f.path); err != nil {
+			return fmt.Errorf("invalid %s %s: %w", f.flag, f.path, err)
+		}
+	}
 	if c.PrefixPattern != "" {
 		if c.Label || c.TagOutput || c.Timestamp {
 			return errors.New("-prepend-pattern excludes -l, --tag-output and --timestamp-output (put %r, %h, %t in the pattern)")

@@ -53,6 +53,9 @@ func TestValidateRefuses(t *testing.T) {
 		{Config{Size: 2, Wdir: "/", Apps: []node.App{{Prog: "p", Size: 1, Wdir: "etc/passwd"}, {Prog: "q", Size: 1}}},
 			"MPMD command 0 (p): invalid -wdir etc/passwd: not a directory"},
 		{Config{Size: 2, Prog: "p", Hosts: []string{"a", "b"}, Slots: []int{1}}, "1 slot counts for 2 hosts"},
+		{Config{Size: 2, Prog: "p", TracePath: "/nonexistent/t.json"}, "invalid --trace /nonexistent/t.json: cannot write in /nonexistent: no such file or directory"},
+		{Config{Size: 2, Prog: "p", ReportPath: os.TempDir()}, "invalid --report " + os.TempDir() + ": " + os.TempDir() + " is a directory"},
+		{Config{Size: 2, Prog: "p", TracePath: "j.json", ReportPath: "./j.json"}, "--trace and --report name the same file"},
 		{Config{Size: 1000000, Prog: "p"}, "-n 1000000: no shared segment for so many ranks"},
 	} {
 		err := c.cfg.validate()

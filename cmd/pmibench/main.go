@@ -213,16 +213,22 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// parseInts parses a comma-separated list of positive integers.
 // parseFlagSet parses args with fs, whose usage text is usage and about
 // then the flags; arguments beyond the flags are an error.
+// A bad flag is one line (the caller prints it), the usage only for -h.
 func parseFlagSet(fs *flag.FlagSet, args []string, usage, about string) error {
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: %s\n\n%s\n\n", usage, about)
+	out := fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard) // the flag package's own message: the error says it
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(out, "usage: %s\n\n%s\n\n", usage, about)
 		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w (see pmibench -h)", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("parse arguments: unexpected %q", fs.Arg(0))
@@ -230,6 +236,7 @@ func parseFlagSet(fs *flag.FlagSet, args []string, usage, about string) error {
 	return nil
 }
 
+// parseInts parses a comma-separated list of positive integers.
 func parseInts(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
@@ -253,11 +260,15 @@ func parseInts(s string) ([]int, error) {
 }
 
 // start ends a run whose options did not parse (exit 0 after -h, 2 after
-// an error) and otherwise finds the repository root defaults are relative
-// to.
-func start(parseErr error, stderr io.Writer) (root string, code int, done bool) {
+// an error) or whose -json file or -plot directory ("" for none) could
+// not be written when its runs are over, and otherwise finds the
+// repository root defaults are relative to.
+func start(parseErr error, stderr io.Writer, jsonPath, plotDir string) (root string, code int, done bool) {
 	if errors.Is(parseErr, flag.ErrHelp) {
 		return "", 0, true
+	}
+	if parseErr == nil {
+		parseErr = checkOutputs(jsonPath, plotDir)
 	}
 	if parseErr != nil {
 		fmt.Fprintf(stderr, "pmibench: %v\n", parseErr)
@@ -269,6 +280,26 @@ func start(parseErr error, stderr io.Writer) (root string, code int, done bool) 
 		return "", 2, true
 	}
 	return repoRoot(cwd), 0, false
+}
+
+// checkOutputs refuses, before any run, a -json file or -plot directory
+// that could not be written once the runs are over.
+func checkOutputs(jsonPath, plotDir string) error {
+	if jsonPath != "" {
+		if err := jobreport.CheckWritable(jsonPath); err != nil {
+			return fmt.Errorf("invalid -json %s: %w", jsonPath, err)
+		}
+	}
+	if plotDir != "" {
+		err := os.MkdirAll(plotDir, 0o755)
+		if err == nil {
+			err = jobreport.CheckWritable(filepath.Join(plotDir, "plot"))
+		}
+		if err != nil {
+			return fmt.Errorf("invalid -plot %s: %w", plotDir, err)
+		}
+	}
+	return nil
 }
 
 // modeArgs reports whether args select mode (-mode or --mode, anywhere
@@ -296,7 +327,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runPaper(ctx, rest, stdout, stderr)
 	}
 	o, err := parseFlags(args, stderr)
-	root, code, done := start(err, stderr)
+	root, code, done := start(err, stderr, o.jsonPath, o.plotDir)
 	if done {
 		return code
 	}
@@ -332,6 +363,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
 		return 2
+	case o.mpiexec == "none" && !o.slurm && o.ompi == "":
+		note("-mpiexec none: timing pmirun alone")
+	case o.mpiexec == "none":
 	case hydra == "" && (o.slurm || o.ompi != ""):
 		note("no Hydra mpiexec (mpiexec.hydra or mpiexec in PATH, or -mpiexec): no Hydra column")
 	case hydra == "":
@@ -482,18 +516,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pmibench: %v\n", err)
 		code = 1
 	}
-	if o.plotDir != "" {
-		prefix := ""
-		if o.mpi == "pmix" {
-			prefix = "ompi-" // beside the MPICH figures of the same workload names
-		}
-		files, err := writeLauncherPlots(o.plotDir, prefix, rows, samples, phases, names)
-		if err != nil {
-			fmt.Fprintf(stderr, "pmibench: %v\n", err)
-			code = 1
-		}
-		fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
-	}
 	if o.jsonPath != "" {
 		host, _ := os.Hostname()
 		rep := Report{
@@ -507,6 +529,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if err := writeJSONFile(o.jsonPath, rep); err != nil {
 			fmt.Fprintf(stderr, "pmibench: %v\n", err)
 			code = 1
+		}
+	}
+	if o.plotDir != "" {
+		prefix := ""
+		if o.mpi == "pmix" {
+			prefix = "ompi-" // beside the MPICH figures of the same workload names
+		}
+		files, err := writeLauncherPlots(o.plotDir, prefix, rows, samples, phases, names)
+		if err != nil {
+			fmt.Fprintf(stderr, "pmibench: %v\n", err)
+			code = 1
+		}
+		if len(files) > 0 {
+			fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
 		}
 	}
 	return code

@@ -228,14 +228,24 @@ func TestRunUsageErrors(t *testing.T) {
 		{"-n", "0"},
 		{"-runs", "0"},
 		{"-timeout", "0s"},
-		{"-workload", "nope", "-pmirun", "/bin/true", "-mpiexec", "none"},
+		{"-workload", "nope", "-pmirun", "/bin/true"},
 		{"-pmirun", "/nonexistent/pmirun"},
 		{"-mpiexec", "/nonexistent/mpiexec", "-pmirun", "/bin/true"},
 		{"stray"},
+		{"-bogus"},
+		{"-runs", "x"},
+		// Where the results could not be written, before any run.
+		{"-json", "/nonexistent/r.json", "-pmirun", "/bin/true", "-mpiexec", "none"},
+		{"-plot", "/proc/plots", "-pmirun", "/bin/true", "-mpiexec", "none"},
+		{"-scale", "-json", "/nonexistent/r.json"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
 			t.Errorf("%q: exit %d, want 2 (stderr %q)", args, code, stderr.String())
+		}
+		// One line, never the whole usage.
+		if lines := strings.Count(stderr.String(), "\n"); lines != 1 || stdout.Len() > 0 {
+			t.Errorf("%q: %d lines on stderr, want 1:\n%s", args, lines, stderr.String())
 		}
 	}
 	var stdout, stderr bytes.Buffer

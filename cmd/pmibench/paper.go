@@ -165,7 +165,7 @@ func (o paperOptions) jobsPerLayout() int {
 
 func runPaper(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parsePaperFlags(args, stderr)
-	root, code, done := start(err, stderr)
+	root, code, done := start(err, stderr, o.jsonPath, o.plotDir)
 	if done {
 		return code
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -76,6 +77,9 @@ func writeLauncherPlots(dir, prefix string, rows []Row, samples []Sample, phases
 			Title: "start-up and end of a job: " + w + " (median, min–max)", X: "ranks (N)", Y: "wall time (ms)",
 			LogX: true, YFromZero: true,
 		}, series)
+		if errors.Is(err, benchplot.ErrNoPoints) {
+			continue // every run of the workload failed: nothing to draw
+		}
 		if err != nil {
 			return files, err
 		}

@@ -566,7 +566,7 @@ func (h *scaleRunner) run(ctx context.Context, c scaleConfig) scaleResult {
 
 func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseScaleFlags(args, stderr)
-	root, code, done := start(err, stderr)
+	root, code, done := start(err, stderr, o.jsonPath, o.plotDir)
 	if done {
 		return code
 	}

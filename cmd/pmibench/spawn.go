@@ -135,7 +135,7 @@ func (q *spawnRatio) label() string { return q.slow.setup.way + "/" + q.fast.set
 
 func runSpawn(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseSpawnFlags(args, stderr)
-	root, code, done := start(err, stderr)
+	root, code, done := start(err, stderr, "", o.plotDir)
 	if done {
 		return code
 	}

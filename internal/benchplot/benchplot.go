@@ -12,6 +12,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -46,11 +47,26 @@ type Axes struct {
 	LegendBottom bool // legend at the bottom right instead of the top left
 }
 
-// Lines draws series over shared axes.
+// ErrNoPoints: none of a figure's series has a point (every run failed,
+// say); there is nothing to draw.
+var ErrNoPoints = errors.New("no points to draw")
+
+// Lines draws series over shared axes. An axis asked for on a log scale
+// is drawn linear when the points do not span it: one value (a single N),
+// or a value not above zero.
 func Lines(ax Axes, series []Series) (*plot.Plot, error) {
 	if len(series) == 0 {
 		return nil, errors.New("plot lines: no series")
 	}
+	var xs, ys []float64
+	for _, s := range series {
+		xs, ys = append(xs, s.X...), append(ys, s.Y...)
+	}
+	if len(xs) == 0 {
+		return nil, fmt.Errorf("plot %q: %w", ax.Title, ErrNoPoints)
+	}
+	ax.LogX = ax.LogX && spansLog(xs)
+	ax.LogY = ax.LogY && spansLog(ys)
 	p := newPlot(ax)
 	for i, s := range series {
 		if err := s.check(); err != nil {
@@ -83,6 +99,17 @@ func Lines(ax Axes, series []Series) (*plot.Plot, error) {
 		}
 	}
 	return p, nil
+}
+
+// spansLog reports whether vs can be drawn on a log scale: all above
+// zero, and not all one value.
+func spansLog(vs []float64) bool {
+	for _, v := range vs {
+		if v <= 0 {
+			return false
+		}
+	}
+	return slices.Min(vs) < slices.Max(vs)
 }
 
 // errBars gives plotter.NewYErrorBars the points and their min and max.
@@ -175,10 +202,24 @@ func Save(p *plot.Plot, dir, name string) ([]string, error) {
 	var out []string
 	for _, ext := range []string{".svg", ".png"} {
 		path := filepath.Join(dir, name+ext)
-		if err := p.Save(Width, Height, path); err != nil {
+		if err := saveOne(p, path); err != nil {
 			return out, fmt.Errorf("save plot %s: %w", path, err)
 		}
 		out = append(out, path)
 	}
 	return out, nil
+}
+
+// saveOne writes p to path. The plotting library panics on data it
+// cannot draw: that is an error here, and no partial file is left.
+func saveOne(p *plot.Plot, path string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cannot draw: %v", r)
+		}
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+	return p.Save(Width, Height, path)
 }

@@ -3,6 +3,8 @@ package benchplot
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
+	"fmt"
 	"image/png"
 	"os"
 	"strings"
@@ -70,5 +72,27 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := StackedBars(Axes{}, []string{"a", "b"}, []Stack{{Name: "s", Values: []float64{1}}}); err == nil {
 		t.Error("a stack with too few values accepted")
+	}
+}
+
+// A log axis the points do not span (one N; a value not above zero) is
+// drawn linear: the figure is saved, where the plotting library panicked;
+// series without a point are ErrNoPoints, nothing to draw.
+func TestLogAxisWithoutSpan(t *testing.T) {
+	dir := t.TempDir()
+	for i, s := range []Series{
+		{Name: "one N", X: []float64{1}, Y: []float64{5}, Lo: []float64{4}, Hi: []float64{6}},
+		{Name: "zero", X: []float64{0, 4}, Y: []float64{0, 2}},
+	} {
+		p, err := Lines(Axes{Title: s.Name, LogX: true, LogY: true}, []Series{s, {Name: "empty"}})
+		if err != nil {
+			t.Fatalf("%s: %v", s.Name, err)
+		}
+		if _, err := Save(p, dir, fmt.Sprint("fig", i)); err != nil {
+			t.Errorf("%s: %v", s.Name, err)
+		}
+	}
+	if _, err := Lines(Axes{LogX: true}, []Series{{Name: "a"}, {Name: "b"}}); !errors.Is(err, ErrNoPoints) {
+		t.Errorf("series without points: %v, want ErrNoPoints", err)
 	}
 }
