@@ -158,10 +158,12 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	r.intr = interrupts{stderr: r.stderr}
 	j, err := r.newJob(spec, rec, cfg.Stdin)
 	if err != nil {
+		defer report(cfg, rec) // a trace of what there was: never an older file's
 		return early(cfg, 1, err.Error())
 	}
 	if err := j.n.Resolve(); err != nil {
 		j.n.Close()
+		defer report(cfg, rec)
 		return early(cfg, node.ExitCodeFor(err), err.Error())
 	}
 	r.first = j

@@ -360,7 +360,7 @@ func (c *Config) spec(nodes [][]int, mapping string) *node.Spec {
 		TreeWidth: c.TreeWidth, NetBackend: c.NetBackend, NetTimeout: c.NetTimeout,
 		KillGrace: c.KillGrace, DisconnectGrace: c.DisconnectGrace, Verbose: c.Verbose,
 		Virtual: c.Virtual, VirtualRounds: c.VirtualRounds, VirtualLate: c.VirtualLate, VirtualWork: c.VirtualWork,
-		Trace: c.TracePath != "",
+		Trace: c.TracePath != "" || c.Verbose, // --verbose's summary needs the nodes' marks too
 		Wdir:  c.Wdir, EnvNone: c.EnvNone, EnvKeep: c.EnvList, Prefix: c.prefix(),
 		OutPattern: c.OutPattern, ErrPattern: c.ErrPattern, PartialLines: c.interactive, Bind: c.Bind, MapBy: c.MapBy, TimerSlack: c.TimerSlack, StdinRank: c.StdinRank,
 		KVS: c.KVS, GetStrategy: c.GetStrategy,

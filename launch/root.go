@@ -172,7 +172,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	if _, err := rand.Read(secret); err != nil {
 		return early(cfg, 1, fmt.Sprintf("make job secret: %v", err))
 	}
-	rec := perf.NewRecorderFor(perf.LauncherNode, cfg.TracePath != "")
+	rec := perf.NewRecorderFor(perf.LauncherNode, cfg.TracePath != "" || cfg.Verbose)
 	tr, err := netio.New(netio.Config{Backend: cfg.NetBackend, Secret: secret, Logger: cfg.Logger})
 	if err != nil {
 		return early(cfg, 1, err.Error())

@@ -169,7 +169,12 @@ func TestTrace(t *testing.T) {
 func TestVerbose(t *testing.T) {
 	r := run(t, job{args: []string{"--verbose", "-n", "2", prog("mpi_hello")}})
 	r.wantCode(t, 0)
-	r.wantMessage(t, `startup: 2 ranks\b`)
+	r.wantMessage(t, `startup: 2 ranks forked in \d`)
+	// On several nodes the summary has the nodes' figures too (it said
+	// "forked in -" without --trace).
+	r = run(t, job{args: []string{"--verbose", "--bootstrap", "loopback", "--nodes", "2", "-n", "4", prog("mpi_hello")}})
+	r.wantCode(t, 0)
+	r.wantMessage(t, `startup: 4 ranks forked in \d`)
 
 	r = run(t, job{args: []string{"-n", "2", prog("mpi_hello")}})
 	r.wantCode(t, 0)

@@ -135,6 +135,19 @@ func TestTraceSlices(t *testing.T) {
 	}
 }
 
+// A job whose program cannot start still writes its trace (what pmirun
+// did before it gave up): a file already at that path is replaced, never
+// left to pass for this job's.
+func TestTraceOfAJobThatCannotStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	if err := os.WriteFile(path, []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, job{args: []string{"-n", "2", "--trace", path, "./fastpmi-no-such-program"}})
+	r.wantCode(t, 127)
+	readTrace(t, path, r)
+}
+
 // Ranks on shared memory (libfastpmi over the segment) get request slices
 // too: one per request the agent reads from a rank's ring, named after
 // its operation, inside the rank's PMI slice, the fences that waited
