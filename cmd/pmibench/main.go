@@ -236,7 +236,8 @@ func parseFlagSet(fs *flag.FlagSet, args []string, usage, about string) error {
 	return nil
 }
 
-// parseInts parses a comma-separated list of positive integers.
+// parseInts parses a comma-separated list of distinct positive integers
+// (empty items, as in "1,,2", are skipped).
 func parseInts(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
@@ -250,6 +251,9 @@ func parseInts(s string) ([]int, error) {
 		}
 		if n < 1 {
 			return nil, fmt.Errorf("read %q: want a positive count", f)
+		}
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("read %q: %d twice (its runs would be one row)", s, n)
 		}
 		out = append(out, n)
 	}

@@ -233,6 +233,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"-mpiexec", "/nonexistent/mpiexec", "-pmirun", "/bin/true"},
 		{"stray"},
 		{"-bogus"},
+		{"-n", "2,2,1"},
 		{"-runs", "x"},
 		// Where the results could not be written, before any run.
 		{"-json", "/nonexistent/r.json", "-pmirun", "/bin/true", "-mpiexec", "none"},
