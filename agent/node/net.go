@@ -478,7 +478,9 @@ const clockProbes = 8
 // root, estimated with clock probes over the control link. Frames from
 // the root other than the answers refresh its liveness; a probe the root
 // leaves unanswered for NetTimeout ends the probing (the events go
-// without an estimate).
+// without an estimate). Meanwhile every other frame is served as once the
+// node is done (frameAfterDone): other nodes still fetch keys placed here
+// (they were dropped, and their gets waited for ever).
 func (a *agentNode) traceDone(ctx context.Context, d *Done) {
 	var samples []perf.ClockSample
 	timeout := time.NewTimer(a.spec.NetTimeout)
@@ -489,19 +491,28 @@ probes:
 		for {
 			select {
 			case fi := <-a.in:
-				if fi.From >= 0 {
-					continue
-				}
-				if fi.Err != nil {
+				switch {
+				case fi.From < 0 && fi.Err != nil:
 					break probes
+				case fi.Err != nil:
+					continue
+				case fi.From < 0:
+					a.lastRx[-1] = time.Now()
 				}
-				a.lastRx[-1] = time.Now()
 				var c Clock
-				if fi.Frame.Type != FrameClock || Decode(fi.Frame.Payload, &c) != nil || c.Seq != seq {
+				if fi.From >= 0 || fi.Frame.Type != FrameClock || Decode(fi.Frame.Payload, &c) != nil || c.Seq != seq {
+					// Still a node of the job: other nodes' fetches of
+					// the keys placed here are served meanwhile.
+					a.frameAfterDone(fi)
 					continue
 				}
 				samples = append(samples, perf.ClockSample{Sent: c.Sent, Peer: c.Peer, Received: a.rec.Since()})
 				continue probes
+			case <-a.kvs.notify:
+				a.runPosted()
+			case <-a.kvs.flushC:
+				a.kvs.flushC = nil
+				a.flushPlaces()
 			case <-timeout.C:
 				break probes
 			case <-ctx.Done():
