@@ -17,8 +17,9 @@
 // serialised. Several non-blocking requests (Ifence, Iallgather) may be
 // outstanding at once; Request.Wait and Request.Test progress all of them.
 //
-// Lifetimes. Init returns a client bound to the process's PMI connection;
-// Finalize ends it (further calls fail with ErrFinalized). A Values from
+// Lifetimes. Init returns a client bound to the process's PMI connection
+// (a second Init under a launcher fails with ErrInitialized); Finalize
+// ends it (further calls fail with ErrFinalized). A Values from
 // Allgather is a view into shared memory that stays valid until this rank
 // starts its second collective (fence or allgather) after the one that
 // produced it: fences and allgathers share one epoch sequence and results
