@@ -29,7 +29,7 @@ type forkRoot struct {
 	rec    *perf.Recorder // the command line's job's recorder
 	fate   *fate
 	names  *agent.Local // the name service every job of the run shares
-	stdout io.Writer    // cfg.Stdout and cfg.Stderr, shared by every job's output
+	stdout io.Writer    // cfg.Stdout and cfg.Stderr (Run's outputChecks, which serialise writes), shared by every job's output
 	stderr io.Writer
 	first  *forkJob // the command line's job
 	// jobs are the jobs whose nodes are open, in start order: the first
@@ -119,19 +119,6 @@ func (u forkUpstream) Spawn(req *pmiwire.Spawn, rank int, done func(string, erro
 	}
 }
 
-// syncWriter serialises the writes of several jobs' outputs to one
-// writer (each write is one whole line).
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
 // runFork runs cfg's job, and every job it spawns, on this machine.
 func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	rec := perf.NewRecorderFor(0, cfg.TracePath != "")
@@ -149,7 +136,7 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	}
 	r := &forkRoot{
 		cfg: cfg, rec: rec, names: agent.NewLocal(),
-		stdout: &syncWriter{w: cfg.Stdout}, stderr: &syncWriter{w: cfg.Stderr},
+		stdout: cfg.Stdout, stderr: cfg.Stderr, // Run's outputChecks: they serialise the jobs' writes
 		spawns: make(chan spawnCall), quit: make(chan struct{}), late: make(chan lateEvent),
 		bell:  make(chan struct{}, 1),
 		local: localNames(), sleeper: shm.NewSleeper(),
