@@ -94,20 +94,34 @@ type (
 	}
 	// Fence enters the rank's next fence-or-allgather epoch as a fence.
 	// Epoch, if not 0, is the epoch the rank believes it enters; another
-	// is a protocol error.
+	// is a protocol error. Detached: the rank goes on with other work
+	// (Ifence) and waits for the fence only once a Block says so; until
+	// then the deadlock check does not count it as waiting.
 	Fence struct {
-		Local int
-		Req   Req
-		Epoch uint64
+		Local    int
+		Req      Req
+		Epoch    uint64
+		Detached bool
 	}
 	// Allgather enters the next epoch as an allgather contributing Value.
 	// Value may be a view into a rank's shared-memory slot: the core keeps
-	// it until the epoch is delivered.
+	// it until the epoch is delivered. Detached as for Fence (Iallgather).
 	Allgather struct {
+		Local    int
+		Req      Req
+		Epoch    uint64
+		Value    []byte
+		Detached bool
+	}
+	// Block: the rank now waits for its collectives up to epoch Until
+	// (BlockAll: every one it entered), as in a Wait on a detached one;
+	// Until 0: it waits for none any more (a Wait cut short), even those
+	// it entered without Detached. No reply. Only the deadlock check
+	// reads it: a rank in an unstarted collective is stuck only while it
+	// waits for it.
+	Block struct {
 		Local int
-		Req   Req
-		Epoch uint64
-		Value []byte
+		Until uint64
 	}
 	// Barrier enters a PMI-1.2 group barrier among local ranks: Members
 	// (local indices) or, when nil, every local rank.
@@ -211,6 +225,7 @@ func (PutNodeAttr) isOp()   {}
 func (GetNodeAttr) isOp()   {}
 func (Fence) isOp()         {}
 func (Allgather) isOp()     {}
+func (Block) isOp()         {}
 func (Barrier) isOp()       {}
 func (Ring) isOp()          {}
 func (Name) isOp()          {}
@@ -379,6 +394,7 @@ type rankState struct {
 	pending               []KV   // puts since the last fence, in order
 	auto                  []bool // pending[i] is unhinted under PolicyAuto: the fence decides (takeAuto)
 	collSeq               uint64 // fence/allgather epochs entered
+	waitFor               uint64 // Block: the rank waits for its detached entries up to this epoch
 	ringSeq               uint64 // ring exchanges entered
 	inRing                bool   // waiting for the answer of ring exchange ringSeq
 	puts, putBytes        int    // put volume so far, against the quotas (limits.go)
@@ -602,13 +618,19 @@ func (c *Core) Step(op Op) error {
 		if err != nil {
 			return err
 		}
-		c.enterEpoch(rs, kindFence, nil, to{o.Local, o.Req, ReplyFence})
+		c.enterEpoch(rs, kindFence, nil, o.Detached, to{o.Local, o.Req, ReplyFence})
 	case Allgather:
 		rs, err := c.collRank(o.Local, o.Epoch)
 		if err != nil {
 			return err
 		}
-		c.enterEpoch(rs, kindAllgather, o.Value, to{o.Local, o.Req, ReplyAllgather})
+		c.enterEpoch(rs, kindAllgather, o.Value, o.Detached, to{o.Local, o.Req, ReplyAllgather})
+	case Block:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		c.block(rs, o.Until)
 	case Barrier:
 		rs, err := c.rank(o.Local)
 		if err != nil {

@@ -355,10 +355,15 @@ func (s *script) parse(line string) (Op, error) {
 		return PutNodeAttr{Local: L, Req: s.req(), Key: arg(2), Val: arg(3)}, nil
 	case "nodeget":
 		return GetNodeAttr{Local: L, Req: s.req(), Key: arg(2), Wait: has("wait")}, nil
-	case "fence":
-		return Fence{Local: L, Req: s.req(), Epoch: uint64(num(2))}, nil
-	case "allgather":
-		return Allgather{Local: L, Req: s.req(), Value: []byte(arg(2))}, nil
+	case "fence": // fence L [EPOCH] [detached]
+		return Fence{Local: L, Req: s.req(), Epoch: uint64(num(2)), Detached: has("detached")}, nil
+	case "allgather": // allgather L VALUE [detached]
+		return Allgather{Local: L, Req: s.req(), Value: []byte(arg(2)), Detached: has("detached")}, nil
+	case "block": // block L UNTIL|all
+		if arg(2) == "all" {
+			return Block{Local: L, Until: BlockAll}, nil
+		}
+		return Block{Local: L, Until: uint64(num(2))}, nil
 	case "barrier":
 		var m []int
 		if arg(3) != "" {

@@ -40,9 +40,10 @@ func (k collKind) String() string {
 
 // epochEntry is one local rank's part of a collective.
 type epochEntry struct {
-	in  bool
-	val []byte
-	to  to
+	in       bool
+	detached bool // the rank went on working (Fence.Detached); waits only from rankState.waitFor on
+	val      []byte
+	to       to
 }
 
 // epochColl is one collective epoch on this node.
@@ -59,7 +60,7 @@ type epochColl struct {
 }
 
 // enterEpoch adds rs to its next collective.
-func (c *Core) enterEpoch(rs *rankState, kind collKind, val []byte, t to) {
+func (c *Core) enterEpoch(rs *rankState, kind collKind, val []byte, detached bool, t to) {
 	rs.collSeq++
 	e := rs.collSeq
 	ec := c.colls[e]
@@ -83,7 +84,7 @@ func (c *Core) enterEpoch(rs *rankState, kind collKind, val []byte, t to) {
 		c.finishEpoch(ec, err)
 		return
 	}
-	ec.entries[rs.local] = epochEntry{in: true, val: val, to: t}
+	ec.entries[rs.local] = epochEntry{in: true, detached: detached, val: val, to: t}
 	ec.n++
 	if kind == kindFence {
 		c.mark(perf.PhaseFenceEnter, rs)
@@ -103,6 +104,33 @@ func (c *Core) enterEpoch(rs *rankState, kind collKind, val []byte, t to) {
 		}
 		c.up(UpCall{Kind: UpAllgather, Epoch: e, Values: in})
 	}
+}
+
+// BlockAll in Block.Until: the rank waits for every collective it entered.
+const BlockAll = ^uint64(0)
+
+// block records that rs now waits for its collectives up to until
+// (BlockAll: all it entered), or with until 0 for none: every entry it
+// has in an unfinished collective counts as detached from then on. A rank
+// cannot wait for an epoch it has not entered: a later one is its last.
+func (c *Core) block(rs *rankState, until uint64) {
+	if until == 0 {
+		rs.waitFor = 0
+		for _, ec := range c.colls {
+			if e := &ec.entries[rs.local]; e.in {
+				e.detached = true
+			}
+		}
+		return
+	}
+	rs.waitFor = min(until, rs.collSeq)
+	c.checkStuck()
+}
+
+// waits reports whether rs waits for its entry in ec.
+func (rs *rankState) waits(ec *epochColl) bool {
+	e := &ec.entries[rs.local]
+	return e.in && (!e.detached || ec.epoch <= rs.waitFor)
 }
 
 // checkEpochPeers fails a collective that a local rank can never enter

@@ -175,10 +175,12 @@ func (c *Core) failWaiters(err error) {
 
 // blocked reports what rs waits for, or "" if it is not blocked in the
 // agent. A collective that has started (all local ranks in, waiting for
-// the rest of the job) does not count: it progresses elsewhere.
+// the rest of the job) does not count: it progresses elsewhere; nor does
+// one the rank entered detached and does not wait for yet (it may still
+// put what another rank waits for).
 func (c *Core) blocked(rs *rankState) string {
 	for _, e := range c.colls {
-		if e.entries[rs.local].in && !e.started && !e.finished {
+		if rs.waits(e) && !e.started && !e.finished {
 			return e.kind.String()
 		}
 	}

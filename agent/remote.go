@@ -364,7 +364,8 @@ func (c *Core) failFetches(err error) {
 // Waiting is this node's part of the job-wide deadlock check (pmirun
 // judges it; agent/node reports it): whether every live local rank is
 // waiting in the agent — in a get (here or fetched), a collective
-// (started or not), a barrier or a ring — and, if so, how many wait in
+// (started or not; one entered detached only once the rank waits for it),
+// a barrier or a ring — and, if so, how many wait in
 // gets and what the first few wait for. A node whose ranks are all done
 // is not Waiting: it has nobody left to wait.
 func (c *Core) Waiting() (all bool, gets int, what []string) {
@@ -406,7 +407,7 @@ func (c *Core) waitingFor(rs *rankState) (what string, get bool) {
 		return w, strings.HasPrefix(w, "get of ")
 	}
 	for _, e := range c.colls {
-		if e.entries[rs.local].in && !e.finished {
+		if rs.waits(e) && !e.finished {
 			return e.kind.String(), false
 		}
 	}

@@ -231,7 +231,7 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		if m.Epoch == 0 {
 			return nil, errors.New("fence for epoch 0")
 		}
-		return Fence{Local: i, Req: req, Epoch: uint64(m.Epoch)}, nil
+		return Fence{Local: i, Req: req, Epoch: uint64(m.Epoch), Detached: m.Flags&shm.CollDetached != 0}, nil
 	case shm.OpAllgather:
 		if m.Epoch == 0 {
 			return nil, errors.New("allgather for epoch 0")
@@ -240,7 +240,9 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		if err != nil {
 			return nil, fmt.Errorf("allgather %d: read slot: %w", m.Epoch, err)
 		}
-		return Allgather{Local: i, Req: req, Epoch: uint64(m.Epoch), Value: v}, nil
+		return Allgather{Local: i, Req: req, Epoch: uint64(m.Epoch), Value: v, Detached: m.Flags&shm.CollDetached != 0}, nil
+	case shm.OpBlock:
+		return Block{Local: i, Until: uint64(m.Epoch)}, nil
 	case shm.OpGet:
 		src, key, err := shm.Int32(m.Payload)
 		if err != nil || src < -1 || int(src) >= a.cfg.Size {

@@ -27,9 +27,10 @@ type shmRead struct {
 }
 
 // shmTraceRead notes that request m of local rank i is read by turn t,
-// under mu.
+// under mu. A block is no request of its own: it says the rank now waits
+// for a collective whose slice is already open.
 func (a *Agent) shmTraceRead(i int, m *shm.Msg, t *turn) {
-	if !a.rec.Tracing() {
+	if !a.rec.Tracing() || m.Op == shm.OpBlock {
 		return
 	}
 	a.pubMu.Lock()

@@ -364,6 +364,7 @@ var pmi2Cmds = map[string]*textCmd{
 	"name-unpublish":    {serve: serveName, encode: encodeName},
 	"name-lookup":       {serve: serveName, encode: encodeName},
 	"fastpmi-allgather": {serve: serveAllgather, encode: encodeAllgather},
+	"fastpmi-block":     {serve: serveBlock},
 	"finalize":          {serve: serveFinalize, encode: encodeOK},
 	"abort":             {serve: serveAbort},
 	"spawn":             {serve: serveSpawn, encode: encodeSpawn},
@@ -529,7 +530,8 @@ func serveFullinit(c *textConn, t *turn, rq *textReq) Op {
 		AddInt("rank", rc.global).AddInt("size", a.cfg.Size).AddInt("appnum", rc.appnum).
 		AddBool("debugged", false).AddBool("pmiverbose", false)
 	// Announce fastpmi's extensions (fastpmi-allgather, put hints, waiting
-	// gets) to clients that look for them; other clients ignore the field.
+	// gets, detached collectives and fastpmi-block) to clients that look
+	// for them; other clients ignore the field.
 	r.Add("fastpmi", "1")
 	if a.cfg.SpawnerJobID != "" {
 		r.Add("spawner-jobid", a.cfg.SpawnerJobID)
@@ -623,7 +625,43 @@ func serveGetNodeAttr(c *textConn, t *turn, rq *textReq) Op {
 }
 
 func serveFence(c *textConn, t *turn, rq *textReq) Op {
-	return Fence{Local: c.local(), Req: rq.req}
+	d, ok := detached(c, t, rq)
+	if !ok {
+		return nil
+	}
+	return Fence{Local: c.local(), Req: rq.req, Detached: d}
+}
+
+// detached reads fastpmi's fastpmi-detached field of a kvs-fence or
+// fastpmi-allgather: TRUE says the rank goes on with other work (Ifence,
+// Iallgather) until its fastpmi-block. ok is false if rq was answered
+// with an error.
+func detached(c *textConn, t *turn, rq *textReq) (d, ok bool) {
+	switch v, _ := rq.m.Get("fastpmi-detached"); v {
+	case "", "FALSE":
+		return false, true
+	case "TRUE":
+		return true, true
+	default:
+		t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("fastpmi-detached=%q: want TRUE or FALSE", v))
+		return false, false
+	}
+}
+
+// serveBlock serves fastpmi's fastpmi-block, which has no response:
+// waiting=TRUE says the rank now waits for every collective it started
+// (a Wait on one it started detached), waiting=FALSE that it waits for
+// none any more.
+func serveBlock(c *textConn, t *turn, rq *textReq) Op {
+	switch v, _ := rq.m.Get("waiting"); v {
+	case "TRUE":
+		return Block{Local: c.local(), Until: BlockAll}
+	case "FALSE":
+		return Block{Local: c.local()}
+	default:
+		t.fail(c, rq, pmiwire.RCInvalidArg, fmt.Errorf("fastpmi-block: waiting=%q: want TRUE or FALSE", v))
+		return nil
+	}
 }
 
 // splitGroup splits a PMI-1.2 barrier group <group>:<tag>.
@@ -817,7 +855,11 @@ func serveAllgather(c *textConn, t *turn, rq *textReq) Op {
 		t.fail(c, rq, pmiwire.RCInvalidValLength, fmt.Errorf("value longer than %d bytes", pmiwire.ValLenMax))
 		return nil
 	}
-	return Allgather{Local: c.local(), Req: rq.req, Value: []byte(val)}
+	d, ok := detached(c, t, rq)
+	if !ok {
+		return nil
+	}
+	return Allgather{Local: c.local(), Req: rq.req, Value: []byte(val), Detached: d}
 }
 
 func encodeAllgather(rq *textReq, r *Reply) *pmiwire.Resp {

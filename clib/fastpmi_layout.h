@@ -5,7 +5,7 @@
 #define FASTPMI_LAYOUT_H
 
 #define FPMI_SHM_MAGIC             0x6d68732d696d7066ULL /* "fpmi-shm" as a little-endian uint64 */
-#define FPMI_SHM_LAYOUT_VERSION    2ULL /* agent and ranks must agree exactly */
+#define FPMI_SHM_LAYOUT_VERSION    3ULL /* agent and ranks must agree exactly */
 #define FPMI_SHM_CACHE_LINE        64ULL
 #define FPMI_SHM_LINE_GAP          128ULL /* rank and agent halves of a control block */
 #define FPMI_SHM_REGION_ALIGN      4096ULL /* every region starts on this boundary */
@@ -96,10 +96,12 @@
 #define FPMI_OP_SPAWN              14ULL
 #define FPMI_OP_PUT_NODE_ATTR      15ULL
 #define FPMI_OP_GET_NODE_ATTR      16ULL
+#define FPMI_OP_BLOCK              17ULL
 #define FPMI_HINT_NONE             0ULL
 #define FPMI_HINT_DENSE            1ULL
 #define FPMI_HINT_SPARSE           2ULL
 #define FPMI_GET_WAIT              1ULL
+#define FPMI_COLL_DETACHED         1ULL
 #define FPMI_STATUS_OK             0ULL
 #define FPMI_STATUS_NOT_FOUND      1ULL
 #define FPMI_STATUS_ERROR          2ULL

@@ -80,6 +80,7 @@ static int aborted;
 
 struct PMIX_Request_s {
     int allgather;
+    int detached;           /* started by PMIX_Iallgather or PMIX_KVS_Ifence (tell_waiting) */
     uint32_t epoch;         /* T_SHM */
     struct fpmi_treq *tr;   /* T_TEXT */
     int agnum;              /* T_TEXT emulated allgather: its number */
@@ -697,13 +698,15 @@ static int start_fence(struct PMIX_Request_s *q)
         return PMI2_FAIL;
     switch (g.kind) {
     case T_SHM:
-        if (fpmi_shm_start_fence(g.shm, &q->epoch, g.err, sizeof g.err) != 0) {
+        if (fpmi_shm_start_fence(g.shm, q->detached, &q->epoch, g.err, sizeof g.err) != 0) {
             seterr("fence: %s", g.err);
             return PMI2_FAIL;
         }
         return PMI2_SUCCESS;
     case T_TEXT:
         fpmi_buf_start(&wb, "kvs-fence");
+        if (g.ext && q->detached)
+            fpmi_buf_pairs(&wb, "fastpmi-detached", "TRUE");
         q->tr = fpmi_text_send(g.text, &wb, "kvs-fence", g.err, sizeof g.err);
         if (q->tr == NULL) {
             seterr("fence: %s", g.err);
@@ -794,7 +797,7 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
     switch (g.kind) {
     case T_SHM: {
         harvest(fpmi_shm_next_epoch(g.shm));
-        if (fpmi_shm_start_allgather(g.shm, v, n, &q->epoch, g.err, sizeof g.err) != 0) {
+        if (fpmi_shm_start_allgather(g.shm, v, n, q->detached, &q->epoch, g.err, sizeof g.err) != 0) {
             seterr("allgather: %s", g.err);
             return PMI2_FAIL;
         }
@@ -821,6 +824,8 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
                 fpmi_buf_pair(&wb, "value", v, n);
             }
             fpmi_buf_pairs(&wb, "hex", "TRUE");
+            if (q->detached)
+                fpmi_buf_pairs(&wb, "fastpmi-detached", "TRUE");
             q->tr = fpmi_text_send(g.text, &wb, "fastpmi-allgather", g.err, sizeof g.err);
         } else {
             /* Plain PMI-2: put the hex-encoded value, fence; the gets
@@ -1042,13 +1047,46 @@ static void q_free(struct PMIX_Request_s *q)
 
 static void view_done(struct PMIX_Request_s *q, int rc);
 
+/* tell_waiting tells fastpmi's agent that the rank now waits for q, a
+ * collective it started detached (PMIX_Iallgather, PMIX_KVS_Ifence): until
+ * then the agent's deadlock check does not count the rank as stuck, since
+ * it may still put what another rank waits for. Other launchers have no
+ * such check to tell. */
+static int tell_waiting(struct PMIX_Request_s *q)
+{
+    switch (g.kind) {
+    case T_SHM:
+        if (fpmi_shm_block(g.shm, q->epoch, g.err, sizeof g.err) != 0) {
+            seterr("wait: %s", g.err);
+            return PMI2_FAIL;
+        }
+        return PMI2_SUCCESS;
+    case T_TEXT:
+        if (!g.ext)
+            return PMI2_SUCCESS;
+        fpmi_buf_start(&wb, "fastpmi-block");
+        fpmi_buf_pairs(&wb, "waiting", "TRUE");
+        if (fpmi_text_write(g.text, &wb) != 0) {
+            seterr("wait: send fastpmi-block failed");
+            return PMI2_FAIL;
+        }
+        return PMI2_SUCCESS;
+    default:
+        return PMI2_SUCCESS;
+    }
+}
+
 /* wait_locked completes q (unless harvest did) and frees it. */
 static int wait_locked(struct PMIX_Request_s *q)
 {
     int rc = q->rc;
     if (!q->done) {
         unpend(q);
-        q_done(q, 1, &rc);
+        if (!q_done(q, 0, &rc)) {
+            rc = q->detached ? tell_waiting(q) : PMI2_SUCCESS;
+            if (rc == PMI2_SUCCESS)
+                q_done(q, 1, &rc);
+        }
         if (rc == PMI2_SUCCESS)
             rc = finish(q);
     }
@@ -1536,13 +1574,15 @@ EXPORT const char *PMIX_Transport(void)
     return n;
 }
 
-static int iallgather_locked(const char *value, size_t n, void *buffer, struct tview *view, PMIX_Request *request)
+static int iallgather_locked(const char *value, size_t n, void *buffer, struct tview *view, int detached,
+                             PMIX_Request *request)
 {
     struct PMIX_Request_s *q = calloc(1, sizeof *q);
     if (q == NULL)
         return PMI2_ERR_NOMEM;
     q->buffer = buffer;
     q->view = view;
+    q->detached = detached;
     int rc = start_allgather(q, value, n);
     if (rc != PMI2_SUCCESS) {
         free(q);
@@ -1552,25 +1592,33 @@ static int iallgather_locked(const char *value, size_t n, void *buffer, struct t
     return PMI2_SUCCESS;
 }
 
+/* iallgather_checked checks PMIX_Iallgather's arguments and starts it. */
+static int iallgather_checked(const char value[], void *buffer, int detached, PMIX_Request *request)
+{
+    if (value == NULL || buffer == NULL || request == NULL)
+        return PMI2_ERR_INVALID_ARG;
+    size_t n = strlen(value);
+    if (n >= PMIX_MAX_VALLEN)
+        return PMI2_ERR_INVALID_VAL_LENGTH;
+    return iallgather_locked(value, n, buffer, NULL, detached, request);
+}
+
 EXPORT int PMIX_Iallgather(const char value[], void *buffer, PMIX_Request *request)
 {
     LOCK();
     NEED_INIT();
-    if (value == NULL || buffer == NULL || request == NULL)
-        RETURN(PMI2_ERR_INVALID_ARG);
-    size_t n = strlen(value);
-    if (n >= PMIX_MAX_VALLEN)
-        RETURN(PMI2_ERR_INVALID_VAL_LENGTH);
-    RETURN(iallgather_locked(value, n, buffer, NULL, request));
+    RETURN(iallgather_checked(value, buffer, 1, request));
 }
 
 EXPORT int PMIX_Allgather(const char value[], void *buffer)
 {
+    LOCK();
+    NEED_INIT();
     PMIX_Request q;
-    int rc = PMIX_Iallgather(value, buffer, &q);
+    int rc = iallgather_checked(value, buffer, 0, &q);
     if (rc != PMI2_SUCCESS)
-        return rc;
-    return PMIX_Wait(q);
+        RETURN(rc);
+    RETURN(wait_locked(q));
 }
 
 EXPORT int PMIX_KVS_Ifence(PMIX_Request *request)
@@ -1582,6 +1630,7 @@ EXPORT int PMIX_KVS_Ifence(PMIX_Request *request)
     struct PMIX_Request_s *q = calloc(1, sizeof *q);
     if (q == NULL)
         RETURN(PMI2_ERR_NOMEM);
+    q->detached = 1;
     int rc = start_fence(q);
     if (rc != PMI2_SUCCESS) {
         free(q);
@@ -1639,7 +1688,8 @@ static void tview_free(struct tview *v)
 
 /* iallgather_view_locked starts a zero-copy allgather whose view the
  * request's completion fills in (view_done). */
-static int iallgather_view_locked(const void *value, int len, PMIX_View *view, struct PMIX_Request_s **request)
+static int iallgather_view_locked(const void *value, int len, PMIX_View *view, int detached,
+                                  struct PMIX_Request_s **request)
 {
     if ((value == NULL && len > 0) || len < 0 || view == NULL || request == NULL)
         return PMI2_ERR_INVALID_ARG;
@@ -1649,7 +1699,7 @@ static int iallgather_view_locked(const void *value, int len, PMIX_View *view, s
     if (g.kind != T_SHM && (tv = tview_new()) == NULL)
         return PMI2_ERR_NOMEM;
     struct PMIX_Request_s *q;
-    int rc = iallgather_locked(value ? value : "", (size_t)len, NULL, tv, &q);
+    int rc = iallgather_locked(value ? value : "", (size_t)len, NULL, tv, detached, &q);
     if (rc != PMI2_SUCCESS) {
         tview_free(tv);
         return rc;
@@ -1682,7 +1732,7 @@ EXPORT int PMIX_Iallgather_view(const void *value, int len, PMIX_View *view, PMI
 {
     LOCK();
     NEED_INIT();
-    RETURN(iallgather_view_locked(value, len, view, request));
+    RETURN(iallgather_view_locked(value, len, view, 1, request));
 }
 
 EXPORT int PMIX_Allgather_view(const void *value, int len, PMIX_View *view)
@@ -1690,7 +1740,7 @@ EXPORT int PMIX_Allgather_view(const void *value, int len, PMIX_View *view)
     LOCK();
     NEED_INIT();
     struct PMIX_Request_s *q;
-    int rc = iallgather_view_locked(value, len, view, &q);
+    int rc = iallgather_view_locked(value, len, view, 0, &q);
     if (rc != PMI2_SUCCESS)
         RETURN(rc);
     RETURN(wait_locked(q));

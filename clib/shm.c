@@ -467,10 +467,10 @@ static uint32_t next_epoch(struct fpmi_shm *s)
 
 uint32_t fpmi_shm_next_epoch(struct fpmi_shm *s) { return next_epoch(s); }
 
-int fpmi_shm_start_fence(struct fpmi_shm *s, uint32_t *epoch, char *err, size_t errlen)
+int fpmi_shm_start_fence(struct fpmi_shm *s, int detached, uint32_t *epoch, char *err, size_t errlen)
 {
     uint32_t e = next_epoch(s);
-    if (push(s, FPMI_OP_FENCE, 0, 0, e, NULL, 0, NULL, 0, err, errlen) != 0)
+    if (push(s, FPMI_OP_FENCE, detached ? FPMI_COLL_DETACHED : 0, 0, e, NULL, 0, NULL, 0, err, errlen) != 0)
         return -1;
     s->colls = e;
     *epoch = e;
@@ -487,7 +487,8 @@ static int wait_epoch(struct fpmi_shm *s, uint32_t e, char *err, size_t errlen)
     return wait_for(s, u32(s, FPMI_OFF_EPOCH_WAKE), u32(s, FPMI_OFF_EPOCH_SLEEPERS), epoch_reached, &e, err, errlen);
 }
 
-int fpmi_shm_start_allgather(struct fpmi_shm *s, const void *val, size_t n, uint32_t *epoch, char *err, size_t errlen)
+int fpmi_shm_start_allgather(struct fpmi_shm *s, const void *val, size_t n, int detached, uint32_t *epoch, char *err,
+                             size_t errlen)
 {
     uint32_t e = next_epoch(s);
     if (n > s->l.max_value)
@@ -500,11 +501,17 @@ int fpmi_shm_start_allgather(struct fpmi_shm *s, const void *val, size_t n, uint
     memcpy(slot + FPMI_SLOT_DATA, val, n);
     memcpy(slot + FPMI_SLOT_LEN, &len, 4);
     memcpy(slot + FPMI_SLOT_EPOCH, &e, 4);
-    if (push(s, FPMI_OP_ALLGATHER, 0, 0, e, NULL, 0, NULL, 0, err, errlen) != 0) /* publishes the slot */
+    if (push(s, FPMI_OP_ALLGATHER, detached ? FPMI_COLL_DETACHED : 0, 0, e, NULL, 0, NULL, 0, err, errlen) !=
+        0) /* publishes the slot */
         return -1;
     s->colls = e;
     *epoch = e;
     return 0;
+}
+
+int fpmi_shm_block(struct fpmi_shm *s, uint32_t epoch, char *err, size_t errlen)
+{
+    return push(s, FPMI_OP_BLOCK, 0, 0, epoch, NULL, 0, NULL, 0, err, errlen);
 }
 
 int fpmi_shm_done(struct fpmi_shm *s, uint32_t epoch, int wait, char *err, size_t errlen)

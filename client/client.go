@@ -117,8 +117,15 @@ type RingResult struct {
 // chooses (the epoch on shared memory, the request number on text).
 type transport interface {
 	put(key string, val []byte, hint Hint) error
-	startFence() (uint32, error)
-	startAllgather(val []byte) (uint32, error)
+	// startFence and startAllgather start a collective; detached says
+	// the caller goes on working (Ifence, Iallgather) rather than waiting
+	// for it at once, which the agent's deadlock check must know.
+	startFence(detached bool) (uint32, error)
+	startAllgather(val []byte, detached bool) (uint32, error)
+	// block tells the agent this rank now waits for collective id, one
+	// it started detached, or (waiting false) that it no longer waits for
+	// any collective (a Wait cut short by its context).
+	block(id uint32, waiting bool) error
 	// done reports whether collective id has completed, and its error.
 	done(id uint32) (bool, error)
 	// progress waits (bounded by ctx) until collective id may have
@@ -253,20 +260,23 @@ func (c *Client) Put(key string, value []byte, hint Hint) error {
 // Fence waits until every rank has entered the fence; afterwards every
 // put made before it is visible to Get.
 func (c *Client) Fence(ctx context.Context) error {
-	return c.Ifence().Wait(ctx)
+	return c.ifence(false).Wait(ctx)
 }
 
 // Ifence starts a fence and returns at once; Wait completes it. Several
 // fences and allgathers may be outstanding; every rank must start its
-// collectives in the same order.
-func (c *Client) Ifence() Request {
+// collectives in the same order. Until Wait, the agent knows this rank
+// may still put keys, and does not count it as stuck.
+func (c *Client) Ifence() Request { return c.ifence(true) }
+
+func (c *Client) ifence(detached bool) Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := Request{c: c, op: "fence"}
+	r := Request{c: c, op: "fence", detached: detached}
 	if r.err = c.begin("fence"); r.err != nil {
 		return r
 	}
-	r.id, r.err = c.t.startFence()
+	r.id, r.err = c.t.startFence(detached)
 	r.err = c.fail("fence", r.err)
 	return r
 }
@@ -306,7 +316,7 @@ func (c *Client) Get(ctx context.Context, key string, opts ...GetOption) ([]byte
 // Allgather contributes value and returns every rank's value, indexed by
 // rank. On shared memory the result is read in place (see Values).
 func (c *Client) Allgather(ctx context.Context, value []byte) (Values, error) {
-	r := c.Iallgather(value)
+	r := c.iallgather(value, false)
 	if err := r.Wait(ctx); err != nil {
 		return Values{}, err
 	}
@@ -314,11 +324,14 @@ func (c *Client) Allgather(ctx context.Context, value []byte) (Values, error) {
 }
 
 // Iallgather starts an allgather and returns at once; Wait completes it
-// and Values returns the result.
-func (c *Client) Iallgather(value []byte) Request {
+// and Values returns the result. As with Ifence, the agent does not
+// count this rank as stuck until Wait.
+func (c *Client) Iallgather(value []byte) Request { return c.iallgather(value, true) }
+
+func (c *Client) iallgather(value []byte, detached bool) Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := Request{c: c, op: "allgather"}
+	r := Request{c: c, op: "allgather", detached: detached}
 	if r.err = c.begin("allgather"); r.err != nil {
 		return r
 	}
@@ -326,7 +339,7 @@ func (c *Client) Iallgather(value []byte) Request {
 		r.err = &Error{Op: "allgather", Rank: c.info.Rank, Err: fmt.Errorf("%d bytes (limit %d): %w", len(value), c.t.maxValue(), ErrTooLarge)}
 		return r
 	}
-	r.id, r.err = c.t.startAllgather(value)
+	r.id, r.err = c.t.startAllgather(value, detached)
 	r.err = c.fail("allgather", r.err)
 	return r
 }
@@ -443,10 +456,11 @@ func (c *Client) Finalize() error {
 // Request is a non-blocking collective in progress. It is a small value
 // (starting one allocates nothing); copies refer to the same collective.
 type Request struct {
-	c   *Client
-	op  string
-	id  uint32
-	err error // failure to start
+	c        *Client
+	op       string
+	id       uint32
+	detached bool  // started by Ifence or Iallgather: Wait tells the agent it waits
+	err      error // failure to start
 }
 
 // ErrNoRequest is returned by the methods of a zero Request.
@@ -464,18 +478,38 @@ func (r Request) Wait(ctx context.Context) error {
 	c := r.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	told := false // the agent knows this rank waits for r
 	for {
 		done, err := c.t.done(r.id)
 		if done {
 			return c.fail(r.op, err)
 		}
 		if err := ctx.Err(); err != nil {
-			return &Error{Op: r.op, Rank: c.info.Rank, Err: err}
+			return c.cutShort(r.op, err)
+		}
+		if r.detached && !told {
+			if err := c.t.block(r.id, true); err != nil {
+				return c.fail(r.op, err)
+			}
+			told = true
 		}
 		if err := c.t.progress(ctx, r.id); err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return c.cutShort(r.op, cerr)
+			}
 			return c.fail(r.op, err)
 		}
 	}
+}
+
+// cutShort ends a Wait that its context ended before the collective
+// did: the rank goes back to work, so the agent must stop counting it as
+// waiting (it may yet put what another rank waits for).
+func (c *Client) cutShort(op string, err error) error {
+	if berr := c.t.block(0, false); berr != nil {
+		return c.fail(op, berr)
+	}
+	return &Error{Op: op, Rank: c.info.Rank, Err: err}
 }
 
 // Test reports whether the request has completed, without blocking.

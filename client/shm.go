@@ -121,16 +121,24 @@ func (t *shmTransport) nextEpoch() uint32 {
 	return e
 }
 
-func (t *shmTransport) startFence() (uint32, error) {
+// collFlags are a collective request's header flags.
+func collFlags(detached bool) uint16 {
+	if detached {
+		return shm.CollDetached
+	}
+	return 0
+}
+
+func (t *shmTransport) startFence(detached bool) (uint32, error) {
 	e := t.nextEpoch()
-	if err := t.push(shm.Header{Op: shm.OpFence, Epoch: e}, nil); err != nil {
+	if err := t.push(shm.Header{Op: shm.OpFence, Flags: collFlags(detached), Epoch: e}, nil); err != nil {
 		return 0, err
 	}
 	t.colls = e
 	return e, nil
 }
 
-func (t *shmTransport) startAllgather(val []byte) (uint32, error) {
+func (t *shmTransport) startAllgather(val []byte, detached bool) (uint32, error) {
 	e := t.nextEpoch()
 	// The slot of epoch e is reused from e-2: wait until that is published.
 	if prev := e - 2; e > 2 && !published(t.r.Epoch(), prev) {
@@ -144,7 +152,7 @@ func (t *shmTransport) startAllgather(val []byte) (uint32, error) {
 	if err := t.r.SetSlot(e, val); err != nil {
 		return 0, fmt.Errorf("write slot: %w", err)
 	}
-	if err := t.push(shm.Header{Op: shm.OpAllgather, Epoch: e}, nil); err != nil {
+	if err := t.push(shm.Header{Op: shm.OpAllgather, Flags: collFlags(detached), Epoch: e}, nil); err != nil {
 		return 0, err
 	}
 	t.colls = e
@@ -226,6 +234,15 @@ func (t *shmTransport) progress(ctx context.Context, id uint32) error {
 }
 
 func (t *shmTransport) poll() error { return t.drain() }
+
+// block says the rank waits for the collectives up to epoch id, or
+// (waiting false: epoch 0) for none.
+func (t *shmTransport) block(id uint32, waiting bool) error {
+	if !waiting {
+		id = 0
+	}
+	return t.push(shm.Header{Op: shm.OpBlock, Epoch: id}, nil)
+}
 
 // values is allgather id's result: a view in place, or the copy harvest
 // made of it (handed over once).

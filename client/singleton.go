@@ -38,9 +38,9 @@ func (s *singleton) put(key string, val []byte, _ Hint) error {
 	return nil
 }
 
-func (s *singleton) startFence() (uint32, error) { return s.next(), nil }
+func (s *singleton) startFence(bool) (uint32, error) { return s.next(), nil }
 
-func (s *singleton) startAllgather(val []byte) (uint32, error) {
+func (s *singleton) startAllgather(val []byte, _ bool) (uint32, error) {
 	e := s.next()
 	s.results[e] = &singleResult{val: append([]byte{}, val...)}
 	return e, nil
@@ -59,6 +59,7 @@ func (s *singleton) next() uint32 {
 
 func (s *singleton) done(uint32) (bool, error)              { return true, nil }
 func (s *singleton) progress(context.Context, uint32) error { return nil }
+func (s *singleton) block(uint32, bool) error               { return nil }
 func (s *singleton) poll() error                            { return nil }
 func (s *singleton) values(id uint32) Values {
 	r := s.results[id]

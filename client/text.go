@@ -166,6 +166,24 @@ func (t *textTransport) send(cmd string, pairs ...pmiwire.Pair) (*textReq, error
 	return r, nil
 }
 
+// block sends fastpmi-block, which has no response: the rank now waits
+// for every collective it started (the agent's text front end knows no
+// ids), or for none. Other launchers have no deadlock check to tell.
+func (t *textTransport) block(_ uint32, waiting bool) error {
+	if !t.ext {
+		return nil
+	}
+	w := "FALSE"
+	if waiting {
+		w = "TRUE"
+	}
+	t.wbuf = pmiwire.AppendRequestV2(t.wbuf[:0], "fastpmi-block", pmiwire.Pair{Key: "waiting", Val: w})
+	if _, err := t.nc.Write(t.wbuf); err != nil {
+		return fmt.Errorf("send fastpmi-block: %w", err)
+	}
+	return nil
+}
+
 // waitSlice bounds one read so a cancelled context is noticed.
 const waitSlice = 100 * time.Millisecond
 
@@ -264,8 +282,16 @@ func (t *textTransport) put(key string, val []byte, hint Hint) error {
 	return err
 }
 
-func (t *textTransport) startFence() (uint32, error) {
-	r, err := t.send("kvs-fence")
+// detachedPairs marks a collective started detached, for fastpmi's agent.
+func (t *textTransport) detachedPairs(detached bool) []pmiwire.Pair {
+	if !t.ext || !detached {
+		return nil
+	}
+	return []pmiwire.Pair{{Key: "fastpmi-detached", Val: "TRUE"}}
+}
+
+func (t *textTransport) startFence(detached bool) (uint32, error) {
+	r, err := t.send("kvs-fence", t.detachedPairs(detached)...)
 	if err != nil {
 		return 0, err
 	}
@@ -273,7 +299,7 @@ func (t *textTransport) startFence() (uint32, error) {
 	return r.id, nil
 }
 
-func (t *textTransport) startAllgather(val []byte) (uint32, error) {
+func (t *textTransport) startAllgather(val []byte, detached bool) (uint32, error) {
 	t.nAg++
 	if t.ext {
 		// A value holding a NUL byte, which the wire does not carry,
@@ -283,8 +309,8 @@ func (t *textTransport) startAllgather(val []byte) (uint32, error) {
 		if bytes.IndexByte(val, 0) >= 0 {
 			v, enc = hex.EncodeToString(val), "hex"
 		}
-		r, err := t.send("fastpmi-allgather", pmiwire.Pair{Key: "value", Val: v}, pmiwire.Pair{Key: "valenc", Val: enc},
-			pmiwire.Pair{Key: "hex", Val: "TRUE"})
+		r, err := t.send("fastpmi-allgather", append([]pmiwire.Pair{{Key: "value", Val: v}, {Key: "valenc", Val: enc},
+			{Key: "hex", Val: "TRUE"}}, t.detachedPairs(detached)...)...)
 		if err != nil {
 			return 0, err
 		}

@@ -54,7 +54,7 @@ func (m *miniAgent) serve() error {
 				did = true
 				out = out[:0]
 				switch req.Op {
-				case shm.OpHello:
+				case shm.OpHello, shm.OpBlock: // no response; this agent has no deadlock check
 				case shm.OpFence:
 					if fences[req.Epoch]++; fences[req.Epoch] == size {
 						delete(fences, req.Epoch)

@@ -4,7 +4,7 @@
 // mapped shared by the agent and by every rank process, which inherits the
 // descriptor across fork/exec (exec.Cmd.ExtraFiles) and maps it with Open.
 //
-// # Layout (LayoutVersion 2)
+// # Layout (LayoutVersion 3)
 //
 // Every region starts on a 4 KiB boundary; offsets and strides are named
 // constants in layout.go and all are stored in the header, which a reader

@@ -15,8 +15,10 @@ const (
 	// little-endian uint64.
 	Magic uint64 = 0x6d68732d696d7066
 	// LayoutVersion changes whenever any offset or record format below
-	// changes; agent and ranks must agree on it exactly.
-	LayoutVersion uint32 = 2
+	// changes, or the request protocol (proto.go) gains what the other
+	// side would refuse; agent and ranks must agree on it exactly. 3:
+	// OpBlock and CollDetached.
+	LayoutVersion uint32 = 3
 )
 
 // Alignment units.

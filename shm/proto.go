@@ -16,8 +16,8 @@ import (
 const (
 	OpHello     uint16 = 1  // rank attached; no response
 	OpPut       uint16 = 2  // Flags = hint; payload: key (PutPayload); no response
-	OpFence     uint16 = 3  // Epoch
-	OpAllgather uint16 = 4  // Epoch; the value is in the rank's slot for Epoch
+	OpFence     uint16 = 3  // Epoch; Flags = CollDetached?
+	OpAllgather uint16 = 4  // Epoch; Flags = CollDetached?; the value is in the rank's slot for Epoch
 	OpGet       uint16 = 5  // Flags = GetWait?; payload: src rank, key (GetPayload)
 	OpRing      uint16 = 6  // payload: the value; response: RingPayload
 	OpJobAttr   uint16 = 7  // payload: key
@@ -32,6 +32,11 @@ const (
 	// shared by the ranks of one node only.
 	OpPutNodeAttr uint16 = 15 // payload: key, value (AppendPair); response when stored
 	OpGetNodeAttr uint16 = 16 // Flags = GetWait?; payload: key; response: the value, or StatusNotFound
+	// OpBlock tells the agent the rank now waits for its collectives up
+	// to Epoch (a Wait on a detached one), or with Epoch 0 that it no
+	// longer waits for any (a Wait cut short); no response. The agent's
+	// deadlock check counts only ranks that wait.
+	OpBlock uint16 = 17
 )
 
 // opNames name the operations, for traces and messages.
@@ -40,7 +45,7 @@ var opNames = [...]string{
 	OpGet: "get", OpRing: "ring", OpJobAttr: "jobattr", OpPublish: "publish",
 	OpUnpublish: "unpublish", OpLookup: "lookup", OpAbort: "abort",
 	OpFinalize: "finalize", OpError: "error", OpSpawn: "spawn",
-	OpPutNodeAttr: "putnodeattr", OpGetNodeAttr: "getnodeattr",
+	OpPutNodeAttr: "putnodeattr", OpGetNodeAttr: "getnodeattr", OpBlock: "block",
 }
 
 // OpName names op ("op N" for one this version does not know).
@@ -60,6 +65,11 @@ const (
 
 // GetWait in Header.Flags of OpGet waits for a late put.
 const GetWait uint16 = 1
+
+// CollDetached in Header.Flags of OpFence and OpAllgather says the rank
+// goes on with other work (Ifence, Iallgather): it does not wait for the
+// collective until an OpBlock says so.
+const CollDetached uint16 = 1
 
 // Status of a response, in Header.Flags.
 const (

@@ -35,6 +35,12 @@
  *                               bytes (PMIX_Allgather) and 1024 bytes with
  *                               NUL bytes (PMIX_Allgather_view), every
  *                               rank's checked: "r=<rank> agbig ok"
+ *   fastpmi_scenario detached   rank 0 starts an iallgather, works 300 ms,
+ *                               then puts the sparse key the others wait
+ *                               for (no deadlock: it was not waiting); then
+ *                               rank 0 waits in an ifence while the others
+ *                               wait for a key nobody puts (a deadlock,
+ *                               failed at once): "r=<rank> detached ok"
  *
  * A failed call prints to stderr and exits 1. */
 #include <pthread.h>
@@ -207,6 +213,45 @@ static int agbig(int size)
     return 0;
 }
 
+/* detached: see the top. */
+static int detached(int size)
+{
+    char *buf = calloc((size_t)size, PMIX_MAX_VALLEN), v[PMI2_MAX_VALLEN + 1], mine[32];
+    PMIX_Request q;
+    int len;
+    snprintf(mine, sizeof mine, "a%d", me);
+    if (me == 0) {
+        check(PMIX_Iallgather(mine, buf, &q), "PMIX_Iallgather (detached)");
+        usleep(300 * 1000);
+        check(PMIX_KVS_Put_hint("late", "put-after-work", PMIX_HINT_SPARSE), "PMIX_KVS_Put_hint (detached)");
+        check(PMIX_Wait(q), "PMIX_Wait (detached)");
+    } else {
+        check(PMIX_KVS_Get_wait(NULL, 0, "late", v, sizeof v, &len), "PMIX_KVS_Get_wait (detached)");
+        if (strcmp(v, "put-after-work") != 0)
+            check(-1, "PMIX_KVS_Get_wait (detached): the value");
+        check(PMIX_Allgather(mine, buf), "PMIX_Allgather (detached)");
+    }
+    for (int r = 0; r < size; r++) {
+        char w[32];
+        snprintf(w, sizeof w, "a%d", r);
+        if (strcmp(buf + (size_t)r * PMIX_MAX_VALLEN, w) != 0)
+            check(-1, "detached: the allgather's values");
+    }
+    free(buf);
+    int rc;
+    if (me == 0) {
+        check(PMIX_KVS_Ifence(&q), "PMIX_KVS_Ifence (detached)");
+        rc = PMIX_Wait(q);
+    } else {
+        rc = PMIX_KVS_Get_wait(NULL, 0, "never-put", v, sizeof v, &len);
+    }
+    if (rc == PMI2_SUCCESS)
+        check(-1, "detached: a deadlock that did not fail");
+    printf("r=%d detached ok\n", me);
+    check(PMI2_Finalize(), "PMI2_Finalize");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int spawned, size, appnum, found, rc;
@@ -243,6 +288,8 @@ int main(int argc, char **argv)
         return agmany(size);
     if (strcmp(mode, "agbig") == 0)
         return agbig(size);
+    if (strcmp(mode, "detached") == 0)
+        return detached(size);
     if (strcmp(mode, "skipfailed") == 0) {
         int len;
         setvbuf(stdout, NULL, _IONBF, 0);

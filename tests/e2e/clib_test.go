@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/shm"
 )
 
 // libfastpmi (clib/), the drop-in libpmi2.so.0: the programs built once
@@ -303,7 +305,7 @@ func segmentFile(t *testing.T, hdr []byte, size int) string {
 // library falls back to the text protocol; with FASTPMI_TRANSPORT=shm it
 // refuses to start instead. The sanitized build reads the bad headers.
 func TestCLibBadSegment(t *testing.T) {
-	magic := binary.LittleEndian.AppendUint64(nil, 0x6d68732d696d7066)
+	magic := binary.LittleEndian.AppendUint64(nil, shm.Magic)
 	cases := []struct {
 		name string
 		file string
@@ -312,7 +314,7 @@ func TestCLibBadSegment(t *testing.T) {
 		{"foreign", segmentFile(t, []byte("not a fastpmi segment"), 1<<16), `bad magic`},
 		{"version", segmentFile(t, binary.LittleEndian.AppendUint32(append([]byte{}, magic...), 99), 1<<16), `layout version 99`},
 		{"short", segmentFile(t, magic, 100), `cannot hold a segment`},
-		{"sizes", segmentFile(t, binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(append([]byte{}, magic...), 2), 4096), 1<<16), `header sizes`},
+		{"sizes", segmentFile(t, binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(append([]byte{}, magic...), shm.LayoutVersion), 4096), 1<<16), `header sizes`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -548,6 +550,11 @@ func TestCLibEdges(t *testing.T) {
 		scenarioOK(t, false, 3, "agbig")
 	})
 	t.Run("longname", func(t *testing.T) { scenarioOK(t, true, 2, "longname") })
+	t.Run("detached", func(t *testing.T) {
+		// A rank working after PMIX_Iallgather is not stuck; one in
+		// PMIX_Wait is.
+		scenarioOK(t, true, 3, "detached")
+	})
 }
 
 // scenarioOK runs fastpmi_scenario MODE as size ranks over shared memory

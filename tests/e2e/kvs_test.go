@@ -201,6 +201,25 @@ func TestKVSDeadlock(t *testing.T) {
 	}
 }
 
+// A rank that started an Iallgather or Ifence and works on is not stuck:
+// the deadlock check must not end the job while the others wait for the
+// key it puts after its work, nor after its Wait was cut short; once it
+// waits, a real deadlock still fails at once. Over shared memory and over
+// the text protocol.
+func TestKVSDetachedNotStuck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []string
+	}{{"shm", nil}, {"pmi2", []string{"--no-shm"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(tc.opts, "-n", "3", prog("kvsprog"), "-pattern", "detached")
+			r := run(t, job{args: args, timeout: 60 * time.Second})
+			r.wantCode(t, 0)
+			r.wantOneLine(t, `^kvsprog ok: detached, 3 ranks$`)
+		})
+	}
+}
+
 // Bad options are refused before anything starts.
 func TestKVSBadOptions(t *testing.T) {
 	for _, args := range [][]string{{"--kvs", "lazy"}, {"--get-strategy", "gossip"}} {

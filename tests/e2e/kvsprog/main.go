@@ -18,6 +18,13 @@
 //	            as a deadlock
 //	missing     a get without wait of a key nobody puts is "not found" at
 //	            once, on every node
+//	detached    one node: the last rank starts an Iallgather, works 300 ms
+//	            and then puts the key the others wait for (it is not stuck:
+//	            it never waited); its Ifence's Wait cut short by a 50 ms
+//	            context, it works again and puts a second key the others
+//	            ask for 1 s later; then it waits in an Ifence while the
+//	            others wait for a key nobody puts, which every rank must
+//	            see fail as a deadlock
 //
 // With -fence the ranks fence between their puts and gets (PMI's
 // put/fence/get); without it they get with WaitForPut (fence-less). With
@@ -27,9 +34,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fastpmi/fastpmi/client"
@@ -152,6 +161,10 @@ func run(pattern, hintName string, fence, src bool) error {
 		}
 		_, err := c.Get(ctx, "never-put", client.WaitForPut())
 		return fmt.Errorf("rank %d: get of a key nobody puts returned: %v", me, err)
+	case "detached":
+		if err := detached(ctx, c, hint); err != nil {
+			return err
+		}
 	case "missing":
 		start := time.Now()
 		for _, key := range []string{"no-such-key", "-NONEXIST-KEY"} {
@@ -179,6 +192,76 @@ func run(pattern, hintName string, fence, src bool) error {
 	}
 	if me == 0 {
 		fmt.Printf("kvsprog ok: %s, %d ranks\n", pattern, n)
+	}
+	return nil
+}
+
+// detached is the pattern of that name (see the top).
+func detached(ctx context.Context, c *client.Client, hint client.Hint) error {
+	me, n := c.Rank(), c.Size()
+	last := n - 1
+	mine := []byte(fmt.Sprintf("ag-%d", me))
+	var vals client.Values
+	if me == last {
+		r := c.Iallgather(mine)
+		time.Sleep(300 * time.Millisecond)
+		if err := c.Put("late", []byte("after-work"), client.Sparse); err != nil {
+			return err
+		}
+		if err := r.Wait(ctx); err != nil {
+			return fmt.Errorf("rank %d: iallgather: %w", me, err)
+		}
+		vals = r.Values()
+	} else {
+		if v, err := c.Get(ctx, "late", client.WaitForPut()); err != nil || string(v) != "after-work" {
+			return fmt.Errorf("rank %d: get of a key put after an iallgather: %q, %v", me, v, err)
+		}
+		var err error
+		if vals, err = c.Allgather(ctx, mine); err != nil {
+			return fmt.Errorf("rank %d: allgather: %w", me, err)
+		}
+	}
+	for r := range n {
+		if got, want := string(vals.At(r)), fmt.Sprintf("ag-%d", r); got != want {
+			return fmt.Errorf("rank %d: allgather value of rank %d = %q, want %q", me, r, got, want)
+		}
+	}
+
+	// A wait cut short: the rank works again and may still put.
+	if me == last {
+		f := c.Ifence()
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err := f.Wait(short)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("rank %d: a fence's wait with a 50 ms context: %v, want its deadline", me, err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if err := c.Put("late2", []byte("after-cut"), hint); err != nil {
+			return err
+		}
+		if err := f.Wait(ctx); err != nil {
+			return fmt.Errorf("rank %d: ifence: %w", me, err)
+		}
+	} else {
+		time.Sleep(time.Second)
+		if v, err := c.Get(ctx, "late2", client.WaitForPut()); err != nil || string(v) != "after-cut" {
+			return fmt.Errorf("rank %d: get of a key put after a cut wait: %q, %v", me, v, err)
+		}
+		if err := c.Fence(ctx); err != nil {
+			return err
+		}
+	}
+
+	// Waiting for a detached fence is waiting: a real deadlock fails.
+	var err error
+	if me == last {
+		err = c.Ifence().Wait(ctx)
+	} else {
+		_, err = c.Get(ctx, "never-put", client.WaitForPut())
+	}
+	if err == nil || !strings.Contains(err.Error(), "deadlock") {
+		return fmt.Errorf("rank %d: everyone waiting: %v, want a deadlock", me, err)
 	}
 	return nil
 }
