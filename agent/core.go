@@ -115,10 +115,12 @@ type (
 	}
 	// Block: the rank now waits for its collectives up to epoch Until
 	// (BlockAll: every one it entered), as in a Wait on a detached one;
-	// Until 0: it waits for none any more (a Wait cut short), even those
-	// it entered without Detached. No reply. Only the deadlock check
-	// reads it: a rank in an unstarted collective is stuck only while it
-	// waits for it.
+	// Until 0: it waits for nothing any more (a Wait or a waiting get cut
+	// short): its collectives count as detached, even those it entered
+	// without Detached, and its parked gets and node-attribute reads are
+	// answered with an error and forgotten. No reply of its own. The
+	// deadlock check reads it: a rank in an unstarted collective is stuck
+	// only while it waits for it.
 	Block struct {
 		Local int
 		Until uint64

@@ -110,9 +110,10 @@ func (c *Core) enterEpoch(rs *rankState, kind collKind, val []byte, detached boo
 const BlockAll = ^uint64(0)
 
 // block records that rs now waits for its collectives up to until
-// (BlockAll: all it entered), or with until 0 for none: every entry it
-// has in an unfinished collective counts as detached from then on. A rank
-// cannot wait for an epoch it has not entered: a later one is its last.
+// (BlockAll: all it entered), or with until 0 for nothing: every entry it
+// has in an unfinished collective counts as detached from then on, and
+// the gets it left parked are withdrawn. A rank cannot wait for an epoch
+// it has not entered: a later one is its last.
 func (c *Core) block(rs *rankState, until uint64) {
 	if until == 0 {
 		rs.waitFor = 0
@@ -121,6 +122,7 @@ func (c *Core) block(rs *rankState, until uint64) {
 				e.detached = true
 			}
 		}
+		c.withdraw(rs, fmt.Errorf("rank %d stopped waiting", rs.global))
 		return
 	}
 	rs.waitFor = min(until, rs.collSeq)

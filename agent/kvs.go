@@ -173,6 +173,40 @@ func (c *Core) failWaiters(err error) {
 	}
 }
 
+// withdraw answers every get and node-attribute read of rs parked here,
+// or fetched from another node, with err and forgets it: rs stopped
+// waiting for them (its call was cut short), so they no longer make it
+// stuck, and a value put later answers nobody of rs.
+func (c *Core) withdraw(rs *rankState, err error) {
+	for _, k := range slices.Sorted(maps.Keys(c.waits)) {
+		kept := c.waits[k][:0]
+		for _, w := range c.waits[k] {
+			if w.local == rs.local {
+				c.reply(w.to, Reply{Err: err})
+				continue
+			}
+			kept = append(kept, w)
+		}
+		if len(kept) == 0 {
+			delete(c.waits, k)
+		} else {
+			c.waits[k] = kept
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.fetchByID)) {
+		f := c.fetchByID[id]
+		kept := f.ranks[:0]
+		for _, t := range f.ranks {
+			if t.local == rs.local {
+				c.reply(t, Reply{Err: err})
+				continue
+			}
+			kept = append(kept, t)
+		}
+		f.ranks = kept
+	}
+}
+
 // blocked reports what rs waits for, or "" if it is not blocked in the
 // agent. A collective that has started (all local ranks in, waiting for
 // the rest of the job) does not count: it progresses elsewhere; nor does

@@ -651,7 +651,8 @@ func detached(c *textConn, t *turn, rq *textReq) (d, ok bool) {
 // serveBlock serves fastpmi's fastpmi-block, which has no response:
 // waiting=TRUE says the rank now waits for every collective it started
 // (a Wait on one it started detached), waiting=FALSE that it waits for
-// none any more.
+// nothing any more (a Wait or a waiting kvs-get cut short; the gets it
+// left parked are answered rc≠0).
 func serveBlock(c *textConn, t *turn, rq *textReq) Op {
 	switch v, _ := rq.m.Get("waiting"); v {
 	case "TRUE":

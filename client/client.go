@@ -310,6 +310,9 @@ func (c *Client) Get(ctx context.Context, key string, opts ...GetOption) ([]byte
 		return nil, err
 	}
 	v, err := c.t.get(ctx, key, o)
+	if err != nil && o.wait && ctx.Err() != nil {
+		return nil, c.cutShort("get "+key, ctx.Err())
+	}
 	return v, c.fail("get "+key, err)
 }
 
@@ -397,6 +400,9 @@ func (c *Client) NodeAttr(ctx context.Context, key string, wait bool) (value str
 		return "", false, err
 	}
 	v, ok, err := c.t.nodeAttr(ctx, key, wait)
+	if err != nil && wait && ctx.Err() != nil {
+		return "", false, c.cutShort("node attribute "+key, ctx.Err())
+	}
 	return v, ok, c.fail("node attribute "+key, err)
 }
 
@@ -502,9 +508,10 @@ func (r Request) Wait(ctx context.Context) error {
 	}
 }
 
-// cutShort ends a Wait that its context ended before the collective
-// did: the rank goes back to work, so the agent must stop counting it as
-// waiting (it may yet put what another rank waits for).
+// cutShort ends a Wait, or a waiting Get or NodeAttr, that its context
+// ended before the agent answered: the rank goes back to work, so the
+// agent must stop counting it as waiting (it may yet put what another
+// rank waits for) and forget the request it left parked.
 func (c *Client) cutShort(op string, err error) error {
 	if berr := c.t.block(0, false); berr != nil {
 		return c.fail(op, berr)

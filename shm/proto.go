@@ -33,9 +33,11 @@ const (
 	OpPutNodeAttr uint16 = 15 // payload: key, value (AppendPair); response when stored
 	OpGetNodeAttr uint16 = 16 // Flags = GetWait?; payload: key; response: the value, or StatusNotFound
 	// OpBlock tells the agent the rank now waits for its collectives up
-	// to Epoch (a Wait on a detached one), or with Epoch 0 that it no
-	// longer waits for any (a Wait cut short); no response. The agent's
-	// deadlock check counts only ranks that wait.
+	// to Epoch (a Wait on a detached one), or with Epoch 0 that it waits
+	// for nothing any more (a Wait or a waiting get cut short: the agent
+	// answers what the rank left parked with StatusError, a response the
+	// rank discards); no response of its own. The agent's deadlock check
+	// counts only ranks that wait.
 	OpBlock uint16 = 17
 )
 

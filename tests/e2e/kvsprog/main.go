@@ -20,9 +20,9 @@
 //	            once, on every node
 //	detached    one node: the last rank starts an Iallgather, works 300 ms
 //	            and then puts the key the others wait for (it is not stuck:
-//	            it never waited); its Ifence's Wait cut short by a 50 ms
-//	            context, it works again and puts a second key the others
-//	            ask for 1 s later; then it waits in an Ifence while the
+//	            it never waited); its Ifence's Wait and a waiting Get cut
+//	            short by 50 ms contexts, it works again and puts a second
+//	            key the others ask for 1 s later; then it waits in an Ifence while the
 //	            others wait for a key nobody puts, which every rank must
 //	            see fail as a deadlock
 //
@@ -235,6 +235,12 @@ func detached(ctx context.Context, c *client.Client, hint client.Hint) error {
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("rank %d: a fence's wait with a 50 ms context: %v, want its deadline", me, err)
+		}
+		short, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err = c.Get(short, "nobody-puts", client.WaitForPut())
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("rank %d: a waiting get with a 50 ms context: %v, want its deadline", me, err)
 		}
 		time.Sleep(1500 * time.Millisecond)
 		if err := c.Put("late2", []byte("after-cut"), hint); err != nil {
