@@ -113,12 +113,13 @@ int fpmi_shm_put(struct fpmi_shm *s, const char *key, const char *val, size_t vl
 uint32_t fpmi_shm_next_epoch(struct fpmi_shm *s);
 /* fpmi_shm_start_fence and fpmi_shm_start_allgather start a collective;
  * detached says the caller goes on working (PMIX_KVS_Ifence,
- * PMIX_Iallgather) until it waits, which fpmi_shm_block then tells the
- * agent: its deadlock check counts only ranks that wait. */
+ * PMIX_Iallgather) until it waits: fpmi_shm_will_wait tells the agent the
+ * rank is about to wait for epoch, unless it is published already (the
+ * agent's deadlock check counts only ranks that wait). */
 int fpmi_shm_start_fence(struct fpmi_shm *s, int detached, uint32_t *epoch, char *err, size_t errlen);
 int fpmi_shm_start_allgather(struct fpmi_shm *s, const void *val, size_t n, int detached, uint32_t *epoch, char *err,
                              size_t errlen);
-int fpmi_shm_block(struct fpmi_shm *s, uint32_t epoch, char *err, size_t errlen);
+int fpmi_shm_will_wait(struct fpmi_shm *s, uint32_t epoch, char *err, size_t errlen);
 /* fpmi_shm_done reports whether collective epoch completed (1) or not yet
  * (0, only when wait is 0), or -1 if it failed or the agent is gone. */
 int fpmi_shm_done(struct fpmi_shm *s, uint32_t epoch, int wait, char *err, size_t errlen);

@@ -796,7 +796,14 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
         return PMI2_FAIL;
     switch (g.kind) {
     case T_SHM: {
-        harvest(fpmi_shm_next_epoch(g.shm));
+        /* Epoch e reuses e-2's slot and results: harvest and the start
+         * wait for e-2, which the rank may have started detached. */
+        uint32_t e = fpmi_shm_next_epoch(g.shm);
+        if (e > 2 && fpmi_shm_will_wait(g.shm, e - 2, g.err, sizeof g.err) != 0) {
+            seterr("allgather: %s", g.err);
+            return PMI2_FAIL;
+        }
+        harvest(e);
         if (fpmi_shm_start_allgather(g.shm, v, n, q->detached, &q->epoch, g.err, sizeof g.err) != 0) {
             seterr("allgather: %s", g.err);
             return PMI2_FAIL;
@@ -1056,7 +1063,7 @@ static int tell_waiting(struct PMIX_Request_s *q)
 {
     switch (g.kind) {
     case T_SHM:
-        if (fpmi_shm_block(g.shm, q->epoch, g.err, sizeof g.err) != 0) {
+        if (fpmi_shm_will_wait(g.shm, q->epoch, g.err, sizeof g.err) != 0) {
             seterr("wait: %s", g.err);
             return PMI2_FAIL;
         }

@@ -509,8 +509,10 @@ int fpmi_shm_start_allgather(struct fpmi_shm *s, const void *val, size_t n, int 
     return 0;
 }
 
-int fpmi_shm_block(struct fpmi_shm *s, uint32_t epoch, char *err, size_t errlen)
+int fpmi_shm_will_wait(struct fpmi_shm *s, uint32_t epoch, char *err, size_t errlen)
 {
+    if (epoch_reached(s, &epoch))
+        return 0;
     return push(s, FPMI_OP_BLOCK, 0, 0, epoch, NULL, 0, NULL, 0, err, errlen);
 }
 

@@ -493,7 +493,7 @@ func (r Request) Wait(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return c.cutShort(r.op, err)
 		}
-		if r.detached && !told {
+		if r.detached && !told && !c.finalized {
 			if err := c.t.block(r.id, true); err != nil {
 				return c.fail(r.op, err)
 			}
@@ -513,6 +513,10 @@ func (r Request) Wait(ctx context.Context) error {
 // agent must stop counting it as waiting (it may yet put what another
 // rank waits for) and forget the request it left parked.
 func (c *Client) cutShort(op string, err error) error {
+	if c.finalized {
+		// The agent takes nothing more from a finalized rank.
+		return &Error{Op: op, Rank: c.info.Rank, Err: err}
+	}
 	if berr := c.t.block(0, false); berr != nil {
 		return c.fail(op, berr)
 	}

@@ -140,8 +140,12 @@ func (t *shmTransport) startFence(detached bool) (uint32, error) {
 
 func (t *shmTransport) startAllgather(val []byte, detached bool) (uint32, error) {
 	e := t.nextEpoch()
-	// The slot of epoch e is reused from e-2: wait until that is published.
+	// The slot of epoch e is reused from e-2: wait until that is
+	// published, telling the agent (e-2 may be detached).
 	if prev := e - 2; e > 2 && !published(t.r.Epoch(), prev) {
+		if err := t.block(prev, true); err != nil {
+			return 0, err
+		}
 		if err := t.waitEpoch(context.Background(), prev); err != nil {
 			return 0, err
 		}

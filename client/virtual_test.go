@@ -195,3 +195,76 @@ func TestVirtualCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDetachedWaitsAreTold checks what the agent's deadlock check learns
+// over shared memory: Iallgather and Ifence start detached collectives,
+// Fence does not; a Wait that must wait says so first (an OpBlock naming
+// its epoch), and so does an Iallgather waiting for the result slot of an
+// earlier one; a wait cut short by its context says that the rank waits
+// for nothing any more (an OpBlock of epoch 0).
+func TestDetachedWaitsAreTold(t *testing.T) {
+	seg, clients := newVirtualRanks(t, 1)
+	c := clients[0]
+	a := seg.Agent()
+	type req struct {
+		op, flags uint16
+		epoch     uint32
+	}
+	// next returns the rank's next request other than its hello,
+	// waiting for it at most 5 s.
+	next := func() req {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			m, err := a.Requests(0).Peek()
+			if err == nil {
+				r := req{m.Op, m.Flags, m.Epoch}
+				a.Requests(0).Release()
+				if r.op == shm.OpHello {
+					continue
+				}
+				return r
+			}
+			if !errors.Is(err, shm.ErrEmpty) || time.Now().After(deadline) {
+				t.Fatalf("no request: %v", err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	want := func(op, flags uint16, epoch uint32) {
+		t.Helper()
+		if r := next(); r != (req{op, flags, epoch}) {
+			t.Fatalf("request %+v, want %s flags %d epoch %d", r, shm.OpName(op), flags, epoch)
+		}
+	}
+	short := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		t.Cleanup(cancel)
+		return ctx
+	}
+
+	c.Iallgather([]byte("a"))
+	want(shm.OpAllgather, shm.CollDetached, 1)
+	f := c.Ifence()
+	want(shm.OpFence, shm.CollDetached, 2)
+	if err := f.Wait(short()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ifence's wait: %v, want its deadline", err)
+	}
+	want(shm.OpBlock, 0, 2) // waits for the fence
+	want(shm.OpBlock, 0, 0) // and gave up
+	if err := c.Fence(short()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("fence: %v, want its deadline", err)
+	}
+	want(shm.OpFence, 0, 3) // the agent counts it waiting from the start
+	want(shm.OpBlock, 0, 0)
+
+	// Epoch 4 takes epoch 2's result slot: the rank waits for it.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Iallgather([]byte("d"))
+	}()
+	want(shm.OpBlock, 0, 2)
+	a.Publish(2) // lets it go on (it then fails: the test wrote no results)
+	<-done
+}
