@@ -594,6 +594,36 @@ func TestTextAllgather(t *testing.T) {
 	cs[0].expect("cmd=fastpmi-allgather-response;rc=3;errmsg=value: valenc=hex: encoding/hex: invalid byte: U+007A 'z';")
 }
 
+// The text protocol's detached collectives and fastpmi-block: a rank in
+// an Ifence it does not wait for is not stuck; fastpmi-block waiting=TRUE
+// makes it so (the deadlock check then fails the waiting get and the
+// fence), and bad fields are refused with their thrid, never answered as
+// another request.
+func TestTextDetachedAndBlock(t *testing.T) {
+	_, cs, _ := newJob(t, 2, nil)
+	initV2(t, cs)
+	cs[0].v2("cmd=kvs-fence;fastpmi-detached=TRUE;thrid=1;")
+	cs[1].v2("cmd=kvs-get;jobid=;srcid=-1;key=k;fastpmi-wait=TRUE;thrid=2;")
+	cs[0].v2("cmd=kvs-put;key=k;value=v;fastpmi-hint=sparse;thrid=3;")
+	cs[0].expect("cmd=kvs-put-response;rc=0;thrid=3;")
+	cs[1].expect("cmd=kvs-get-response;rc=0;thrid=2;found=TRUE;value=v;")
+	cs[1].v2("cmd=kvs-fence;thrid=4;")
+	cs[0].expect("cmd=kvs-fence-response;rc=0;thrid=1;")
+	cs[1].expect("cmd=kvs-fence-response;rc=0;thrid=4;")
+
+	cs[0].v2("cmd=kvs-fence;fastpmi-detached=TRUE;thrid=5;")
+	cs[1].v2("cmd=kvs-get;jobid=;srcid=-1;key=never;fastpmi-wait=TRUE;thrid=6;")
+	cs[0].v2("cmd=fastpmi-block;waiting=TRUE;thrid=7;")
+	const dl = "deadlock: every live rank waits (rank 0 in fence, rank 1 in get of never)"
+	cs[1].expect("cmd=kvs-get-response;rc=-1;thrid=6;errmsg=" + dl + ";")
+	cs[0].expect("cmd=kvs-fence-response;rc=-1;thrid=5;errmsg=" + dl + ";")
+
+	cs[0].v2("cmd=fastpmi-block;waiting=maybe;thrid=8;")
+	cs[0].expect(`cmd=fastpmi-block-response;rc=3;thrid=8;errmsg=fastpmi-block: waiting="maybe": want TRUE or FALSE;`)
+	cs[0].v2("cmd=kvs-fence;fastpmi-detached=yes;thrid=9;")
+	cs[0].expect(`cmd=kvs-fence-response;rc=3;thrid=9;errmsg=fastpmi-detached="yes": want TRUE or FALSE;`)
+}
+
 func initV2(t *testing.T, cs []*wireClient) {
 	t.Helper()
 	for i, c := range cs {

@@ -180,6 +180,10 @@ int fpmi_text_call(struct fpmi_text *t, struct fpmi_buf *b, const char *cmd, str
  * it may be called without the API's mutex and waits at most a second
  * for a frame another thread is writing. */
 int fpmi_text_write(struct fpmi_text *t, struct fpmi_buf *b);
+/* fpmi_text_notify writes a request that has no response (fastpmi-block)
+ * with a thrid of its own that no request waits for: an error response
+ * the server might send is then unexpected, not taken for another's. */
+int fpmi_text_notify(struct fpmi_text *t, struct fpmi_buf *b);
 /* fpmi_text_drain waits until no request is outstanding. */
 int fpmi_text_drain(struct fpmi_text *t, char *err, size_t errlen);
 void fpmi_treq_free(struct fpmi_treq *r);

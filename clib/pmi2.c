@@ -1073,7 +1073,7 @@ static int tell_waiting(struct PMIX_Request_s *q)
             return PMI2_SUCCESS;
         fpmi_buf_start(&wb, "fastpmi-block");
         fpmi_buf_pairs(&wb, "waiting", "TRUE");
-        if (fpmi_text_write(g.text, &wb) != 0) {
+        if (fpmi_text_notify(g.text, &wb) != 0) {
             seterr("wait: send fastpmi-block failed");
             return PMI2_FAIL;
         }

@@ -234,6 +234,14 @@ int fpmi_text_write(struct fpmi_text *t, struct fpmi_buf *b)
     return rc;
 }
 
+int fpmi_text_notify(struct fpmi_text *t, struct fpmi_buf *b)
+{
+    if (t == NULL)
+        return -1;
+    fpmi_buf_pairi(b, "thrid", ++t->next);
+    return fpmi_text_write(t, b);
+}
+
 int fpmi_text_progress(struct fpmi_text *t, char *err, size_t errlen)
 {
     struct fpmi_msg m;

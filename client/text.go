@@ -177,7 +177,12 @@ func (t *textTransport) block(_ uint32, waiting bool) error {
 	if waiting {
 		w = "TRUE"
 	}
-	t.wbuf = pmiwire.AppendRequestV2(t.wbuf[:0], "fastpmi-block", pmiwire.Pair{Key: "waiting", Val: w})
+	// A thrid of its own, never outstanding: an error response the agent
+	// might send (a request it refuses) is then unexpected, not taken
+	// for another request's.
+	t.next++
+	t.wbuf = pmiwire.AppendRequestV2(t.wbuf[:0], "fastpmi-block", pmiwire.Pair{Key: "waiting", Val: w},
+		pmiwire.Pair{Key: "thrid", Val: strconv.FormatUint(uint64(t.next), 10)})
 	if _, err := t.nc.Write(t.wbuf); err != nil {
 		return fmt.Errorf("send fastpmi-block: %w", err)
 	}
