@@ -61,17 +61,26 @@ func (c *Core) enterGroup(rs *rankState, key string, members []bool, t to) {
 	}
 	g.entered[rs.local].in, g.entered[rs.local].to = true, t
 	g.n++
+	rs.grouped++
+	c.grouped++
 	if !g.complete(c) {
 		c.checkStuck()
 		return
 	}
 	delete(c.groups, key)
 	c.commit(c.takePuts(g.members))
-	for _, e := range g.entered {
+	for i, e := range g.entered {
 		if e.in {
+			c.leaveGroup(i)
 			c.reply(e.to, Reply{})
 		}
 	}
+}
+
+// leaveGroup counts local rank i out of a group it entered.
+func (c *Core) leaveGroup(i int) {
+	c.ranks[i].grouped--
+	c.grouped--
 }
 
 func goneWord(p *rankState) string {
@@ -101,6 +110,7 @@ func (c *Core) checkGroupPeers(g *group, joining *rankState) error {
 func (c *Core) failGroup(g *group, err error) {
 	for i := range g.entered {
 		if e := &g.entered[i]; e.in {
+			c.leaveGroup(i)
 			c.reply(e.to, Reply{Err: err})
 			e.in = false
 		}

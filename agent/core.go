@@ -397,6 +397,8 @@ type rankState struct {
 	auto                  []bool // pending[i] is unhinted under PolicyAuto: the fence decides (takeAuto)
 	collSeq               uint64 // fence/allgather epochs entered
 	waitFor               uint64 // Block: the rank waits for its detached entries up to this epoch
+	parked                int    // its requests in Core.waits (park; unpark takes them out)
+	grouped               int    // barrier groups it is in (enterGroup; leaveGroup takes it out)
 	ringSeq               uint64 // ring exchanges entered
 	inRing                bool   // waiting for the answer of ring exchange ringSeq
 	puts, putBytes        int    // put volume so far, against the quotas (limits.go)
@@ -412,29 +414,34 @@ type to struct {
 // Core is the agent's PMI semantics. See the comment at the top of
 // core.go.
 type Core struct {
-	cfg         coreConfig
-	ranks       []*rankState
-	byGlobal    map[int]*rankState
-	ended       int  // ranks finalized or gone
-	closed      bool // Shutdown seen
-	rd          Ready
-	kvs         map[string]string // committed job KVS (visible to get)
-	sparse      map[string]string // sparse puts, visible at once
-	nodeAttr    map[string]string
-	attrBytes   int                 // key + value bytes in nodeAttr (MaxNodeAttrBytes)
-	waits       map[string][]waiter // parked requests by "kvs:<key>" or "attr:<key>"
-	fenceSeq    uint64              // completed world fences
-	agSeq       uint64              // completed allgathers
-	colls       map[uint64]*epochColl
-	delivered   uint64 // epochs delivered, in order
-	groups      map[string]*group
-	rings       map[uint64]*ringEpoch // ring exchanges in progress, by epoch
-	ringSeq     uint64                // completed ring exchanges
-	ringWaiting int                   // ranks waiting in a ring exchange
-	calls       map[uint64]to         // name and spawn calls waiting for the Upstream, by call ID
-	callSeq     uint64
-	late        map[string]*lateAttr // late job attributes (jobattr.go)
-	lateKeys    []string             // their keys, sorted
+	cfg       coreConfig
+	ranks     []*rankState
+	byGlobal  map[int]*rankState
+	ended     int  // ranks finalized or gone
+	closed    bool // Shutdown seen
+	rd        Ready
+	kvs       map[string]string // committed job KVS (visible to get)
+	sparse    map[string]string // sparse puts, visible at once
+	nodeAttr  map[string]string
+	attrBytes int                 // key + value bytes in nodeAttr (MaxNodeAttrBytes)
+	waits     map[string][]waiter // parked requests by "kvs:<key>" or "attr:<key>"
+	// Counts the deadlock check reads at every entry into a wait, so
+	// that it costs nothing per parked request or barrier group:
+	// parkedLocal is the sum of rankState.parked, grouped of
+	// rankState.grouped (the entries of every group).
+	parkedLocal, grouped int
+	fenceSeq             uint64 // completed world fences
+	agSeq                uint64 // completed allgathers
+	colls                map[uint64]*epochColl
+	delivered            uint64 // epochs delivered, in order
+	groups               map[string]*group
+	rings                map[uint64]*ringEpoch // ring exchanges in progress, by epoch
+	ringSeq              uint64                // completed ring exchanges
+	ringWaiting          int                   // ranks waiting in a ring exchange
+	calls                map[uint64]to         // name and spawn calls waiting for the Upstream, by call ID
+	callSeq              uint64
+	late                 map[string]*lateAttr // late job attributes (jobattr.go)
+	lateKeys             []string             // their keys, sorted
 
 	// On-demand KVS (remote.go).
 	remote       map[string]cached   // values fetched from other nodes

@@ -134,7 +134,15 @@ func (c *Core) commit(kvs []KV) {
 // that can never happen because every live rank is then waiting.
 func (c *Core) park(rs *rankState, key string, t to) {
 	c.waits[key] = append(c.waits[key], waiter{local: rs.local, to: t})
+	rs.parked++
+	c.parkedLocal++
 	c.checkStuck()
+}
+
+// unpark counts local waiter w out of c.waits (its caller takes it out).
+func (c *Core) unpark(w waiter) {
+	c.ranks[w.local].parked--
+	c.parkedLocal--
 }
 
 func (c *Core) release(key, val string) {
@@ -143,6 +151,7 @@ func (c *Core) release(key, val string) {
 			c.answer(w.peer, true, val, nil)
 			continue
 		}
+		c.unpark(w)
 		c.reply(w.to, Reply{Found: true, Val: val})
 	}
 	delete(c.waits, key)
@@ -163,6 +172,7 @@ func (c *Core) failWaiters(err error) {
 				peers = append(peers, w)
 				continue
 			}
+			c.unpark(w)
 			c.reply(w.to, Reply{Err: err})
 		}
 		if peers != nil {
@@ -179,9 +189,13 @@ func (c *Core) failWaiters(err error) {
 // stuck, and a value put later answers nobody of rs.
 func (c *Core) withdraw(rs *rankState, err error) {
 	for _, k := range slices.Sorted(maps.Keys(c.waits)) {
+		if rs.parked == 0 {
+			break
+		}
 		kept := c.waits[k][:0]
 		for _, w := range c.waits[k] {
 			if w.local == rs.local {
+				c.unpark(w)
 				c.reply(w.to, Reply{Err: err})
 				continue
 			}
@@ -218,18 +232,22 @@ func (c *Core) blocked(rs *rankState) string {
 			return e.kind.String()
 		}
 	}
-	for k, g := range c.groups {
-		if g.entered[rs.local].in {
-			return "barrier " + k
+	if rs.grouped > 0 {
+		for k, g := range c.groups {
+			if g.entered[rs.local].in {
+				return "barrier " + k
+			}
 		}
 	}
 	if c.ringBlocked(rs) {
 		return "ring"
 	}
-	for k, ws := range c.waits {
-		for _, w := range ws {
-			if w.local == rs.local {
-				return "get of " + strings.TrimPrefix(strings.TrimPrefix(k, "kvs:"), "attr:")
+	if rs.parked > 0 {
+		for k, ws := range c.waits {
+			for _, w := range ws {
+				if w.local == rs.local {
+					return "get of " + strings.TrimPrefix(strings.TrimPrefix(k, "kvs:"), "attr:")
+				}
 			}
 		}
 	}
@@ -252,17 +270,7 @@ func (c *Core) checkStuck() {
 			entries += e.n
 		}
 	}
-	for _, g := range c.groups {
-		entries += g.n
-	}
-	entries += c.ringWaiting
-	for _, ws := range c.waits {
-		for _, w := range ws {
-			if w.local >= 0 {
-				entries++
-			}
-		}
-	}
+	entries += c.grouped + c.ringWaiting + c.parkedLocal
 	if entries < len(c.ranks)-c.ended {
 		return
 	}

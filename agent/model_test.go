@@ -854,6 +854,9 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 				st.errs[strings.Fields(g)[2]]++
 			}
 		}
+		if err := c.checkCounts(); err != nil {
+			t.Fatalf("seed %d step %d: %s: %v", seed, step, history[len(history)-1], err)
+		}
 		want, wantUp := m.step(op)
 		if !slices.Equal(got, want) || !slices.Equal(gotUp, wantUp) {
 			from := max(0, len(history)-12)
@@ -862,4 +865,38 @@ func runDifferential(t *testing.T, seed uint64, n, steps int) (st diffStats) {
 		}
 	}
 	return st
+}
+
+// checkCounts recomputes the counts the deadlock check reads
+// (rankState.parked and grouped, Core.parkedLocal and grouped) from the
+// waits and groups they count.
+func (c *Core) checkCounts() error {
+	parked := make([]int, len(c.ranks))
+	grouped := make([]int, len(c.ranks))
+	for _, ws := range c.waits {
+		for _, w := range ws {
+			if w.local >= 0 {
+				parked[w.local]++
+			}
+		}
+	}
+	for _, g := range c.groups {
+		for i, e := range g.entered {
+			if e.in {
+				grouped[i]++
+			}
+		}
+	}
+	tp, tg := 0, 0
+	for i, rs := range c.ranks {
+		if rs.parked != parked[i] || rs.grouped != grouped[i] {
+			return fmt.Errorf("local rank %d: parked %d grouped %d, counted %d and %d", i, rs.parked, rs.grouped, parked[i], grouped[i])
+		}
+		tp += parked[i]
+		tg += grouped[i]
+	}
+	if c.parkedLocal != tp || c.grouped != tg {
+		return fmt.Errorf("parkedLocal %d grouped %d, counted %d and %d", c.parkedLocal, c.grouped, tp, tg)
+	}
+	return nil
 }
