@@ -40,6 +40,9 @@ type parser struct {
 	cfg     launch.Config
 	seen    map[*Flag]string // flag → the spelling first used
 	envFrom string           // -genvall, -genvnone or -genvlist, once
+	// firstEnv is Hydra's local -env K V (one dash) before the first
+	// program: the first command's variables, as a segment's -env.
+	firstEnv []string
 	// configFile is -configfile's file: the commands, one a line.
 	configFile string
 }
@@ -81,6 +84,17 @@ func Parse(args []string) (launch.Config, error) {
 		}
 		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
 		name, inline, hasInline := strings.Cut(name, "=")
+		if name == "env" && !strings.HasPrefix(a, "--") {
+			// Hydra's -env K V: a local option, the first command's
+			// (--env K=V is every rank's).
+			kv, next, err := envArg(args, i+1, inline, hasInline)
+			if err != nil {
+				return p.cfg, err
+			}
+			p.firstEnv = append(p.firstEnv, kv)
+			i = next
+			continue
+		}
 		f := lookup[name]
 		if f == nil {
 			return p.cfg, fmt.Errorf("unknown option %s", a)
@@ -142,6 +156,9 @@ func Parse(args []string) (launch.Config, error) {
 		if _, set := p.seen[lookup["n"]]; set {
 			return p.cfg, errors.New("-configfile gives each command its -n: the run's -n is not used")
 		}
+		if len(p.firstEnv) > 0 {
+			return p.cfg, errors.New("-configfile gives each command its -env: use -genv or --env for every rank")
+		}
 		return p.cfg, p.readConfigFile()
 	}
 	if len(rest) == 0 {
@@ -150,12 +167,13 @@ func Parse(args []string) (launch.Config, error) {
 	end := slices.Index(rest, ":")
 	if end < 0 {
 		p.cfg.Prog, p.cfg.Args = rest[0], rest[1:]
+		p.cfg.Env = append(p.cfg.Env, p.firstEnv...) // after -genv's: -env wins
 		return p.cfg, nil
 	}
 	// MPMD: "prog args : [-n N] [-env K V] [-wdir DIR] prog args : ...";
-	// the options before the first program are the run's, its -n the
-	// first command's.
-	apps := []node.App{{Prog: rest[0], Args: rest[1:end], Size: p.cfg.Size}}
+	// the options before the first program are the run's, its -n and
+	// -env the first command's.
+	apps := []node.App{{Prog: rest[0], Args: rest[1:end], Size: p.cfg.Size, Env: p.firstEnv}}
 	for rest = rest[end+1:]; ; {
 		app, next, err := parseSegment(rest)
 		if err != nil {
@@ -245,22 +263,12 @@ func parseSegment(args []string) (node.App, []string, error) {
 				return app, nil, fmt.Errorf("invalid -n %q: want a number of ranks of at least 1", v)
 			}
 		case "env":
-			v, err := val()
+			kv, next, err := envArg(args, i+1, inline, hasInline)
 			if err != nil {
 				return app, nil, err
 			}
-			if !strings.Contains(v, "=") {
-				// -env KEY VALUE, as Hydra spells it.
-				if i+1 >= len(args) || args[i+1] == ":" {
-					return app, nil, fmt.Errorf("option -env %s needs a value", v)
-				}
-				i++
-				v += "=" + args[i]
-			}
-			if k, _, _ := strings.Cut(v, "="); k == "" {
-				return app, nil, fmt.Errorf("invalid -env %q: want KEY VALUE or KEY=VALUE", v)
-			}
-			app.Env = append(app.Env, v)
+			app.Env = append(app.Env, kv)
+			i = next - 1
 		case "wdir", "chdir":
 			v, err := val()
 			if err != nil {
@@ -286,6 +294,31 @@ func parseSegment(args []string) (node.App, []string, error) {
 		return app, nil, errors.New(`a ":" ends the command line: another command must follow it`)
 	}
 	return app, rest[end+1:], nil
+}
+
+// envArg reads the value of a command's -env, whose values start at
+// args[i] (inline is the value given after "="): KEY VALUE, as Hydra
+// spells it, or KEY=VALUE. It returns KEY=VALUE and the index after it.
+func envArg(args []string, i int, inline string, hasInline bool) (string, int, error) {
+	v := inline
+	if !hasInline {
+		if i >= len(args) || args[i] == ":" {
+			return "", i, errors.New("option -env needs a value (KEY VALUE)")
+		}
+		v = args[i]
+		i++
+	}
+	if !strings.Contains(v, "=") {
+		if i >= len(args) || args[i] == ":" {
+			return "", i, fmt.Errorf("option -env %s needs a value", v)
+		}
+		v += "=" + args[i]
+		i++
+	}
+	if k, _, _ := strings.Cut(v, "="); k == "" {
+		return "", i, fmt.Errorf("invalid -env %q: want KEY VALUE or KEY=VALUE", v)
+	}
+	return v, i, nil
 }
 
 // addHosts appends hosts, each HOST or HOST:SLOTS.

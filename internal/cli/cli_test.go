@@ -92,6 +92,41 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// Hydra's -env K V before the first program (one dash) is the first
+// command's, as a segment's -env, and wins over -genv; --env K=V stays
+// every rank's and takes one word.
+func TestParseLocalEnv(t *testing.T) {
+	cfg, err := Parse([]string{"-n", "2", "-env", "A", "x y", "-genv", "A", "g", "-env=B=2", "prog", "arg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Prog != "prog" || fmt.Sprint(cfg.Args) != "[arg]" || fmt.Sprint(cfg.Env) != "[A=g A=x y B=2]" {
+		t.Errorf("single command: prog %q args %q env %q; want prog, [arg], [A=g A=x y B=2]", cfg.Prog, cfg.Args, cfg.Env)
+	}
+	cfg, err = Parse([]string{"-n", "1", "-env", "A", "1", "--env", "G=1", "./a", ":", "-n", "1", "./b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []node.App{{Prog: "./a", Args: []string{}, Size: 1, Env: []string{"A=1"}}, {Prog: "./b", Args: []string{}, Size: 1}}
+	if fmt.Sprint(cfg.Apps) != fmt.Sprint(want) || fmt.Sprint(cfg.Env) != "[G=1]" {
+		t.Errorf("MPMD: apps %+v env %q; want %+v, [G=1]", cfg.Apps, cfg.Env, want)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-env", "A"}, "option -env A needs a value"},
+		{[]string{"-env"}, "option -env needs a value"},
+		{[]string{"-env", "=1", "p"}, `invalid -env "=1"`},
+		{[]string{"-env", "A", "1", "-configfile", "/dev/null"}, "-configfile gives each command its -env"},
+	} {
+		_, err := Parse(c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", c.args, err, c.want)
+		}
+	}
+}
+
 // MPMD command lines: the options before the first program are the
 // run's (-n the first command's), each later segment takes -n, -env and
 // -wdir; mistakes name the segment.

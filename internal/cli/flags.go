@@ -105,7 +105,7 @@ var flagTable = []*Flag{
 		Help: "set KEY to VALUE in every rank's environment (repeatable)",
 		set:  func(p *parser, v []string) error { return p.addEnv(v[0] + "=" + v[1]) }},
 	{Names: []string{"--env"}, Arg: "KEY=VALUE", Nargs: 1, Group: "environment", Repeat: true,
-		Help: "set KEY=VALUE in every rank's environment (repeatable)",
+		Help: "set KEY=VALUE in every rank's environment (repeatable); -env KEY VALUE, with one dash as Hydra spells it, sets it for the first command's ranks only (an MPMD segment's -env for its own)",
 		set:  func(p *parser, v []string) error { return p.addEnv(v[0]) }},
 	{Names: []string{"-genvall"}, Group: "environment",
 		Help: "pass pmirun's whole environment to the ranks (the default)",
