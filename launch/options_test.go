@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -327,6 +328,31 @@ func TestExitCodesCannotExecute(t *testing.T) {
 		if ExitCode(err) != want || !strings.Contains(stderr, filepath.Base(prog)) {
 			t.Errorf("%s: exit %d (%v), want %d; stderr %q", prog, ExitCode(err), err, want, stderr)
 		}
+	}
+}
+
+// A script without "#!" runs under /bin/sh, as execvp (Hydra's
+// mpiexec, a shell) runs it: every rank, with its arguments, from a
+// relative path in -wdir; an MPMD command of such a script beside a
+// program runs too.
+func TestScriptWithoutShebang(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "noshebang")
+	if err := os.WriteFile(script, []byte("echo \"rank $PMI_RANK of $PMI_SIZE: $1 ($0)\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := run(t, Config{Size: 3, Prog: "./noshebang", Args: []string{"a b"}, Wdir: dir})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for r := range 3 {
+		if want := fmt.Sprintf("rank %d of 3: a b (%s)\n", r, script); !strings.Contains(out, want) {
+			t.Errorf("output %q lacks %q", out, want)
+		}
+	}
+	out, stderr, err = run(t, Config{Size: 2, Apps: []node.App{{Prog: "echo", Args: []string{"first"}, Size: 1}, {Prog: script, Args: []string{"x"}, Size: 1}}})
+	if err != nil || !strings.Contains(out, "first\n") || !strings.Contains(out, "rank 1 of 2: x") {
+		t.Errorf("MPMD: %v, output %q\n%s", err, out, stderr)
 	}
 }
 

@@ -92,6 +92,12 @@ type Node struct {
 	binds  [][]int    // CPUs of each local rank (Spec.Bind), or nil
 	stdins []*os.File // each local rank's input (Spec.StdinRank all), or nil; closed as it starts
 
+	// shells[ai] says App ai's program is a script without "#!", which
+	// /bin/sh runs (execvp's fallback, which Hydra relies on): set by
+	// the first rank whose exec fails with an exec format error, read by
+	// the ranks forked after it, on the forking goroutines.
+	shells []atomic.Bool
+
 	// cpus are the CPUs this process may use, read once by New (cpusErr
 	// if they could not be), for the oversubscription test and binding.
 	// oversubscribed: the node runs more ranks than that; slack is the
@@ -337,6 +343,7 @@ func (n *Node) Resolve() error {
 		return nil
 	}
 	n.paths = make([]string, len(n.spec.Apps))
+	n.shells = make([]atomic.Bool, len(n.spec.Apps))
 	for _, ai := range n.apps {
 		if n.paths[ai] != "" {
 			continue

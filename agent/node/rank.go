@@ -194,9 +194,19 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 		cpus = n.binds[li]
 	}
 	var proc *sys.Child
+	env, path := dedupEnv(renv), n.paths[ai]
 	err = sys.StartWith(sys.ForkAttr{CPUs: cpus, TimerSlack: n.slack}, func() error {
 		var err error
-		proc, err = sys.StartChild(n.paths[ai], append([]string{app.Prog}, app.Args...), dedupEnv(renv), n.wdir(ai), files, sys.RankProcAttr())
+		if !n.shells[ai].Load() {
+			proc, err = sys.StartChild(path, append([]string{app.Prog}, app.Args...), env, n.wdir(ai), files, sys.RankProcAttr())
+			if err == nil || !sys.IsExecFormat(err) || !shellScript(path) {
+				return err
+			}
+			n.shells[ai].Store(true)
+		}
+		// A text file without "#!": run by /bin/sh, as execvp (and a
+		// shell) would run it.
+		proc, err = sys.StartChild(shellPath, append([]string{shellPath, path}, app.Args...), env, n.wdir(ai), files, sys.RankProcAttr())
 		return err
 	})
 	stdout.Close()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -541,6 +542,29 @@ func ExitCodeFor(err error) int {
 		return 126
 	}
 	return 1
+}
+
+// shellPath is the shell that runs a script without "#!".
+const shellPath = "/bin/sh"
+
+// shellScript reports whether the file at p, which the kernel refused
+// to execute (ENOEXEC), is a script for the shell: text, with no control
+// character but white space in its first bytes (an ELF of another
+// machine, or any other binary, is not).
+func shellScript(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 256)
+	k, _ := io.ReadFull(f, head)
+	for _, c := range head[:k] {
+		if (c < ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // executable reports why p cannot be run, or nil.
