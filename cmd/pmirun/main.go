@@ -21,11 +21,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"time"
 
 	"github.com/fastpmi/fastpmi/agent/pmix"
 	"github.com/fastpmi/fastpmi/internal/cli"
@@ -94,11 +94,28 @@ func run() int {
 		// background: one reading the terminal itself would be stopped
 		// by SIGTTIN. pmirun, in the foreground, reads it and relays
 		// the bytes through a pipe (as Hydra does).
-		cfg.Stdin = struct{ io.Reader }{os.Stdin}
+		cfg.Stdin = terminalInput{os.Stdin}
 	}
 	cfg.Signals = sigs
 	err = launch.Run(context.Background(), cfg)
 	return launch.ExitCode(err)
+}
+
+// terminalInput is pmirun's terminal as the ranks' input (cfg.Stdin): it
+// reads the terminal only while pmirun is in its foreground. A read in
+// the background would stop pmirun (SIGTTIN) and with it the job, though
+// no rank may want input: "pmirun -n 4 ./app &" would hang, stopped,
+// where mpiexec runs. In the background it waits instead, looking every
+// backgroundPoll, until the job is brought to the foreground.
+type terminalInput struct{ tty *os.File }
+
+const backgroundPoll = 100 * time.Millisecond
+
+func (t terminalInput) Read(b []byte) (int, error) {
+	for sys.InBackground(t.tty) {
+		time.Sleep(backgroundPoll)
+	}
+	return t.tty.Read(b)
 }
 
 // withPMIx is pmirun built with PMIx support (-tags pmix: cgo and

@@ -98,6 +98,14 @@ func IsTerminal(f *os.File) bool {
 	return err == nil
 }
 
+// InBackground reports whether terminal f is this process's controlling
+// terminal and another process group is its foreground: a read of it
+// would stop the process (SIGTTIN), as a shell's background job.
+func InBackground(f *os.File) bool {
+	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
+	return err == nil && pgrp != unix.Getpgrp()
+}
+
 // FileLimit returns the soft RLIMIT_NOFILE, the descriptors this process
 // may hold (Go raises it to the hard limit at start-up); 0 = unlimited.
 func FileLimit() (uint64, error) {

@@ -31,6 +31,9 @@ func CPUPlaces(cpus []int) []CPUPlace { return nil }
 // IsTerminal is false off Linux.
 func IsTerminal(f *os.File) bool { return false }
 
+// InBackground is false off Linux (IsTerminal is).
+func InBackground(f *os.File) bool { return false }
+
 // FileLimit is not known off Linux.
 func FileLimit() (uint64, error) { return 0, ErrNotSupported }
 

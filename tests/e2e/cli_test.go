@@ -165,12 +165,19 @@ type terminal struct {
 
 func startTerminal(t *testing.T, args ...string) *terminal {
 	t.Helper()
+	return startOnTerminal(t, pmirun(), args...)
+}
+
+// startOnTerminal runs prog (pmirun, or a shell that runs it) as a
+// terminal's foreground job.
+func startOnTerminal(t *testing.T, prog string, args ...string) *terminal {
+	t.Helper()
 	master, tty, err := sys.OpenPTY()
 	if err != nil {
 		t.Fatalf("open pty: %v", err)
 	}
 	tm := &terminal{t: t, master: master, read: make(chan struct{})}
-	tm.cmd = exec.Command(pmirun(), args...)
+	tm.cmd = exec.Command(prog, args...)
 	tm.cmd.Env = callerEnv(nil)
 	tm.cmd.Stdin, tm.cmd.Stdout, tm.cmd.Stderr = tty, tty, tty
 	tm.cmd.SysProcAttr = sys.TerminalProcAttr(0)
@@ -264,6 +271,29 @@ func TestTerminalStdinReachesRankZero(t *testing.T) {
 	tm.waitFor("[1] got:", 1)
 	if code := tm.wait(); code != 0 {
 		t.Errorf("exit %d, want 0", code)
+	}
+}
+
+// pmirun started in the background of a shell with job control
+// ("pmirun ... &") runs its job: it reads the terminal for the ranks only
+// once in the foreground, never stopped by SIGTTIN (before, the job hung
+// stopped, though no rank read input). Brought to the foreground, it
+// relays what is typed.
+func TestTerminalBackgroundJob(t *testing.T) {
+	tm := startOnTerminal(t, "sh", "-c", `set -m; "$0" -n 2 -l sh -c 'echo rank-done' & wait $!; echo "exit=$?"`, pmirun())
+	tm.waitFor("exit=0", 1)
+	tm.waitFor("rank-done", 2)
+	if code := tm.wait(); code != 0 {
+		t.Errorf("shell exit %d, want 0", code)
+	}
+	tm = startOnTerminal(t, "sh", "-c", `set -m; "$0" -n 1 sh -c 'read x; echo "got:$x"' & sleep 0.5; echo started; fg`, pmirun())
+	tm.waitFor("started", 1)
+	tm.waitFor("read x", 1) // fg names the job it resumes
+	time.Sleep(200 * time.Millisecond)
+	tm.master.Write([]byte("typed\n"))
+	tm.waitFor("got:typed", 1)
+	if code := tm.wait(); code != 0 {
+		t.Errorf("shell exit %d, want 0", code)
 	}
 }
 
