@@ -104,18 +104,26 @@ func run() int {
 // terminalInput is pmirun's terminal as the ranks' input (cfg.Stdin): it
 // reads the terminal only while pmirun is in its foreground. A read in
 // the background would stop pmirun (SIGTTIN) and with it the job, though
-// no rank may want input: "pmirun -n 4 ./app &" would hang, stopped,
-// where mpiexec runs. In the background it waits instead, looking every
-// backgroundPoll, until the job is brought to the foreground.
+// no rank may want input: "pmirun -n 4 ./app &", or Ctrl-Z then bg,
+// would leave the job stopped where mpiexec runs on. So it waits for
+// input without reading (a read already waiting when the job is sent to
+// the background would be stopped as it restarts) and reads it only if
+// pmirun is the foreground job; in the background it looks again every
+// terminalPoll.
 type terminalInput struct{ tty *os.File }
 
-const backgroundPoll = 100 * time.Millisecond
+const terminalPoll = 100 * time.Millisecond
 
 func (t terminalInput) Read(b []byte) (int, error) {
-	for sys.InBackground(t.tty) {
-		time.Sleep(backgroundPoll)
+	for {
+		if sys.InBackground(t.tty) {
+			time.Sleep(terminalPoll)
+			continue
+		}
+		if sys.WaitReadable(t.tty, time.Minute) && !sys.InBackground(t.tty) {
+			return t.tty.Read(b)
+		}
 	}
-	return t.tty.Read(b)
 }
 
 // withPMIx is pmirun built with PMIx support (-tags pmix: cgo and

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -96,6 +97,15 @@ func readInt(path string) int {
 func IsTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// WaitReadable waits up to d for f to have input (or to have hung up,
+// so that a read returns at once) and reports whether it has. Unlike a
+// read, it never stops a background job (SIGTTIN).
+func WaitReadable(f *os.File, d time.Duration) bool {
+	fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, int(d.Milliseconds()))
+	return err == nil && n > 0 && fds[0].Revents != 0
 }
 
 // InBackground reports whether terminal f is this process's controlling

@@ -2,7 +2,10 @@
 
 package sys
 
-import "os"
+import (
+	"os"
+	"time"
+)
 
 // ProcessLimit reports no limit off Linux.
 func ProcessLimit() (uint64, error) { return 0, ErrNotSupported }
@@ -30,6 +33,9 @@ func CPUPlaces(cpus []int) []CPUPlace { return nil }
 
 // IsTerminal is false off Linux.
 func IsTerminal(f *os.File) bool { return false }
+
+// WaitReadable is true off Linux: a read may block.
+func WaitReadable(f *os.File, d time.Duration) bool { return true }
 
 // InBackground is false off Linux (IsTerminal is).
 func InBackground(f *os.File) bool { return false }

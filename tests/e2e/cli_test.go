@@ -297,6 +297,24 @@ func TestTerminalBackgroundJob(t *testing.T) {
 	}
 }
 
+// A job suspended with Ctrl-Z and resumed in the background (bg) runs on
+// to its end, as under mpiexec; before, pmirun's waiting read of the
+// terminal restarted in the background and stopped it (SIGTTIN).
+func TestTerminalSuspendThenBackground(t *testing.T) {
+	tm := startOnTerminal(t, "bash", "--norc", "--noprofile", "-i")
+	// The quotes keep the terminal's echo of the command from matching.
+	tm.master.Write([]byte(pmirun() + ` -n 2 -l sh -c 'echo "sta""rted"; sleep 1; echo "rank-""done"'` + "\n"))
+	tm.waitFor("started", 2)
+	tm.master.Write([]byte{26}) // ^Z
+	tm.waitFor("Stopped", 1)
+	tm.master.Write([]byte("bg; wait; echo \"ex\"\"it=$?\"\n"))
+	tm.waitFor("exit=", 1)
+	tm.waitFor("exit=0", 1)
+	tm.waitFor("rank-done", 2)
+	tm.master.Write([]byte("exit\n"))
+	tm.wait()
+}
+
 // Ctrl-C on the terminal is forwarded with a note; a second one kills
 // ranks that ignore SIGINT and SIGTERM, exit 130.
 func TestTerminalCtrlCTwice(t *testing.T) {
