@@ -356,6 +356,24 @@ func TestScriptWithoutShebang(t *testing.T) {
 	}
 }
 
+// A script whose "#!" interpreter is missing (DOS line ends make it
+// "/bin/sh\r") exits 127 naming the interpreter, not only "no such file"
+// for the script that is there.
+func TestMissingInterpreterNamed(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"crlf": "#!/bin/sh\r\necho hi\r\n", "gone": "#! /no/such/interp -x\necho hi\n"} {
+		script := filepath.Join(dir, name)
+		if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, err := run(t, Config{Size: 2, Prog: script})
+		want := map[string]string{"crlf": `its interpreter "/bin/sh\r" is not found`, "gone": `its interpreter "/no/such/interp" is not found`}[name]
+		if ExitCode(err) != 127 || !strings.Contains(stderr, want) {
+			t.Errorf("%s: exit %d, stderr %q; want 127 and %q", name, ExitCode(err), stderr, want)
+		}
+	}
+}
+
 // startRecording starts a job of n ranks that record, on their stdout,
 // every signal they receive (or, with ignoreIntTerm, ignore SIGINT and
 // SIGTERM), and waits until each has set its traps. The job's signals go

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -434,6 +436,13 @@ func (n *Node) started(forks []forked) {
 		why := err.Error()
 		if sys.IsProcessLimit(err) {
 			why += " (no room for another process: see ulimit -u and the pids cgroup's pids.max)"
+		}
+		var pe *fs.PathError
+		if errors.Is(err, fs.ErrNotExist) && errors.As(err, &pe) {
+			if in := interpreter(pe.Path); in != "" {
+				// The file is there: what is missing is what runs it.
+				why += fmt.Sprintf(" (its interpreter %q is not found)", in)
+			}
 		}
 		n.opt.Emit(agent.Event{Kind: agent.EventStartFailed, Rank: n.ranks[failed], Code: ExitCodeFor(err), Msg: why})
 	} else if unstarted > 0 {

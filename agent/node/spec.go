@@ -567,6 +567,25 @@ func shellScript(p string) bool {
 	return true
 }
 
+// interpreter is the interpreter a "#!" line at the start of the file at
+// p names ("/bin/sh\r" for a script with DOS line ends), or "".
+func interpreter(p string) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	line, _ := bufio.NewReader(io.LimitReader(f, 256)).ReadString('\n')
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return ""
+	}
+	if w := strings.FieldsFunc(rest, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' }); len(w) > 0 {
+		return w[0]
+	}
+	return ""
+}
+
 // executable reports why p cannot be run, or nil.
 func executable(p string) error {
 	st, err := os.Stat(p)
