@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent/pmix"
@@ -81,7 +82,7 @@ func run() int {
 	// guard's start-up on the other CPU delays (0.5-1 ms for the six
 	// then, 0.1-0.5 ms before).
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, sys.ForwardedSignals...)
+	signal.Notify(sigs, forwarded()...)
 	if len(cfg.Daemons) == 0 {
 		// pmirun forks the ranks (fork bootstrap) or the agents: its
 		// guard kills their process groups if pmirun is killed. It
@@ -99,6 +100,17 @@ func run() int {
 	cfg.Signals = sigs
 	err = launch.Run(context.Background(), cfg)
 	return launch.ExitCode(err)
+}
+
+// forwarded are the signals pmirun catches and forwards to the ranks:
+// sys.ForwardedSignals but SIGHUP if pmirun was started ignoring it
+// (nohup), which then stays ignored, by pmirun and by the ranks, which
+// inherit that: "nohup pmirun ... &" survives the hangup of its terminal,
+// as "nohup mpiexec" does.
+func forwarded() []os.Signal {
+	return slices.DeleteFunc(slices.Clone(sys.ForwardedSignals), func(s os.Signal) bool {
+		return s == sys.SIGHUP && signal.Ignored(s)
+	})
 }
 
 // terminalInput is pmirun's terminal as the ranks' input (cfg.Stdin): it

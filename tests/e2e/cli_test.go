@@ -142,6 +142,24 @@ func TestSIGQUITForwardedNoStackDump(t *testing.T) {
 	}
 }
 
+// Under nohup (SIGHUP ignored) a hangup neither ends pmirun nor reaches
+// the ranks, which start with SIGHUP ignored as nohup's children do; the
+// other signals are forwarded still. Before, pmirun caught SIGHUP anyway
+// and forwarded it: the ranks died of it, exit 129.
+func TestNohupSurvivesHangup(t *testing.T) {
+	j := start(t, job{wrap: []string{"nohup"}, args: []string{"-n", "2", "-l", "sh", "-c",
+		`trap "echo got USR1" USR1; echo ready; for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.1; done; echo survived`}})
+	j.waitStdout(30*time.Second, func(ls []string) bool { return countContaining(ls, "ready") == 2 })
+	j.cmd.Process.Signal(sys.SIGHUP)
+	time.Sleep(100 * time.Millisecond)
+	j.cmd.Process.Signal(sys.SIGUSR1)
+	r := j.wait()
+	r.wantCode(t, 0)
+	if strings.Count(r.stdout, "survived") != 2 || strings.Count(r.stdout, "got USR1") != 2 {
+		t.Errorf("want both ranks to survive the hangup and get SIGUSR1:\n%s", r)
+	}
+}
+
 func countContaining(ls []string, s string) int {
 	n := 0
 	for _, l := range ls {
