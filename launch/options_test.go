@@ -356,6 +356,22 @@ func TestScriptWithoutShebang(t *testing.T) {
 	}
 }
 
+// An MPMD command's -env PATH DIR finds its bare program name on DIR, as
+// its ranks' PATH (and Hydra) would; the other command keeps the job's.
+func TestCommandPathFindsProgram(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "only-here"), []byte("#!/bin/sh\necho found $PMI_RANK\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := run(t, Config{Size: 2, Apps: []node.App{
+		{Prog: "echo", Args: []string{"first"}, Size: 1},
+		{Prog: "only-here", Size: 1, Env: []string{"PATH=" + dir}},
+	}})
+	if err != nil || !strings.Contains(out, "found 1\n") || !strings.Contains(out, "first\n") {
+		t.Errorf("%v, output %q\n%s", err, out, stderr)
+	}
+}
+
 // A script whose "#!" interpreter is missing (DOS line ends make it
 // "/bin/sh\r") exits 127 naming the interpreter, not only "no such file"
 // for the script that is there.

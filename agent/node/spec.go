@@ -156,14 +156,18 @@ type App struct {
 
 // Resolve finds the App's program as a node starts it: a path with a
 // slash relative to its working directory (Wdir, else the job's wdir), a
-// bare name on its Path, else on env's PATH (the ranks' environment). A
-// working directory that is not one here is an error too: the ranks
-// could not start in it (a spawn's wdir info key is checked only here).
+// bare name on its Path, else on the PATH its ranks get (env, the job's
+// environment, with the App's own Env over it). A working directory that
+// is not one here is an error too: the ranks could not start in it (a
+// spawn's wdir info key is checked only here).
 func (a *App) Resolve(wdir string, env []string) (string, error) {
 	if wd := a.workDir(wdir); wd != "" {
 		if st, err := os.Stat(wd); err != nil || !st.IsDir() {
 			return "", fmt.Errorf("working directory %s is not a directory here", wd)
 		}
+	}
+	if len(a.Env) > 0 {
+		env = append(slices.Clone(env), a.Env...) // as startRank builds it: the App's last
 	}
 	if a.Path != "" {
 		env = setEnv(slices.Clone(env), "PATH", a.Path)
