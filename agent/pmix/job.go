@@ -23,7 +23,7 @@ var errNotFound = errors.New("pmix: not found")
 // errJobClosed refuses or fails requests once the Job is closed.
 var errJobClosed = errors.New("pmix: job ended")
 
-// errTimeout fails a direct modex whose PMIX_TIMEOUT passed.
+// errTimeout fails a direct modex or a fence whose PMIX_TIMEOUT passed.
 var errTimeout = errors.New("pmix: timed out")
 
 // Config is one job's share of a node, as PMIx needs it.
@@ -135,7 +135,8 @@ type request struct {
 	msg  string   // abort
 	data []byte   // fence: the node's collected data; rank data: the rank's
 	strs []string // publish: key, value, ...; lookup, unpublish: keys
-	// Direct modex: how long the client waits (PMIX_TIMEOUT), 0 for ever.
+	// Direct modex, fence: how long the client waits (PMIX_TIMEOUT), 0
+	// for ever.
 	// Lookup: how long it waits for its names to be published (PMIX_WAIT),
 	// 0 answering at once.
 	timeout time.Duration
@@ -169,8 +170,8 @@ type pending struct {
 	left  int // replies still to come
 	err   error
 	found []string
-	// deadline fails a direct modex with errTimeout if no reply came by
-	// then; zero for ever.
+	// deadline fails a direct modex or a fence with errTimeout if no
+	// reply came by then; zero for ever.
 	deadline time.Time
 }
 
@@ -422,7 +423,8 @@ func (j *Job) signal() {
 }
 
 // run is the worker: it serves the queue until Close, then fails what is
-// left. It also fails the direct modex requests whose timeout passed.
+// left. It also fails the direct modex and fence requests whose timeout
+// passed.
 func (j *Job) run() {
 	defer close(j.done)
 	timer := time.NewTimer(time.Hour)
@@ -611,7 +613,9 @@ const maxAbortMsg = 1024
 // fence enters every local rank in the agent's next allgather epoch, the
 // first carrying the node's collected data (agent.NodeAllgather): the
 // job-wide result, every node's data concatenated in rank order, is what
-// the server library expects back.
+// the server library expects back. A fence with a PMIX_TIMEOUT fails
+// when it passes (run) and its late result is dropped (reply): the
+// epoch stays entered, as a PMI rank's fence it stopped waiting for.
 func (j *Job) fence(r *request) {
 	reqs := j.expect(r, 1) // the first local rank's reply completes it
 	if err := j.cfg.Agent.StepExternal(agent.NodeAllgather(len(j.local), reqs[0], r.data)...); err != nil {

@@ -200,13 +200,35 @@ static pmix_status_t jobs_request(int kind, const pmix_proc_t procs[], size_t np
     return rc;
 }
 
+// timeout_of is the PMIX_TIMEOUT in info, in seconds (0: none).
+static int timeout_of(const pmix_info_t info[], size_t ninfo)
+{
+    for (size_t i = 0; i < ninfo; i++) {
+        if (!PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT))
+            continue;
+        switch (info[i].value.type) {
+        case PMIX_INT:
+            return info[i].value.data.integer > 0 ? info[i].value.data.integer : 0;
+        case PMIX_INT32:
+            return info[i].value.data.int32 > 0 ? info[i].value.data.int32 : 0;
+        case PMIX_UINT32:
+            return info[i].value.data.uint32 > 0x7fffffff ? 0x7fffffff : (int)info[i].value.data.uint32;
+        default:
+            return 0;
+        }
+    }
+    return 0;
+}
+
 static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
                               const pmix_info_t info[], size_t ninfo,
                               char *data, size_t ndata,
                               pmix_modex_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)info;
-    (void)ninfo; // PMIX_COLLECT_DATA is the server library's business: it sends data or not
+    // PMIX_COLLECT_DATA is the server library's business: it sends data
+    // or not. A PMIX_TIMEOUT is the host's once the library hands the
+    // fence over (it times out only fences still waiting for local
+    // clients): Go fails the fence when it passes.
     const char *ns = NULL;
     int w = whole(procs, nprocs, &ns);
     if (w == 0)
@@ -227,30 +249,11 @@ static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
     if (cb == NULL)
         return PMIX_ERR_NOMEM;
     cb->modex = cbfunc;
-    int rc = fpxRequest(FPX_FENCE, (char *)ns, PMIX_RANK_WILDCARD, 0, data, NULL, (int)ndata, cb);
+    int rc = fpxRequest(FPX_FENCE, (char *)ns, PMIX_RANK_WILDCARD, timeout_of(info, ninfo), data, NULL,
+                        (int)ndata, cb);
     if (rc != 0)
         free(cb);
     return queued(rc);
-}
-
-// timeout_of is the PMIX_TIMEOUT in info, in seconds (0: none).
-static int timeout_of(const pmix_info_t info[], size_t ninfo)
-{
-    for (size_t i = 0; i < ninfo; i++) {
-        if (!PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT))
-            continue;
-        switch (info[i].value.type) {
-        case PMIX_INT:
-            return info[i].value.data.integer > 0 ? info[i].value.data.integer : 0;
-        case PMIX_INT32:
-            return info[i].value.data.int32 > 0 ? info[i].value.data.int32 : 0;
-        case PMIX_UINT32:
-            return info[i].value.data.uint32 > 0x7fffffff ? 0x7fffffff : (int)info[i].value.data.uint32;
-        default:
-            return 0;
-        }
-    }
-    return 0;
 }
 
 // dmodex asks for the data of a rank of another node, which only that

@@ -314,6 +314,9 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 		if n > 0 {
 			r.data = []byte(C.GoStringN(msg, n))
 		}
+		if code > 0 {
+			r.timeout = time.Duration(code) * time.Second
+		}
 	case C.FPX_DMODEX:
 		r.kind = reqDmodex
 		if code > 0 {

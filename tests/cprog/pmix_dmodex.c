@@ -14,7 +14,11 @@
  *              their get (PMIX_TIMEOUT 30 s) and exit 1 if it fails;
  *   timeout    it sleeps 5 s after the fence, then finalizes; the others
  *              get its key with PMIX_TIMEOUT 1 s and print
- *              "rank R: get of rank V: STATUS after S s".
+ *              "rank R: get of rank V: STATUS after S s";
+ *   fence-timeout
+ *              it never fences: it sleeps 3 s and finalizes; the others
+ *              fence with PMIX_TIMEOUT 1 s and print
+ *              "rank R: fence: STATUS after S s".
  *
  * Rank 0 prints "pmix_dmodex ok N=<n>" when FASTPMI_BENCH_VERBOSE is set
  * and the default mode passed on it. Errors go to stderr, exit 1. */
@@ -141,6 +145,22 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    if (strcmp(mode, "fence-timeout") == 0) {
+        if (me.rank == victim) {
+            sleep(3);
+        } else {
+            pmix_info_t info;
+            int timeout = 1;
+            double t0 = now();
+            PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout, PMIX_INT);
+            rc = PMIx_Fence(&wild, 1, &info, 1);
+            printf("rank %u: fence: %s after %.0f s\n", me.rank, PMIx_Error_string(rc), now() - t0);
+            fflush(stdout);
+        }
+        if ((rc = PMIx_Finalize(NULL, 0)) != PMIX_SUCCESS)
+            die("finalize", rc);
+        return 0;
+    }
     if (me.rank != victim)
         put("fastpmi.dmodex.a");
     fence();

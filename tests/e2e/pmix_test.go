@@ -153,6 +153,30 @@ func TestPMIxDirectModex(t *testing.T) {
 	r.wantOneLine(t, `^pmix_dmodex ok N=4$`)
 }
 
+// A fence with a PMIX_TIMEOUT that a rank never enters fails with
+// TIMEOUT when it passes, whether its node's server library still waits
+// for a local client (one node) or handed the fence to the agent (two
+// nodes, ranks placed cyclically: the victim, rank 1, is alone with rank
+// 3 on its node, ranks 0 and 2 wait on the other), instead of holding the
+// other node's ranks until the job is killed; the job then ends cleanly.
+func TestPMIxFenceTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"one node", nil}, {"two nodes", []string{"--bootstrap", "loopback", "--nodes", "2", "--cyclic"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := ompiJob(4, append(tc.args, prog("pmix_dmodex"), "fence-timeout", "1")...)
+			j.timeout = 30 * time.Second
+			r := run(t, j)
+			r.wantCode(t, 0)
+			r.wantReaders(t, 4, 1, func(rank int) string {
+				return fmt.Sprintf(`^rank %d: fence: TIMEOUT after [12] s$`, rank)
+			})
+			r.wantFaster(t, 15*time.Second)
+		})
+	}
+}
+
 // MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name reach pmirun's
 // name service through the PMIx server's publish, lookup and unpublish;
 // the program checks the value, and that a lookup after unpublish fails.
