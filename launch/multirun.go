@@ -328,11 +328,15 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 	return r, agents, nil
 }
 
-// hostIndex returns the run's nodes named h (a spawn's host info key).
+// hostIndex returns the run's nodes named h (a spawn's host info key):
+// by the bootstrap's name (--hosts, a namespace, a daemon's address), or
+// by the name the ranks know the node by (their PMIX_HOSTNAME: nodeNames,
+// which tells apart nodes that share a bootstrap name, as the loopback
+// bootstrap's).
 func (run *multiRun) hostIndex(h string) []int {
 	var ns []int
 	for i, name := range run.hosts {
-		if strings.EqualFold(name, h) {
+		if strings.EqualFold(name, h) || (i < len(run.nodeNames) && strings.EqualFold(run.nodeNames[i], h)) {
 			ns = append(ns, i)
 		}
 	}

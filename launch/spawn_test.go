@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
@@ -225,6 +226,22 @@ func countChildren() int {
 		}
 	}
 	return n
+}
+
+// A spawn's host names a node of the run by its bootstrap name or by the
+// name its ranks know it by (PMIX_HOSTNAME): nodes that share a bootstrap
+// name, as the loopback bootstrap's do, are told apart by the latter
+// (nodeNames made them vm-0, vm-1).
+func TestSpawnHostIndex(t *testing.T) {
+	run := &multiRun{hosts: []string{"127.0.0.1", "127.0.0.1", "c"}, nodeNames: nodeNames(
+		[]node.Hello{{Host: "vm"}, {Host: "vm"}, {Host: "c.example"}}, []string{"127.0.0.1", "127.0.0.1", "c"})}
+	for h, want := range map[string]string{
+		"vm-1": "[1]", "VM-0": "[0]", "127.0.0.1": "[0 1]", "c": "[2]", "c.example": "[2]", "vm": "[]", "nosuchhost": "[]",
+	} {
+		if got := fmt.Sprint(run.hostIndex(h)); got != want {
+			t.Errorf("host %q: nodes %s, want %s (node names %q)", h, got, want, run.nodeNames)
+		}
+	}
 }
 
 // Children are placed round robin over the run's nodes, command after
