@@ -23,7 +23,8 @@ var errNotFound = errors.New("pmix: not found")
 // errJobClosed refuses or fails requests once the Job is closed.
 var errJobClosed = errors.New("pmix: job ended")
 
-// errTimeout fails a direct modex or a fence whose PMIX_TIMEOUT passed.
+// errTimeout fails a direct modex or a collective (a fence, a connect or
+// disconnect) whose PMIX_TIMEOUT passed.
 var errTimeout = errors.New("pmix: timed out")
 
 // Config is one job's share of a node, as PMIx needs it.
@@ -135,8 +136,8 @@ type request struct {
 	msg  string   // abort
 	data []byte   // fence: the node's collected data; rank data: the rank's
 	strs []string // publish: key, value, ...; lookup, unpublish: keys
-	// Direct modex, fence: how long the client waits (PMIX_TIMEOUT), 0
-	// for ever.
+	// Direct modex, collectives: how long the client waits
+	// (PMIX_TIMEOUT), 0 for ever.
 	// Lookup: how long it waits for its names to be published (PMIX_WAIT),
 	// 0 answering at once.
 	timeout time.Duration
@@ -170,8 +171,8 @@ type pending struct {
 	left  int // replies still to come
 	err   error
 	found []string
-	// deadline fails a direct modex or a fence with errTimeout if no
-	// reply came by then; zero for ever.
+	// deadline fails a direct modex or a collective with errTimeout if
+	// no reply came by then; zero for ever.
 	deadline time.Time
 }
 
@@ -423,8 +424,8 @@ func (j *Job) signal() {
 }
 
 // run is the worker: it serves the queue until Close, then fails what is
-// left. It also fails the direct modex and fence requests whose timeout
-// passed.
+// left. It also fails the direct modex and collective requests whose
+// timeout passed.
 func (j *Job) run() {
 	defer close(j.done)
 	timer := time.NewTimer(time.Hour)
@@ -586,7 +587,7 @@ func (j *Job) serve(r *request) {
 // hosting participants entered: the server library calls this once per
 // process, after its local participants of every job, and the Job of
 // one of its namespaces carries it (fpxJobsRequest). The answer is every
-// node's data.
+// node's data. One with a PMIX_TIMEOUT fails when it passes, as a fence.
 func (j *Job) jobsColl(r *request) {
 	reqs := j.expect(r, 1)
 	o := r.jobs

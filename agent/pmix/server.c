@@ -169,37 +169,6 @@ static int whole(const pmix_proc_t procs[], size_t nprocs, const char **ns)
     return -(int)nprocs; // Go checks that they are every rank
 }
 
-// jobs_request hands over a collective over procs of several namespaces
-// (or of part of one), which only the launcher can complete across
-// nodes: a fence (modex set) or a connect or disconnect (op set).
-static pmix_status_t jobs_request(int kind, const pmix_proc_t procs[], size_t nprocs, char *data,
-                                  size_t ndata, pmix_modex_cbfunc_t modex, pmix_op_cbfunc_t op,
-                                  void *cbdata)
-{
-    if (nprocs == 0)
-        return PMIX_ERR_BAD_PARAM;
-    char **ns = calloc(nprocs, sizeof(*ns));
-    unsigned int *ranks = calloc(nprocs, sizeof(*ranks));
-    fpx_cb *cb = newcb(cbdata);
-    int rc = PMIX_ERR_NOMEM;
-    if (ns != NULL && ranks != NULL && cb != NULL) {
-        for (size_t i = 0; i < nprocs; i++) {
-            ns[i] = (char *)procs[i].nspace; // Go copies them before it returns
-            ranks[i] = procs[i].rank;
-        }
-        cb->modex = modex;
-        cb->op = op;
-        rc = fpxJobsRequest(kind, ns, ranks, (int)nprocs, data, (int)ndata, cb);
-        if (rc == 0)
-            cb = NULL; // Go's now
-        rc = queued(rc);
-    }
-    free(ns);
-    free(ranks);
-    free(cb);
-    return rc;
-}
-
 // timeout_of is the PMIX_TIMEOUT in info, in seconds (0: none).
 static int timeout_of(const pmix_info_t info[], size_t ninfo)
 {
@@ -220,6 +189,38 @@ static int timeout_of(const pmix_info_t info[], size_t ninfo)
     return 0;
 }
 
+// jobs_request hands over a collective over procs of several namespaces
+// (or of part of one), which only the launcher can complete across
+// nodes: a fence (modex set) or a connect or disconnect (op set). Its
+// PMIX_TIMEOUT in info is the host's, as a fence's (fence_nb).
+static pmix_status_t jobs_request(int kind, const pmix_proc_t procs[], size_t nprocs,
+                                  const pmix_info_t info[], size_t ninfo, char *data, size_t ndata,
+                                  pmix_modex_cbfunc_t modex, pmix_op_cbfunc_t op, void *cbdata)
+{
+    if (nprocs == 0)
+        return PMIX_ERR_BAD_PARAM;
+    char **ns = calloc(nprocs, sizeof(*ns));
+    unsigned int *ranks = calloc(nprocs, sizeof(*ranks));
+    fpx_cb *cb = newcb(cbdata);
+    int rc = PMIX_ERR_NOMEM;
+    if (ns != NULL && ranks != NULL && cb != NULL) {
+        for (size_t i = 0; i < nprocs; i++) {
+            ns[i] = (char *)procs[i].nspace; // Go copies them before it returns
+            ranks[i] = procs[i].rank;
+        }
+        cb->modex = modex;
+        cb->op = op;
+        rc = fpxJobsRequest(kind, ns, ranks, (int)nprocs, timeout_of(info, ninfo), data, (int)ndata, cb);
+        if (rc == 0)
+            cb = NULL; // Go's now
+        rc = queued(rc);
+    }
+    free(ns);
+    free(ranks);
+    free(cb);
+    return rc;
+}
+
 static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
                               const pmix_info_t info[], size_t ninfo,
                               char *data, size_t ndata,
@@ -232,7 +233,7 @@ static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
     const char *ns = NULL;
     int w = whole(procs, nprocs, &ns);
     if (w == 0)
-        return jobs_request(FPX_JOBS_FENCE, procs, nprocs, data, ndata, cbfunc, NULL, cbdata);
+        return jobs_request(FPX_JOBS_FENCE, procs, nprocs, info, ninfo, data, ndata, cbfunc, NULL, cbdata);
     if (w < 0) {
         // An explicit list: Go accepts it only if it names every rank.
         unsigned int *ranks = malloc(nprocs * sizeof(*ranks));
@@ -243,7 +244,8 @@ static pmix_status_t fence_nb(const pmix_proc_t procs[], size_t nprocs,
         int ok = fpxWholeJob((char *)ns, ranks, (int)nprocs);
         free(ranks);
         if (!ok)
-            return jobs_request(FPX_JOBS_FENCE, procs, nprocs, data, ndata, cbfunc, NULL, cbdata);
+            return jobs_request(FPX_JOBS_FENCE, procs, nprocs, info, ninfo, data, ndata, cbfunc, NULL,
+                                cbdata);
     }
     fpx_cb *cb = newcb(cbdata);
     if (cb == NULL)
@@ -585,17 +587,13 @@ static pmix_status_t spawn(const pmix_proc_t *proc, const pmix_info_t job_info[]
 static pmix_status_t connect_fn(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
                                 size_t ninfo, pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)info;
-    (void)ninfo; // a PMIX_TIMEOUT: the run's fate ends a job whose ranks never come
-    return jobs_request(FPX_CONNECT, procs, nprocs, NULL, 0, NULL, cbfunc, cbdata);
+    return jobs_request(FPX_CONNECT, procs, nprocs, info, ninfo, NULL, 0, NULL, cbfunc, cbdata);
 }
 
 static pmix_status_t disconnect_fn(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
                                    size_t ninfo, pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)info;
-    (void)ninfo;
-    return jobs_request(FPX_DISCONNECT, procs, nprocs, NULL, 0, NULL, cbfunc, cbdata);
+    return jobs_request(FPX_DISCONNECT, procs, nprocs, info, ninfo, NULL, 0, NULL, cbfunc, cbdata);
 }
 
 static pmix_server_module_t module = {

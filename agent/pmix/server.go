@@ -370,8 +370,11 @@ func fpxRequest(kind C.int, nspace *C.char, rank C.uint, code C.int, msg *C.char
 }
 
 //export fpxJobsRequest
-func fpxJobsRequest(kind C.int, nss **C.char, ranks *C.uint, n C.int, data *C.char, ndata C.int, cb *C.fpx_cb) C.int {
+func fpxJobsRequest(kind C.int, nss **C.char, ranks *C.uint, n C.int, timeout C.int, data *C.char, ndata C.int, cb *C.fpx_cb) C.int {
 	r := &request{kind: reqJobs, rank: -1}
+	if timeout > 0 {
+		r.timeout = time.Duration(timeout) * time.Second
+	}
 	switch kind {
 	case C.FPX_JOBS_FENCE:
 		r.jobs.Kind = agent.JobsFence

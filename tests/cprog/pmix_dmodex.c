@@ -18,7 +18,10 @@
  *   fence-timeout
  *              it never fences: it sleeps 3 s and finalizes; the others
  *              fence with PMIX_TIMEOUT 1 s and print
- *              "rank R: fence: STATUS after S s".
+ *              "rank R: fence: STATUS after S s". With a third argument
+ *              "pairs", each rank's fence names only itself and VICTIM
+ *              (part of the namespace: a collective the launcher
+ *              completes across nodes).
  *
  * Rank 0 prints "pmix_dmodex ok N=<n>" when FASTPMI_BENCH_VERBOSE is set
  * and the default mode passed on it. Errors go to stderr, exit 1. */
@@ -153,7 +156,14 @@ int main(int argc, char **argv)
             int timeout = 1;
             double t0 = now();
             PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout, PMIX_INT);
-            rc = PMIx_Fence(&wild, 1, &info, 1);
+            if (argc > 3 && strcmp(argv[3], "pairs") == 0) {
+                pmix_proc_t pair[2];
+                PMIX_LOAD_PROCID(&pair[0], me.nspace, me.rank);
+                PMIX_LOAD_PROCID(&pair[1], me.nspace, victim);
+                rc = PMIx_Fence(pair, 2, &info, 1);
+            } else {
+                rc = PMIx_Fence(&wild, 1, &info, 1);
+            }
             printf("rank %u: fence: %s after %.0f s\n", me.rank, PMIx_Error_string(rc), now() - t0);
             fflush(stdout);
         }

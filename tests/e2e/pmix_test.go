@@ -159,13 +159,22 @@ func TestPMIxDirectModex(t *testing.T) {
 // nodes, ranks placed cyclically: the victim, rank 1, is alone with rank
 // 3 on its node, ranks 0 and 2 wait on the other), instead of holding the
 // other node's ranks until the job is killed; the job then ends cleanly.
+// So does a fence over part of the namespace ("pairs": each rank and the
+// victim), which crosses nodes as a collective of the launcher's.
 func TestPMIxFenceTimeout(t *testing.T) {
+	twoNodes := []string{"--bootstrap", "loopback", "--nodes", "2", "--cyclic"}
 	for _, tc := range []struct {
 		name string
 		args []string
-	}{{"one node", nil}, {"two nodes", []string{"--bootstrap", "loopback", "--nodes", "2", "--cyclic"}}} {
+		mode []string
+	}{
+		{"one node", nil, nil},
+		{"two nodes", twoNodes, nil},
+		{"two nodes/pairs", twoNodes, []string{"pairs"}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := ompiJob(4, append(tc.args, prog("pmix_dmodex"), "fence-timeout", "1")...)
+			args := append(append(tc.args, prog("pmix_dmodex"), "fence-timeout", "1"), tc.mode...)
+			j := ompiJob(4, args...)
 			j.timeout = 30 * time.Second
 			r := run(t, j)
 			r.wantCode(t, 0)
