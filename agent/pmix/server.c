@@ -922,15 +922,48 @@ int fpx_register_nspace(const fpx_job *j)
     return rc;
 }
 
+// A deregistration in flight: its namespace and its waiter.
+typedef struct {
+    pmix_nspace_t nspace;
+    waiter *w;
+} dereg;
+
+// dereg_call makes the call on a thread of its own, which returns once
+// the library took the request: a library whose progress thread spins
+// (OpenPMIx 4.2 after a PMIx_Connect with PMIX_TIMEOUT that a local
+// client never joined) blocks the call itself, for ever.
+static void *dereg_call(void *arg)
+{
+    dereg *d = arg;
+    PMIx_server_deregister_nspace(d->nspace, waiter_done, d->w);
+    free(d);
+    return NULL;
+}
+
 // fpx_deregister_nspace waits at most secs for the library (it copies
 // nspace): a job's end must not wait for ever on a library that lost
-// track of a client that died.
+// track of a client that died, or that is stuck (dereg_call).
 int fpx_deregister_nspace(const char *nspace, int secs)
 {
     waiter *w = waiter_new();
-    if (w == NULL)
+    dereg *d = calloc(1, sizeof(*d));
+    if (w == NULL || d == NULL) {
+        free(w);
+        free(d);
         return PMIX_ERR_NOMEM;
-    PMIx_server_deregister_nspace(nspace, waiter_done, w);
+    }
+    snprintf(d->nspace, sizeof(d->nspace), "%s", nspace);
+    d->w = w;
+    pthread_attr_t attr;
+    pthread_t t;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&t, &attr, dereg_call, d);
+    pthread_attr_destroy(&attr);
+    if (err != 0) {
+        free(d);
+        PMIx_server_deregister_nspace(nspace, waiter_done, w);
+    }
     return waiter_wait(w, PMIX_SUCCESS, secs);
 }
 

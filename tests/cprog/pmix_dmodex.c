@@ -21,7 +21,10 @@
  *              "rank R: fence: STATUS after S s". With a third argument
  *              "pairs", each rank's fence names only itself and VICTIM
  *              (part of the namespace: a collective the launcher
- *              completes across nodes).
+ *              completes across nodes);
+ *   connect-timeout
+ *              the same with PMIx_Connect over the namespace: the others
+ *              print "rank R: connect: STATUS after S s" if it returns.
  *
  * Rank 0 prints "pmix_dmodex ok N=<n>" when FASTPMI_BENCH_VERBOSE is set
  * and the default mode passed on it. Errors go to stderr, exit 1. */
@@ -148,7 +151,7 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    if (strcmp(mode, "fence-timeout") == 0) {
+    if (strcmp(mode, "fence-timeout") == 0 || strcmp(mode, "connect-timeout") == 0) {
         if (me.rank == victim) {
             sleep(3);
         } else {
@@ -156,6 +159,12 @@ int main(int argc, char **argv)
             int timeout = 1;
             double t0 = now();
             PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout, PMIX_INT);
+            if (strcmp(mode, "connect-timeout") == 0) {
+                rc = PMIx_Connect(&wild, 1, &info, 1);
+                printf("rank %u: connect: %s after %.0f s\n", me.rank, PMIx_Error_string(rc), now() - t0);
+                fflush(stdout);
+                goto done;
+            }
             if (argc > 3 && strcmp(argv[3], "pairs") == 0) {
                 pmix_proc_t pair[2];
                 PMIX_LOAD_PROCID(&pair[0], me.nspace, me.rank);
@@ -167,6 +176,7 @@ int main(int argc, char **argv)
             printf("rank %u: fence: %s after %.0f s\n", me.rank, PMIx_Error_string(rc), now() - t0);
             fflush(stdout);
         }
+    done:
         if ((rc = PMIx_Finalize(NULL, 0)) != PMIX_SUCCESS)
             die("finalize", rc);
         return 0;

@@ -186,6 +186,22 @@ func TestPMIxFenceTimeout(t *testing.T) {
 	}
 }
 
+// A PMIx_Connect with PMIX_TIMEOUT that a local rank never joins leaves
+// OpenPMIx 4.2's progress thread spinning: the library answers neither
+// the waiting ranks nor the victim's finalize (the job fails, "exited
+// with code 0 without calling PMI finalize"), and takes no more calls.
+// The job still ends, its namespace's deregistration abandoned after
+// its bound: pmirun waited for ever in it.
+func TestPMIxConnectTimeout(t *testing.T) {
+	j := ompiJob(4, prog("pmix_dmodex"), "connect-timeout", "1")
+	j.timeout = 60 * time.Second
+	r := run(t, j)
+	if r.code < 0 {
+		t.Fatalf("pmirun did not end\n%s", r)
+	}
+	r.wantFaster(t, 40*time.Second)
+}
+
 // MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name reach pmirun's
 // name service through the PMIx server's publish, lookup and unpublish;
 // the program checks the value, and that a lookup after unpublish fails.
