@@ -76,7 +76,10 @@ func (n *Node) startPMIx() error {
 		// local rank: nodes that share a host name and /dev/shm (test
 		// hosts, agents of one machine) would collide, and a rank that is
 		// killed leaves its files behind. A directory per node and job,
-		// removed at Close, avoids both.
+		// removed at Close, avoids both. It is also where the ranks
+		// make Open MPI's session directories (ompi.HOST.UID/jf.*/...,
+		// under $TMPDIR otherwise), which only an mpirun removes: every
+		// job left its own in /tmp.
 		base := "/dev/shm"
 		if st, err := os.Stat(base); err != nil || !st.IsDir() {
 			base = ""
@@ -88,7 +91,7 @@ func (n *Node) startPMIx() error {
 		}
 		n.pmixDir = dir
 		guard.AddDir(dir) // removed by the guard if this process is killed
-		env = append(env, ompiShmDirVar+"="+dir)
+		env = append(env, ompiShmDirVar+"="+dir, ompiTmpdirVar+"="+dir)
 	}
 	if n.oversubscribed {
 		// More ranks than CPUs: Open MPI's ranks should yield while they
@@ -106,6 +109,10 @@ func (n *Node) startPMIx() error {
 // ompiShmDirVar is where Open MPI's shared-memory transport (vader)
 // puts its files.
 const ompiShmDirVar = "OMPI_MCA_btl_vader_backing_directory"
+
+// ompiTmpdirVar is where Open MPI 4.1's ranks make their session
+// directories.
+const ompiTmpdirVar = "OMPI_MCA_orte_tmpdir_base"
 
 // closePMIx ends the node's PMIx front end, if any, and removes its
 // directory.

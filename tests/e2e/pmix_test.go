@@ -58,11 +58,21 @@ func TestOpenMPIAllreduce(t *testing.T) {
 
 // Open MPI ranks leave nothing in /dev/shm: their shared-memory files go
 // to the node's directory, removed when the job ends, also when ranks are
-// killed.
+// killed; nor in $TMPDIR (their session directories go there too).
 func TestOpenMPINoShmLeftovers(t *testing.T) {
 	before, _ := filepath.Glob("/dev/shm/fastpmi-ompi-*")
 	r := run(t, ompiJob(4, prog("ompi_abort"), "1", "5"))
 	r.wantCode(t, 5)
+	// Nor in $TMPDIR: Open MPI's session directories (ompi.HOST.UID/...)
+	// of a job that ended well, which only an mpirun removes.
+	tmp := t.TempDir()
+	j := ompiJob(2, prog("ompi_hello"))
+	j.env = []string{"TMPDIR=" + tmp}
+	r2 := run(t, j)
+	r2.wantCode(t, 0)
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("job left %s/%s behind\n%s", tmp, left[0].Name(), r2)
+	}
 	after, _ := filepath.Glob("/dev/shm/fastpmi-ompi-*")
 	for _, d := range after {
 		if !slices.Contains(before, d) {
