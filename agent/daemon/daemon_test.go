@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +45,32 @@ func TestLoadSecret(t *testing.T) {
 	}
 	if _, err := LoadSecret(short, false); err == nil {
 		t.Error("loaded a 9-byte secret")
+	}
+}
+
+// Daemons started at once with a missing secret file (srun pmid --daemon
+// on the nodes of a shared home directory) all load the one secret that
+// was made: none reads the file while another still writes it, and no
+// temporary file is left beside it.
+func TestLoadSecretCreatedAtOnce(t *testing.T) {
+	for round := range 200 {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "secret")
+		var got [8][]byte
+		var errs [8]error
+		var wg sync.WaitGroup
+		for i := range got {
+			wg.Go(func() { got[i], errs[i] = LoadSecret(path, true) })
+		}
+		wg.Wait()
+		for i := range got {
+			if errs[i] != nil || !bytes.Equal(got[i], got[0]) {
+				t.Fatalf("round %d: daemon %d loaded %q, %v; daemon 0 loaded %q", round, i, got[i], errs[i], got[0])
+			}
+		}
+		if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 {
+			t.Fatalf("round %d: %d files beside the secret (%v), want only it", round, len(ents), err)
+		}
 	}
 }
 

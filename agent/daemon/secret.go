@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
@@ -72,22 +73,31 @@ func LoadSecret(path string, create bool) ([]byte, error) {
 }
 
 // createSecret makes a new secret file at path; it fails with
-// fs.ErrExist if there is one.
+// fs.ErrExist if there is one. The file appears whole or not at all:
+// daemons started at once on the nodes of a shared home directory (srun
+// pmid --daemon) each read the one that won, never an empty one another
+// is still writing. It is written under a temporary name beside path and
+// linked to path, which fails if path exists (also on NFS, where
+// O_EXCL may not be atomic).
 func createSecret(path string) error {
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-*")
 	if err != nil {
 		return err
 	}
+	defer os.Remove(f.Name())
 	_, err = f.WriteString(hex.EncodeToString(raw[:]) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(path)
+		return err
 	}
-	return err
+	return os.Link(f.Name(), path)
 }
