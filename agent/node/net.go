@@ -874,7 +874,10 @@ func (u netUpstream) name(m Name, done func(Name)) {
 		}
 		a.nameID++
 		m.ID = a.nameID
-		a.names[m.ID] = nameWait{done: done, deadline: time.Now().Add(a.spec.NetTimeout + nameGrace + m.Wait)}
+		// pmirun's answer carries no Op: it answers the request of its ID,
+		// whose Op and Name the answer's error names (nameErr).
+		answered := func(r Name) { r.Op, r.Name = m.Op, m.Name; done(r) }
+		a.names[m.ID] = nameWait{done: answered, deadline: time.Now().Add(a.spec.NetTimeout + nameGrace + m.Wait)}
 		a.send(-1, netio.Frame{Type: FrameName, Payload: Encode(m)})
 	}
 }
