@@ -119,8 +119,9 @@ type Local struct {
 
 // localName is a published name.
 type localName struct {
-	port string
-	once bool // withdrawn by the first lookup that finds it
+	port  string
+	once  bool // withdrawn by the first lookup that finds it
+	owner any  // who published it (PublishAs), nil for Publish; compared with ==
 }
 
 // localWait is a lookup waiting for its name; timer ends the wait. It is
@@ -259,6 +260,15 @@ func (l *Local) Spawn(req *pmiwire.Spawn, rank int, done func(string, error)) {
 // MPI_Publish_name. Lookups waiting for the name get it first: all of
 // them, or with once the first one only, which withdraws it.
 func (l *Local) Publish(name, port string, once bool, done func(error)) {
+	l.PublishAs(nil, name, port, once, done)
+}
+
+// PublishAs is Publish for owner (comparable, not nil), whose names only
+// UnpublishAs with the same owner withdraws: a daemon's runs share its
+// name service, and one run never withdraws another's name, also one of
+// the same name published after the run's own has gone (taken by a
+// lookup, once).
+func (l *Local) PublishAs(owner any, name, port string, once bool, done func(error)) {
 	l.mu.Lock()
 	_, dup := l.names[name]
 	full := !dup && l.maxNames > 0 && len(l.names) >= l.maxNames
@@ -272,7 +282,7 @@ func (l *Local) Publish(name, port string, once bool, done func(error)) {
 		}
 		l.nwaits -= len(found)
 		if !once || len(found) == 0 {
-			l.names[name] = localName{port: port, once: once}
+			l.names[name] = localName{port: port, once: once, owner: owner}
 		}
 	}
 	l.mu.Unlock()
@@ -292,9 +302,18 @@ func (l *Local) Publish(name, port string, once bool, done func(error)) {
 
 // Unpublish removes name.
 func (l *Local) Unpublish(name string, done func(error)) {
+	l.UnpublishAs(nil, name, done)
+}
+
+// UnpublishAs removes name if owner published it (PublishAs); a name
+// another owner published is not found.
+func (l *Local) UnpublishAs(owner any, name string, done func(error)) {
 	l.mu.Lock()
-	_, ok := l.names[name]
-	delete(l.names, name)
+	n, ok := l.names[name]
+	ok = ok && n.owner == owner
+	if ok {
+		delete(l.names, name)
+	}
 	l.mu.Unlock()
 	if !ok {
 		done(fmt.Errorf("unpublish %q: %w", name, ErrNameNotFound))

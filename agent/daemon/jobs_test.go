@@ -343,3 +343,48 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// Runs share the daemon's name service but withdraw only their own
+// names: a run cannot unpublish another's name, and a run that ends does
+// not take with it a name another run published after the run's own had
+// gone (published once, taken by a lookup).
+func TestDaemonNamesOwned(t *testing.T) {
+	s, tr := serveDaemon(t)
+	a := openSession(t, tr, s.Addr().String())
+	b := openSession(t, tr, s.Addr().String())
+	c := openSession(t, tr, s.Addr().String())
+	if r := a.call(node.Name{ID: 2, Op: "publish", Name: "svc", Port: "from-a"}); r.Err != "" || r.NotFound {
+		t.Fatalf("a publishes svc: %+v", r)
+	}
+	if r := b.call(node.Name{ID: 2, Op: "unpublish", Name: "svc"}); !r.NotFound {
+		t.Errorf("b unpublishes a's svc: %+v, want not found", r)
+	}
+	if r := b.call(node.Name{ID: 3, Op: "lookup", Name: "svc"}); r.Port != "from-a" {
+		t.Errorf("lookup of svc after b's unpublish: %+v, want a's port", r)
+	}
+	if r := a.call(node.Name{ID: 4, Op: "publish", Name: "a-only", Port: "from-a"}); r.Err != "" {
+		t.Fatalf("a publishes a-only: %+v", r)
+	}
+	if r := a.call(node.Name{ID: 3, Op: "publish", Name: "once", Port: "from-a", Once: true}); r.Err != "" {
+		t.Fatalf("a publishes once: %+v", r)
+	}
+	if r := b.call(node.Name{ID: 4, Op: "lookup", Name: "once"}); r.Port != "from-a" {
+		t.Fatalf("b's lookup of once: %+v, want a's port", r)
+	}
+	if r := c.call(node.Name{ID: 2, Op: "publish", Name: "once", Port: "from-c"}); r.Err != "" || r.NotFound {
+		t.Fatalf("c publishes once after a's went: %+v", r)
+	}
+	a.c.Close() // a's run ends: its names are withdrawn
+	eventually(t, "a's names withdrawn", func() bool {
+		return b.call(node.Name{ID: 5, Op: "lookup", Name: "a-only"}).NotFound
+	})
+	if r := b.call(node.Name{ID: 7, Op: "lookup", Name: "svc"}); !r.NotFound {
+		t.Errorf("lookup of a's svc after a's run ended: %+v, want not found", r)
+	}
+	if r := b.call(node.Name{ID: 6, Op: "lookup", Name: "once"}); r.Port != "from-c" {
+		t.Errorf("lookup of c's once after a's run ended: %+v, want c's port", r)
+	}
+	if r := c.call(node.Name{ID: 3, Op: "unpublish", Name: "once"}); r.Err != "" || r.NotFound {
+		t.Errorf("c unpublishes its once: %+v", r)
+	}
+}

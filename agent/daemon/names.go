@@ -24,7 +24,9 @@ import (
 // node.Name response with the same ID. The names a session published are
 // withdrawn when it ends: a run's names do not outlive it (a name
 // published to go at its first lookup, node.Name.Once, may have gone
-// before).
+// before). A session withdraws only names it published (the session is
+// their owner in the name service): never another run's, also not one
+// published under the same name after its own had gone.
 
 // serveNames serves a name-service session whose first request is first.
 // Requests are answered in order, at once, but for lookups that wait for
@@ -49,7 +51,7 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 		names := slices.Collect(maps.Keys(mine))
 		mu.Unlock()
 		for _, name := range names {
-			s.names.Unpublish(name, func(error) {})
+			s.names.UnpublishAs(sess, name, func(error) {})
 		}
 	}()
 	f := first
@@ -86,7 +88,7 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 		case m.Op == "publish" && published >= agent.MaxNamesPerJob:
 			answer("", fmt.Errorf("publish %q: %w: this run has %d names published", m.Name, agent.ErrQuota, agent.MaxNamesPerJob))
 		case m.Op == "publish":
-			s.names.Publish(m.Name, m.Port, m.Once, func(err error) {
+			s.names.PublishAs(sess, m.Name, m.Port, m.Once, func(err error) {
 				if err == nil {
 					mu.Lock()
 					mine[m.Name] = true
@@ -95,7 +97,7 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 				noPort(err)
 			})
 		case m.Op == "unpublish":
-			s.names.Unpublish(m.Name, func(err error) {
+			s.names.UnpublishAs(sess, m.Name, func(err error) {
 				if err == nil {
 					mu.Lock()
 					delete(mine, m.Name)
