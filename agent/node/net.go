@@ -80,7 +80,12 @@ type agentNode struct {
 	lastRx  map[int]time.Time // the watched links' last frame (-1: pmirun)
 	watched []int             // peers whose links carry heartbeats: those of the start
 	dead    error
-	kvs     kvsNet
+	// sendFails counts the failed sends by link (-1: pmirun); only the
+	// first on a link is logged: a link that is gone would otherwise log
+	// every rank's event after it (hundreds of lines in a daemon's log
+	// for one killed pmirun).
+	sendFails map[int]int
+	kvs       kvsNet
 	// treeT0 holds, for a tracer, when this node contributed to each
 	// epoch of the tree, by kind: the epoch's trace slice starts there.
 	treeT0 map[tree.Kind]map[uint64]time.Time
@@ -301,7 +306,12 @@ func (a *agentNode) send(to int, f netio.Frame) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.spec.NetTimeout)
 	defer cancel()
 	if err := c.Send(ctx, f); err != nil {
-		a.log.Warn("send", "to", to, "type", f.Type, "err", err)
+		if a.sendFails == nil {
+			a.sendFails = make(map[int]int)
+		}
+		if a.sendFails[to]++; a.sendFails[to] == 1 {
+			a.log.Warn("send (further failures on this link are not logged)", "to", to, "type", f.Type, "err", err)
+		}
 	}
 	a.rec.Add("net.frames.sent", 1)
 	a.rec.Add("net.bytes.sent", int64(len(f.Payload)))

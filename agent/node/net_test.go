@@ -1,6 +1,8 @@
 package node
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/netio"
+	"github.com/fastpmi/fastpmi/perf"
 )
 
 // The node side of the name service, driven by hand as the node's loop
@@ -86,5 +89,47 @@ func TestAnnounceAddr(t *testing.T) {
 		if got := announceAddr(tc.listen, tc.ctl, tc.bound); got != tc.want {
 			t.Errorf("announceAddr(%q, %q, %q) = %q, want %q", tc.listen, tc.ctl, tc.bound, got, tc.want)
 		}
+	}
+}
+
+// A link that is gone logs its first failed send only: a daemon whose
+// job lost its pmirun would otherwise log one line per rank event.
+func TestSendFailuresLoggedOnce(t *testing.T) {
+	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: []byte("0123456789abcdef0123")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ln, err := tr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	accepted := make(chan netio.Conn, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		if err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	c, err := tr.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc := <-accepted; pc != nil {
+		pc.Close()
+	}
+	c.Close() // every send on it fails
+	var logged bytes.Buffer
+	a := &agentNode{spec: &Spec{NetTimeout: time.Second}, ctl: c, rec: perf.NewRecorderFor(0, false),
+		log: slog.New(slog.NewTextHandler(&logged, nil))}
+	for range 50 {
+		a.send(-1, netio.Frame{Type: FrameHeartbeat})
+	}
+	if n := strings.Count(logged.String(), "level=WARN msg="); n != 1 {
+		t.Errorf("50 failed sends to pmirun: %d logged, want 1. Log:\n%s", n, logged.String())
 	}
 }
