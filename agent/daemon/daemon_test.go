@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -131,5 +133,90 @@ func TestServerRefusesAndShutsDown(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > before {
 		t.Errorf("%d goroutines after Serve returned, %d before New", n, before)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// What a job's node logs on a daemon names the job and the node once
+// each: here the node's failed authentication to a root that has another
+// secret, and the daemon's note that the node ended.
+func TestDaemonJobLogNamesNodeOnce(t *testing.T) {
+	var logged syncBuffer
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	// A root that does not know the job's secret.
+	rtr, err := NewTransport([]byte("not the job's secret, another one"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rtr.Close()
+	rln, err := rtr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rln.Close()
+
+	tr, err := NewTransport(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	qctx, qcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer qcancel()
+	c, err := tr.Dial(qctx, s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	spec := &node.Spec{JobID: "logjob", Size: 1, Nodes: [][]int{{0}}, Usize: -1, Apps: []node.App{{Prog: "true", Size: 1}},
+		KillGrace: time.Second, DisconnectGrace: time.Second, TreeWidth: 2, NetTimeout: time.Second,
+		Root: rln.Addr().String(), Secret: []byte("the job's own secret, 32 bytes..")}
+	if err := c.Send(qctx, netio.Frame{Type: FrameSubmit, Payload: node.Encode(Submit{Spec: spec})}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := c.Recv(qctx)
+		if err != nil {
+			t.Fatalf("no Exit frame: %v", err)
+		}
+		if f.Type == FrameExit {
+			break
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("logged %q, want the node's failure and the daemon's note", logged.String())
+	}
+	for _, l := range lines {
+		if strings.Count(l, " node=0") != 1 || strings.Count(l, " job=logjob") != 1 {
+			t.Errorf("log line does not name node 0 and the job once each: %s", l)
+		}
 	}
 }

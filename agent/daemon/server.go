@@ -283,8 +283,7 @@ func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
 		s.refuse(c, files.Error())
 		return
 	}
-	log := s.cfg.Logger.With("job", sub.Spec.JobID, "node", sub.Node)
-	s.run(ctx, j, log)
+	s.run(ctx, j, s.cfg.Logger.With("job", sub.Spec.JobID))
 	s.mu.Lock()
 	delete(s.jobs, j)
 	s.ranks -= ranks
@@ -320,8 +319,10 @@ func (s *Server) filesLocked(ranks int) error {
 // run runs j's node with its input and output on the submission
 // connection, and ends the submission with an Exit frame; it returns when
 // the node has ended and the connection's reader and the input forwarder
-// are done.
-func (s *Server) run(ctx context.Context, j *job, log *slog.Logger) {
+// are done. jlog is the job's logger: the node's agent adds the node to
+// what it logs, and so does run.
+func (s *Server) run(ctx context.Context, j *job, jlog *slog.Logger) {
+	log := jlog.With("node", j.idx)
 	var (
 		helpers sync.WaitGroup
 		stdin   io.Reader
@@ -387,7 +388,7 @@ func (s *Server) run(ctx context.Context, j *job, log *slog.Logger) {
 		Stdin:   stdin,
 		Stdout:  &frameWriter{c: j.c, typ: FrameStdout},
 		Stderr:  &frameWriter{c: j.c, typ: FrameStderr},
-		Logger:  log,
+		Logger:  jlog,
 		Sleeper: s.sleeper,
 	})
 	if pr != nil {
