@@ -300,6 +300,15 @@ func (l *Local) PublishAs(owner any, name, port string, once bool, done func(err
 	}
 }
 
+// Owns reports whether owner published name (PublishAs) and it is still
+// published.
+func (l *Local) Owns(owner any, name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, ok := l.names[name]
+	return ok && n.owner == owner
+}
+
 // Unpublish removes name.
 func (l *Local) Unpublish(name string, done func(error)) {
 	l.UnpublishAs(nil, name, done)

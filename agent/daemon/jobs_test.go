@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -386,5 +387,23 @@ func TestDaemonNamesOwned(t *testing.T) {
 	}
 	if r := c.call(node.Name{ID: 3, Op: "unpublish", Name: "once"}); r.Err != "" || r.NotFound {
 		t.Errorf("c unpublishes its once: %+v", r)
+	}
+}
+
+// A run that publishes names once, each taken by a lookup of another
+// run, is never over its quota of names: those it published and that
+// are gone do not count.
+func TestDaemonOnceNamesQuota(t *testing.T) {
+	s, tr := serveDaemon(t)
+	a := openSession(t, tr, s.Addr().String())
+	b := openSession(t, tr, s.Addr().String())
+	for i := range agent.MaxNamesPerJob + 10 {
+		name := fmt.Sprintf("once-%d", i)
+		if r := a.call(node.Name{ID: uint64(2 + i), Op: "publish", Name: name, Port: "p", Once: true}); r.Err != "" || r.NotFound {
+			t.Fatalf("publish %d of a name published once, each taken: %+v", i, r)
+		}
+		if r := b.call(node.Name{ID: uint64(2 + i), Op: "lookup", Name: name}); r.Port != "p" {
+			t.Fatalf("lookup %d: %+v", i, r)
+		}
 	}
 }

@@ -77,6 +77,15 @@ func (s *Server) serveNames(ctx context.Context, c netio.Conn, first netio.Frame
 			s.reply(c, FrameName, node.Encode(r))
 		})
 		mu.Lock()
+		if m.Op == "publish" && len(mine) >= agent.MaxNamesPerJob {
+			// Names published once go at their first lookup, elsewhere:
+			// count only those still the session's.
+			for name := range mine {
+				if !s.names.Owns(sess, name) {
+					delete(mine, name)
+				}
+			}
+		}
 		published, waits := len(mine), waiting
 		mu.Unlock()
 		switch {
