@@ -57,8 +57,10 @@ func (c *Config) validate() error {
 // to say what it wants.
 const firstFrameTimeout = 10 * time.Second
 
-// outputTimeout bounds how long the ranks' output waits for a pmirun that
-// does not read it; after that the output is dropped.
+// outputTimeout bounds how long the ranks' output, after their job was
+// ended (pmirun's Kill, the daemon's shutdown), waits for a pmirun that
+// does not read it; after that the output is dropped. While the job runs
+// and pmirun lives, output waits for it as long as it takes (Server.run).
 const outputTimeout = 30 * time.Second
 
 // Server is a running daemon: New listens, Serve accepts until its
@@ -323,6 +325,18 @@ func (s *Server) filesLocked(ranks int) error {
 // what it logs, and so does run.
 func (s *Server) run(ctx context.Context, j *job, jlog *slog.Logger) {
 	log := jlog.With("node", j.idx)
+	// The ranks' output and the Exit frame wait for pmirun to read them
+	// as long as it lives and the job runs, as a pipe would (pmirun |
+	// less): out ends when the node gives pmirun up (Lost), when the
+	// submission is lost, or outputTimeout after the job was ended;
+	// output is dropped after that.
+	out, dropOutput := context.WithCancel(context.Background())
+	defer dropOutput()
+	stopDrop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(outputTimeout, dropOutput)
+		context.AfterFunc(out, func() { t.Stop() })
+	})
+	defer stopDrop()
 	var (
 		helpers sync.WaitGroup
 		stdin   io.Reader
@@ -359,6 +373,7 @@ func (s *Server) run(ctx context.Context, j *job, jlog *slog.Logger) {
 			f, err := j.c.Recv(context.Background())
 			if err != nil {
 				j.cancel(nil)
+				dropOutput()
 				return
 			}
 			switch f.Type {
@@ -386,10 +401,11 @@ func (s *Server) run(ctx context.Context, j *job, jlog *slog.Logger) {
 		Index:   j.idx,
 		Listen:  net.JoinHostPort(host, "0"), // peers reach it where pmirun reached the daemon
 		Stdin:   stdin,
-		Stdout:  &frameWriter{c: j.c, typ: FrameStdout},
-		Stderr:  &frameWriter{c: j.c, typ: FrameStderr},
+		Stdout:  &frameWriter{ctx: out, c: j.c, typ: FrameStdout},
+		Stderr:  &frameWriter{ctx: out, c: j.c, typ: FrameStderr},
 		Logger:  jlog,
 		Sleeper: s.sleeper,
+		Lost:    dropOutput,
 	})
 	if pr != nil {
 		pr.Close() // the input forwarder drains
@@ -399,7 +415,8 @@ func (s *Server) run(ctx context.Context, j *job, jlog *slog.Logger) {
 		ex.Err = err.Error()
 		log.Warn("daemon: job node ended", "err", err)
 	}
-	s.reply(j.c, FrameExit, node.Encode(ex))
+	// After the output, as pmirun reads it.
+	_ = j.c.Send(out, netio.Frame{Type: FrameExit, Payload: node.Encode(ex)})
 	// Close flushes the Exit frame; the reader's Recv then fails and it
 	// closes input, which ends the forwarder.
 	j.c.Close()
@@ -408,19 +425,19 @@ func (s *Server) run(ctx context.Context, j *job, jlog *slog.Logger) {
 }
 
 // frameWriter sends what a node's Output writes — whole lines — as frames
-// of type typ on a submission connection.
+// of type typ on a submission connection, each waiting for pmirun until
+// ctx ends.
 type frameWriter struct {
+	ctx context.Context
 	c   netio.Conn
 	typ uint16
 }
 
 func (w *frameWriter) Write(p []byte) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), outputTimeout)
-	defer cancel()
 	total := len(p)
 	for len(p) > 0 { // a line longer than a frame goes in pieces
 		n := min(len(p), MaxFrame)
-		if err := w.c.Send(ctx, netio.Frame{Type: w.typ, Payload: p[:n]}); err != nil {
+		if err := w.c.Send(w.ctx, netio.Frame{Type: w.typ, Payload: p[:n]}); err != nil {
 			return 0, err
 		}
 		p = p[n:]

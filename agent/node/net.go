@@ -42,6 +42,11 @@ type AgentOptions struct {
 	HostJobs func(host string) (addr string, err error)
 	// Sleeper is where the node's agent sleeps when idle (Options.Sleeper).
 	Sleeper *shm.Sleeper
+	// Lost, when set, is called on the node's goroutine when it gives
+	// pmirun up (its link failed, or was silent for Spec.NetTimeout) and
+	// ends its ranks: what still waits to reach pmirun (a daemon's
+	// output, Stdout and Stderr) may stop waiting.
+	Lost func()
 }
 
 // agentNode is one node of a multi-node job, on its own goroutine (run):
@@ -317,6 +322,15 @@ func (a *agentNode) send(to int, f netio.Frame) {
 	a.rec.Add("net.bytes.sent", int64(len(f.Payload)))
 }
 
+// lost ends the node's ranks when it gave pmirun up, and says so
+// (AgentOptions.Lost).
+func (a *agentNode) lost() {
+	a.n.Kill()
+	if a.opt.Lost != nil {
+		a.opt.Lost()
+	}
+}
+
 // heartbeat tells pmirun and the watched peers that this node lives.
 func (a *agentNode) heartbeat() {
 	a.send(-1, netio.Frame{Type: FrameHeartbeat})
@@ -376,7 +390,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 				if fi.From < 0 && !rootLost {
 					rootLost = true
 					a.log.Error("lost pmirun; ending local ranks", "err", fi.Err)
-					a.n.Kill()
+					a.lost()
 				}
 				a.failLink(fi.From, fi.Err)
 				continue
@@ -395,7 +409,7 @@ func (a *agentNode) loop(ctx context.Context) error {
 					err := fmt.Errorf("no message for %v", spec.NetTimeout)
 					if p < 0 && !rootLost {
 						rootLost = true
-						a.n.Kill()
+						a.lost()
 					}
 					a.failLink(p, err)
 					delete(a.lastRx, p)

@@ -661,3 +661,37 @@ func TestNetnsDaemons(t *testing.T) {
 		}
 	}
 }
+
+// A job on daemons whose output pmirun's reader takes its time over
+// (pmirun | less) gets all of it, and exits 0: the daemon waits for
+// pmirun to read as a pipe would, as long as pmirun lives. It dropped
+// what pmirun had not read for 30 s, silently, and the job exited 0.
+func TestDaemonSlowReader(t *testing.T) {
+	p := newDaemonPair(t)
+	const each = 1500000 // 10.9 MB a rank: more than pipes and sockets between the ranks and pmirun hold
+	marker := newMarker()
+	cmd := exec.Command(pmirun(), append([]string{"--env", markerVar + "=" + marker}, p.job("-n", "2", "seq", n(each)).args...)...)
+	cmd.Env = callerEnv(nil)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killMarked(marker) })
+	// Longer than the daemon's output timeout, while the ranks are done
+	// and the daemons hold the rest of their output.
+	time.Sleep(35 * time.Second)
+	got := 0
+	for br := bufio.NewScanner(out); br.Scan(); {
+		got++
+	}
+	err = cmd.Wait()
+	if got != 2*each || err != nil {
+		t.Errorf("read %d lines of %d after a pause of 35 s; pmirun: %v\nstderr:\n%s", got, 2*each, err, stderr.String())
+	}
+	p.idle(t)
+}
