@@ -190,7 +190,7 @@ func (d *daemonAgent) dial(tr netio.Transport) {
 func (d *daemonAgent) start(r *rootNode, i int, out *node.Output) error {
 	d.r, d.i = r, i
 	if d.dialErr != nil {
-		return fmt.Errorf("connect to daemon: %w", d.dialErr)
+		return fmt.Errorf("connect to daemon: %w", daemonDialErr(d.dialErr, r.cfg.SecretFile))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 	defer cancel()

@@ -42,6 +42,17 @@ type daemonNames struct {
 	dead    error // the session is over: every request fails with it
 }
 
+// daemonDialErr says what a failed authentication with a daemon most
+// likely means: the secret of --secret-file (secretFile, "" for the
+// hosts of a run's spawned jobs, whose secret is the run's) is not the
+// daemon's, or no daemon listens there.
+func daemonDialErr(err error, secretFile string) error {
+	if secretFile == "" || !errors.Is(err, netio.ErrAuth) {
+		return err
+	}
+	return fmt.Errorf("%w (the daemon does not take the secret of --secret-file %s, or is no pmid --daemon)", err, secretFile)
+}
+
 // dialDaemonNames opens a session with the daemon at addr; serve answers
 // the daemon's requests.
 func dialDaemonNames(ctx context.Context, tr netio.Transport, addr string, timeout time.Duration, log *slog.Logger,

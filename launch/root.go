@@ -238,7 +238,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	names.Wait()
 	code := 2
 	if err == nil && namesErr != nil {
-		err, code = namesErr, 1
+		err, code = daemonDialErr(namesErr, cfg.SecretFile), 1
 	}
 	if err != nil {
 		for _, a := range agents {

@@ -328,6 +328,7 @@ func TestDaemonJobs(t *testing.T) {
 			t.Errorf("a job submitted with the wrong secret succeeded\n%s", r)
 		}
 		r.wantMessage(t, `authentication`)
+		r.wantMessage(t, `the daemon does not take the secret of --secret-file `+regexp.QuoteMeta(j.args[3]))
 	})
 	t.Run("insecure secret file", func(t *testing.T) {
 		j := p.job("-n", "2", "true")
