@@ -29,6 +29,7 @@ import (
 	"github.com/fastpmi/fastpmi/internal/guard"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/internal/version"
+	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/perf"
 )
 
@@ -250,6 +251,9 @@ func status(name, addr, secretFile string, stdout, stderr io.Writer) int {
 	defer cancel()
 	st, err := daemon.QueryStatus(ctx, tr, addr)
 	if err != nil {
+		if errors.Is(err, netio.ErrAuth) {
+			err = fmt.Errorf("%w (the daemon does not take the secret of --secret-file %s, or is no pmid --daemon)", err, secretFile)
+		}
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}

@@ -2,9 +2,13 @@ package agentmain
 
 import (
 	"bytes"
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/fastpmi/fastpmi/agent/daemon"
 	"github.com/fastpmi/fastpmi/agent/node"
 )
 
@@ -55,5 +59,30 @@ func TestCommandLine(t *testing.T) {
 				t.Errorf("more than one line on stderr: %q", stderr.String())
 			}
 		})
+	}
+}
+
+// pmid --status with a secret file that is not the daemon's says to
+// check that file, not only that authentication failed.
+func TestStatusWrongSecret(t *testing.T) {
+	s, err := daemon.New(daemon.Config{Listen: "127.0.0.1:0", Secret: []byte("the daemon's secret, 32 bytes...")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	wrong := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(wrong, []byte("another secret, not the daemon's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main("pmid", "", []string{"--status", s.Addr().String(), "--secret-file", wrong}, strings.NewReader(""), &stdout, &stderr, nil)
+	if want := "the daemon does not take the secret of --secret-file " + wrong; code != 1 || !strings.Contains(stderr.String(), want) {
+		t.Errorf("pmid --status with a wrong secret: exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
 	}
 }
