@@ -95,6 +95,10 @@ type job struct {
 	c      netio.Conn
 	cancel context.CancelCauseFunc // a *node.Ending cause is told to pmirun
 	start  time.Time
+	// out ends when the ranks' output (on c) stops waiting for pmirun to
+	// read it (run); until then a send on c may wait for pmirun.
+	out        context.Context
+	dropOutput context.CancelFunc
 }
 
 // New listens on cfg.Listen with the daemon's secret.
@@ -161,6 +165,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	var tell sync.WaitGroup
 	for _, j := range jobs {
 		tell.Go(func() {
+			// Output a pmirun does not read holds the submission (run):
+			// it waits a second more, then is dropped.
+			drop := time.AfterFunc(time.Second, j.dropOutput)
+			defer drop.Stop()
 			// On the submission, for a node not yet linked to pmirun; the
 			// node itself says it again on its link to pmirun, ahead of
 			// the events of the ranks it ends.
@@ -265,6 +273,8 @@ func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
 	ctx, cancel := context.WithCancelCause(jctx)
 	defer cancel(nil)
 	j := &job{spec: sub.Spec, idx: sub.Node, c: c, cancel: cancel, start: time.Now()}
+	j.out, j.dropOutput = context.WithCancel(context.Background())
+	defer j.dropOutput()
 	ranks := len(sub.Spec.Nodes[sub.Node])
 	s.mu.Lock()
 	busy, closing := len(s.jobs) >= s.cfg.MaxJobs, s.closing
@@ -328,10 +338,10 @@ func (s *Server) run(ctx context.Context, j *job, jlog *slog.Logger) {
 	// The ranks' output and the Exit frame wait for pmirun to read them
 	// as long as it lives and the job runs, as a pipe would (pmirun |
 	// less): out ends when the node gives pmirun up (Lost), when the
-	// submission is lost, or outputTimeout after the job was ended;
-	// output is dropped after that.
-	out, dropOutput := context.WithCancel(context.Background())
-	defer dropOutput()
+	// submission is lost, or outputTimeout after the job was ended (a
+	// second after the daemon began to shut down, Serve); output is
+	// dropped after that.
+	out, dropOutput := j.out, j.dropOutput
 	stopDrop := context.AfterFunc(ctx, func() {
 		t := time.AfterFunc(outputTimeout, dropOutput)
 		context.AfterFunc(out, func() { t.Stop() })

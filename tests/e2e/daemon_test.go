@@ -696,3 +696,36 @@ func TestDaemonSlowReader(t *testing.T) {
 	}
 	p.idle(t)
 }
+
+// SIGTERM ends a daemon at once even while a job's pmirun reads none of
+// the output its ranks wrote: the daemon does not wait for that reader.
+func TestDaemonSIGTERMUnreadOutput(t *testing.T) {
+	p := newDaemonPair(t)
+	marker := newMarker()
+	cmd := exec.Command(pmirun(), append([]string{"--env", markerVar + "=" + marker}, p.job("-n", "2", "seq", "1500000").args...)...)
+	cmd.Env = callerEnv(nil)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killMarked(marker) })
+	defer func() {
+		io.Copy(io.Discard, out)
+		cmd.Wait()
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(p.d[1].status(t, p.secret).Jobs) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the job did not reach the daemon")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The ranks' output fills what lies between them and pmirun.
+	time.Sleep(2 * time.Second)
+	if code := p.d[1].stop(t, 5*time.Second); code != 0 {
+		t.Errorf("pmid --daemon exited %d after SIGTERM, want 0", code)
+	}
+}
