@@ -69,6 +69,13 @@ type rootNode struct {
 	started func(jobID string, err error)
 	nready  int
 	sigs    <-chan os.Signal // signals to forward to the job's ranks (multiRun.signal)
+
+	// sendFailed holds the nodes a send to failed: only the first is
+	// logged (a lost node's link would log every heartbeat, four a
+	// second, while pmirun waits for its output). send runs on the loop
+	// and on name-service goroutines.
+	sendMu     sync.Mutex
+	sendFailed map[int]bool
 }
 
 type bootExit struct {
@@ -540,7 +547,18 @@ func (r *rootNode) send(i int, f netio.Frame) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.NetTimeout)
 	defer cancel()
 	if err := c.Send(ctx, f); err != nil {
-		r.cfg.Logger.Warn("send to agent", "node", i, "err", err)
+		r.sendMu.Lock()
+		first := !r.sendFailed[i]
+		if first {
+			if r.sendFailed == nil {
+				r.sendFailed = make(map[int]bool)
+			}
+			r.sendFailed[i] = true
+		}
+		r.sendMu.Unlock()
+		if first {
+			r.cfg.Logger.Warn("send to agent (further failures to this node are not logged)", "node", i, "err", err)
+		}
 	}
 }
 
