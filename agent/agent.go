@@ -688,10 +688,18 @@ func (a *Agent) call(u UpCall) {
 
 // Waiting reports whether every live local rank waits in the agent, how
 // many in gets, and what the first few wait for (Core.Waiting).
-func (a *Agent) Waiting() (all bool, gets int, what []string) {
+func (a *Agent) Waiting() (all bool, gets int, what []string, epoch uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.core.Waiting()
+}
+
+// Contributed is the last collective epoch every local rank entered
+// (Core.Contributed).
+func (a *Agent) Contributed() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.core.Contributed()
 }
 
 // ServeGet answers a get for key that another node routed here (see

@@ -434,6 +434,7 @@ type Core struct {
 	agSeq                uint64 // completed allgathers
 	colls                map[uint64]*epochColl
 	delivered            uint64 // epochs delivered, in order
+	contributed          uint64 // the last epoch every local rank entered (they enter in order)
 	groups               map[string]*group
 	rings                map[uint64]*ringEpoch // ring exchanges in progress, by epoch
 	ringSeq              uint64                // completed ring exchanges

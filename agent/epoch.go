@@ -94,6 +94,7 @@ func (c *Core) enterEpoch(rs *rankState, kind collKind, val []byte, detached boo
 		return
 	}
 	ec.started = true
+	c.contributed = e
 	switch kind {
 	case kindFence:
 		c.up(UpCall{Kind: UpFence, Epoch: e, KVs: c.takePuts(nil)})

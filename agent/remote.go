@@ -366,9 +366,10 @@ func (c *Core) failFetches(err error) {
 // waiting in the agent — in a get (here or fetched), a collective
 // (started or not; one entered detached only once the rank waits for it),
 // a barrier or a ring — and, if so, how many wait in
-// gets and what the first few wait for. A node whose ranks are all done
-// is not Waiting: it has nobody left to wait.
-func (c *Core) Waiting() (all bool, gets int, what []string) {
+// gets, what the first few wait for and the first collective epoch a
+// rank waits in (0: none). A node whose ranks are all done is not
+// Waiting: it has nobody left to wait.
+func (c *Core) Waiting() (all bool, gets int, what []string, epoch uint64) {
 	fetching := make(map[int]string) // local rank → the key it fetches (the least, for a stable message)
 	for k, f := range c.fetches {
 		for _, t := range f.ranks {
@@ -388,7 +389,7 @@ func (c *Core) Waiting() (all bool, gets int, what []string) {
 			w, get = "get of "+k, true
 		}
 		if w == "" {
-			return false, 0, nil
+			return false, 0, nil, 0
 		}
 		if get {
 			gets++
@@ -396,9 +397,19 @@ func (c *Core) Waiting() (all bool, gets int, what []string) {
 		if len(what) < 4 {
 			what = append(what, fmt.Sprintf("rank %d in %s", rs.global, w))
 		}
+		for e, ec := range c.colls {
+			if rs.waits(ec) && !ec.finished && (epoch == 0 || e < epoch) {
+				epoch = e
+			}
+		}
 	}
-	return live > 0, gets, what
+	return live > 0, gets, what, epoch
 }
+
+// Contributed is the last collective epoch this node has contributed to
+// the job (every local rank entered it), 0 if none: the job's other
+// nodes wait in later epochs in vain once this node's ranks are done.
+func (c *Core) Contributed() uint64 { return c.contributed }
 
 // waitingFor says what rs waits for in the agent besides a fetch, ""
 // if nothing; get says it is a get.

@@ -57,12 +57,15 @@ type rootNode struct {
 	waiting []node.Waiting
 	stuck   time.Time
 
-	done     []bool // the node's agent reported its counters (its ranks ended)
-	gone     []bool // the node's bootstrap process exited
-	lost     []bool // the node was declared lost (silent, its link failed): not waited for
-	counters []map[string]int64
-	lastRx   []time.Time
-	killed   bool
+	done []bool // the node's agent reported its counters (its ranks ended)
+	// contributed is, for a done node, the last collective epoch all its
+	// ranks entered (node.Done): later ones wait for it in vain.
+	contributed []uint64
+	gone        []bool // the node's bootstrap process exited
+	lost        []bool // the node was declared lost (silent, its link failed): not waited for
+	counters    []map[string]int64
+	lastRx      []time.Time
+	killed      bool
 	// started, for a spawned job, answers its spawner once every node is
 	// ready (node.FrameReady: the job id) or could not be (the reason);
 	// then nil. nready counts the nodes ready.
@@ -651,14 +654,17 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 }
 
 // deadlock ends the job when every node with live ranks has said that
-// all of them wait (node.Waiting), some in gets, and nothing changed for
-// node.DeadlockGrace: no rank is left to make the put they wait for.
-// Called every Heartbeat.
+// all of them wait (node.Waiting) and nothing changed for
+// node.DeadlockGrace, if some wait in gets (no rank is left to make the
+// put they wait for) or some in a collective that the ranks of a done
+// node never entered (they finalized without it, and a collective needs
+// every rank of the job). Called every Heartbeat.
 func (r *rootNode) deadlock() {
 	if r.waiting == nil || r.run.failed() || r.killed {
 		return
 	}
 	gets, live := 0, 0
+	var epoch uint64 // the first collective epoch a live rank waits in
 	var what []string
 	for i, w := range r.waiting {
 		if r.done[i] || r.gone[i] {
@@ -671,8 +677,18 @@ func (r *rootNode) deadlock() {
 		live++
 		gets += w.Gets
 		what = append(what, w.What...)
+		if w.Epoch != 0 && (epoch == 0 || w.Epoch < epoch) {
+			epoch = w.Epoch
+		}
 	}
-	if gets == 0 || live == 0 {
+	absent := -1 // a done node that never entered that epoch
+	for i := range r.done {
+		if r.done[i] && !r.gone[i] && epoch != 0 && r.contributed[i] < epoch {
+			absent = i
+			break
+		}
+	}
+	if (gets == 0 && absent < 0) || live == 0 {
 		r.stuck = time.Time{}
 		return
 	}
@@ -685,6 +701,11 @@ func (r *rootNode) deadlock() {
 	}
 	if len(what) > 6 {
 		what = append(what[:6], "...")
+	}
+	if gets == 0 {
+		r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("deadlock: every live rank of the job waits (%s), in collective %d among others, which the ranks of node %d (%s) never entered: they ended without it",
+			strings.Join(what, ", "), epoch, absent, r.hosts[absent])})
+		return
 	}
 	r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("deadlock: every live rank of the job waits and no put can come (%s)", strings.Join(what, ", "))})
 }
@@ -784,6 +805,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			return
 		}
 		r.counters[i] = d.Counters
+		r.contributed[i] = d.Contributed
 		if r.rec.Tracing() && d.Events != nil {
 			r.mergeTrace(i, &d)
 		}

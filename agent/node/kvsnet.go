@@ -590,15 +590,15 @@ func (a *agentNode) recordKVS() {
 // reportWaiting tells pmirun when this node's part of the deadlock check
 // changed (Waiting). On the loop, every Heartbeat.
 func (a *agentNode) reportWaiting() {
-	all, gets, what := a.n.Agent().Waiting()
+	all, gets, what, epoch := a.n.Agent().Waiting()
 	if len(a.kvs.places) > 0 || len(a.kvs.dialing) > 0 || len(a.kvs.outbox) > 0 {
 		all = false // a placement on its way may still answer a get
 	}
-	w := Waiting{All: all, Gets: gets, What: what}
+	w := Waiting{All: all, Gets: gets, What: what, Epoch: epoch}
 	if !all {
 		w = Waiting{}
 	}
-	if w.All == a.kvs.waiting.All && w.Gets == a.kvs.waiting.Gets && slices.Equal(w.What, a.kvs.waiting.What) {
+	if w.All == a.kvs.waiting.All && w.Gets == a.kvs.waiting.Gets && w.Epoch == a.kvs.waiting.Epoch && slices.Equal(w.What, a.kvs.waiting.What) {
 		return
 	}
 	a.kvs.waiting = w

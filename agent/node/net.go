@@ -428,9 +428,10 @@ func (a *agentNode) loop(ctx context.Context) error {
 	}
 	a.n.RecordMemory()
 	a.recordKVS()
+	contributed := a.n.Agent().Contributed()
 	a.n.Close()
 	if !rootLost {
-		done := Done{Counters: a.rec.Counters()}
+		done := Done{Contributed: contributed, Counters: a.rec.Counters()}
 		if a.spec.Trace {
 			a.traceDone(ctx, &done)
 		}

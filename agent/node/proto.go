@@ -57,13 +57,17 @@ func (e *Ending) Error() string { return e.Msg }
 // Waiting is a node's part of the job-wide deadlock check: All says every
 // live rank of the node waits in its agent and nothing the node sent for
 // the KVS is still on its way; Gets how many of them wait in gets; What
-// names the first few and what they wait for. pmirun ends the job as a
-// deadlock when every node with live ranks has said All, at least one
-// rank waits in a get, and nothing changed for DeadlockGrace.
+// names the first few and what they wait for; Epoch is the first
+// collective epoch one of them waits in (0: none). pmirun ends the job
+// as a deadlock when every node with live ranks has said All and nothing
+// changed for DeadlockGrace, if at least one rank waits in a get, or one
+// in a collective that a node whose ranks are done never entered
+// (Done.Contributed).
 type Waiting struct {
-	All  bool     `json:"all"`
-	Gets int      `json:"gets,omitempty"`
-	What []string `json:"what,omitempty"`
+	All   bool     `json:"all"`
+	Gets  int      `json:"gets,omitempty"`
+	What  []string `json:"what,omitempty"`
+	Epoch uint64   `json:"epoch,omitempty"`
 }
 
 // DeadlockGrace is how long the whole job must stay waiting, every node
@@ -154,12 +158,15 @@ type Clock struct {
 // start on CLOCK_MONOTONIC and its boot id (so the root can tell when
 // the two clocks are one).
 type Done struct {
-	Counters map[string]int64  `json:"counters"`
-	Events   []perf.Event      `json:"events,omitempty"`
-	Clock    *perf.ClockSample `json:"clock,omitempty"`
-	Mono     int64             `json:"mono,omitempty"`
-	Boot     uint64            `json:"boot,omitempty"`
-	Dropped  int               `json:"dropped,omitempty"`
+	// Contributed is the last collective epoch every rank of the node
+	// entered: the others wait in later ones in vain.
+	Contributed uint64            `json:"contributed,omitempty"`
+	Counters    map[string]int64  `json:"counters"`
+	Events      []perf.Event      `json:"events,omitempty"`
+	Clock       *perf.ClockSample `json:"clock,omitempty"`
+	Mono        int64             `json:"mono,omitempty"`
+	Boot        uint64            `json:"boot,omitempty"`
+	Dropped     int               `json:"dropped,omitempty"`
 }
 
 // MaxTraceEvents bounds the events one node sends in its Done (about

@@ -201,6 +201,22 @@ func TestKVSDeadlock(t *testing.T) {
 	}
 }
 
+// The ranks of one node finalize without a fence the other node's ranks
+// wait in: the fence can never complete, and pmirun ends the job as a
+// deadlock naming that node, instead of hanging.
+func TestKVSDeadlockFenceNodeDone(t *testing.T) {
+	r := run(t, loopbackJob(2, "net", "--cyclic", "-n", "4", prog("kvsprog"), "-pattern", "skipfence"))
+	if r.code == 0 {
+		t.Fatalf("job exited 0\n%s", r)
+	}
+	if !regexp.MustCompile(`deadlock: every live rank of the job waits \(rank \d+ in fence.*\), in collective 1 among others, which the ranks of node 1 \(\S+\) never entered`).MatchString(strings.Join(r.pmirunLines(), "\n")) {
+		t.Errorf("pmirun does not report the fence node 1 never entered\n%s", r)
+	}
+	if r.elapsed > 20*time.Second {
+		t.Errorf("the deadlock took %v to report", r.elapsed)
+	}
+}
+
 // A rank that started an Iallgather or Ifence and works on is not stuck:
 // the deadlock check must not end the job while the others wait for the
 // key it puts after its work, nor after its Wait was cut short; once it

@@ -18,6 +18,10 @@
 //	            as a deadlock
 //	missing     a get without wait of a key nobody puts is "not found" at
 //	            once, on every node
+//	skipfence   the odd ranks finalize at once; the even ones fence,
+//	            which can never complete: under --cyclic on two nodes the
+//	            job must end as a deadlock naming the node whose ranks
+//	            ended without the fence
 //	detached    one node: the last rank starts an Iallgather, works 300 ms
 //	            and then puts the key the others wait for (it is not stuck:
 //	            it never waited); its Ifence's Wait and a waiting Get cut
@@ -161,6 +165,12 @@ func run(pattern, hintName string, fence, src bool) error {
 		}
 		_, err := c.Get(ctx, "never-put", client.WaitForPut())
 		return fmt.Errorf("rank %d: get of a key nobody puts returned: %v", me, err)
+	case "skipfence":
+		if me%2 == 1 {
+			return c.Finalize()
+		}
+		err := c.Fence(ctx)
+		return fmt.Errorf("rank %d: a fence the odd ranks never enter returned: %v", me, err)
 	case "detached":
 		if err := detached(ctx, c, hint); err != nil {
 			return err
