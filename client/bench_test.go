@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/client"
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
 	"github.com/fastpmi/fastpmi/shm"
 )
 
@@ -400,7 +401,7 @@ func BenchmarkFutexChain(b *testing.B) {
 				cmd.Env = append(os.Environ(), envScenario+"=futexchain", cfg.env(),
 					"PMI_RANK="+strconv.Itoa(i), "PMI_SIZE="+strconv.Itoa(p))
 				cmd.ExtraFiles = []*os.File{seg.File()} // descriptor 3
-				var stderr lockedBuffer
+				var stderr syncbuf.Buffer
 				cmd.Stderr = &stderr
 				if err := cmd.Start(); err != nil {
 					b.Fatal(err)

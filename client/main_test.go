@@ -1,18 +1,17 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fastpmi/fastpmi/client"
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
 	"github.com/fastpmi/fastpmi/launch"
 )
 
@@ -103,24 +102,6 @@ var transports = []struct {
 	noShm bool
 }{{"shm", false}, {"text", true}, {"mixed", false}}
 
-// lockedBuffer collects a job's output from the launcher's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // job describes one launch of this test binary as n ranks.
 type job struct {
 	scenario  string
@@ -138,7 +119,7 @@ func (j job) run(tb testing.TB) (string, error) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	cfg := launch.Config{
 		Size:         j.n,
 		Prog:         exe,

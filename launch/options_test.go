@@ -13,11 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
@@ -394,7 +394,7 @@ func TestMissingInterpreterNamed(t *testing.T) {
 // every signal they receive (or, with ignoreIntTerm, ignore SIGINT and
 // SIGTERM), and waits until each has set its traps. The job's signals go
 // through sigs; done delivers Run's result.
-func startRecording(t *testing.T, n int, ignoreIntTerm bool) (sigs chan os.Signal, out, errb *syncBuffer, done chan error) {
+func startRecording(t *testing.T, n int, ignoreIntTerm bool) (sigs chan os.Signal, out, errb *syncbuf.Buffer, done chan error) {
 	script := `for s in INT TERM HUP QUIT USR1 USR2; do trap "echo got $s" $s; done; `
 	if ignoreIntTerm {
 		script = `trap '' INT TERM; `
@@ -407,7 +407,7 @@ func startRecording(t *testing.T, n int, ignoreIntTerm bool) (sigs chan os.Signa
 	caught := make(chan os.Signal, 1)
 	signal.Notify(caught, sys.ForwardedSignals...)
 	t.Cleanup(func() { signal.Stop(caught) })
-	sigs, out, errb, done = make(chan os.Signal, 8), &syncBuffer{}, &syncBuffer{}, make(chan error, 1)
+	sigs, out, errb, done = make(chan os.Signal, 8), &syncbuf.Buffer{}, &syncbuf.Buffer{}, make(chan error, 1)
 	cfg := Config{Size: n, Prog: "sh", Label: true, Args: []string{"-c", script},
 		Stdout: out, Stderr: errb, Signals: sigs, Timeout: 60 * time.Second}
 	go func() { done <- Run(context.Background(), cfg) }()
@@ -415,27 +415,8 @@ func startRecording(t *testing.T, n int, ignoreIntTerm bool) (sigs chan os.Signa
 	return sigs, out, errb, done
 }
 
-// syncBuffer is a bytes.Buffer safe for the job's writers and the
-// test's reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitFor polls buf until it holds want n times.
-func waitFor(t *testing.T, buf *syncBuffer, want string, n int) {
+func waitFor(t *testing.T, buf *syncbuf.Buffer, want string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for strings.Count(buf.String(), want) < n {

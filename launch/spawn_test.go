@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,11 +10,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
@@ -51,7 +50,7 @@ func TestSpawnStormLeaksNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			storm := func(k int) sample {
-				var stdout, stderr lockedBuffer
+				var stdout, stderr syncbuf.Buffer
 				done := make(chan error, 1)
 				cfg := tc.cfg
 				const hold = 5 * time.Second
@@ -165,7 +164,7 @@ func TestSpawnMultiNode(t *testing.T) {
 	}
 	prog := buildProg(t, "spawnprog", "github.com/fastpmi/fastpmi/tests/e2e/spawnprog")
 	pmid := buildProg(t, "pmid", "github.com/fastpmi/fastpmi/cmd/pmid")
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	err := Run(context.Background(), Config{
 		Size: 2, Prog: prog, Args: []string{"-multi", "-n", "3"}, Bootstrap: "loopback", Nodes: 2, PmidPath: pmid,
 		Stdout: &stdout, Stderr: &stderr, Timeout: 60 * time.Second, NetTimeout: 15 * time.Second,
@@ -179,24 +178,6 @@ func TestSpawnMultiNode(t *testing.T) {
 			t.Errorf("no %q in the output:\n%s\nstderr: %s", want, out, stderr.String())
 		}
 	}
-}
-
-// lockedBuffer is a buffer the test reads while pmirun writes to it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func countFDs(t *testing.T) int {

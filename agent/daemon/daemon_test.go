@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent/node"
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
 	"github.com/fastpmi/fastpmi/netio"
 )
 
@@ -136,29 +137,11 @@ func TestServerRefusesAndShutsDown(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // What a job's node logs on a daemon names the job and the node once
 // each: here the node's failed authentication to a root that has another
 // secret, and the daemon's note that the node ended.
 func TestDaemonJobLogNamesNodeOnce(t *testing.T) {
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {

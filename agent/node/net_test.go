@@ -2,7 +2,6 @@ package node
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/netio"
+	"github.com/fastpmi/fastpmi/netio/netiotest"
 	"github.com/fastpmi/fastpmi/perf"
 )
 
@@ -95,34 +95,7 @@ func TestAnnounceAddr(t *testing.T) {
 // A link that is gone logs its first failed send only: a daemon whose
 // job lost its pmirun would otherwise log one line per rank event.
 func TestSendFailuresLoggedOnce(t *testing.T) {
-	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: []byte("0123456789abcdef0123")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	ln, err := tr.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	accepted := make(chan netio.Conn, 1)
-	go func() {
-		c, err := ln.Accept(ctx)
-		if err == nil {
-			accepted <- c
-		}
-		close(accepted)
-	}()
-	c, err := tr.Dial(ctx, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pc := <-accepted; pc != nil {
-		pc.Close()
-	}
-	c.Close() // every send on it fails
+	c := netiotest.ClosedConn(t) // every send on it fails
 	var logged bytes.Buffer
 	a := &agentNode{spec: &Spec{NetTimeout: time.Second}, ctl: c, rec: perf.NewRecorderFor(0, false),
 		log: slog.New(slog.NewTextHandler(&logged, nil))}

@@ -1,34 +1,16 @@
 package node
 
 import (
-	"bytes"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
 )
 
-// syncBuffer is a launcher's stream the test reads while forwarders write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // eventually waits up to 5 s for the stream to read want.
-func eventually(t *testing.T, s *syncBuffer, want string) {
+func eventually(t *testing.T, s *syncbuf.Buffer, want string) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); s.String() != want; {
 		if time.Now().After(deadline) {
@@ -44,7 +26,7 @@ func eventually(t *testing.T, s *syncBuffer, want string) {
 // rest of the first line then gets its prefix again. A final unfinished
 // line ends with a newline in a job of several ranks.
 func TestOutputPartialLines(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	o := NewOutput(NewPrefix("[%r] ", ""), true, true, &out, &out)
 	w0, err := o.Pipe(0, false)
 	if err != nil {
@@ -86,7 +68,7 @@ func TestOutputPartialLines(t *testing.T) {
 
 // With one rank, a prompt is written as it pauses and nothing is added.
 func TestOutputPromptOneRank(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	o := NewOutput(Prefix{}, false, true, &out, &out)
 	w, err := o.Pipe(0, false)
 	if err != nil {
@@ -107,7 +89,7 @@ func TestOutputPromptOneRank(t *testing.T) {
 // background process holds them) and names their ranks; pipes whose
 // writers closed are not named.
 func TestOutputWaitNamesCutRanks(t *testing.T) {
-	var out syncBuffer
+	var out syncbuf.Buffer
 	o := NewOutput(Prefix{}, true, false, &out, &out)
 	var held []interface{ Close() error }
 	for r := range 4 {

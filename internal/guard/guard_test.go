@@ -12,10 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
 	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
@@ -337,7 +337,7 @@ func TestStop(t *testing.T) {
 // not registered once the start has failed, and the log says once that
 // survivors are not guarded.
 func TestStartFails(t *testing.T) {
-	var logb syncBuffer
+	var logb syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logb, nil))
 	g, err := New("/nonexistent/fastpmi-guard", log)
 	if err != nil {
@@ -358,7 +358,7 @@ func TestStartFails(t *testing.T) {
 // A guard that dies is noticed at the next write (logged once), reaped,
 // and no longer written to.
 func TestGuardDies(t *testing.T) {
-	var logb syncBuffer
+	var logb syncbuf.Buffer
 	g, err := New(SelfExe, slog.New(slog.NewTextHandler(&logb, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -469,21 +469,4 @@ func TestMainByHand(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "is internal") {
 		t.Errorf("guard mode by hand: %v, %q; want exit code 2 and a line saying it is internal", err, out)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -670,19 +670,8 @@ func TestNetnsDaemons(t *testing.T) {
 func TestDaemonSlowReader(t *testing.T) {
 	p := newDaemonPair(t)
 	const each = 1500000 // 10.9 MB a rank: more than pipes and sockets between the ranks and pmirun hold
-	marker := newMarker()
-	cmd := exec.Command(pmirun(), append([]string{"--env", markerVar + "=" + marker}, p.job("-n", "2", "seq", n(each)).args...)...)
-	cmd.Env = callerEnv(nil)
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { killMarked(marker) })
+	cmd, out := startReading(t, &stderr, p.job("-n", "2", "seq", n(each)).args...)
 	// Longer than the daemon's output timeout, while the ranks are done
 	// and the daemons hold the rest of their output.
 	time.Sleep(35 * time.Second)
@@ -690,20 +679,22 @@ func TestDaemonSlowReader(t *testing.T) {
 	for br := bufio.NewScanner(out); br.Scan(); {
 		got++
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	if got != 2*each || err != nil {
 		t.Errorf("read %d lines of %d after a pause of 35 s; pmirun: %v\nstderr:\n%s", got, 2*each, err, stderr.String())
 	}
 	p.idle(t)
 }
 
-// SIGTERM ends a daemon at once even while a job's pmirun reads none of
-// the output its ranks wrote: the daemon does not wait for that reader.
-func TestDaemonSIGTERMUnreadOutput(t *testing.T) {
-	p := newDaemonPair(t)
+// startReading starts pmirun with args, marked (killed when the test
+// ends), its stdout a pipe the test reads when it chooses, its stderr to
+// stderr (nil: discarded).
+func startReading(t *testing.T, stderr io.Writer, args ...string) (*exec.Cmd, io.ReadCloser) {
+	t.Helper()
 	marker := newMarker()
-	cmd := exec.Command(pmirun(), append([]string{"--env", markerVar + "=" + marker}, p.job("-n", "2", "seq", "1500000").args...)...)
+	cmd := exec.Command(pmirun(), append([]string{"--env", markerVar + "=" + marker}, args...)...)
 	cmd.Env = callerEnv(nil)
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -712,6 +703,14 @@ func TestDaemonSIGTERMUnreadOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { killMarked(marker) })
+	return cmd, out
+}
+
+// SIGTERM ends a daemon at once even while a job's pmirun reads none of
+// the output its ranks wrote: the daemon does not wait for that reader.
+func TestDaemonSIGTERMUnreadOutput(t *testing.T) {
+	p := newDaemonPair(t)
+	cmd, out := startReading(t, nil, p.job("-n", "2", "seq", "1500000").args...)
 	defer func() {
 		io.Copy(io.Discard, out)
 		cmd.Wait()
