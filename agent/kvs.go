@@ -227,6 +227,9 @@ func (c *Core) withdraw(rs *rankState, err error) {
 // one the rank entered detached and does not wait for yet (it may still
 // put what another rank waits for).
 func (c *Core) blocked(rs *rankState) string {
+	if b, _ := c.blockedIn(rs); !b {
+		return ""
+	}
 	for _, e := range c.colls {
 		if rs.waits(e) && !e.started && !e.finished {
 			return e.kind.String()
@@ -254,6 +257,23 @@ func (c *Core) blocked(rs *rankState) string {
 	return ""
 }
 
+// blockedIn is blocked without the name: whether rs is blocked in the
+// agent and, if so, whether in a get (not a collective, barrier or ring).
+// It reads counts and the few unfinished collectives and rings, not the
+// parked requests: checkStuck asks it of every rank at every entry into
+// a wait, and names what the ranks wait for only for a deadlock.
+func (c *Core) blockedIn(rs *rankState) (blocked, inGet bool) {
+	for _, e := range c.colls {
+		if rs.waits(e) && !e.started && !e.finished {
+			return true, false
+		}
+	}
+	if rs.grouped > 0 || c.ringBlocked(rs) {
+		return true, false
+	}
+	return rs.parked > 0, rs.parked > 0
+}
+
 // checkStuck ends a deadlock: when every live local rank is blocked and
 // nothing is in progress, no put can ever come and no collective can
 // complete, so every waiting request fails with a message saying who waits
@@ -275,21 +295,18 @@ func (c *Core) checkStuck() {
 		return
 	}
 	single := c.cfg.size == len(c.ranks)
-	var stuck []string
+	live := 0
 	for _, p := range c.ranks {
 		if p.gone || p.finalized {
 			continue
 		}
-		what := c.blocked(p)
-		if what == "" {
+		blocked, inGet := c.blockedIn(p)
+		if !blocked || (!single && !inGet) {
 			return
 		}
-		if !single && !strings.HasPrefix(what, "get of ") {
-			return
-		}
-		stuck = append(stuck, fmt.Sprintf("rank %d in %s", p.global, what))
+		live++
 	}
-	if len(stuck) == 0 {
+	if live == 0 {
 		return
 	}
 	if !single {
@@ -298,6 +315,12 @@ func (c *Core) checkStuck() {
 			if strings.HasPrefix(k, "kvs:") {
 				return
 			}
+		}
+	}
+	var stuck []string
+	for _, p := range c.ranks {
+		if !p.gone && !p.finalized {
+			stuck = append(stuck, fmt.Sprintf("rank %d in %s", p.global, c.blocked(p)))
 		}
 	}
 	slices.Sort(stuck)
