@@ -166,6 +166,13 @@ type (
 		Code  int
 		Msg   string
 	}
+	// End: a front end ends the job for the rank (EventEnded), with the
+	// job's exit code and why; the rank itself did not ask.
+	End struct {
+		Local int
+		Code  int
+		Msg   string
+	}
 	// Finalize ends the rank's PMI use; collectives it can no longer join
 	// fail.
 	Finalize struct {
@@ -233,6 +240,7 @@ func (Ring) isOp()          {}
 func (Name) isOp()          {}
 func (Spawn) isOp()         {}
 func (Abort) isOp()         {}
+func (End) isOp()           {}
 func (Finalize) isOp()      {}
 func (Gone) isOp()          {}
 func (FenceDone) isOp()     {}
@@ -680,6 +688,12 @@ func (c *Core) Step(op Op) error {
 			return err
 		}
 		c.rd.Events = append(c.rd.Events, Event{Kind: EventAbort, Rank: rs.global, Code: o.Code, Msg: o.Msg})
+	case End:
+		rs, err := c.rank(o.Local)
+		if err != nil {
+			return err
+		}
+		c.rd.Events = append(c.rd.Events, Event{Kind: EventEnded, Rank: rs.global, Code: o.Code, Msg: o.Msg})
 	case Finalize:
 		rs, err := c.rank(o.Local)
 		if err != nil {

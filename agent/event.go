@@ -2,8 +2,8 @@ package agent
 
 import "fmt"
 
-// EventKind is what happened to a rank. The agent (its core and its two
-// front ends) reports the first five kinds; the node's shell (agent/node),
+// EventKind is what happened to a rank. The agent (its core and its
+// front ends) reports the first five kinds and EventEnded; the node's shell (agent/node),
 // which owns the rank's process, judges the process's end and adds the last
 // three. One enum for every stage: the core's Ready, Config.Events, the
 // node's loop and the node-to-root wire (which spells it as text).
@@ -33,6 +33,12 @@ const (
 	// EventStartFailed: the rank could not be started (Code: the job's exit
 	// code, Msg: why).
 	EventStartFailed
+	// EventEnded: the agent ends the job for the rank (Code: the job's
+	// exit code, Msg: why): a failure the rank's own library cannot tell
+	// its peers, who would wait for it for ever (agent/pmix: a failed
+	// spawn of a parent job of several ranks, as Open MPI 4.1 shares the
+	// outcome only when the spawn succeeds).
+	EventEnded
 )
 
 // eventNames are the kinds' names, as the wire spells them.
@@ -40,6 +46,7 @@ var eventNames = [...]string{
 	EventInit: "init", EventFinalized: "finalized", EventAbort: "abort",
 	EventDisconnected: "disconnected", EventProtocol: "protocol",
 	EventExited: "exit", EventLost: "lost", EventStartFailed: "start",
+	EventEnded: "ended",
 }
 
 func (k EventKind) String() string {

@@ -9,7 +9,7 @@ import (
 // Every kind travels as its name and comes back as itself; a name no kind
 // has is refused, so a node cannot send an event the root would ignore.
 func TestEventKindText(t *testing.T) {
-	for k := EventInit; k <= EventStartFailed; k++ {
+	for k := EventInit; k <= EventEnded; k++ {
 		b, err := json.Marshal(Event{Kind: k, Rank: 3, Code: 7})
 		if err != nil {
 			t.Fatalf("%v: %v", k, err)

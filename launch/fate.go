@@ -83,6 +83,12 @@ func (f *fate) jobEvent(jobno int, e agent.Event) {
 			msg += ": " + printable(e.Msg)
 		}
 		f.fail(&JobError{Code: abortExitCode(e.Code), Msg: msg})
+	case agent.EventEnded:
+		code := e.Code
+		if code == 0 {
+			code = 1
+		}
+		f.fail(&JobError{Code: code, Msg: fmt.Sprintf("%s: %s", rank, printable(e.Msg))})
 	case agent.EventProtocol:
 		if e.Rank < 0 { // no rank can be blamed (a connection not yet bound, the shared segment's header)
 			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("PMI protocol error: %s", e.Msg)})

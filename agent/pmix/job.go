@@ -118,6 +118,7 @@ const (
 	reqUnpublish
 	reqDmodex // a client's get of another node's rank: its data (rank), within timeout
 	reqSpawn  // a client's spawn: the new job (spawn)
+	reqEnd    // the job ends for rank (msg): its spawn failed, which its peers cannot learn (reply)
 	reqJobs   // a fence (data), connect or disconnect over ranks of several jobs (jobs)
 	// The launcher's answer to where a job with no rank here runs (job;
 	// layout, or err), which registers its namespace (foreignLayout).
@@ -572,6 +573,8 @@ func (j *Job) serve(r *request) {
 			msg = msg[:maxAbortMsg]
 		}
 		err = a.StepExternal(agent.Abort{Local: l, Code: r.code, Msg: msg})
+	case reqEnd:
+		err = a.StepExternal(agent.End{Local: l, Code: 1, Msg: r.msg})
 	case reqPublish, reqLookup, reqUnpublish:
 		j.names(r, l)
 		return
@@ -818,6 +821,14 @@ func (j *Job) reply(rp agent.Reply) {
 		delete(j.pending, rp.Req.ID)
 		j.mu.Unlock()
 		p.req.done(result{err: rp.Err, nspace: rp.Val})
+		if rp.Err != nil && j.cfg.Size > 1 {
+			// Open MPI 4.1's other ranks wait in MPI_Comm_spawn for the
+			// outcome, which its root shares only when the spawn
+			// succeeded: they would wait for ever. End the job, as
+			// mpirun does; a parent of one rank keeps its error return.
+			j.enqueueInternal(&request{kind: reqEnd, rank: p.req.rank, msg: fmt.Sprintf(
+				"its spawn failed (%v), which Open MPI's other ranks of the job cannot learn: the job ends, as under mpirun", rp.Err)})
+		}
 		return
 	case agent.ReplyJobs: // a collective across jobs
 		delete(j.pending, rp.Req.ID)

@@ -13,7 +13,13 @@
  *   round R: N children answered, appnums A0 A1
  *
  * Both sides then disconnect. Any check that fails prints "FAIL ..." and
- * aborts with code 3. */
+ * aborts with code 3.
+ *
+ *   ompi_spawn missing
+ *
+ * spawns a program that does not exist, with MPI_ERRORS_RETURN, prints
+ * "rank R: spawn rc=RC" and finalizes (Open MPI 4.1's other ranks wait in
+ * the spawn for ever: the launcher must end the job). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +59,18 @@ int main(int argc, char **argv)
     MPI_Comm_get_parent(&parent);
     if (parent != MPI_COMM_NULL)
         return child(parent, argc > 2 ? atoi(argv[2]) : 0);
+    if (argc > 1 && strcmp(argv[1], "missing") == 0) {
+        int rank, err;
+        MPI_Comm inter;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        int rc = MPI_Comm_spawn("/nonexistent/fastpmi-missing", MPI_ARGV_NULL, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD,
+                                &inter, &err);
+        printf("rank %d: spawn rc=%d\n", rank, rc);
+        fflush(stdout);
+        MPI_Finalize();
+        return 0;
+    }
 
     int n = argc > 1 ? atoi(argv[1]) : 2;
     int rounds = argc > 2 ? atoi(argv[2]) : 1;

@@ -524,6 +524,25 @@ func TestOpenMPIDaemons(t *testing.T) {
 // starts. A spawn from a job on several nodes is refused with a reason
 // (their connect is not served yet) instead of hanging.
 func TestOpenMPISpawn(t *testing.T) {
+	t.Run("missing", func(t *testing.T) {
+		// A spawn of a program that does not exist, the error returned
+		// (MPI_ERRORS_RETURN): a parent of one rank gets rc≠0 and goes
+		// on; in a parent of two, Open MPI 4.1's other rank would wait
+		// in the spawn for ever, so the job ends, as under mpirun.
+		r := run(t, ompiJob(1, prog("ompi_spawn"), "missing"))
+		r.wantCode(t, 0)
+		if !regexp.MustCompile(`^rank 0: spawn rc=[1-9]`).MatchString(r.stdout) {
+			t.Errorf("a parent of one rank did not get the spawn's error\n%s", r)
+		}
+		r = run(t, ompiJob(2, prog("ompi_spawn"), "missing"))
+		if r.code != 1 || !strings.Contains(r.stderr, "pmirun: rank 0: its spawn failed (cannot run \"/nonexistent/fastpmi-missing\"") ||
+			!strings.Contains(r.stderr, "which Open MPI's other ranks of the job cannot learn: the job ends") {
+			t.Errorf("a parent of two ranks whose spawn failed: want exit 1 and the reason\n%s", r)
+		}
+		if r.elapsed > 30*time.Second {
+			t.Errorf("the job took %v to end", r.elapsed)
+		}
+	})
 	rounds := func(r result, n, rounds int, apps string) {
 		t.Helper()
 		want := map[string]int{}
