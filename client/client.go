@@ -123,9 +123,9 @@ type transport interface {
 	startFence(detached bool) (uint32, error)
 	startAllgather(val []byte, detached bool) (uint32, error)
 	// block tells the agent this rank now waits for collective id, one
-	// it started detached, or (waiting false) that it no longer waits for
-	// any collective (a Wait cut short by its context).
-	block(id uint32, waiting bool) error
+	// it started detached, or (id 0, which no collective has) that it
+	// waits for nothing any more (a wait cut short by its context).
+	block(id uint32) error
 	// done reports whether collective id has completed, and its error.
 	done(id uint32) (bool, error)
 	// progress waits (bounded by ctx) until collective id may have
@@ -494,7 +494,7 @@ func (r Request) Wait(ctx context.Context) error {
 			return c.cutShort(r.op, err)
 		}
 		if r.detached && !told && !c.finalized {
-			if err := c.t.block(r.id, true); err != nil {
+			if err := c.t.block(r.id); err != nil {
 				return c.fail(r.op, err)
 			}
 			told = true
@@ -517,7 +517,7 @@ func (c *Client) cutShort(op string, err error) error {
 		// The agent takes nothing more from a finalized rank.
 		return &Error{Op: op, Rank: c.info.Rank, Err: err}
 	}
-	if berr := c.t.block(0, false); berr != nil {
+	if berr := c.t.block(0); berr != nil {
 		return c.fail(op, berr)
 	}
 	return &Error{Op: op, Rank: c.info.Rank, Err: err}

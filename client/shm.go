@@ -143,7 +143,7 @@ func (t *shmTransport) startAllgather(val []byte, detached bool) (uint32, error)
 	// The slot of epoch e is reused from e-2: wait until that is
 	// published, telling the agent (e-2 may be detached).
 	if prev := e - 2; e > 2 && !published(t.r.Epoch(), prev) {
-		if err := t.block(prev, true); err != nil {
+		if err := t.block(prev); err != nil {
 			return 0, err
 		}
 		if err := t.waitEpoch(context.Background(), prev); err != nil {
@@ -240,11 +240,8 @@ func (t *shmTransport) progress(ctx context.Context, id uint32) error {
 func (t *shmTransport) poll() error { return t.drain() }
 
 // block says the rank waits for the collectives up to epoch id, or
-// (waiting false: epoch 0) for none.
-func (t *shmTransport) block(id uint32, waiting bool) error {
-	if !waiting {
-		id = 0
-	}
+// (0: no epoch has it) for nothing.
+func (t *shmTransport) block(id uint32) error {
 	return t.push(shm.Header{Op: shm.OpBlock, Epoch: id}, nil)
 }
 

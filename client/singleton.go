@@ -59,7 +59,7 @@ func (s *singleton) next() uint32 {
 
 func (s *singleton) done(uint32) (bool, error)              { return true, nil }
 func (s *singleton) progress(context.Context, uint32) error { return nil }
-func (s *singleton) block(uint32, bool) error               { return nil }
+func (s *singleton) block(uint32) error                     { return nil }
 func (s *singleton) poll() error                            { return nil }
 func (s *singleton) values(id uint32) Values {
 	r := s.results[id]

@@ -168,13 +168,14 @@ func (t *textTransport) send(cmd string, pairs ...pmiwire.Pair) (*textReq, error
 
 // block sends fastpmi-block, which has no response: the rank now waits
 // for every collective it started (the agent's text front end knows no
-// ids), or for none. Other launchers have no deadlock check to tell.
-func (t *textTransport) block(_ uint32, waiting bool) error {
+// ids), or (id 0) for nothing. Other launchers have no deadlock check
+// to tell.
+func (t *textTransport) block(id uint32) error {
 	if !t.ext {
 		return nil
 	}
 	w := "FALSE"
-	if waiting {
+	if id != 0 {
 		w = "TRUE"
 	}
 	// A thrid of its own, never outstanding: an error response the agent
