@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -121,14 +122,24 @@ func forwarded() []os.Signal {
 // input without reading (a read already waiting when the job is sent to
 // the background would be stopped as it restarts) and reads it only if
 // pmirun is the foreground job; in the background it looks again every
-// terminalPoll.
+// terminalPoll. A background group that is orphaned ("(pmirun ... &)",
+// or its shell gone) can never be brought to the foreground: its input
+// ends there, as a read of the terminal would end it (EIO).
 type terminalInput struct{ tty *os.File }
 
-const terminalPoll = 100 * time.Millisecond
+const (
+	terminalPoll = 100 * time.Millisecond
+	// orphanPolls is how many polls apart the background reader checks
+	// whether its group is orphaned (a scan of /proc when it is).
+	orphanPolls = 10
+)
 
 func (t terminalInput) Read(b []byte) (int, error) {
-	for {
+	for polls := 0; ; polls++ {
 		if sys.InBackground(t.tty) {
+			if polls%orphanPolls == 0 && sys.OrphanedGroup() {
+				return 0, io.EOF
+			}
 			time.Sleep(terminalPoll)
 			continue
 		}

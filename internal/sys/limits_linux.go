@@ -116,6 +116,72 @@ func InBackground(f *os.File) bool {
 	return err == nil && pgrp != unix.Getpgrp()
 }
 
+// OrphanedGroup reports whether this process's group is orphaned: no
+// member has a parent in another group of the same session, so no shell
+// of the session can bring it to the foreground again (its job-control
+// shell exited, or it was started as "(cmd &)"). The kernel then answers
+// a background read of the terminal with EIO instead of stopping the
+// reader. Errors reading /proc answer false.
+func OrphanedGroup() bool {
+	pgrp := unix.Getpgrp()
+	sid, err := unix.Getsid(0)
+	if err != nil {
+		return false
+	}
+	// The common case first: the parent is the shell that controls the
+	// job.
+	if ppgrp, psid, ok := procGroup(unix.Getppid()); ok && ppgrp != pgrp && psid == sid {
+		return false
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, g, s, ok := procStat(pid)
+		if !ok || g != pgrp || s != sid {
+			continue
+		}
+		if pg, ps, ok := procGroup(ppid); ok && pg != pgrp && ps == sid {
+			return false
+		}
+	}
+	return true
+}
+
+// procGroup is process pid's group and session.
+func procGroup(pid int) (pgrp, sid int, ok bool) {
+	_, pgrp, sid, ok = procStat(pid)
+	return pgrp, sid, ok
+}
+
+// procStat reads process pid's parent, group and session from
+// /proc/PID/stat ("pid (comm) state ppid pgrp session ...", comm holding
+// any bytes, parentheses too).
+func procStat(pid int) (ppid, pgrp, sid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 {
+		return 0, 0, 0, false
+	}
+	var e1, e2, e3 error
+	ppid, e1 = strconv.Atoi(f[1])
+	pgrp, e2 = strconv.Atoi(f[2])
+	sid, e3 = strconv.Atoi(f[3])
+	return ppid, pgrp, sid, e1 == nil && e2 == nil && e3 == nil
+}
+
 // FileLimit returns the soft RLIMIT_NOFILE, the descriptors this process
 // may hold (Go raises it to the hard limit at start-up); 0 = unlimited.
 func FileLimit() (uint64, error) {

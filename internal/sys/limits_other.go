@@ -40,6 +40,9 @@ func WaitReadable(f *os.File, d time.Duration) bool { return true }
 // InBackground is false off Linux (IsTerminal is).
 func InBackground(f *os.File) bool { return false }
 
+// OrphanedGroup is false off Linux.
+func OrphanedGroup() bool { return false }
+
 // FileLimit is not known off Linux.
 func FileLimit() (uint64, error) { return 0, ErrNotSupported }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -313,6 +314,39 @@ func TestTerminalBackgroundJob(t *testing.T) {
 	if code := tm.wait(); code != 0 {
 		t.Errorf("shell exit %d, want 0", code)
 	}
+}
+
+// pmirun in an orphaned background group can never become the
+// foreground job: a shell started it in the background ("pmirun ... &",
+// the terminal its input) and exited, and the session's shell took the
+// terminal back. A rank that reads its input gets end of file and the job
+// ends, as a read of the terminal ends there (EIO), instead of waiting
+// for ever for a foreground that never comes. The session's shell stays,
+// so the terminal does not hang up.
+func TestTerminalOrphanedBackground(t *testing.T) {
+	dir := t.TempDir()
+	job, inner, pgid := filepath.Join(dir, "job"), filepath.Join(dir, "inner"), filepath.Join(dir, "pgid")
+	for f, script := range map[string]string{
+		// The job's shell leads its process group, pmirun's.
+		job:   `echo $$ > "$2"; "$1" -n 1 sh -c 'read x; echo "got:[$x]"'; echo "ex""it=$?"`,
+		inner: `set -m; sh "$1" "$2" "$3" &`, // job control: the job keeps the terminal as input
+	} {
+		if err := os.WriteFile(f, []byte(script+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tm := startOnTerminal(t, "sh", "-c", `set -m; sh "$0" "$1" "$2" "$3"; sleep 60`, inner, job, pmirun(), pgid)
+	t.Cleanup(func() {
+		// A pmirun left waiting would hold the terminal open for ever.
+		if b, err := os.ReadFile(pgid); err == nil {
+			if g, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = sys.SignalGroup(g, os.Kill)
+			}
+		}
+	})
+	tm.waitFor("exit=", 1)
+	tm.waitFor("got:[]", 1)
+	tm.waitFor("exit=0", 1)
 }
 
 // A job suspended with Ctrl-Z and resumed in the background (bg) runs on
