@@ -2,14 +2,18 @@
 // import rules, so that a stray import fails `go test` instead of waiting
 // for a reviewer to notice it.
 //
-// The rules (STYLE.md, habit 2, and the binaries' dependency budget):
+// The rules (one door to the kernel, and the binaries' dependency budget):
 //
 //   - pmid and pmirun do not link the client package (ranks link it; the
-//     launcher and the agent serve PMI), and the client does not link the
-//     agent, the network transport, the launcher or giouring;
+//     launcher and the agent serve PMI) nor the plotting library
+//     (internal/benchplot, gonum/plot: figures are pmibench's), and the
+//     client does not link the agent, the network transport, the launcher
+//     or giouring;
 //   - one door to the kernel: only internal/sys imports syscall or
 //     golang.org/x/sys/unix;
 //   - unsafe only in shm and internal/sys;
+//   - cgo (import "C") only in agent/pmix (OpenPMIx's server library,
+//     behind the pmix build tag) and clib/cfuzz (tests);
 //   - giouring only in netio's _linux.go files, mmap-go only in shm;
 //   - every package has a package doc comment, "Package x ..." or, for a
 //     program, "Command x ...".
