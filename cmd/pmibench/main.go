@@ -186,7 +186,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.lib, "lib", "", "directory of another libpmi2.so.0 (e.g. build/lib, libfastpmi): adds a first column, pmirun with ranks loading it (LD_LIBRARY_PATH) over shared memory (FASTPMI_TRANSPORT=shm)")
 	fs.StringVar(&o.mpi, "mpi", "", "pmirun's --mpi for every job (pmix: Open MPI programs; compare with Open MPI's mpirun as -mpiexec)")
 	fs.IntVar(&o.daemonNodes, "daemon-nodes", 2, "with -daemon: daemons, and loopback agents per job (fewer when N is smaller)")
-	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec (and, with -slurm and -ompi, Slurm's srun and Open MPI's mpirun), alternating runs."); err != nil {
+	if err := parseFlagSet(fs, args, "pmibench [options]", "Times pmirun against Hydra's mpiexec (and, with -slurm and -ompi, Slurm's srun and Open MPI's mpirun), alternating runs.\n"+
+		"With -scale (collectives over goroutine ranks in loopback agents), -spawn (spawn latency and rate) or -paper (the research's figures) it runs that benchmark instead: pmibench -scale -h, -spawn -h, -paper -h list their options."); err != nil {
 		return o, err
 	}
 	var err error

@@ -255,6 +255,28 @@ func TestRunUsageErrors(t *testing.T) {
 	}
 }
 
+// Every mode and every -ops entry the docs use is named by -h: the
+// top-level usage names the other modes, -scale's every KVS comparison.
+func TestHelpNamesModesAndOps(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-h"}, []string{"-scale", "-spawn", "-paper"}},
+		{[]string{"-scale", "-h"}, kvsOps},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), tc.args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%q: exit %d, stderr %q", tc.args, code, stderr.String())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("%q: usage does not name %s:\n%s", tc.args, w, stderr.String())
+			}
+		}
+	}
+}
+
 // -lib adds a first column: pmirun giving its ranks the library's
 // directory and requiring shared memory; a directory without
 // libpmi2.so.0 is a usage error.

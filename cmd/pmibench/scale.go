@@ -98,7 +98,8 @@ func parseScaleFlags(args []string, stderr io.Writer) (scaleOptions, error) {
 	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "4,16,64", "comma-separated agent counts K")
 	ppns := fs.String("ppn", "16,64,128,256", "comma-separated ranks per agent")
-	ops := fs.String("ops", "allgather,fence,ring,iallgather", "comma-separated workloads: "+strings.Join(node.VirtualWorkloads, ", "))
+	ops := fs.String("ops", "allgather,fence,ring,iallgather", "comma-separated workloads: "+strings.Join(node.VirtualWorkloads, ", ")+
+		"; or the on-demand KVS comparisons: "+strings.Join(kvsOps, ", "))
 	backends := fs.String("netio", "net,uring", "comma-separated agent-link backends: net, uring, auto")
 	fs.StringVar(&o.late, "late", "off", "late arrival: rank 0 enters each round this long after a barrier (off, auto, or a duration)")
 	o.jobFlags(fs, "draw the scale curves (SVG and PNG) into this `DIR`")
