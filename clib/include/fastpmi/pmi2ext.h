@@ -4,7 +4,7 @@
  * with the same signature and return codes, over fastpmi's node
  * shared-memory segment when the launcher gives one (FASTPMI_SHM_FD, under
  * pmirun), else over the PMI-2 text protocol on PMI_FD or PMI_PORT (Hydra,
- * Slurm, pmirun --shm=false). The functions below are the research's
+ * Slurm, pmirun --no-shm). The functions below are the research's
  * extensions (Chakraborty et al., "Non-blocking PMI Extensions for Fast MPI
  * Startup", CCGrid 2015), plus put hints, waiting gets and a zero-copy
  * allgather. Return codes are PMI2_SUCCESS (0) and the PMI2_ERR_* codes of
