@@ -94,7 +94,7 @@ var flagTable = []*Flag{
 		Help: "bind each rank to one core, hwthread or socket of the CPUs pmirun may use, or none (default)",
 		set:  func(p *parser, v []string) error { p.cfg.Bind = v[0]; return nil }},
 	{Names: []string{"-map-by"}, Arg: "UNIT", Nargs: 1, Group: "placement", Choices: launch.MapUnits,
-		Help: "order in which a node's ranks take the binding units: core (default: consecutive), socket (round robin over sockets)",
+		Help: "order in which a node's ranks take the binding units: core or hwthread (default: consecutive), socket (round robin over sockets)",
 		set:  func(p *parser, v []string) error { p.cfg.MapBy = v[0]; return nil }},
 	{Names: []string{"--timer-slack"}, Arg: "auto|off|DURATION", Nargs: 1, Group: "placement", Choices: []string{"auto", "off"},
 		Help: "how late the kernel may end the ranks' timed sleeps, to end several at once: auto (default) sets 1ms on a node running more ranks than CPUs, so that ranks waiting in short sleeps (Open MPI's start-up) leave the CPUs to the ranks still starting; off (or 0) leaves the ranks pmirun's own; a duration up to 1s sets it on every rank",
