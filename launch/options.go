@@ -167,6 +167,13 @@ func (c *Config) validateLinks() error {
 	return nil
 }
 
+// reportPathError is validation's refusal of the --report path itself:
+// Run then writes no report there, so the refusal stays the one line a
+// bad option gets.
+type reportPathError struct{ error }
+
+func (e reportPathError) Unwrap() error { return e.error }
+
 // validateOutput checks the output options and turns them into the
 // nodes' line prefix.
 func (c *Config) validateOutput() error {
@@ -180,7 +187,11 @@ func (c *Config) validateOutput() error {
 			continue
 		}
 		if err := jobreport.CheckWritable(f.path); err != nil {
-			return fmt.Errorf("invalid %s %s: %w", f.flag, f.path, err)
+			err = fmt.Errorf("invalid %s %s: %w", f.flag, f.path, err)
+			if f.flag == "--report" {
+				return reportPathError{err}
+			}
+			return err
 		}
 	}
 	if c.PrefixPattern != "" {

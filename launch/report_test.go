@@ -11,6 +11,19 @@ import (
 	"github.com/fastpmi/fastpmi/perf"
 )
 
+// A --report path that cannot be written is refused before the job, in
+// one line, as any bad option: no report is then written there, and no
+// second line says it could not be.
+func TestRunReportPathRefusedOnce(t *testing.T) {
+	for _, path := range []string{"/nonexistent/r.json", t.TempDir()} {
+		var stderr bytes.Buffer
+		err := Run(context.Background(), Config{Size: 1, Prog: "true", ReportPath: path, Stdout: &stderr, Stderr: &stderr})
+		if ExitCode(err) != 2 || strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), "invalid --report") {
+			t.Errorf("--report %s: exit %d (%v), stderr %q; want 2 and one line", path, ExitCode(err), err, stderr.String())
+		}
+	}
+}
+
 // Run writes the report whatever becomes of the job: run, failed to
 // start, or refused.
 func TestRunReport(t *testing.T) {

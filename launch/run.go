@@ -49,6 +49,9 @@ func Run(ctx context.Context, cfg Config) (jobErr error) {
 	job := &jobOut{start: time.Now()}
 	defer func() { job.write(&cfg, jobErr) }()
 	if err := cfg.validate(); err != nil {
+		if errors.As(err, new(reportPathError)) {
+			cfg.ReportPath = "" // refused: nothing to write there
+		}
 		return early(cfg, 2, err.Error())
 	}
 	if f, ok := cfg.Stdout.(*os.File); ok && sys.IsTerminal(f) {
