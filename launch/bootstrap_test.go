@@ -92,6 +92,24 @@ func TestBootstraps(t *testing.T) {
 	}
 }
 
+// An agent that ends before it connects is named with how it ended, as
+// an exit status: one that exited 0 (an ssh that ran nothing) read
+// "exited before connecting: <nil>".
+func TestAgentExitedBeforeConnecting(t *testing.T) {
+	for _, c := range []struct{ ssh, want string }{
+		{"true", "agent of node 0 on alpha exited before connecting: exit status 0"},
+		{"false", "agent of node 0 on alpha exited before connecting: exit status 1"},
+	} {
+		var stderr bytes.Buffer
+		cfg := Config{Bootstrap: "ssh", Hosts: []string{"alpha"}, SSH: c.ssh, PmidPath: "pmid", RootAddr: "127.0.0.1",
+			Size: 1, Prog: "true", Stdout: &stderr, Stderr: &stderr, Timeout: time.Minute}
+		err := Run(context.Background(), cfg)
+		if ExitCode(err) != 1 || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ssh %s: %v (exit %d), want %q (stderr %q)", c.ssh, err, ExitCode(err), c.want, stderr.String())
+		}
+	}
+}
+
 func TestExpandHostlist(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

@@ -511,7 +511,11 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 			}
 		case e := <-r.exits:
 			r.exits <- e // loop reports it
-			r.startFailed(fmt.Errorf("agent of node %d on %s exited before connecting: %v", e.i, r.hosts[e.i], e.err))
+			why := "exit status 0"
+			if e.err != nil { // exec's words for a non-zero one
+				why = e.err.Error()
+			}
+			r.startFailed(fmt.Errorf("agent of node %d on %s exited before connecting: %s", e.i, r.hosts[e.i], why))
 			return
 		case <-actx.Done():
 			r.startFailed(fmt.Errorf("only %d of %d agents connected within 30s", got, k))
