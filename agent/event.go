@@ -95,7 +95,9 @@ type Event struct {
 }
 
 // protocolError reports that rank (-1: none can be blamed) sent something
-// the agent could not frame or serve.
+// the agent could not frame or serve. The launcher says it as the job's
+// fate: the front ends log it at Info, for --verbose, not as a warning
+// that would say it a second time.
 func (a *Agent) protocolError(rank int, err error) {
 	a.cfg.Events(Event{Kind: EventProtocol, Rank: rank, Msg: err.Error()})
 }

@@ -369,7 +369,7 @@ func (a *Agent) shmReply(t *turn, r *Reply) {
 		} else {
 			err = fmt.Errorf("push shared-memory response: %w", err)
 		}
-		a.log.Warn("shared-memory response not delivered", "rank", g, "op", op, "err", err)
+		a.log.Info("shared-memory response not delivered", "rank", g, "op", op, "err", err)
 		t.events = append(t.events, func() { a.protocolError(g, err) })
 	}
 }

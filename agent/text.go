@@ -148,7 +148,7 @@ func (c *textConn) replyMalformed(se *pmiwire.SyntaxError) {
 
 func (c *textConn) protocolError(err error) {
 	a := c.a
-	a.log.Warn("PMI protocol error; closing connection", "rank", c.rankNum(), "err", err)
+	a.log.Info("PMI protocol error; closing connection", "rank", c.rankNum(), "err", err)
 	// Framing is lost: answer once in PMI-1 form so a waiting client sees
 	// an error rather than silence, then close.
 	c.writeLast(pmiwire.AppendV1(nil, "error", pmiwire.Pair{Key: "rc", Val: strconv.Itoa(pmiwire.RCFail)},

@@ -121,7 +121,7 @@ func (c *textConn) kick() {
 func (c *textConn) overflow(queued, next int) {
 	err := fmt.Errorf("stopped reading its PMI replies (%d bytes queued, %d more refused; limit %d)",
 		queued, next, c.a.replyQueueBytes)
-	c.a.log.Warn("PMI replies not read; closing connection", "rank", c.rankNum(), "err", err)
+	c.a.log.Info("PMI replies not read; closing connection", "rank", c.rankNum(), "err", err)
 	c.a.protocolError(c.rankNum(), err)
 	c.nc.Close() // the reader sees the end and reports the connection closed
 }

@@ -96,3 +96,19 @@ func TestVerdictsOnDaemons(t *testing.T) {
 	r.wantMessage(t, `\brank 0 called abort with exit code 256\b`)
 	p.idle(t)
 }
+
+// A rank that breaks the PMI protocol fails the job with one line naming
+// it, on one node and through agents; the agent's own log of it is for
+// --verbose (before, a raw log line said it first).
+func TestProtocolErrorSaidOnce(t *testing.T) {
+	script := `[ $PMI_RANK = 0 ] || exec sleep 20; printf 'cmd=init pmi_version=1 pmi_subversion=1\n' >&$PMI_FD; read -r line <&$PMI_FD; printf 'xx\n' >&$PMI_FD; sleep 20`
+	for _, boot := range [][]string{nil, {"--bootstrap", "loopback", "--nodes", "2"}} {
+		args := append(append([]string{}, boot...), "-n", "2", "sh", "-c", script)
+		r := run(t, job{args: args, timeout: 30 * time.Second})
+		r.wantCode(t, 1)
+		r.wantMessage(t, `^pmirun: rank 0 broke the PMI protocol: .*malformed`)
+		if n := strings.Count(r.stderr, "\n"); n != 1 {
+			t.Errorf("%v: %d lines on stderr, want 1\n%s", boot, n, r)
+		}
+	}
+}
