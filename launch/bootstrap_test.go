@@ -3,6 +3,9 @@ package launch
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
 )
 
 // buildBinaries builds pmid and the Go example into a temporary folder.
@@ -107,6 +112,38 @@ func TestAgentExitedBeforeConnecting(t *testing.T) {
 		if ExitCode(err) != 1 || err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ssh %s: %v (exit %d), want %q (stderr %q)", c.ssh, err, ExitCode(err), c.want, stderr.String())
 		}
+	}
+}
+
+// An agent that never connects (ssh to a host that does not answer
+// waits for the TCP timeout) fails the job once the connect timeout is
+// over, naming its node and host, and pmirun ends every agent then,
+// without waiting longer for the one that cannot be told.
+func TestAgentNeverConnects(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	fakeTool(t, "ssh")
+	defer func(d time.Duration) { connectTimeout = d }(connectTimeout)
+	connectTimeout = 2 * time.Second
+	var stderr syncbuf.Buffer // pmirun's messages and its log
+	cfg := Config{Bootstrap: "ssh", Hosts: []string{"alpha", "silent", "beta"}, Size: 3, Prog: "true",
+		PmidPath: pmid, RootAddr: "127.0.0.1", Stdout: io.Discard, Stderr: &stderr, Timeout: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&stderr, nil))}
+	start := time.Now()
+	err := Run(context.Background(), cfg)
+	took := time.Since(start)
+	var je *JobError
+	if !errors.As(err, &je) || je.Code != 1 {
+		t.Fatalf("run: %v, want a job error of code 1\nstderr:\n%s", err, stderr.String())
+	}
+	want := "pmirun: agent of node 1 on silent did not connect within 2s (2 of 3 did)\n"
+	if !strings.HasPrefix(stderr.String(), want) {
+		t.Errorf("stderr:\n%s\nwant it to start %q", stderr.String(), want)
+	}
+	if strings.Contains(stderr.String(), "level=WARN") {
+		t.Errorf("stderr:\n%s\nwant no warning", stderr.String())
+	}
+	if took > connectTimeout+time.Second {
+		t.Errorf("the job took %v, want the connect timeout (%v) and little more", took, connectTimeout)
 	}
 }
 

@@ -298,8 +298,13 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 		a.kill() // one not started may hold a connection (daemon mode)
 	}
 	r.rec.Mark("agents started", -1)
-	if started == len(agents) {
-		r.accept(ctx, r.ln, len(r.conns)) // answers a spawner only on failure; FrameReady does on success
+	if started == len(agents) && !r.accept(ctx, r.ln, len(r.conns)) { // answers a spawner only on failure; FrameReady does on success
+		// No agent has a rank yet, and those that never said hello
+		// cannot be told to end (an ssh to a host that does not answer
+		// waits for the TCP timeout): all end now.
+		for _, a := range agents {
+			a.kill()
+		}
 	}
 	r.loop(ctx, started)
 	if r.spec.Jobno == 0 && r.run.hostd != nil {
@@ -410,16 +415,17 @@ func (r *rootNode) startFailed(err error) {
 	r.run.fail(&JobError{Code: 1, Msg: err.Error()})
 }
 
-// accept waits for every agent's hello, then sends them the table. If
-// that fails, it closes the listener and every link accepted, so that the
-// agents already up, which wait for the table, and those still to come
-// end at once instead of at the kill grace.
-func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
+// accept waits for every agent's hello, then sends them the table, and
+// reports whether it did. If that fails, it closes the listener and every
+// link accepted (and forgets them: nothing more is sent on them), so that
+// the agents already up, which wait for the table, and those still to
+// come end at once instead of at the kill grace.
+func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 	// The acceptor and the hello readers end when actx does (cancelled on
 	// return), and accept waits for them.
 	var readers sync.WaitGroup
 	defer readers.Wait()
-	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	actx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	type hello struct {
 		c   netio.Conn
@@ -444,6 +450,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 		for _, c := range cs {
 			c.Close()
 		}
+		clear(r.conns)
 	}()
 	hch := make(chan hello, k)
 	deliver := func(h hello) {
@@ -493,7 +500,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 		case h := <-hch:
 			if h.c == nil {
 				r.startFailed(fmt.Errorf("only %d of %d agents connected: %v", got, k, h.err))
-				return
+				return false
 			}
 			if h.err != nil || h.h.Node < 0 || h.h.Node >= k || r.conns[h.h.Node] != nil {
 				r.cfg.Logger.Warn("refused agent connection", "from", h.c.RemoteAddr(), "err", h.err, "node", h.h.Node)
@@ -516,10 +523,10 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 				why = e.err.Error()
 			}
 			r.startFailed(fmt.Errorf("agent of node %d on %s exited before connecting: %s", e.i, r.hosts[e.i], why))
-			return
+			return false
 		case <-actx.Done():
-			r.startFailed(fmt.Errorf("only %d of %d agents connected within 30s", got, k))
-			return
+			r.startFailed(r.notConnected(got, connectTimeout))
+			return false
 		}
 	}
 	connected = true
@@ -544,6 +551,31 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) {
 		r.send(i, netio.Frame{Type: node.FrameTable, Payload: table})
 		r.links.Go(func() { node.Receive(c, i, r.in, r.quit) })
 	}
+	return true
+}
+
+// connectTimeout bounds the wait for every agent's hello (a variable for
+// the tests).
+var connectTimeout = 30 * time.Second
+
+// notConnected says which agents did not say hello within d (got did):
+// their nodes and hosts, the first few of them.
+func (r *rootNode) notConnected(got int, d time.Duration) error {
+	var missing []string
+	for i, c := range r.conns {
+		if c == nil {
+			missing = append(missing, fmt.Sprintf("node %d on %s", i, r.hosts[i]))
+		}
+	}
+	const shown = 4
+	if len(missing) > shown {
+		missing = append(missing[:shown], fmt.Sprintf("%d more", len(missing)-shown))
+	}
+	what := "agent of " + missing[0]
+	if len(missing) > 1 {
+		what = "agents of " + strings.Join(missing[:len(missing)-1], ", ") + " and " + missing[len(missing)-1]
+	}
+	return fmt.Errorf("%s did not connect within %v (%d of %d did)", what, d, got, len(r.conns))
 }
 
 func (r *rootNode) send(i int, f netio.Frame) {
