@@ -58,7 +58,7 @@ const DefaultTreeWidth = 8
 
 // Config describes a job.
 type Config struct {
-	Size int    // number of ranks (-n)
+	Size int    // number of ranks (-n); 0 = one a slot of the nodes (unsaidSize)
 	Prog string // executable
 	// Apps, for an MPMD command line (pmirun's ":" segments), are its
 	// commands in rank order, each with its ranks, arguments, extra
@@ -194,6 +194,9 @@ func (c *Config) validate() error {
 	}
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
+	}
+	if c.Size == 0 && len(c.Apps) == 0 {
+		c.Size = c.unsaidSize()
 	}
 	if c.Size < 1 {
 		return fmt.Errorf("invalid number of ranks %d: want at least 1", c.Size)

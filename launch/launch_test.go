@@ -31,7 +31,7 @@ func TestBlockMapping(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	for _, c := range []Config{
-		{Size: 0, Prog: "true"},
+		{Size: -1, Prog: "true"},
 		{Size: 1},
 		{Size: 1, Prog: "true", Env: []string{"novalue"}},
 		{Size: 1, Prog: "true", Timeout: -time.Second},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -34,6 +35,44 @@ const (
 	StdinNone = -1
 	StdinAll  = -2
 )
+
+// unsaidSize is the number of ranks of a job whose -n is not given, as
+// Hydra counts it: a rank for every slot of the job's nodes, each host's
+// HOST:SLOTS (1 when unsaid), or PPN on every node; this machine alone
+// is one node. Under Slurm, as srun does, it is the allocation's
+// SLURM_NTASKS when no PPN is given.
+func (c *Config) unsaidSize() int {
+	perNode := func(slots int) int {
+		if c.PPN > 0 {
+			return c.PPN
+		}
+		return max(slots, 1)
+	}
+	switch {
+	case len(c.Hosts) > 0:
+		n := 0
+		for i := range c.Hosts {
+			s := 0
+			if i < len(c.Slots) {
+				s = c.Slots[i]
+			}
+			n += perNode(s)
+		}
+		return n
+	case len(c.Daemons) > 0:
+		return len(c.Daemons) * perNode(0)
+	case c.Bootstrap == "loopback":
+		return max(c.Nodes, 1) * perNode(0)
+	case c.Bootstrap == "slurm":
+		if n, err := strconv.Atoi(os.Getenv("SLURM_NTASKS")); err == nil && n > 0 && c.PPN == 0 {
+			return n
+		}
+		if hosts, err := c.hostList(); err == nil {
+			return len(hosts) * perNode(0)
+		}
+	}
+	return perNode(0)
+}
 
 // validatePlacement makes the bootstrap follow from the hosts (ssh, as
 // Hydra does, when hosts are given and no bootstrap) and refuses every

@@ -94,6 +94,43 @@ func TestValidateHostsMeanSSH(t *testing.T) {
 	}
 }
 
+// Without -n a job runs a rank for every slot of its nodes, as Hydra
+// does (HOST:SLOTS, 1 a host without, or -ppn a node; this machine alone
+// is one node), and under Slurm as many as srun would: SLURM_NTASKS, else
+// one a node (it was one rank, refused on more than one node).
+func TestUnsaidSize(t *testing.T) {
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-4]")
+	t.Setenv("SLURM_NTASKS", "")
+	for _, c := range []struct {
+		cfg    Config
+		ntasks string // SLURM_NTASKS
+		want   int
+	}{
+		{Config{Hosts: []string{"a", "b", "c"}, Slots: []int{2, 0, 3}}, "", 6},
+		{Config{Hosts: []string{"a", "b", "c"}}, "", 3},
+		{Config{Hosts: []string{"a", "b"}, PPN: 2}, "", 4},
+		{Config{Hosts: []string{"a", "b"}, Slots: []int{2, 3}, PPN: 1}, "", 2},
+		{Config{Hosts: []string{"localhost"}, Slots: []int{3}}, "", 3},
+		{Config{Bootstrap: "loopback", Nodes: 3}, "", 3},
+		{Config{Bootstrap: "loopback", Nodes: 2, PPN: 4}, "", 8},
+		{Config{Bootstrap: "slurm"}, "", 4},
+		{Config{Bootstrap: "slurm"}, "6", 6},
+		{Config{Bootstrap: "slurm", PPN: 2}, "6", 8},
+		{Config{Daemons: []string{"127.0.0.1:1", "127.0.0.1:2"}, SecretFile: "s"}, "", 2},
+		{Config{}, "", 1},
+		{Config{PPN: 3}, "", 3},
+		{Config{Size: 5, Hosts: []string{"a", "b"}}, "", 5},
+	} {
+		t.Setenv("SLURM_NTASKS", c.ntasks)
+		cfg := c.cfg
+		cfg.Prog = "p"
+		if err := cfg.validate(); err != nil || cfg.Size != c.want {
+			t.Errorf("-n %d, hosts %v, slots %v, -ppn %d, bootstrap %q, nodes %d, daemons %v, SLURM_NTASKS %q: %d ranks, %v; want %d",
+				c.cfg.Size, c.cfg.Hosts, c.cfg.Slots, c.cfg.PPN, c.cfg.Bootstrap, c.cfg.Nodes, c.cfg.Daemons, c.ntasks, cfg.Size, err, c.want)
+		}
+	}
+}
+
 // Without slots or --ppn, ranks are spread evenly in blocks of
 // consecutive ranks, the first nodes one more (as Hydra and srun do):
 // 4 ranks on 3 nodes is 2, 1, 1 (it was refused: ceil(4/3) per node left

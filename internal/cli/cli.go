@@ -68,7 +68,6 @@ var lookup = func() map[string]*Flag {
 func Parse(args []string) (launch.Config, error) {
 	p := &parser{seen: make(map[*Flag]string)}
 	p.cfg.UniverseSize = -1
-	p.cfg.Size = 1
 	i := 0
 	for i < len(args) {
 		a := args[i]
@@ -173,7 +172,7 @@ func Parse(args []string) (launch.Config, error) {
 	// MPMD: "prog args : [-n N] [-env K V] [-wdir DIR] prog args : ...";
 	// the options before the first program are the run's, its -n and
 	// -env the first command's.
-	apps := []node.App{{Prog: rest[0], Args: rest[1:end], Size: p.cfg.Size, Env: p.firstEnv}}
+	apps := []node.App{{Prog: rest[0], Args: rest[1:end], Size: max(p.cfg.Size, 1), Env: p.firstEnv}}
 	for rest = rest[end+1:]; ; {
 		app, next, err := parseSegment(rest)
 		if err != nil {

@@ -40,7 +40,7 @@ func Flags() []*Flag { return flagTable }
 var flagTable = []*Flag{
 	// job
 	{Names: []string{"-n", "-np", "--ntasks"}, Arg: "N", Nargs: 1, Group: "job",
-		Help: "number of ranks (default 1)",
+		Help: "number of ranks (default: one a slot of the nodes, as Hydra: HOST:SLOTS, 1 a host without, or -ppn a node; under --bootstrap slurm SLURM_NTASKS, as srun; 1 on this machine alone)",
 		set:  func(p *parser, v []string) error { return posInt(v[0], &p.cfg.Size) }},
 	{Names: []string{"-configfile"}, Arg: "FILE", Nargs: 1, Group: "job", Files: true,
 		Help: "read the commands from FILE, one MPMD segment a line (\"-n N [-env K V] [-wdir DIR] program args\"; # starts a comment) instead of the command line",
