@@ -132,9 +132,9 @@ func TestUnsaidSize(t *testing.T) {
 }
 
 // Without slots or --ppn, ranks are spread evenly in blocks of
-// consecutive ranks, the first nodes one more (as Hydra and srun do):
-// 4 ranks on 3 nodes is 2, 1, 1 (it was refused: ceil(4/3) per node left
-// node 2 empty). --ppn that leaves a node empty is refused.
+// consecutive ranks, the first nodes one more (as srun does): 4 ranks on
+// 3 nodes is 2, 1, 1 (it was refused: ceil(4/3) per node left node 2
+// empty).
 func TestPlacementSpreadsEvenly(t *testing.T) {
 	for _, c := range []struct {
 		size, k int
@@ -154,26 +154,50 @@ func TestPlacementSpreadsEvenly(t *testing.T) {
 			}
 		}
 	}
-	if _, err := placement(Config{Size: 4, PPN: 2}, 3); err == nil || !strings.Contains(err.Error(), "leaves node 2 empty") {
-		t.Errorf("4 ranks, --ppn 2, 3 nodes: %v, want node 2 empty refused", err)
+}
+
+// A job of fewer ranks than its hosts runs on the hosts its ranks fill,
+// as Hydra and srun run it (-hosts a,b,c -n 2 on a and b; -hosts a:3,b
+// -n 3 on a; -ppn 2 -hosts a,b,c -n 4 on a and b); it was refused. The
+// loopback bootstrap's --nodes N still asks for N nodes with ranks.
+func TestPlacementFewerRanksThanHosts(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		k    int
+		want [][]int
+	}{
+		{Config{Size: 2, Bootstrap: "ssh"}, 3, [][]int{{0}, {1}}},
+		{Config{Size: 3, Bootstrap: "ssh", Slots: []int{3, 0}}, 2, [][]int{{0, 1, 2}}},
+		{Config{Size: 4, Bootstrap: "ssh", PPN: 2}, 3, [][]int{{0, 1}, {2, 3}}},
+		{Config{Size: 2, Bootstrap: "slurm", Cyclic: true}, 4, [][]int{{0}, {1}}},
+		{Config{Size: 1, Bootstrap: "netns"}, 2, [][]int{{0}}},
+	} {
+		m, err := placement(c.cfg, c.k)
+		if err != nil {
+			t.Errorf("%d ranks on %d %s nodes (slots %v, -ppn %d): %v", c.cfg.Size, c.k, c.cfg.Bootstrap, c.cfg.Slots, c.cfg.PPN, err)
+			continue
+		}
+		got := make([][]int, m.Nodes())
+		for n := range got {
+			got[n] = m.Ranks(n)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%d ranks on %d %s nodes (slots %v, -ppn %d): %v, want %v", c.cfg.Size, c.k, c.cfg.Bootstrap, c.cfg.Slots, c.cfg.PPN, got, c.want)
+		}
+	}
+	for _, cfg := range []Config{{Size: 2, Bootstrap: "loopback"}, {Size: 4, Bootstrap: "loopback", PPN: 2}} {
+		if _, err := placement(cfg, 3); err == nil || !strings.Contains(err.Error(), "of --nodes 3 without a rank") {
+			t.Errorf("%d ranks, -ppn %d, --nodes 3: %v, want node 2 without a rank refused", cfg.Size, cfg.PPN, err)
+		}
 	}
 }
 
 // HOST:SLOTS fills each host with its slots, host after host, starting
 // over while ranks remain; unsaid slots count 1.
 func TestSlotPlacement(t *testing.T) {
-	m, err := slotPlacement(7, []int{2, 0, 3})
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := [][]int{{0, 1, 6}, {2}, {3, 4, 5}}
-	for n := range want {
-		if !slices.Equal(m.Ranks(n), want[n]) {
-			t.Errorf("node %d: ranks %v, want %v", n, m.Ranks(n), want[n])
-		}
-	}
-	if _, err := slotPlacement(2, []int{2, 1}); err == nil {
-		t.Error("2 ranks on hosts of 2 and 1 slots: want an error (the second host gets none)")
+	if got := slotPlacement(7, []int{2, 0, 3}); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("7 ranks on slots 2, 0, 3: %v, want %v", got, want)
 	}
 	cfg := Config{Size: 7, Slots: []int{2, 0, 3}}
 	if m, err := placement(cfg, 3); err != nil || !slices.Equal(m.Ranks(0), []int{0, 1, 6}) {

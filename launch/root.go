@@ -88,19 +88,40 @@ type bootExit struct {
 
 // placement assigns ranks to nodes and returns the ring map: by the
 // hosts' slots, else --ppn per node (in blocks, or --cyclic), else spread
-// evenly over the k nodes.
+// evenly over the k nodes. A job of fewer ranks than a list of hosts
+// names runs on the first hosts its ranks fill, as Hydra and srun run it
+// (the map then has fewer than k nodes); the loopback bootstrap's
+// --nodes asks for that many nodes, each with ranks.
 func placement(cfg Config, k int) (*ring.Map, error) {
-	if cfg.Size < k {
-		return nil, fmt.Errorf("%d ranks on %d nodes: every node needs at least one rank", cfg.Size, k)
+	nodes, err := placeRanks(cfg, k)
+	if err != nil {
+		return nil, err
 	}
+	used := len(nodes)
+	for used > 0 && len(nodes[used-1]) == 0 {
+		used--
+	}
+	if cfg.Bootstrap != "loopback" {
+		nodes = nodes[:used]
+	}
+	for n, rs := range nodes {
+		if len(rs) == 0 {
+			return nil, fmt.Errorf("%d ranks leave node %d of --nodes %d without a rank: every node needs at least one rank", cfg.Size, n, k)
+		}
+	}
+	return ring.FromNodes(nodes)
+}
+
+// placeRanks lists the ranks of each of the k nodes (placement).
+func placeRanks(cfg Config, k int) ([][]int, error) {
 	if cfg.PPN == 0 && slices.ContainsFunc(cfg.Slots, func(s int) bool { return s > 0 }) {
-		return slotPlacement(cfg.Size, cfg.Slots)
+		return slotPlacement(cfg.Size, cfg.Slots), nil
 	}
+	nodes := make([][]int, k)
 	ppn := cfg.PPN
 	if ppn == 0 && !cfg.Cyclic {
-		// Spread evenly, as Hydra and srun do: blocks of consecutive
-		// ranks, the first Size mod k nodes one rank more.
-		nodes := make([][]int, k)
+		// Spread evenly, as srun does: blocks of consecutive ranks, the
+		// first Size mod k nodes one rank more.
 		r := 0
 		for n := range nodes {
 			c := cfg.Size / k
@@ -112,7 +133,7 @@ func placement(cfg Config, k int) (*ring.Map, error) {
 				r++
 			}
 		}
-		return ring.FromNodes(nodes)
+		return nodes, nil
 	}
 	if ppn == 0 {
 		ppn = (cfg.Size + k - 1) / k
@@ -120,25 +141,20 @@ func placement(cfg Config, k int) (*ring.Map, error) {
 	if ppn*k < cfg.Size {
 		return nil, fmt.Errorf("%d ranks do not fit %d nodes with %d per node", cfg.Size, k, ppn)
 	}
-	if cfg.Cyclic {
-		return ring.Cyclic(cfg.Size, k, ppn)
-	}
-	m, err := ring.Block(cfg.Size, k, ppn)
-	if err != nil {
-		return nil, err
-	}
-	for n := 0; n < k; n++ {
-		if len(m.Ranks(n)) == 0 {
-			return nil, fmt.Errorf("block placement of %d ranks, %d per node, leaves node %d empty; lower --ppn", cfg.Size, ppn, n)
+	for r := range cfg.Size {
+		n := r / ppn
+		if cfg.Cyclic {
+			n = r % k
 		}
+		nodes[n] = append(nodes[n], r)
 	}
-	return m, nil
+	return nodes, nil
 }
 
 // slotPlacement fills each host with its slots (HOST:SLOTS; 1 when
 // unsaid) of consecutive ranks, host after host, starting over at the
 // first host while ranks remain (as Hydra does).
-func slotPlacement(size int, slots []int) (*ring.Map, error) {
+func slotPlacement(size int, slots []int) [][]int {
 	nodes := make([][]int, len(slots))
 	r := 0
 	for r < size {
@@ -151,12 +167,7 @@ func slotPlacement(size int, slots []int) (*ring.Map, error) {
 			}
 		}
 	}
-	for i, rs := range nodes {
-		if len(rs) == 0 {
-			return nil, fmt.Errorf("%d ranks fill the slots before host %d: every node needs at least one rank; use fewer hosts", size, i)
-		}
-	}
-	return ring.FromNodes(nodes)
+	return nodes
 }
 
 func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
@@ -169,11 +180,12 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 			hosts[i], _, _ = strings.Cut(h, "=")
 		}
 	}
-	K := len(hosts)
-	m, err := placement(cfg, K)
+	m, err := placement(cfg, len(hosts))
 	if err != nil {
 		return early(cfg, 2, err.Error())
 	}
+	hosts = hosts[:m.Nodes()] // the hosts the ranks fill
+	K := len(hosts)
 	codec, err := netio.ParseCodec(cfg.Codec)
 	if err != nil {
 		return early(cfg, 2, err.Error())

@@ -176,6 +176,20 @@ func TestNetnsSlurm(t *testing.T) {
 			})
 		})
 	}
+	// As srun: without -n a rank a node of the allocation, and a job of
+	// fewer ranks than nodes runs on the first nodes (both were refused:
+	// "every node needs at least one rank").
+	t.Run("placement", func(t *testing.T) {
+		for _, args := range [][]string{{}, {"-n", "2"}} {
+			r := run(t, s.job(cl, "net", append(args, "-l", "hostname")...))
+			r.wantCode(t, 0)
+			size := hostCount
+			if len(args) > 0 {
+				size = 2
+			}
+			r.wantRankLines(t, size, func(rank int) string { return fmt.Sprintf("[%d] %s", rank, cl.names[rank]) })
+		}
+	})
 	// Spawn: each child job runs on the child's nodes — all of them, or
 	// (2 + 1 children) the first three — in the agents the allocation's
 	// step started for the first job: no step starts for a spawn.
