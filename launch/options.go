@@ -81,6 +81,7 @@ func (c *Config) validatePlacement() error {
 	if len(c.Slots) != 0 && len(c.Slots) != len(c.Hosts) {
 		return fmt.Errorf("%d slot counts for %d hosts", len(c.Slots), len(c.Hosts))
 	}
+	c.mergeRepeatedHosts()
 	if len(c.Hosts) > 0 && c.Bootstrap == "" && len(c.Daemons) == 0 && onlyThisMachine(c.Hosts) {
 		// Every host is this machine (-hosts localhost, a hostfile of
 		// $(hostname):4): one node, forked here, without ssh to itself,
@@ -163,6 +164,34 @@ func (c *Config) validatePlacement() error {
 		}
 	}
 	return nil
+}
+
+// mergeRepeatedHosts makes a host named several times in a row (-hosts
+// a,a,b, or a machinefile with a line per core such as PBS's
+// $PBS_NODEFILE) one node holding the slots of all of them (1 for each
+// without HOST:SLOTS), as Hydra does: the ranks of a host share its agent
+// and shared segment, and MPI sees them on one node.
+func (c *Config) mergeRepeatedHosts() {
+	slots := c.Slots
+	if slots == nil {
+		slots = make([]int, len(c.Hosts))
+	}
+	var hosts []string
+	var merged []int
+	repeated := false
+	for i, h := range c.Hosts {
+		if i > 0 && h == c.Hosts[i-1] {
+			last := len(merged) - 1
+			merged[last] = max(merged[last], 1) + max(slots[i], 1)
+			repeated = true
+			continue
+		}
+		hosts = append(hosts, h)
+		merged = append(merged, slots[i])
+	}
+	if repeated {
+		c.Hosts, c.Slots = hosts, merged
+	}
 }
 
 // checkDir says why dir cannot be a working directory; "" is the

@@ -94,6 +94,51 @@ func TestValidateHostsMeanSSH(t *testing.T) {
 	}
 }
 
+// A host named several times in a row is one node with the slots of all
+// of them, as Hydra makes it (a machinefile with a line per core, as
+// PBS's): -hosts a,a,b -n 4 runs ranks 0, 1, 3 on a and 2 on b, a host
+// named again later is another node, and -n defaults to the slots. Each
+// had an agent of its own, so MPI saw ranks of one host on several nodes.
+func TestRepeatedHostsMerge(t *testing.T) {
+	for _, c := range []struct {
+		hosts []string
+		slots []int
+		size  int
+		want  string // hosts:slots after validate
+		ranks [][]int
+	}{
+		{[]string{"a", "a", "b"}, nil, 4, "[a b] [2 0]", [][]int{{0, 1, 3}, {2}}},
+		{[]string{"a", "a", "b", "b"}, nil, 0, "[a b] [2 2]", [][]int{{0, 1}, {2, 3}}},
+		{[]string{"a", "a", "b"}, []int{2, 0, 0}, 0, "[a b] [3 0]", [][]int{{0, 1, 2}, {3}}},
+		{[]string{"a", "b", "a"}, nil, 3, "[a b a] [0 0 0]", [][]int{{0}, {1}, {2}}},
+		{[]string{"a", "b"}, []int{0, 0}, 4, "[a b] [0 0]", [][]int{{0, 1}, {2, 3}}},
+	} {
+		cfg := Config{Size: c.size, Prog: "p", Bootstrap: "ssh", Hosts: c.hosts, Slots: c.slots}
+		if c.slots == nil {
+			cfg.Slots = make([]int, len(c.hosts))
+		}
+		if err := cfg.validate(); err != nil {
+			t.Errorf("hosts %v, slots %v: %v", c.hosts, c.slots, err)
+			continue
+		}
+		if got := fmt.Sprint(cfg.Hosts, " ", cfg.Slots); got != c.want {
+			t.Errorf("hosts %v, slots %v: %s, want %s", c.hosts, c.slots, got, c.want)
+		}
+		m, err := placement(cfg, len(cfg.Hosts))
+		if err != nil {
+			t.Errorf("hosts %v, slots %v: %v", c.hosts, c.slots, err)
+			continue
+		}
+		got := make([][]int, m.Nodes())
+		for n := range got {
+			got[n] = m.Ranks(n)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.ranks) {
+			t.Errorf("hosts %v, slots %v, -n %d: ranks %v, want %v", c.hosts, c.slots, c.size, got, c.ranks)
+		}
+	}
+}
+
 // Without -n a job runs a rank for every slot of its nodes, as Hydra
 // does (HOST:SLOTS, 1 a host without, or -ppn a node; this machine alone
 // is one node), and under Slurm as many as srun would: SLURM_NTASKS, else

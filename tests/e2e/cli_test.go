@@ -458,6 +458,27 @@ func TestNetnsSlotsStdinRank(t *testing.T) {
 	if n0 := nodeOf["0"]; n0 == "" || nodeOf["1"] != n0 || nodeOf["2"] != n0 || nodeOf["4"] != n0 || nodeOf["3"] == n0 || nodeOf["3"] == "" {
 		t.Errorf("the nodes --tag-output names: %v, want ranks 0, 1, 2, 4 on one node and 3 on another", nodeOf)
 	}
+
+	// A machinefile with a line per slot (PBS's), comments and a blank
+	// line, and no -n: a rank a line, a host's lines one node of that
+	// many ranks, as Hydra runs it (each line had an agent of its own).
+	hostfile := filepath.Join(dir, "hosts")
+	text := "# the job's nodes\n" + cl.names[0] + "\n" + cl.names[0] + " # twice\n\n" + cl.names[1] + "\n" + cl.names[1] + "\n" + cl.names[1] + "\n"
+	if err := os.WriteFile(hostfile, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j = job{
+		args: []string{"--bootstrap", "netns", "-f", hostfile, "--root-addr", cl.c.Hosts[0].Addr, "--verbose", "-l",
+			"sh", "-c", `echo "$MPI_LOCALRANKID/$MPI_LOCALNRANKS"`},
+		wrap: []string{"ip", "netns", "exec", cl.names[0]}, markAgents: true, timeout: 40 * time.Second,
+	}
+	r = run(t, j)
+	r.wantCode(t, 0)
+	r.wantMessage(t, "^pmirun: 2 nodes via netns")
+	r.wantRankLines(t, 5, func(rank int) string {
+		local := map[int]string{0: "0/2", 1: "1/2", 2: "0/3", 3: "1/3", 4: "2/3"}[rank]
+		return fmt.Sprintf("[%d] %s", rank, local)
+	})
 }
 
 // --pmi-port (Hydra's -pmi-port): ranks reach the agent over loopback TCP
