@@ -26,7 +26,7 @@ type fate struct {
 // spawned).
 type jobFate struct {
 	anySpoke bool
-	silent   []int // ranks that ended with code 0 before speaking PMI
+	silent   []string // ranks that ended with code 0 before speaking PMI, named (rankName)
 }
 
 func (f *fate) fail(e *JobError) {
@@ -39,16 +39,22 @@ func (f *fate) fail(e *JobError) {
 }
 
 // rankName names rank r of job jobno in messages: "rank 3", or "job 1
-// rank 3" for a spawned job.
-func rankName(jobno, r int) string {
-	if jobno == 0 {
-		return fmt.Sprintf("rank %d", r)
+// rank 3" for a spawned job, then where it runs, if the job has several
+// nodes ("rank 3 on node 1 (n2)").
+func rankName(jobno, r int, where string) string {
+	name := fmt.Sprintf("rank %d", r)
+	if jobno != 0 {
+		name = fmt.Sprintf("job %d rank %d", jobno, r)
 	}
-	return fmt.Sprintf("job %d rank %d", jobno, r)
+	if where != "" {
+		name += " on " + where
+	}
+	return name
 }
 
-// jobEvent applies one report about a rank of job jobno.
-func (f *fate) jobEvent(jobno int, e agent.Event) {
+// jobEvent applies one report about a rank of job jobno from the node
+// where names ("" for a job on one node: no need to say).
+func (f *fate) jobEvent(jobno int, where string, e agent.Event) {
 	if f.jobs == nil {
 		f.jobs = make(map[int]*jobFate)
 	}
@@ -57,7 +63,7 @@ func (f *fate) jobEvent(jobno int, e agent.Event) {
 		j = new(jobFate)
 		f.jobs[jobno] = j
 	}
-	rank := rankName(jobno, e.Rank)
+	rank := rankName(jobno, e.Rank, where)
 	switch e.Kind {
 	case agent.EventInit:
 		j.anySpoke = true
@@ -72,7 +78,7 @@ func (f *fate) jobEvent(jobno int, e agent.Event) {
 		case e.Spoke:
 			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s exited with code 0 without calling PMI finalize", rank)})
 		default:
-			j.silent = append(j.silent, e.Rank)
+			j.silent = append(j.silent, rank)
 			f.checkSilent(jobno, j)
 		}
 	case agent.EventLost:
@@ -91,7 +97,11 @@ func (f *fate) jobEvent(jobno int, e agent.Event) {
 		f.fail(&JobError{Code: code, Msg: fmt.Sprintf("%s: %s", rank, printable(e.Msg))})
 	case agent.EventProtocol:
 		if e.Rank < 0 { // no rank can be blamed (a connection not yet bound, the shared segment's header)
-			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("PMI protocol error: %s", e.Msg)})
+			at := ""
+			if where != "" {
+				at = " on " + where
+			}
+			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("PMI protocol error%s: %s", at, e.Msg)})
 			break
 		}
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s broke the PMI protocol: %s", rank, e.Msg)})
@@ -117,7 +127,7 @@ func (f *fate) checkSilent(jobno int, j *jobFate) {
 	if len(j.silent) == 0 || !j.anySpoke {
 		return
 	}
-	f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s exited with code 0 before PMI init while other ranks use PMI", rankName(jobno, j.silent[0]))})
+	f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s exited with code 0 before PMI init while other ranks use PMI", j.silent[0])})
 }
 
 // ExitAbortOutOfRange is pmirun's exit code for an abort whose code an exit

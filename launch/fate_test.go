@@ -16,9 +16,9 @@ func TestFateStartFailureAfterFailure(t *testing.T) {
 	var out bytes.Buffer
 	ends := 0
 	f := &fate{stderr: &out, end: func(*JobError) { ends++ }}
-	f.jobEvent(0, agent.Event{Kind: agent.EventExited, Rank: 7, Code: 2, Msg: " before PMI init"})
-	f.jobEvent(0, agent.Event{Kind: agent.EventStartFailed, Rank: 14, Msg: "fork/exec /bin/sh: resource temporarily unavailable"})
-	f.jobEvent(0, agent.Event{Kind: agent.EventExited, Rank: 8, Code: 2, Msg: " before PMI init"})
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventExited, Rank: 7, Code: 2, Msg: " before PMI init"})
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventStartFailed, Rank: 14, Msg: "fork/exec /bin/sh: resource temporarily unavailable"})
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventExited, Rank: 8, Code: 2, Msg: " before PMI init"})
 	if f.failure == nil || f.failure.Code != 2 || f.failure.Msg != "rank 7 exited with code 2 before PMI init" {
 		t.Errorf("failure %+v, want rank 7's, code 2", f.failure)
 	}
@@ -47,5 +47,40 @@ func TestAbortMessagePrintable(t *testing.T) {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%.40q) = %.60q, want %.60q", in, got, want)
 		}
+	}
+}
+
+// On a job of several nodes a rank's failure says where the rank ran:
+// the node and its host, as the other messages name nodes ("node 1 (b)
+// lost"); on one node there is no need to.
+func TestFateNamesTheNode(t *testing.T) {
+	for _, c := range []struct {
+		jobno int
+		where string
+		e     agent.Event
+		want  string
+	}{
+		{0, "node 1 (b)", agent.Event{Kind: agent.EventExited, Rank: 3, Code: 5, Msg: " before PMI init"}, "rank 3 on node 1 (b) exited with code 5 before PMI init"},
+		{0, "node 2 (c)", agent.Event{Kind: agent.EventExited, Rank: 4, Sig: 9, Msg: " after PMI init, before finalize"}, "rank 4 on node 2 (c) killed by signal 9 (SIGKILL) after PMI init, before finalize"},
+		{0, "node 1 (b)", agent.Event{Kind: agent.EventAbort, Rank: 1, Code: 7, Msg: "bye"}, "rank 1 on node 1 (b) called abort with exit code 7: bye"},
+		{2, "node 0 (a)", agent.Event{Kind: agent.EventExited, Rank: 0, Fin: false, Spoke: true}, "job 2 rank 0 on node 0 (a) exited with code 0 without calling PMI finalize"},
+		{0, "node 1 (b)", agent.Event{Kind: agent.EventProtocol, Rank: -1, Msg: "bad header"}, "PMI protocol error on node 1 (b): bad header"},
+		{0, "", agent.Event{Kind: agent.EventExited, Rank: 3, Code: 5}, "rank 3 exited with code 5"},
+	} {
+		var out bytes.Buffer
+		f := &fate{stderr: &out, end: func(*JobError) {}}
+		f.jobEvent(c.jobno, c.where, c.e)
+		if f.failure == nil || f.failure.Msg != c.want || out.String() != "pmirun: "+c.want+"\n" {
+			t.Errorf("%+v from %q: failure %+v, stderr %q; want %q", c.e, c.where, f.failure, out.String(), c.want)
+		}
+	}
+	// A rank that ended silently is named where it ran when another
+	// rank's PMI makes that a failure.
+	var out bytes.Buffer
+	f := &fate{stderr: &out, end: func(*JobError) {}}
+	f.jobEvent(0, "node 1 (b)", agent.Event{Kind: agent.EventExited, Rank: 2})
+	f.jobEvent(0, "node 0 (a)", agent.Event{Kind: agent.EventInit, Rank: 0})
+	if want := "rank 2 on node 1 (b) exited with code 0 before PMI init while other ranks use PMI"; f.failure == nil || f.failure.Msg != want {
+		t.Errorf("failure %+v, want %q", f.failure, want)
 	}
 }

@@ -201,7 +201,7 @@ func (r *forkRoot) emit(j *forkJob, e agent.Event) {
 		r.late <- lateEvent{jobno: j.spec.Jobno, ev: e}
 		return
 	}
-	r.fate.jobEvent(j.spec.Jobno, e)
+	r.fate.jobEvent(j.spec.Jobno, "", e)
 }
 
 // waitClosers waits for the closers, once the loop is over, judging what
@@ -215,7 +215,7 @@ func (r *forkRoot) waitClosers() {
 	for {
 		select {
 		case le := <-r.late:
-			r.fate.jobEvent(le.jobno, le.ev)
+			r.fate.jobEvent(le.jobno, "", le.ev)
 		case <-done:
 			return
 		}
@@ -237,7 +237,7 @@ func (r *forkRoot) loop(ctx context.Context) {
 		case c := <-r.spawns:
 			r.spawn(c)
 		case le := <-r.late:
-			r.fate.jobEvent(le.jobno, le.ev)
+			r.fate.jobEvent(le.jobno, "", le.ev)
 		case sig := <-r.cfg.Signals:
 			if r.intr.kill(sig) {
 				if r.fate.failure != nil {

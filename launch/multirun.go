@@ -117,11 +117,12 @@ func (run *multiRun) jobError() *JobError {
 	return run.fate.failure
 }
 
-// event applies a report about a rank of job jobno.
-func (run *multiRun) event(jobno int, e agent.Event) {
+// event applies a report about a rank of job jobno from the node where
+// names.
+func (run *multiRun) event(jobno int, where string, e agent.Event) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
-	run.fate.jobEvent(jobno, e)
+	run.fate.jobEvent(jobno, where, e)
 }
 
 // signal forwards sig to every running job.

@@ -825,7 +825,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		case agent.EventExited:
 			r.rec.Mark(perf.PhaseRankExit, e.Rank)
 		}
-		r.run.event(r.spec.Jobno, e)
+		r.run.event(r.spec.Jobno, fmt.Sprintf("node %d (%s)", i, r.hosts[i]), e)
 	case node.FrameReady:
 		if r.nready++; r.nready == len(r.conns) && r.started != nil {
 			r.started(r.spec.JobID, nil)

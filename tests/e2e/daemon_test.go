@@ -285,12 +285,12 @@ func TestDaemonJobs(t *testing.T) {
 	t.Run("exit code", func(t *testing.T) {
 		r := run(t, p.job("-n", "4", prog("exit_early"), "exit-before-init", "3", "5"))
 		r.wantCode(t, 5)
-		r.wantMessage(t, `\brank 3 exited with code 5\b`)
+		r.wantMessage(t, `\brank 3 on node 1 \(\S+\) exited with code 5\b`)
 	})
 	t.Run("abort", func(t *testing.T) {
 		r := run(t, p.job("-n", "4", prog("mpi_abort"), "3"))
 		r.wantCode(t, 7)
-		r.wantMessage(t, `\brank 3 called abort with exit code 7\b`)
+		r.wantMessage(t, `\brank 3 on node 1 \(\S+\) called abort with exit code 7\b`)
 	})
 	t.Run("stdin and label", func(t *testing.T) {
 		j := p.job("-l", "-n", "3", "sh", "-c", `read x; read y; echo "got:$PMI_RANK:$x:$y"`)
@@ -404,7 +404,7 @@ func TestDaemonConcurrent(t *testing.T) {
 	wantMixed(t, res[:18])
 	for _, r := range res[18:] {
 		r.wantCode(t, 128+9)
-		r.wantMessage(t, `\brank 2 killed by signal 9\b`)
+		r.wantMessage(t, `\brank 2 on node 1 \(\S+\) killed by signal 9\b`)
 		if strings.Contains(r.stderr, "still waiting") {
 			t.Errorf("a rank waited for its alarm instead of being ended\n%s", r)
 		}

@@ -74,7 +74,7 @@ func TestLastRankWithoutFinalize(t *testing.T) {
 				args := append(append([]string{}, tc.args...), "-n", "4", prog("exit_early"), "no-finalize", "3", "300")
 				r := run(t, job{args: args, timeout: 30 * time.Second})
 				r.wantCode(t, 1)
-				r.wantMessage(t, `\brank 3 exited with code 0 without calling PMI finalize\b`)
+				r.wantMessage(t, `\brank 3 (on node 1 \(127\.0\.0\.1\) )?exited with code 0 without calling PMI finalize\b`)
 				r.wantRankLines(t, 3, func(rank int) string { return fmt.Sprintf("early ok rank %d", rank) })
 			}
 		})
@@ -101,7 +101,7 @@ printf 'cmd=barrier_in\n' >&$PMI_FD; read -r l <&$PMI_FD; exec sleep 300`
 			args := append(append([]string{}, tc.args...), "-n", "2", "bash", "-c", script)
 			r := run(t, job{args: args, timeout: 60 * time.Second})
 			r.wantCode(t, 1)
-			r.wantMessage(t, `\brank 1 closed its PMI connection before finalize and kept running\b`)
+			r.wantMessage(t, `\brank 1 (on node 1 \(127\.0\.0\.1\) )?closed its PMI connection before finalize and kept running\b`)
 			r.wantFaster(t, 30*time.Second)
 		})
 	}
@@ -215,7 +215,7 @@ func TestEndDuringFork(t *testing.T) {
 	}{
 		{"failed rank", up(true), 3, `rank 3 exited with code 3`, true},
 		{"timeout", append([]string{"--timeout", "300ms"}, up(false)...), 124, `timed out after 300ms`, true},
-		{"failed rank, two nodes", append([]string{"--bootstrap", "loopback", "--nodes", "2"}, up(true)...), 3, `rank 3 exited with code 3`, false},
+		{"failed rank, two nodes", append([]string{"--bootstrap", "loopback", "--nodes", "2"}, up(true)...), 3, `rank 3 on node \d \(127\.0\.0\.1\) exited with code 3`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, job{args: append([]string{"--verbose"}, tc.args...), timeout: 90 * time.Second, markAgents: true})
@@ -244,6 +244,6 @@ func TestFailedJobEndsWhatEndedRanksLeft(t *testing.T) {
 		r := run(t, job{args: append(slices.Clone(extra), "-n", "2", "sh", "-c",
 			`if [ "$PMI_RANK" = 0 ]; then sleep 60 & exit 0; fi; sleep 0.5; exit 3`), timeout: 30 * time.Second})
 		r.wantCode(t, 3)
-		r.wantMessage(t, `rank 1 exited with code 3`)
+		r.wantMessage(t, `rank 1 (on node 1 \(127\.0\.0\.1\) )?exited with code 3`)
 	}
 }

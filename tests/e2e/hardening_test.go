@@ -35,7 +35,7 @@ func TestAbortExitCode(t *testing.T) {
 			args := append(append([]string{}, tc.boot...), "-n", "2", "bash", "-c", abortScript(tc.code))
 			r := run(t, job{args: args, timeout: 30 * time.Second})
 			r.wantCode(t, tc.want)
-			r.wantMessage(t, fmt.Sprintf(`\brank 0 called abort with exit code %s\b`, tc.code))
+			r.wantMessage(t, fmt.Sprintf(`\brank 0 (on node 0 \(127\.0\.0\.1\) )?called abort with exit code %s\b`, tc.code))
 			r.wantFaster(t, 10*time.Second)
 		})
 	}
@@ -90,10 +90,10 @@ func TestVerdictsOnDaemons(t *testing.T) {
 	p := newDaemonPair(t)
 	r := run(t, p.job("-n", "4", prog("exit_early"), "no-finalize", "3", "300"))
 	r.wantCode(t, 1)
-	r.wantMessage(t, `\brank 3 exited with code 0 without calling PMI finalize\b`)
+	r.wantMessage(t, `\brank 3 on node 1 \(\S+\) exited with code 0 without calling PMI finalize\b`)
 	r = run(t, p.job("-n", "2", "bash", "-c", abortScript("256")))
 	r.wantCode(t, 1)
-	r.wantMessage(t, `\brank 0 called abort with exit code 256\b`)
+	r.wantMessage(t, `\brank 0 on node 0 \(\S+\) called abort with exit code 256\b`)
 	p.idle(t)
 }
 

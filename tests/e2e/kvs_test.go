@@ -174,8 +174,8 @@ func TestKVSOwnerDies(t *testing.T) {
 			if r.code == 0 {
 				t.Fatalf("job exited 0\n%s", r)
 			}
-			if !regexp.MustCompile(`rank 7 exited with code 3`).MatchString(strings.Join(r.pmirunLines(), "\n")) {
-				t.Errorf("pmirun does not name rank 7 and its exit code\n%s", r)
+			if !regexp.MustCompile(`rank 7 on node 3 \(127\.0\.0\.1\) exited with code 3`).MatchString(strings.Join(r.pmirunLines(), "\n")) {
+				t.Errorf("pmirun does not name rank 7, its node and its exit code\n%s", r)
 			}
 		})
 	}

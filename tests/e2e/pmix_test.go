@@ -117,7 +117,7 @@ func TestOpenMPIRankKilled(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/N=%d/rank%d", tc.when, tc.size, tc.rank), func(t *testing.T) {
 			r := run(t, ompiJob(tc.size, prog("ompi_die"), tc.when, n(tc.rank)))
 			r.wantCode(t, 128+9)
-			r.wantMessage(t, fmt.Sprintf(`\brank %d killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.stage))
+			r.wantMessage(t, fmt.Sprintf(`\brank %d on node %d \(\S+\) killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.rank/4, tc.stage))
 			r.wantFaster(t, 30*time.Second)
 			if strings.Contains(r.stderr, "finalized although") {
 				t.Errorf("a rank finished MPI_Finalize without the dead rank\n%s", r)
@@ -424,7 +424,7 @@ func TestOpenMPIMultiNode(t *testing.T) {
 	t.Run("pmix_dmodex/killed", func(t *testing.T) {
 		r := run(t, cl.job("net", "--mpi", "pmix", "-n", "8", prog("pmix_dmodex"), "killed", "5"))
 		r.wantCode(t, 128+9)
-		r.wantMessage(t, `\brank 5 killed by signal 9 \(SIGKILL\) after PMI init, before finalize`)
+		r.wantMessage(t, `\brank 5 on node 2 \(\S+\) killed by signal 9 \(SIGKILL\) after PMI init, before finalize`)
 		r.wantFaster(t, 30*time.Second)
 	})
 	// A rank on another host than pmirun's killed before init, or after it
@@ -439,7 +439,7 @@ func TestOpenMPIMultiNode(t *testing.T) {
 			j.timeout = 90 * time.Second
 			r := run(t, j)
 			r.wantCode(t, 128+9)
-			r.wantMessage(t, fmt.Sprintf(`\brank %d killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.stage))
+			r.wantMessage(t, fmt.Sprintf(`\brank %d on node %d \(\S+\) killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.rank/4, tc.stage))
 			r.wantFaster(t, 30*time.Second)
 		})
 	}

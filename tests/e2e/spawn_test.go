@@ -286,7 +286,7 @@ func TestSpawnNetns(t *testing.T) {
 				j.env = []string{"SPAWN_MODE=childfail"}
 				r := run(t, j)
 				r.wantCode(t, 7)
-				r.wantMessage(t, `^pmirun: job 1 rank 0 exited with code 7`)
+				r.wantMessage(t, `^pmirun: job 1 rank 0 on node \d+ \(\S+\) exited with code 7`)
 			})
 		})
 	}
