@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/syncbuf"
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // buildBinaries builds pmid and the Go example into a temporary folder.
@@ -118,32 +119,53 @@ func TestAgentExitedBeforeConnecting(t *testing.T) {
 // An agent that never connects (ssh to a host that does not answer
 // waits for the TCP timeout) fails the job once the connect timeout is
 // over, naming its node and host, and pmirun ends every agent then,
-// without waiting longer for the one that cannot be told.
+// without waiting longer for the one that cannot be told. --timeout and
+// a signal to pmirun end the job meanwhile, as they would once the ranks
+// run (they waited for the connect timeout, and ended it with code 1).
 func TestAgentNeverConnects(t *testing.T) {
 	pmid, _ := buildBinaries(t)
 	fakeTool(t, "ssh")
 	defer func(d time.Duration) { connectTimeout = d }(connectTimeout)
-	connectTimeout = 2 * time.Second
-	var stderr syncbuf.Buffer // pmirun's messages and its log
-	cfg := Config{Bootstrap: "ssh", Hosts: []string{"alpha", "silent", "beta"}, Size: 3, Prog: "true",
-		PmidPath: pmid, RootAddr: "127.0.0.1", Stdout: io.Discard, Stderr: &stderr, Timeout: time.Minute,
-		Logger: slog.New(slog.NewTextHandler(&stderr, nil))}
-	start := time.Now()
-	err := Run(context.Background(), cfg)
-	took := time.Since(start)
-	var je *JobError
-	if !errors.As(err, &je) || je.Code != 1 {
-		t.Fatalf("run: %v, want a job error of code 1\nstderr:\n%s", err, stderr.String())
-	}
-	want := "pmirun: agent of node 1 on silent did not connect within 2s (2 of 3 did)\n"
-	if !strings.HasPrefix(stderr.String(), want) {
-		t.Errorf("stderr:\n%s\nwant it to start %q", stderr.String(), want)
-	}
-	if strings.Contains(stderr.String(), "level=WARN") {
-		t.Errorf("stderr:\n%s\nwant no warning", stderr.String())
-	}
-	if took > connectTimeout+time.Second {
-		t.Errorf("the job took %v, want the connect timeout (%v) and little more", took, connectTimeout)
+	for _, c := range []struct {
+		name     string
+		connect  time.Duration // connectTimeout
+		timeout  time.Duration // --timeout
+		signal   bool          // SIGTERM to pmirun after a moment
+		code     int
+		msg      string
+		lastsFor time.Duration
+	}{
+		{"connect timeout", 2 * time.Second, time.Minute, false, 1, "agent of node 1 on silent did not connect within 2s (2 of 3 did)", 2 * time.Second},
+		{"--timeout", 20 * time.Second, time.Second, false, ExitTimeout, "job timed out after 1s", time.Second},
+		{"SIGTERM", 20 * time.Second, time.Minute, true, 128 + 15, "SIGTERM before the ranks started: the job ends", 500 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			connectTimeout = c.connect
+			var stderr syncbuf.Buffer // pmirun's messages and its log
+			sigs := make(chan os.Signal, 1)
+			cfg := Config{Bootstrap: "ssh", Hosts: []string{"alpha", "silent", "beta"}, Size: 3, Prog: "true",
+				PmidPath: pmid, RootAddr: "127.0.0.1", Stdout: io.Discard, Stderr: &stderr, Timeout: c.timeout,
+				Signals: sigs, Logger: slog.New(slog.NewTextHandler(&stderr, nil))}
+			if c.signal {
+				time.AfterFunc(500*time.Millisecond, func() { sigs <- sys.SIGTERM })
+			}
+			start := time.Now()
+			err := Run(context.Background(), cfg)
+			took := time.Since(start)
+			var je *JobError
+			if !errors.As(err, &je) || je.Code != c.code {
+				t.Fatalf("run: %v, want a job error of code %d\nstderr:\n%s", err, c.code, stderr.String())
+			}
+			if want := "pmirun: " + c.msg + "\n"; !strings.HasPrefix(stderr.String(), want) {
+				t.Errorf("stderr:\n%s\nwant it to start %q", stderr.String(), want)
+			}
+			if strings.Contains(stderr.String(), "level=WARN") {
+				t.Errorf("stderr:\n%s\nwant no warning", stderr.String())
+			}
+			if took > c.lastsFor+time.Second {
+				t.Errorf("the job took %v, want %v and little more", took, c.lastsFor)
+			}
+		})
 	}
 }
 

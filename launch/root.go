@@ -427,6 +427,22 @@ func (r *rootNode) startFailed(err error) {
 	r.run.fail(&JobError{Code: 1, Msg: err.Error()})
 }
 
+// startEnded ends a job whose agents were still connecting when e
+// ended the run (nil: the run had ended already); a spawner is told why.
+func (r *rootNode) startEnded(e *JobError) {
+	if e != nil {
+		r.run.fail(e)
+	}
+	if r.started != nil {
+		why := "the run ended"
+		if f := r.run.jobError(); f != nil {
+			why = f.Msg
+		}
+		r.started("", errors.New(why))
+		r.started = nil
+	}
+}
+
 // accept waits for every agent's hello, then sends them the table, and
 // reports whether it did. If that fails, it closes the listener and every
 // link accepted (and forgets them: nothing more is sent on them), so that
@@ -507,8 +523,27 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 	jobs := make([]string, k) // where each agent hosts the run's spawned jobs
 	hellos := make([]node.Hello, k)
 	got := 0
+	// What ends the job while no rank runs yet: the run's timeout, the
+	// run ending (another job failed), and a signal to pmirun, which
+	// would end ranks that do not handle it (the first job's loop
+	// forwards the run's signals).
+	timeout := r.run.deadline()
+	var signals <-chan os.Signal
+	if r.spec.Jobno == 0 {
+		signals = r.cfg.Signals
+	}
 	for got < k {
 		select {
+		case <-timeout:
+			r.startEnded(&JobError{Code: ExitTimeout, Msg: fmt.Sprintf("job timed out after %v", r.cfg.Timeout)})
+			return false
+		case sig := <-signals:
+			n := sys.SignalNumber(sig)
+			r.startEnded(&JobError{Code: 128 + n, Msg: fmt.Sprintf("%s before the ranks started: the job ends", sys.SignalName(n))})
+			return false
+		case <-r.run.end:
+			r.startEnded(nil)
+			return false
 		case h := <-hch:
 			if h.c == nil {
 				r.startFailed(fmt.Errorf("only %d of %d agents connected: %v", got, k, h.err))
@@ -537,6 +572,10 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 			r.startFailed(fmt.Errorf("agent of node %d on %s exited before connecting: %s", e.i, r.hosts[e.i], why))
 			return false
 		case <-actx.Done():
+			if ctx.Err() != nil {
+				r.startEnded(&JobError{Code: 1, Msg: fmt.Sprintf("job cancelled: %v", context.Cause(ctx))})
+				return false
+			}
 			r.startFailed(r.notConnected(got, connectTimeout))
 			return false
 		}
