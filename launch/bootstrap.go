@@ -319,23 +319,31 @@ func ExpandHostlist(s string) ([]string, error) {
 	return out, nil
 }
 
-// ReadHostfile reads one host per line ("host" or "host:slots", the
-// first field, returned as written), skipping blank lines and # comments.
+// ReadHostfile reads one host per line: "host", "host:slots", or Open
+// MPI's "host slots=N" (returned as host:N), skipping blank lines and #
+// comments. Anything else on a line is refused, naming the line: the
+// job would run otherwise than the file says.
 func ReadHostfile(path string) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read hostfile: %w", err)
 	}
 	var hosts []string
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = strings.TrimSpace(line[:i])
-		}
-		if line == "" {
+	for n, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(line)
+		if len(f) == 0 {
 			continue
 		}
-		hosts = append(hosts, strings.Fields(line)[0])
+		host := f[0]
+		for _, w := range f[1:] {
+			slots, ok := strings.CutPrefix(w, "slots=")
+			if !ok || strings.Contains(host, ":") {
+				return nil, fmt.Errorf("read hostfile %s: line %d: %q after the host: want HOST, HOST:SLOTS or HOST slots=SLOTS", path, n+1, w)
+			}
+			host += ":" + slots
+		}
+		hosts = append(hosts, host)
 	}
 	if len(hosts) == 0 {
 		return nil, fmt.Errorf("read hostfile %s: no hosts", path)

@@ -226,18 +226,30 @@ func slicesContains(s []string, v string) bool {
 	return false
 }
 
-// A hostfile holds a host a line, HOST:SLOTS, comments and blank lines.
+// A hostfile holds a host a line, HOST:SLOTS or Open MPI's HOST
+// slots=SLOTS, comments and blank lines. Anything else after a host is
+// refused, naming the line (it was dropped, so "n3 slots=2" gave n3 one
+// slot).
 func TestParseHostfile(t *testing.T) {
 	path := t.TempDir() + "/hosts"
-	os.WriteFile(path, []byte("# the cluster\nn1:4\n\n  n2   # no slots\nn3:2 extra\n"), 0o644)
+	os.WriteFile(path, []byte("# the cluster\nn1:4\n\n  n2   # no slots\nn3 slots=2\r\n"), 0o644)
 	for _, flag := range []string{"-f", "-hostfile", "-machinefile", "--hostfile"} {
 		cfg, err := Parse([]string{flag, path, "p"})
 		if err != nil || !reflect.DeepEqual(cfg.Hosts, []string{"n1", "n2", "n3"}) || !reflect.DeepEqual(cfg.Slots, []int{4, 0, 2}) {
 			t.Errorf("%s: hosts %v slots %v, %v", flag, cfg.Hosts, cfg.Slots, err)
 		}
 	}
-	os.WriteFile(path, []byte("n1:zero\n"), 0o644)
-	if _, err := Parse([]string{"-f", path, "p"}); err == nil || !strings.Contains(err.Error(), `host "n1:zero"`) {
-		t.Errorf("bad slots in a hostfile: %v", err)
+	for text, want := range map[string]string{
+		"n1:zero\n":            `host "n1:zero"`,
+		"n1\nn2:2 extra\n":     `line 2: "extra" after the host`,
+		"n1 4\n":               `line 1: "4" after the host`,
+		"n1:2 slots=3\n":       `line 1: "slots=3" after the host`,
+		"n1 slots=2 slots=3\n": `line 1: "slots=3" after the host`,
+		"n1 max_slots=8\n":     `line 1: "max_slots=8" after the host`,
+	} {
+		os.WriteFile(path, []byte(text), 0o644)
+		if _, err := Parse([]string{"-f", path, "p"}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("hostfile %q: %v, want an error with %q", text, err, want)
+		}
 	}
 }

@@ -76,7 +76,7 @@ var flagTable = []*Flag{
 		Help: "nodes to run on, one agent each (HOST:SLOTS sets its ranks); hosts without --bootstrap start over ssh, as Hydra does (this machine alone: forked here)",
 		set:  func(p *parser, v []string) error { return p.addHosts(strings.Split(v[0], ",")) }},
 	{Names: []string{"-f", "-hostfile", "-machinefile"}, Arg: "FILE", Nargs: 1, Group: "placement", Files: true,
-		Help: "file of nodes, one a line: HOST or HOST:SLOTS; # starts a comment",
+		Help: "file of nodes, one a line: HOST, HOST:SLOTS or HOST slots=SLOTS; # starts a comment",
 		set: func(p *parser, v []string) error {
 			hs, err := launch.ReadHostfile(v[0])
 			if err != nil {
