@@ -238,15 +238,32 @@ func TestPlacementFewerRanksThanHosts(t *testing.T) {
 }
 
 // HOST:SLOTS fills each host with its slots, host after host, starting
-// over while ranks remain; unsaid slots count 1.
+// over while ranks remain; unsaid slots count 1. With --cyclic the hosts
+// take a rank each in turn while they have slots free (--cyclic was
+// ignored with slots: the ranks went in blocks).
 func TestSlotPlacement(t *testing.T) {
-	want := [][]int{{0, 1, 6}, {2}, {3, 4, 5}}
-	if got := slotPlacement(7, []int{2, 0, 3}); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("7 ranks on slots 2, 0, 3: %v, want %v", got, want)
+	for _, c := range []struct {
+		size   int
+		slots  []int
+		cyclic bool
+		want   [][]int
+	}{
+		{7, []int{2, 0, 3}, false, [][]int{{0, 1, 6}, {2}, {3, 4, 5}}},
+		{7, []int{2, 0, 3}, true, [][]int{{0, 3, 6}, {1}, {2, 4, 5}}},
+		{4, []int{2, 2}, true, [][]int{{0, 2}, {1, 3}}},
+		{6, []int{3, 1}, true, [][]int{{0, 2, 3, 4}, {1, 5}}},
+	} {
+		if got := slotPlacement(c.size, c.slots, c.cyclic); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%d ranks on slots %v, cyclic %v: %v, want %v", c.size, c.slots, c.cyclic, got, c.want)
+		}
 	}
 	cfg := Config{Size: 7, Slots: []int{2, 0, 3}}
 	if m, err := placement(cfg, 3); err != nil || !slices.Equal(m.Ranks(0), []int{0, 1, 6}) {
 		t.Errorf("placement with slots: %v, %v", m, err)
+	}
+	cfg.Cyclic = true
+	if m, err := placement(cfg, 3); err != nil || !slices.Equal(m.Ranks(0), []int{0, 3, 6}) {
+		t.Errorf("cyclic placement with slots: %v, %v", m, err)
 	}
 }
 

@@ -115,7 +115,7 @@ func placement(cfg Config, k int) (*ring.Map, error) {
 // placeRanks lists the ranks of each of the k nodes (placement).
 func placeRanks(cfg Config, k int) ([][]int, error) {
 	if cfg.PPN == 0 && slices.ContainsFunc(cfg.Slots, func(s int) bool { return s > 0 }) {
-		return slotPlacement(cfg.Size, cfg.Slots), nil
+		return slotPlacement(cfg.Size, cfg.Slots, cfg.Cyclic), nil
 	}
 	nodes := make([][]int, k)
 	ppn := cfg.PPN
@@ -153,17 +153,30 @@ func placeRanks(cfg Config, k int) ([][]int, error) {
 
 // slotPlacement fills each host with its slots (HOST:SLOTS; 1 when
 // unsaid) of consecutive ranks, host after host, starting over at the
-// first host while ranks remain (as Hydra does).
-func slotPlacement(size int, slots []int) [][]int {
+// first host while ranks remain (as Hydra does). With cyclic, the hosts
+// take one rank each in turn instead, those whose slots are full
+// skipped, until all are (srun's cyclic distribution), and over again.
+func slotPlacement(size int, slots []int, cyclic bool) [][]int {
 	nodes := make([][]int, len(slots))
+	left := make([]int, len(slots)) // slots free in this pass
 	r := 0
 	for r < size {
 		for i, s := range slots {
-			for range max(s, 1) {
-				if r < size {
+			left[i] = max(s, 1)
+		}
+		for free := true; free && r < size; {
+			free = false
+			for i := range slots {
+				take := left[i]
+				if cyclic {
+					take = min(take, 1)
+				}
+				for ; take > 0 && r < size; take-- {
 					nodes[i] = append(nodes[i], r)
 					r++
+					left[i]--
 				}
+				free = free || left[i] > 0
 			}
 		}
 	}

@@ -88,7 +88,7 @@ var flagTable = []*Flag{
 		Help: "ranks per node (default: HOST:SLOTS, else spread evenly)",
 		set:  func(p *parser, v []string) error { return posInt(v[0], &p.cfg.PPN) }},
 	{Names: []string{"--cyclic"}, Group: "placement",
-		Help: "cyclic placement over nodes: rank r on node r mod nodes (default block)",
+		Help: "cyclic placement over nodes: rank r on node r mod nodes (default block); with HOST:SLOTS the nodes with slots free take a rank each in turn",
 		set:  func(p *parser, v []string) error { p.cfg.Cyclic = true; return nil }},
 	{Names: []string{"-bind-to"}, Arg: "UNIT", Nargs: 1, Group: "placement", Choices: launch.BindUnits,
 		Help: "bind each rank to one core, hwthread or socket of the CPUs pmirun may use, or none (default)",

@@ -479,6 +479,15 @@ func TestNetnsSlotsStdinRank(t *testing.T) {
 		local := map[int]string{0: "0/2", 1: "1/2", 2: "0/3", 3: "1/3", 4: "2/3"}[rank]
 		return fmt.Sprintf("[%d] %s", rank, local)
 	})
+	// --cyclic with those slots: the nodes take a rank each in turn
+	// while they have slots free (it was ignored: blocks).
+	j.args = append([]string{"--cyclic"}, j.args...)
+	r = run(t, j)
+	r.wantCode(t, 0)
+	r.wantRankLines(t, 5, func(rank int) string {
+		local := map[int]string{0: "0/2", 2: "1/2", 1: "0/3", 3: "1/3", 4: "2/3"}[rank]
+		return fmt.Sprintf("[%d] %s", rank, local)
+	})
 }
 
 // --pmi-port (Hydra's -pmi-port): ranks reach the agent over loopback TCP
