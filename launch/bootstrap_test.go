@@ -169,6 +169,26 @@ func TestAgentNeverConnects(t *testing.T) {
 	}
 }
 
+// --pmid with a relative path names the agent from pmirun's directory,
+// as a relative program does: over ssh the command runs in the login's
+// home, where the path was not found (exit status 127).
+func TestRelativePmidPath(t *testing.T) {
+	pmid, hello := buildBinaries(t)
+	fakeTool(t, "ssh")
+	t.Setenv("HOME", t.TempDir())
+	t.Chdir(filepath.Dir(pmid))
+	var stdout bytes.Buffer
+	var stderr syncbuf.Buffer
+	cfg := Config{Bootstrap: "ssh", Hosts: []string{"alpha", "beta"}, Size: 2, Prog: hello, PmidPath: "./" + filepath.Base(pmid),
+		RootAddr: "127.0.0.1", Stdout: &stdout, Stderr: &stderr, Timeout: time.Minute}
+	if err := Run(context.Background(), cfg); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "hello: 2 ranks over shm verified") {
+		t.Errorf("stdout %q", stdout.String())
+	}
+}
+
 func TestExpandHostlist(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

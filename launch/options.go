@@ -134,6 +134,15 @@ func (c *Config) validatePlacement() error {
 	if c.MapBy != "" && !slices.Contains(MapUnits, c.MapBy) {
 		return fmt.Errorf("invalid -map-by %q: want %s", c.MapBy, strings.Join(MapUnits, ", "))
 	}
+	if strings.Contains(c.PmidPath, "/") && !filepath.IsAbs(c.PmidPath) {
+		// A path relative to pmirun's directory, as the program's: ssh
+		// runs the agent's command in the login's home.
+		abs, err := filepath.Abs(c.PmidPath)
+		if err != nil {
+			return fmt.Errorf("--pmid %s: %w", c.PmidPath, err)
+		}
+		c.PmidPath = abs
+	}
 	if c.Wdir != "" {
 		if !filepath.IsAbs(c.Wdir) {
 			wd, err := os.Getwd()

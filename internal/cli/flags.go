@@ -177,7 +177,7 @@ var flagTable = []*Flag{
 		Help: "command (with options) that starts agents over ssh (default: FASTPMI_SSH, else ssh)",
 		set:  func(p *parser, v []string) error { p.cfg.SSH = v[0]; return nil }},
 	{Names: []string{"--pmid"}, Arg: "PATH", Nargs: 1, Group: "multi-node", Files: true,
-		Help: "path of pmid on the nodes (default: next to pmirun, else on PATH)",
+		Help: "path of pmid on the nodes (default: next to pmirun, else on PATH); a relative path is taken from pmirun's directory",
 		set:  func(p *parser, v []string) error { p.cfg.PmidPath = v[0]; return nil }},
 	{Names: []string{"--root-addr"}, Arg: "IP", Nargs: 1, Group: "multi-node",
 		Help: "address agents reach pmirun at (default: first non-loopback address)",
