@@ -58,6 +58,7 @@ func (r *rootNode) agents(ctx context.Context, hosts []string) ([]agentProc, err
 	if err != nil {
 		return nil, err
 	}
+	r.step = r.cfg.Bootstrap == "slurm"
 	as := make([]agentProc, len(cmds))
 	for i, c := range cmds {
 		as[i] = &procAgent{cmd: c}

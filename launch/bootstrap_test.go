@@ -189,6 +189,31 @@ func TestRelativePmidPath(t *testing.T) {
 	}
 }
 
+// Under Slurm one srun runs every node's agent: when it ends, the
+// message says so, not that node 0's agent did ('agent of node 0 on n1
+// exited before connecting', 'node 0 (n1) lost: agent signal: killed',
+// when srun's step failed on every node).
+func TestSlurmStepEnds(t *testing.T) {
+	fakeTool(t, "srun")
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-3]")
+	var stderr syncbuf.Buffer
+	cfg := Config{Bootstrap: "slurm", Size: 3, Prog: "true", PmidPath: "/nonexistent/pmid", RootAddr: "127.0.0.1",
+		Stdout: io.Discard, Stderr: &stderr, Timeout: time.Minute}
+	err := Run(context.Background(), cfg)
+	want := "srun, which runs every node's agent, exited before they connected: exit status 1"
+	if err == nil || err.Error() != want {
+		t.Errorf("run: %v, want %q\nstderr:\n%s", err, want, stderr.String())
+	}
+	r := &rootNode{hosts: []string{"n1", "n2", "n3"}, step: true}
+	if got, want := r.lostBy(0, errors.New("signal: killed")), "every node lost: srun, which runs their agents, signal: killed"; got != want {
+		t.Errorf("srun killed: %q, want %q", got, want)
+	}
+	r.step = false
+	if got, want := r.lostBy(1, nil), "node 1 (n2) lost: agent exited"; got != want {
+		t.Errorf("an agent of its own: %q, want %q", got, want)
+	}
+}
+
 func TestExpandHostlist(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

@@ -38,6 +38,9 @@ type rootNode struct {
 	tr    netio.Transport // the run's
 	ln    netio.Listener  // where the job's agents dial in
 	conns []netio.Conn    // by node
+	// step: one bootstrap process, srun, runs every node's agent (its
+	// bootExit is node 0's); set by agents.
+	step  bool
 	in    chan node.FrameIn
 	exits chan bootExit
 	// notices carries what a daemon says before it ends its node of the
@@ -313,7 +316,11 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 	started := 0
 	for i, a := range agents {
 		if err := a.start(r, i, r.run.out); err != nil {
-			r.startFailed(fmt.Errorf("start agent of node %d on %s: %v", i, r.hosts[i], err))
+			what := fmt.Sprintf("agent of node %d on %s", i, r.hosts[i])
+			if r.step {
+				what = "srun, which runs every node's agent"
+			}
+			r.startFailed(fmt.Errorf("start %s: %v", what, err))
 			break
 		}
 		r.links.Go(func() { r.exits <- bootExit{i, a.wait()} }) // exits holds one per agent
@@ -379,11 +386,10 @@ func (r *rootNode) hold(ctx context.Context) {
 			r.lastRx[fi.From] = time.Now()
 		case e := <-r.exits:
 			r.gone[e.i] = true
-			why := "agent exited"
-			if e.err != nil {
-				why = "agent " + e.err.Error()
+			if !lost[e.i] && !r.run.failed() {
+				r.run.fail(&JobError{Code: 1, Msg: r.lostBy(e.i, e.err)})
 			}
-			fail(e.i, why)
+			lost[e.i] = true
 		case sig := <-r.cfg.Signals:
 			r.run.forward(sig)
 		case <-done:
@@ -582,7 +588,11 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 			if e.err != nil { // exec's words for a non-zero one
 				why = e.err.Error()
 			}
-			r.startFailed(fmt.Errorf("agent of node %d on %s exited before connecting: %s", e.i, r.hosts[e.i], why))
+			what := fmt.Sprintf("agent of node %d on %s exited before connecting", e.i, r.hosts[e.i])
+			if r.step {
+				what = "srun, which runs every node's agent, exited before they connected"
+			}
+			r.startFailed(fmt.Errorf("%s: %s", what, why))
 			return false
 		case <-actx.Done():
 			if ctx.Err() != nil {
@@ -700,11 +710,7 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 			exited++
 			r.gone[e.i] = true
 			if !r.done[e.i] && !r.run.failed() && !r.killed {
-				why := "exited"
-				if e.err != nil {
-					why = e.err.Error()
-				}
-				r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: agent %s", e.i, r.hosts[e.i], why)})
+				r.run.fail(&JobError{Code: 1, Msg: r.lostBy(e.i, e.err)})
 			}
 		case nt := <-r.notices:
 			if !r.done[nt.i] && !r.killed {
@@ -808,6 +814,20 @@ func (r *rootNode) deadlock() {
 		return
 	}
 	r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("deadlock: every live rank of the job waits and no put can come (%s)", strings.Join(what, ", "))})
+}
+
+// lostBy says what the end of bootstrap process i (err: how it ended)
+// did to the job: "node 1 (n2) lost: agent exit status 1", or, where one
+// srun runs every node's agent, "every node lost: srun exit status 1".
+func (r *rootNode) lostBy(i int, err error) string {
+	why := "exited"
+	if err != nil {
+		why = err.Error()
+	}
+	if r.step {
+		return "every node lost: srun, which runs their agents, " + why
+	}
+	return fmt.Sprintf("node %d (%s) lost: agent %s", i, r.hosts[i], why)
 }
 
 // allDone reports whether every node is done or gone: the agents still

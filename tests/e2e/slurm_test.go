@@ -190,6 +190,13 @@ func TestNetnsSlurm(t *testing.T) {
 			r.wantRankLines(t, size, func(rank int) string { return fmt.Sprintf("[%d] %s", rank, cl.names[rank]) })
 		}
 	})
+	// No pmid on the nodes: srun's step fails on every node, and pmirun
+	// says so (it said node 0's agent had exited).
+	t.Run("no pmid", func(t *testing.T) {
+		r := run(t, s.job(cl, "net", "--pmid", "/nonexistent/pmid", "-n", "4", "true"))
+		r.wantCode(t, 1)
+		r.wantMessage(t, `^pmirun: srun, which runs every node's agent, exited before they connected: exit status \d+$`)
+	})
 	// Spawn: each child job runs on the child's nodes — all of them, or
 	// (2 + 1 children) the first three — in the agents the allocation's
 	// step started for the first job: no step starts for a spawn.
