@@ -106,7 +106,7 @@ func TestProtocolErrorSaidOnce(t *testing.T) {
 		args := append(append([]string{}, boot...), "-n", "2", "sh", "-c", script)
 		r := run(t, job{args: args, timeout: 30 * time.Second})
 		r.wantCode(t, 1)
-		r.wantMessage(t, `^pmirun: rank 0 broke the PMI protocol: .*malformed`)
+		r.wantMessage(t, `^pmirun: rank 0 (on node 0 \(127\.0\.0\.1\) )?broke the PMI protocol: .*malformed`)
 		if n := strings.Count(r.stderr, "\n"); n != 1 {
 			t.Errorf("%v: %d lines on stderr, want 1\n%s", boot, n, r)
 		}
