@@ -43,6 +43,10 @@ type multiRun struct {
 	// goroutine and the jobs it starts (before it waits for them) touch
 	// it.
 	dtr netio.Transport
+	// first is the command line's job's spec, which every spawned job's
+	// spec starts from (spawnReq.childSpec), whichever job spawned it:
+	// written once by runMulti before its job starts; read-only after.
+	first *node.Spec
 	// hostd, with per-job agents, is where the command line's job's
 	// agent on each of the run's nodes takes the nodes of spawned jobs
 	// (node.Hello.Jobs): the run's hosts, which its spawned jobs are
@@ -275,7 +279,7 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 	if run.failed() {
 		return nil, nil, errors.New("the run is ending")
 	}
-	root := parent.spec
+	root := run.first
 	sr, err := newSpawnReq(req, run.hostIndex, parent.at, root.Wdir)
 	if err != nil {
 		return nil, nil, err

@@ -252,6 +252,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 		return early(cfg, 1, err.Error())
 	}
 	job.root = r // its report is written when Run returns
+	run.first = r.spec
 	if err := r.spec.Validate(); err != nil {
 		r.ln.Close()
 		return early(cfg, 2, err.Error())

@@ -506,3 +506,44 @@ func TestSpawnOutputFiles(t *testing.T) {
 		}
 	}
 }
+
+// Jobs spawned by spawned jobs (a chain of three under the command
+// line's job) are named and numbered by the run alike on one node and on
+// several: job ids <run's id>-<n>, output files out.<n>,<rank>, labels
+// [n,rank]. On several nodes each used to extend its spawner's instead
+// (job 2 was <id>-1-2 and wrote out.1,2,0, job 3 out.1,2,3,0).
+func TestSpawnNested(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"fork", []string{"-n", "1"}},
+		{"loopback", []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append(slices.Clone(tc.args), "--label", "-outfile-pattern", filepath.Join(dir, "out.%r"), prog("spawnprog"), "-nest", "3")
+			r := run(t, job{args: args})
+			r.wantCode(t, 0)
+			first := ""
+			for d := 3; d >= 0; d-- {
+				jobno := 3 - d
+				name := fmt.Sprintf("out.%d,0", jobno)
+				if jobno == 0 {
+					name = "out.0"
+				}
+				b, err := os.ReadFile(filepath.Join(dir, name))
+				m := regexp.MustCompile(fmt.Sprintf(`^nest %d job (\S+)\n$`, d)).FindSubmatch(b)
+				if err != nil || m == nil {
+					files, _ := os.ReadDir(dir)
+					t.Fatalf("%s holds %q (%v), want \"nest %d job ID\"; files: %v\n%s", name, b, err, d, files, r)
+				}
+				if jobno == 0 {
+					first = string(m[1])
+				} else if want := fmt.Sprintf("%s-%d", first, jobno); string(m[1]) != want {
+					t.Errorf("job %d has id %s, want %s", jobno, m[1], want)
+				}
+			}
+		})
+	}
+}

@@ -40,6 +40,12 @@
 //
 // has the parent's rank 0 spawn one child that prints "child under pid
 // P", P the process that started it (its agent), and waits for it.
+//
+//	spawnprog -nest D
+//
+// has rank 0 of the parent job spawn one copy of itself with -nest D-1,
+// which does the same, down to -nest 0: a chain of D spawned jobs, each
+// spawned by the one before. Every rank prints "nest D job JOBID".
 package main
 
 import (
@@ -64,9 +70,12 @@ func main() {
 	connect := flag.String("connect", "", "look this name up and publish its -ack")
 	where := flag.Bool("where", false, "spawn one child that says which agent started it")
 	appnum := flag.String("appnum", "", "an MPMD rank: print every rank's appnum")
+	nest := flag.Int("nest", -1, "spawn a chain of this many jobs, each by the one before")
 	flag.Parse()
 	var err error
 	switch {
+	case *nest >= 0:
+		err = nestTest(*nest)
 	case *appnum != "":
 		err = appnums(*appnum)
 	case *where:
@@ -174,6 +183,23 @@ func whereTest() error {
 			return err
 		}
 		if _, err := lookupWait(ctx, c, "where-"+id); err != nil {
+			return err
+		}
+	}
+	return c.Finalize()
+}
+
+// nestTest is -nest.
+func nestTest(depth int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Init()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("nest %d job %s\n", depth, c.Info().JobID)
+	if depth > 0 && c.Rank() == 0 {
+		if _, err := c.Spawn(ctx, client.SpawnCmd{Prog: os.Args[0], Args: []string{"-nest", strconv.Itoa(depth - 1)}, Procs: 1}, nil); err != nil {
 			return err
 		}
 	}
