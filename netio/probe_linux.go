@@ -77,7 +77,11 @@ func probeUringOnce() error {
 	if err != nil {
 		return fmt.Errorf("register provided buffer ring: %w (kernel before 5.19?)", err)
 	}
-	defer ring.FreeBufRing(0)
+	defer func() {
+		if err := ring.FreeBufRing(0); err == nil {
+			sys.NetBufRingFree(br, 2)
+		}
+	}()
 	buf := probeBufs[:]
 	for i := range 2 {
 		br.BufRingAdd(sys.BufAddr(buf[i*64:]), 64, uint16(i), giouring.BufRingMask(2), i)

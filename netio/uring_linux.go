@@ -221,7 +221,15 @@ func (b *uringBackend) teardown() {
 	}
 	if b.ring != nil {
 		if b.br != nil {
-			b.ring.FreeBufRing(uringBgid)
+			// Unregistered, the buffer ring is ours again: unmap it,
+			// or every backend made leaves a page mapped for good (a
+			// daemon makes one per job).
+			if err := b.ring.FreeBufRing(uringBgid); err == nil {
+				if err := sys.NetBufRingFree(b.br, uringBufs); err != nil {
+					b.cfg.Logger.Warn("netio: release buffer ring", "err", err)
+				}
+			}
+			b.br = nil
 		}
 		b.ring.QueueExit()
 	}

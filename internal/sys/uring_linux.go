@@ -76,6 +76,15 @@ func NetBufMemFree(b []byte) error {
 	return os.NewSyscallError("munmap", unix.Munmap(b))
 }
 
+// NetBufRingFree unmaps the provided-buffer ring of entries entries that
+// giouring's SetupBufRing mapped at ring, once its FreeBufRing has
+// unregistered it: that only unregisters it (liburing's
+// io_uring_free_buf_ring also unmaps it), so every ring set up would stay
+// mapped for good.
+func NetBufRingFree[T any](ring *T, entries int) error {
+	return os.NewSyscallError("munmap", unix.MunmapPtr(unsafe.Pointer(ring), uintptr(entries)*unsafe.Sizeof(*ring)))
+}
+
 // NetEventFD creates a non-blocking, close-on-exec eventfd.
 func NetEventFD() (int, error) {
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
