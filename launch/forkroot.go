@@ -68,7 +68,7 @@ type forkRoot struct {
 type forkJob struct {
 	spec  *node.Spec
 	n     *node.Node
-	procs int // its rank processes, counted against the universe size
+	procs int // its rank processes, counted against the universe size; 0 once they have ended
 	// closing is set by the loop as it hands the node to a closer; the
 	// node's events go through forkRoot.late from then on.
 	closing atomic.Bool
@@ -309,13 +309,18 @@ func (r *forkRoot) handle(j *forkJob) {
 		default:
 			return
 		}
+		if j.n.Live() == 0 {
+			// Its processes have ended: they no longer count against
+			// the universe size, though the first job stays in jobs.
+			r.procs -= j.procs
+			j.procs = 0
+		}
 		if j.spec.Jobno > 0 && j.n.Live() == 0 {
 			// A spawned job's resources go as soon as it has ended
 			// (a parent may spawn thousands); the loop never touches
 			// its node again.
 			i := slices.Index(r.jobs, j)
 			r.jobs = slices.Delete(r.jobs, i, i+1)
-			r.procs -= j.procs
 			j.closing.Store(true)
 			r.closers.Go(j.n.Close)
 			return

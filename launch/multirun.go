@@ -68,7 +68,7 @@ type multiRun struct {
 	mu    sync.Mutex
 	fate  *fate                          // guarded by mu
 	jobno int                            // jobs made so far, guarded by mu
-	live  map[*rootNode]int              // running jobs and their processes, guarded by mu
+	live  map[*rootNode]int              // running jobs and their processes (0 once ended: ranksEnded), guarded by mu
 	sigs  map[*rootNode]chan<- os.Signal // each running job's signal inbox, guarded by mu
 	// dir holds the running jobs for collectives across them and other
 	// nodes' questions (jobscoll.go); safe for concurrent use.
@@ -193,6 +193,18 @@ func (run *multiRun) newJob(spec *node.Spec, at []int, rec *perf.Recorder) (*roo
 	return r, nil
 }
 
+// ranksEnded stops counting job r's processes as running (against the
+// universe size, and in leastload placement): its ranks have ended, though
+// the job holds its agents' links a while longer (the first job's until
+// the run is over: rootNode.hold).
+func (run *multiRun) ranksEnded(r *rootNode) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if _, ok := run.live[r]; ok {
+		run.live[r] = 0
+	}
+}
+
 // ended forgets a job that is over.
 func (run *multiRun) ended(r *rootNode) {
 	run.mu.Lock()
@@ -304,7 +316,10 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 	var load []int
 	if run.cfg.SpawnPlacement == "leastload" {
 		load = make([]int, len(run.hosts))
-		for r := range run.live {
+		for r, procs := range run.live {
+			if procs == 0 {
+				continue // its ranks have ended
+			}
 			for i, n := range r.at {
 				load[n] += len(r.spec.Nodes[i])
 			}

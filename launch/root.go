@@ -340,6 +340,7 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 		}
 	}
 	r.loop(ctx, started)
+	r.run.ranksEnded(r)
 	if r.spec.Jobno == 0 && r.run.hostd != nil {
 		r.hold(ctx)
 	}

@@ -66,6 +66,20 @@ func TestSpawnRefused(t *testing.T) {
 		r.wantLines(t, map[string]int{"parent ok rank 0 spawn refused": 1, "parent ok rank 1": 1})
 	}
 
+	// Processes that have ended leave room: the command line's job's
+	// one rank (and on loopback agents two) spawns a child and exits,
+	// and the child then spawns another within --usize 2 (3), once they
+	// have (a spawn refused meanwhile is tried again). Their
+	// processes used to count until the run was over ("1 more processes
+	// do not fit the universe size 2 (2 running)").
+	for _, args := range [][]string{{"-n", "1", "--usize", "2"}, {"--bootstrap", "loopback", "--nodes", "2", "-n", "2", "--usize", "3"}} {
+		r = run(t, job{args: append(args, prog("spawnprog"), "-nest", "2", "-late")})
+		r.wantCode(t, 0)
+		if !strings.Contains(r.stdout, "nest 0 job ") {
+			t.Errorf("the second job's spawn was refused for 10 s\n%s", r)
+		}
+	}
+
 	// Two parents and three children do not fit a universe of four.
 	r = run(t, job{args: []string{"-n", "2", "--usize", "4", prog("pmi2_spawn")}})
 	r.wantCode(t, 1)

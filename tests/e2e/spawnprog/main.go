@@ -45,7 +45,11 @@
 //
 // has rank 0 of the parent job spawn one copy of itself with -nest D-1,
 // which does the same, down to -nest 0: a chain of D spawned jobs, each
-// spawned by the one before. Every rank prints "nest D job JOBID".
+// spawned by the one before. Every rank prints "nest D job JOBID". With
+// -late, a spawned job's rank 0 spawns only once its spawner's rank 0
+// (process -pid, which the spawner passes down) has exited, and retries
+// a refused spawn for up to 10 s: the spawner's processes then no longer
+// count against the universe size.
 package main
 
 import (
@@ -71,11 +75,13 @@ func main() {
 	where := flag.Bool("where", false, "spawn one child that says which agent started it")
 	appnum := flag.String("appnum", "", "an MPMD rank: print every rank's appnum")
 	nest := flag.Int("nest", -1, "spawn a chain of this many jobs, each by the one before")
+	late := flag.Bool("late", false, "with -nest: spawn once the spawner's rank 0 has exited")
+	pid := flag.Int("pid", 0, "with -late: the spawner's rank 0")
 	flag.Parse()
 	var err error
 	switch {
 	case *nest >= 0:
-		err = nestTest(*nest)
+		err = nestTest(*nest, *late, *pid)
 	case *appnum != "":
 		err = appnums(*appnum)
 	case *where:
@@ -190,7 +196,7 @@ func whereTest() error {
 }
 
 // nestTest is -nest.
-func nestTest(depth int) error {
+func nestTest(depth int, late bool, spawner int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := client.Init()
@@ -199,7 +205,23 @@ func nestTest(depth int) error {
 	}
 	fmt.Printf("nest %d job %s\n", depth, c.Info().JobID)
 	if depth > 0 && c.Rank() == 0 {
-		if _, err := c.Spawn(ctx, client.SpawnCmd{Prog: os.Args[0], Args: []string{"-nest", strconv.Itoa(depth - 1)}, Procs: 1}, nil); err != nil {
+		args := []string{"-nest", strconv.Itoa(depth - 1)}
+		if late {
+			args = append(args, "-late", "-pid", strconv.Itoa(os.Getpid()))
+			for spawner > 0 && ctx.Err() == nil {
+				if _, err := os.Stat("/proc/" + strconv.Itoa(spawner)); err != nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		cmd := client.SpawnCmd{Prog: os.Args[0], Args: args, Procs: 1}
+		_, err := c.Spawn(ctx, cmd, nil)
+		for end := time.Now().Add(10 * time.Second); late && err != nil && time.Now().Before(end); {
+			time.Sleep(100 * time.Millisecond)
+			_, err = c.Spawn(ctx, cmd, nil)
+		}
+		if err != nil {
 			return err
 		}
 	}
