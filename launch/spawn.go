@@ -10,6 +10,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/pmiwire"
+	"github.com/fastpmi/fastpmi/ring"
 )
 
 // Spawn. A rank's spawn request reaches the root through its agent's
@@ -213,28 +214,11 @@ func (s *spawnReq) childSpec(root *node.Spec, parentID string, parentRank, jobno
 			at = append(at, n)
 		}
 	}
-	child.Mapping = mappingOf(child.Nodes, s.size)
+	// Its own placement, in the vector form of the command line's job's
+	// (round robin placements included: MPICH reads any vector).
+	child.Mapping = ""
+	if m, err := ring.FromNodes(child.Nodes); err == nil {
+		child.Mapping = m.ProcessMapping()
+	}
 	return &child, at
-}
-
-// mappingOf is PMI_process_mapping for ranks placed on nodes, "" when
-// the placement is not one of the block shapes it describes.
-func mappingOf(nodes [][]int, size int) string {
-	if len(nodes) == 1 {
-		return BlockMapping(size, 1, size)
-	}
-	ppn := len(nodes[0])
-	r := 0
-	for i, rs := range nodes {
-		if len(rs) > ppn || len(rs) < ppn && i != len(nodes)-1 {
-			return ""
-		}
-		for _, g := range rs {
-			if g != r {
-				return ""
-			}
-			r++
-		}
-	}
-	return BlockMapping(size, len(nodes), ppn)
 }

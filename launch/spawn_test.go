@@ -227,7 +227,9 @@ func TestSpawnHostIndex(t *testing.T) {
 
 // Children are placed round robin over the run's nodes, command after
 // command, within the nodes a command's host keys allow (fastpmi_nodes:
-// the spawning job's one node); with loads, least loaded first.
+// the spawning job's one node); with loads, least loaded first. Their
+// PMI_process_mapping describes any such placement (round robin over
+// several nodes used to read "", which MPICH takes for no mapping at all).
 func TestSpawnPlacement(t *testing.T) {
 	hosts := []string{"a", "b", "c"}
 	index := func(h string) []int {
@@ -243,28 +245,36 @@ func TestSpawnPlacement(t *testing.T) {
 	if err := os.WriteFile(hf, []byte("# the spawn's nodes\nc:2\n\na\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// mapping is the children's PMI_process_mapping (nodes without
+	// children are not the child job's).
 	for _, tc := range []struct {
-		name string
-		req  *pmiwire.Spawn
-		load []int
-		want string
+		name    string
+		req     *pmiwire.Spawn
+		load    []int
+		want    string
+		mapping string
 	}{
-		{"round robin", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 4}), nil, "[[0 3] [1] [2]]"},
-		{"commands continue", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2}, pmiwire.SpawnCmd{Exe: "y", MaxProcs: 2}), nil, "[[0 3] [1] [2]]"},
-		{"host key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "host", Val: "b"}}}), nil, "[[] [0 1 2] []]"},
-		{"hosts key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "hosts", Val: "c,a"}}}), nil, "[[1] [] [0 2]]"},
-		{"hostfile key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "hostfile", Val: hf}}}), nil, "[[1] [] [0 2]]"},
-		{"least loaded", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2}), []int{5, 0, 3}, "[[] [0] [1]]"},
+		{"round robin", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 4}), nil, "[[0 3] [1] [2]]", "(vector,(0,3,1),(0,1,1))"},
+		{"commands continue", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2}, pmiwire.SpawnCmd{Exe: "y", MaxProcs: 2}), nil, "[[0 3] [1] [2]]", "(vector,(0,3,1),(0,1,1))"},
+		{"host key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "host", Val: "b"}}}), nil, "[[] [0 1 2] []]", "(vector,(0,1,3))"},
+		{"hosts key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "hosts", Val: "c,a"}}}), nil, "[[1] [] [0 2]]", "(vector,(1,1,1),(0,2,1))"},
+		{"hostfile key", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "hostfile", Val: hf}}}), nil, "[[1] [] [0 2]]", "(vector,(1,1,1),(0,2,1))"},
+		{"least loaded", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2}), []int{5, 0, 3}, "[[] [0] [1]]", "(vector,(0,2,1))"},
 		// The spawning job runs on node 1.
-		{"parent's node", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "fastpmi_nodes", Val: "node"}}}), nil, "[[] [0 1 2] []]"},
-		{"parent's node among hosts", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2, Info: []pmiwire.Pair{{Key: "hosts", Val: "c,b"}, {Key: "fastpmi_nodes", Val: "node"}}}), nil, "[[] [0 1] []]"},
+		{"parent's node", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 3, Info: []pmiwire.Pair{{Key: "fastpmi_nodes", Val: "node"}}}), nil, "[[] [0 1 2] []]", "(vector,(0,1,3))"},
+		{"parent's node among hosts", req(pmiwire.SpawnCmd{Exe: "x", MaxProcs: 2, Info: []pmiwire.Pair{{Key: "hosts", Val: "c,b"}, {Key: "fastpmi_nodes", Val: "node"}}}), nil, "[[] [0 1] []]", "(vector,(0,1,2))"},
 	} {
 		sr, err := newSpawnReq(tc.req, index, []int{1}, "")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if got := fmt.Sprint(sr.place(len(hosts), tc.load)); got != tc.want {
+		nodes := sr.place(len(hosts), tc.load)
+		if got := fmt.Sprint(nodes); got != tc.want {
 			t.Errorf("%s: placed %s, want %s", tc.name, got, tc.want)
+		}
+		spec, _ := sr.childSpec(&node.Spec{JobID: "j", Mapping: "(vector,(0,3,9))"}, "j", 0, 1, nodes)
+		if spec.Mapping != tc.mapping {
+			t.Errorf("%s: children's PMI_process_mapping %q, want %q", tc.name, spec.Mapping, tc.mapping)
 		}
 	}
 	for _, bad := range []*pmiwire.Spawn{
