@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -82,6 +83,11 @@ type rootNode struct {
 	// and on name-service goroutines.
 	sendMu     sync.Mutex
 	sendFailed map[int]bool
+	// closed is set once the job is over and closeLinks closes its
+	// links: a send that then finds one closed (the answer to a spawn
+	// its rank asked for before the job ended, sent when the child job
+	// is ready) has no one to tell, and is not logged.
+	closed atomic.Bool
 }
 
 type bootExit struct {
@@ -344,14 +350,21 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 	if r.spec.Jobno == 0 && r.run.hostd != nil {
 		r.hold(ctx)
 	}
-	for _, c := range r.conns {
-		if c != nil {
-			c.Close() // the agents end once their links close
-		}
-	}
+	r.closeLinks()
 	r.reap(agents[:started])
 	close(r.quit)
 	r.links.Wait()
+}
+
+// closeLinks closes the links to the job's agents, which end once they
+// close.
+func (r *rootNode) closeLinks() {
+	r.closed.Store(true)
+	for _, c := range r.conns {
+		if c != nil {
+			c.Close()
+		}
+	}
 }
 
 // hold keeps the first job's links, once its ranks have ended, until
@@ -662,6 +675,9 @@ func (r *rootNode) send(i int, f netio.Frame) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.NetTimeout)
 	defer cancel()
 	if err := c.Send(ctx, f); err != nil {
+		if r.closed.Load() && errors.Is(err, netio.ErrClosed) {
+			return
+		}
 		r.sendMu.Lock()
 		first := !r.sendFailed[i]
 		if first {
