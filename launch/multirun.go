@@ -299,8 +299,11 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 	// The programs are looked up here, where pmirun runs: a spawn of a
 	// program that does not exist fails without starting anything (the
 	// nodes share pmirun's file system, as on clusters and test hosts).
+	// A bare name is looked up on the PATH the ranks get, --env's over
+	// pmirun's, as the nodes look it up.
+	env := append(os.Environ(), root.Env...)
 	for i := range sr.apps {
-		if _, err := sr.apps[i].Resolve(root.Wdir, os.Environ()); err != nil {
+		if _, err := sr.apps[i].Resolve(root.Wdir, env); err != nil {
 			return nil, nil, fmt.Errorf("command %d: cannot run %q: %v", i, sr.apps[i].Prog, err)
 		}
 	}

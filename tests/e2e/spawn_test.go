@@ -528,11 +528,12 @@ func TestSpawnOutputFiles(t *testing.T) {
 // (job 2 was <id>-1-2 and wrote out.1,2,0, job 3 out.1,2,3,0).
 func TestSpawnNested(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		args []string
+		name  string
+		ranks int
+		args  []string
 	}{
-		{"fork", []string{"-n", "1"}},
-		{"loopback", []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "2"}},
+		{"fork", 1, []string{"-n", "1"}},
+		{"loopback", 2, []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -558,6 +559,25 @@ func TestSpawnNested(t *testing.T) {
 					t.Errorf("job %d has id %s, want %s", jobno, m[1], want)
 				}
 			}
+
+			// A program spawned by its bare name is looked up on the
+			// PATH the ranks get (--env's), as the command line's is;
+			// on several nodes pmirun used to look it up on its own
+			// ('command 0: cannot run "spawnprog": ... not found in
+			// $PATH').
+			path := "PATH=" + binDir + string(filepath.ListSeparator) + os.Getenv("PATH")
+			r = run(t, job{args: append(slices.Clone(tc.args), "--env", path, prog("spawnprog"), "-nest", "1", "-bare")})
+			r.wantCode(t, 0)
+			r.wantLines(t, map[string]int{fmt.Sprintf("nest 1 job %s", jobOf(r.stdout)): tc.ranks, fmt.Sprintf("nest 0 job %s-1", jobOf(r.stdout)): 1})
 		})
 	}
+}
+
+// jobOf is the job id of the first "nest N job ID" line of out.
+func jobOf(out string) string {
+	m := regexp.MustCompile(`(?m)^nest \d+ job (\S+)$`).FindStringSubmatch(out)
+	if m == nil {
+		return "?"
+	}
+	return m[1]
 }

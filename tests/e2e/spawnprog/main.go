@@ -49,7 +49,8 @@
 // -late, a spawned job's rank 0 spawns only once its spawner's rank 0
 // (process -pid, which the spawner passes down) has exited, and retries
 // a refused spawn for up to 10 s: the spawner's processes then no longer
-// count against the universe size.
+// count against the universe size. With -bare, it spawns itself by its
+// file name alone, which the ranks' PATH must find.
 package main
 
 import (
@@ -58,6 +59,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -77,11 +79,12 @@ func main() {
 	nest := flag.Int("nest", -1, "spawn a chain of this many jobs, each by the one before")
 	late := flag.Bool("late", false, "with -nest: spawn once the spawner's rank 0 has exited")
 	pid := flag.Int("pid", 0, "with -late: the spawner's rank 0")
+	bare := flag.Bool("bare", false, "with -nest: spawn this program by its file name, looked up on PATH")
 	flag.Parse()
 	var err error
 	switch {
 	case *nest >= 0:
-		err = nestTest(*nest, *late, *pid)
+		err = nestTest(*nest, *late, *pid, *bare)
 	case *appnum != "":
 		err = appnums(*appnum)
 	case *where:
@@ -196,7 +199,7 @@ func whereTest() error {
 }
 
 // nestTest is -nest.
-func nestTest(depth int, late bool, spawner int) error {
+func nestTest(depth int, late bool, spawner int, bare bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := client.Init()
@@ -215,7 +218,12 @@ func nestTest(depth int, late bool, spawner int) error {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		cmd := client.SpawnCmd{Prog: os.Args[0], Args: args, Procs: 1}
+		prog := os.Args[0]
+		if bare {
+			prog = filepath.Base(prog)
+			args = append(args, "-bare")
+		}
+		cmd := client.SpawnCmd{Prog: prog, Args: args, Procs: 1}
 		_, err := c.Spawn(ctx, cmd, nil)
 		for end := time.Now().Add(10 * time.Second); late && err != nil && time.Now().Before(end); {
 			time.Sleep(100 * time.Millisecond)
