@@ -19,7 +19,7 @@ type fate struct {
 	end     func(*JobError) // stop every rank
 	failure *JobError
 
-	jobs map[int]*jobFate // by Spec.Jobno; nil until the first event
+	jobs map[int]*jobFate // by Spec.Jobno, while the job runs (jobOver); nil until the first event
 }
 
 // jobFate is what fate tracks of one job (the command line's, or one
@@ -38,6 +38,25 @@ func (f *fate) fail(e *JobError) {
 	f.end(e)
 }
 
+// job is what fate tracks of job jobno, made by the first event that
+// needs it.
+func (f *fate) job(jobno int) *jobFate {
+	j := f.jobs[jobno]
+	if j == nil {
+		if f.jobs == nil {
+			f.jobs = make(map[int]*jobFate)
+		}
+		j = new(jobFate)
+		f.jobs[jobno] = j
+	}
+	return j
+}
+
+// jobOver forgets job jobno, all of whose ranks have ended: nothing it
+// reports later can change its fate, and a run spawning thousands of
+// jobs would keep every one's.
+func (f *fate) jobOver(jobno int) { delete(f.jobs, jobno) }
+
 // rankName names rank r of job jobno in messages: "rank 3", or "job 1
 // rank 3" for a spawned job, then where it runs, if the job has several
 // nodes ("rank 3 on node 1 (n2)").
@@ -55,19 +74,12 @@ func rankName(jobno, r int, where string) string {
 // jobEvent applies one report about a rank of job jobno from the node
 // where names ("" for a job on one node: no need to say).
 func (f *fate) jobEvent(jobno int, where string, e agent.Event) {
-	if f.jobs == nil {
-		f.jobs = make(map[int]*jobFate)
-	}
-	j := f.jobs[jobno]
-	if j == nil {
-		j = new(jobFate)
-		f.jobs[jobno] = j
-	}
 	rank := rankName(jobno, e.Rank, where)
 	switch e.Kind {
 	case agent.EventInit:
+		j := f.job(jobno)
 		j.anySpoke = true
-		f.checkSilent(jobno, j)
+		f.checkSilent(j)
 	case agent.EventExited:
 		switch {
 		case e.Sig != 0:
@@ -78,8 +90,9 @@ func (f *fate) jobEvent(jobno int, where string, e agent.Event) {
 		case e.Spoke:
 			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s exited with code 0 without calling PMI finalize", rank)})
 		default:
+			j := f.job(jobno)
 			j.silent = append(j.silent, rank)
-			f.checkSilent(jobno, j)
+			f.checkSilent(j)
 		}
 	case agent.EventLost:
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s closed its PMI connection before finalize and kept running", rank)})
@@ -123,7 +136,7 @@ func (f *fate) jobEvent(jobno int, where string, e agent.Event) {
 
 // checkSilent fails the job once a rank has ended without PMI while others
 // use it: they would wait for it forever.
-func (f *fate) checkSilent(jobno int, j *jobFate) {
+func (f *fate) checkSilent(j *jobFate) {
 	if len(j.silent) == 0 || !j.anySpoke {
 		return
 	}

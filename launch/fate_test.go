@@ -84,3 +84,29 @@ func TestFateNamesTheNode(t *testing.T) {
 		t.Errorf("failure %+v, want %q", f.failure, want)
 	}
 }
+
+// A run that spawns job after job keeps nothing of the jobs that are
+// over: fate kept an entry for every job the run ever ran (about 100
+// bytes each, 100 MB after a million spawns).
+func TestFateForgetsEndedJobs(t *testing.T) {
+	var out bytes.Buffer
+	f := &fate{stderr: &out, end: func(*JobError) {}}
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventInit})
+	for jobno := 1; jobno <= 1000; jobno++ {
+		f.jobEvent(jobno, "", agent.Event{Kind: agent.EventInit})
+		f.jobEvent(jobno, "", agent.Event{Kind: agent.EventFinalized})
+		f.jobEvent(jobno, "", agent.Event{Kind: agent.EventExited, Fin: true, Spoke: true})
+		f.jobOver(jobno)
+		f.jobEvent(jobno, "", agent.Event{Kind: agent.EventFinalized}) // a late report the fate ignores
+	}
+	if len(f.jobs) != 1 || f.failure != nil {
+		t.Errorf("after 1000 spawned jobs ended fate tracks %d jobs (failure %v), want the first one only", len(f.jobs), f.failure)
+	}
+	// A job over is over: a silent rank of a job that never spoke, then
+	// one of a new job that speaks, fail the new job only when it speaks.
+	f.jobEvent(1001, "", agent.Event{Kind: agent.EventExited, Rank: 2})
+	f.jobEvent(1001, "", agent.Event{Kind: agent.EventInit, Rank: 0})
+	if f.failure == nil || !strings.Contains(f.failure.Msg, "job 1001 rank 2 exited with code 0 before PMI init") {
+		t.Errorf("failure %+v, want job 1001 rank 2's silent exit", f.failure)
+	}
+}

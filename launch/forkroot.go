@@ -321,6 +321,7 @@ func (r *forkRoot) handle(j *forkJob) {
 			// its node again.
 			i := slices.Index(r.jobs, j)
 			r.jobs = slices.Delete(r.jobs, i, i+1)
+			r.fate.jobOver(j.spec.Jobno)
 			j.closing.Store(true)
 			r.closers.Go(j.n.Close)
 			return

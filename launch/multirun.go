@@ -210,6 +210,7 @@ func (run *multiRun) ended(r *rootNode) {
 	run.mu.Lock()
 	delete(run.live, r)
 	delete(run.sigs, r)
+	run.fate.jobOver(r.spec.Jobno)
 	later := run.dropJobRankData(r)
 	run.mu.Unlock()
 	run.dir.Remove(r.spec.JobID)
