@@ -308,7 +308,9 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		}
 		sp, err := pmiwire.ParseSpawn(&msg)
 		if err != nil {
-			return nil, err
+			// One whole request whose fields do not add up (an empty
+			// info key, say): refused, as over the text protocol.
+			return nil, &shmRefusal{ReplySpawn, err}
 		}
 		return Spawn{Local: i, Req: req, Spawn: sp}, nil
 	}

@@ -178,7 +178,10 @@ func TestSpawnChildFails(t *testing.T) {
 
 // The Go client spawns over shared memory and over the text protocol:
 // Spawn and SpawnMultiple, Appnum per command, the info key wdir, the
-// pre-put key before any fence, names across jobs.
+// pre-put key before any fence, names across jobs. A request the
+// launcher cannot read (an empty info key) is refused on both; over
+// shared memory it used to end the job ("rank 0 broke the PMI
+// protocol").
 func TestSpawnGoClient(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

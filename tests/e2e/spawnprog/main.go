@@ -5,7 +5,8 @@
 //
 // The parent job's rank 0 spawns N copies of itself (with -multi: N
 // copies as command 0 and one more as command 1, in one SpawnMultiple),
-// with the pre-put key PARENT = "from-<parent job id>". Every child checks
+// with the pre-put key PARENT = "from-<parent job id>", after a spawn the
+// launcher must refuse (an empty info key). Every child checks
 // what it was given — Spawned, its size, Appnum by command, the pre-put
 // key readable before any fence, a job id of its own — exchanges a key
 // with the other children through its own KVS, and publishes
@@ -288,6 +289,12 @@ func parent(ctx context.Context, c *client.Client, n int, multi bool) error {
 	if info.Rank != 0 {
 		fmt.Printf("parent ok rank %d\n", info.Rank)
 		return nil
+	}
+	// A request the launcher cannot read (an empty info key) is refused,
+	// and the parent goes on.
+	bad := client.SpawnCmd{Prog: os.Args[0], Procs: 1, Info: map[string]string{"": "x"}}
+	if _, err := c.Spawn(ctx, bad, nil); err == nil {
+		return errors.New("a spawn with an empty info key succeeded")
 	}
 	pre := map[string]string{"PARENT": "from-" + info.JobID}
 	cmd := client.SpawnCmd{Prog: os.Args[0], Args: os.Args[1:], Procs: n}
