@@ -70,6 +70,9 @@ type multiRun struct {
 	jobno int                            // jobs made so far, guarded by mu
 	live  map[*rootNode]int              // running jobs and their processes (0 once ended: ranksEnded), guarded by mu
 	sigs  map[*rootNode]chan<- os.Signal // each running job's signal inbox, guarded by mu
+	// reserved counts the processes of spawned jobs admitted and not yet
+	// in live (admit), guarded by mu.
+	reserved int
 	// dir holds the running jobs for collectives across them and other
 	// nodes' questions (jobscoll.go); safe for concurrent use.
 	dir *jobsdir.Dir[*rootNode]
@@ -308,33 +311,14 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 			return nil, nil, fmt.Errorf("command %d: cannot run %q: %v", i, sr.apps[i].Prog, err)
 		}
 	}
-	run.mu.Lock()
-	live := 0
-	for _, n := range run.live {
-		live += n
-	}
-	if err := sr.fits(run.cfg.UniverseSize, live); err != nil {
-		run.mu.Unlock()
+	jobno, load, err := run.admit(sr)
+	if err != nil {
 		return nil, nil, err
 	}
-	var load []int
-	if run.cfg.SpawnPlacement == "leastload" {
-		load = make([]int, len(run.hosts))
-		for r, procs := range run.live {
-			if procs == 0 {
-				continue // its ranks have ended
-			}
-			for i, n := range r.at {
-				load[n] += len(r.spec.Nodes[i])
-			}
-		}
-	}
-	run.jobno++
-	jobno := run.jobno
-	run.mu.Unlock()
 	spec, at := sr.childSpec(root, parent.spec.JobID, rank, jobno, sr.place(len(run.hosts), load))
 	spec.Root = ""
 	r, err := run.newJob(spec, at, perf.NewRecorder())
+	run.release(sr.size) // counted as r's now, or not at all
 	if err != nil {
 		return nil, nil, err
 	}
@@ -350,6 +334,46 @@ func (run *multiRun) newChild(ctx context.Context, parent *rootNode, req *pmiwir
 		return nil, nil, err
 	}
 	return r, agents, nil
+}
+
+// admit numbers the job spawn request sr asks for, or refuses it when
+// the universe size leaves no room for it beside the run's running
+// processes; its processes count as running from here (reserved) until
+// newJob counts them as the new job's (release), so that spawns asked
+// for at once by several jobs cannot together overfill the universe.
+// With leastload placement it also returns the processes each of the
+// run's nodes runs.
+func (run *multiRun) admit(sr *spawnReq) (jobno int, load []int, err error) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	live := run.reserved
+	for _, n := range run.live {
+		live += n
+	}
+	if err := sr.fits(run.cfg.UniverseSize, live); err != nil {
+		return 0, nil, err
+	}
+	if run.cfg.SpawnPlacement == "leastload" {
+		load = make([]int, len(run.hosts))
+		for r, procs := range run.live {
+			if procs == 0 {
+				continue // its ranks have ended
+			}
+			for i, n := range r.at {
+				load[n] += len(r.spec.Nodes[i])
+			}
+		}
+	}
+	run.reserved += sr.size
+	run.jobno++
+	return run.jobno, load, nil
+}
+
+// release stops counting n processes admit reserved.
+func (run *multiRun) release(n int) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.reserved -= n
 }
 
 // hostIndex returns the run's nodes named h (a spawn's host info key):

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,6 +209,39 @@ func countChildren() int {
 		}
 	}
 	return n
+}
+
+// Spawns that jobs of a run ask for at once do not together overfill
+// the universe: each admitted one counts from its admission, before its
+// job is made. 100 spawns of one process at once within --usize 10 (the
+// running jobs' 4 processes and 6 more): 6 admitted. Each used to be
+// checked against the jobs made so far only, and 14 of 16 spawns asked
+// for at once by the jobs of a run within room for 4 were admitted.
+func TestSpawnAdmitReserves(t *testing.T) {
+	run := &multiRun{cfg: Config{UniverseSize: 10}, hosts: []string{"a"}, live: map[*rootNode]int{{}: 3, {}: 1}}
+	req := &pmiwire.Spawn{Cmds: []pmiwire.SpawnCmd{{Exe: "x", MaxProcs: 1}}}
+	var admitted atomic.Int32
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			sr, err := newSpawnReq(req, nil, []int{0}, "")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, _, err := run.admit(sr); err == nil {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 6 {
+		t.Errorf("%d spawns of one process admitted with 4 running in a universe of 10, want 6", n)
+	}
+	run.release(6)
+	if run.reserved != 0 {
+		t.Errorf("%d processes reserved after release", run.reserved)
+	}
 }
 
 // A spawn's host names a node of the run by its bootstrap name or by the
