@@ -117,7 +117,7 @@ func TestOpenMPIRankKilled(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/N=%d/rank%d", tc.when, tc.size, tc.rank), func(t *testing.T) {
 			r := run(t, ompiJob(tc.size, prog("ompi_die"), tc.when, n(tc.rank)))
 			r.wantCode(t, 128+9)
-			r.wantMessage(t, fmt.Sprintf(`\brank %d on node %d \(\S+\) killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.rank/4, tc.stage))
+			r.wantMessage(t, fmt.Sprintf(`\brank %d killed by signal 9 \(SIGKILL\) %s`, tc.rank, tc.stage))
 			r.wantFaster(t, 30*time.Second)
 			if strings.Contains(r.stderr, "finalized although") {
 				t.Errorf("a rank finished MPI_Finalize without the dead rank\n%s", r)
