@@ -24,47 +24,6 @@ type Map struct {
 	offset []int   // offset[n]: ranks on nodes before n (ring offset with count 1)
 }
 
-// Block places ranks 0..p-1 on k nodes in blocks of ppn consecutive ranks:
-// node n holds ranks n*ppn .. n*ppn+ppn-1. The last used node may hold
-// fewer, and nodes past it none. p must not exceed k*ppn.
-func Block(p, k, ppn int) (*Map, error) {
-	if err := checkPlacement(p, k, ppn); err != nil {
-		return nil, fmt.Errorf("place %d ranks in blocks: %w", p, err)
-	}
-	nodes := make([][]int, k)
-	for r := range p {
-		nodes[r/ppn] = append(nodes[r/ppn], r)
-	}
-	return build(nodes, p), nil
-}
-
-// Cyclic places ranks 0..p-1 round robin on k nodes: rank r on node r mod
-// k. p must not exceed k*ppn.
-func Cyclic(p, k, ppn int) (*Map, error) {
-	if err := checkPlacement(p, k, ppn); err != nil {
-		return nil, fmt.Errorf("place %d ranks cyclically: %w", p, err)
-	}
-	nodes := make([][]int, k)
-	for r := range p {
-		nodes[r%k] = append(nodes[r%k], r)
-	}
-	return build(nodes, p), nil
-}
-
-func checkPlacement(p, k, ppn int) error {
-	switch {
-	case p < 1:
-		return fmt.Errorf("%w: %d ranks", ErrMap, p)
-	case k < 1:
-		return fmt.Errorf("%w: %d nodes", ErrMap, k)
-	case ppn < 1:
-		return fmt.Errorf("%w: %d ranks per node", ErrMap, ppn)
-	case (p+ppn-1)/ppn > k:
-		return fmt.Errorf("%w: %d ranks do not fit %d nodes of %d", ErrMap, p, k, ppn)
-	}
-	return nil
-}
-
 // FromNodes builds a Map from explicit per-node rank lists in local order.
 // Together the lists must hold each of 0..P-1 exactly once; a list may be
 // empty. The lists are copied.

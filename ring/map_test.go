@@ -2,6 +2,7 @@ package ring
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -202,4 +203,48 @@ func TestMapAccessors(t *testing.T) {
 	if l, r := b.Neighbours(2); l != 1 || r != 0 {
 		t.Errorf("neighbours of 2: %d %d", l, r)
 	}
+}
+
+// Block and Cyclic make the placements launch's own makes (blocks of
+// ppn consecutive ranks, or round robin), for the tests.
+
+// Block places ranks 0..p-1 on k nodes in blocks of ppn consecutive ranks:
+// node n holds ranks n*ppn .. n*ppn+ppn-1. The last used node may hold
+// fewer, and nodes past it none. p must not exceed k*ppn.
+func Block(p, k, ppn int) (*Map, error) {
+	if err := checkPlacement(p, k, ppn); err != nil {
+		return nil, fmt.Errorf("place %d ranks in blocks: %w", p, err)
+	}
+	nodes := make([][]int, k)
+	for r := range p {
+		nodes[r/ppn] = append(nodes[r/ppn], r)
+	}
+	return build(nodes, p), nil
+}
+
+// Cyclic places ranks 0..p-1 round robin on k nodes: rank r on node r mod
+// k. p must not exceed k*ppn.
+func Cyclic(p, k, ppn int) (*Map, error) {
+	if err := checkPlacement(p, k, ppn); err != nil {
+		return nil, fmt.Errorf("place %d ranks cyclically: %w", p, err)
+	}
+	nodes := make([][]int, k)
+	for r := range p {
+		nodes[r%k] = append(nodes[r%k], r)
+	}
+	return build(nodes, p), nil
+}
+
+func checkPlacement(p, k, ppn int) error {
+	switch {
+	case p < 1:
+		return fmt.Errorf("%w: %d ranks", ErrMap, p)
+	case k < 1:
+		return fmt.Errorf("%w: %d nodes", ErrMap, k)
+	case ppn < 1:
+		return fmt.Errorf("%w: %d ranks per node", ErrMap, ppn)
+	case (p+ppn-1)/ppn > k:
+		return fmt.Errorf("%w: %d ranks do not fit %d nodes of %d", ErrMap, p, k, ppn)
+	}
+	return nil
 }
