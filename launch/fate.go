@@ -12,12 +12,19 @@ import (
 
 // fate decides how a job ends, from the events the nodes report. The
 // first failure wins and is printed once; end is then called to stop
-// every rank. It is used by one goroutine: Run's loop on one node, the
-// root's loop across nodes.
+// every rank. A rank that exits with a non-zero code after finalize
+// fails the job without ending it (afterFin): the other ranks, no longer
+// in MPI, may still be writing their results, and Hydra lets them
+// finish too; what the ranks left behind is then left as a job that
+// succeeds leaves it. It is used by one goroutine: Run's loop on one
+// node, the root's loop across nodes.
 type fate struct {
 	stderr  io.Writer
 	end     func(*JobError) // stop every rank
 	failure *JobError
+	// afterFin is the first non-zero exit after finalize, printed when
+	// it came: the job's outcome unless a failure ended the job.
+	afterFin *JobError
 
 	jobs map[int]*jobFate // by Spec.Jobno, while the job runs (jobOver); nil until the first event
 }
@@ -57,6 +64,25 @@ func (f *fate) job(jobno int) *jobFate {
 // jobs would keep every one's.
 func (f *fate) jobOver(jobno int) { delete(f.jobs, jobno) }
 
+// failAfterFin records e, a rank's non-zero exit after finalize, as the
+// job's outcome if it is the first failure of any kind, and ends nothing.
+func (f *fate) failAfterFin(e *JobError) {
+	if f.failure != nil || f.afterFin != nil {
+		return
+	}
+	f.afterFin = e
+	fmt.Fprintf(f.stderr, "pmirun: %s\n", e.Msg)
+}
+
+// outcome is the job's failure, or nil if it succeeded: the failure that
+// ended it, else a rank's non-zero exit after finalize.
+func (f *fate) outcome() *JobError {
+	if f.failure != nil {
+		return f.failure
+	}
+	return f.afterFin
+}
+
 // rankName names rank r of job jobno in messages: "rank 3", or "job 1
 // rank 3" for a spawned job, then where it runs, if the job has several
 // nodes ("rank 3 on node 1 (n2)").
@@ -84,6 +110,8 @@ func (f *fate) jobEvent(jobno int, where string, e agent.Event) {
 		switch {
 		case e.Sig != 0:
 			f.fail(&JobError{Code: 128 + e.Sig, Msg: fmt.Sprintf("%s killed by signal %d (%s)%s", rank, e.Sig, signalName(e.Sig), e.Msg)})
+		case e.Code != 0 && e.Fin:
+			f.failAfterFin(&JobError{Code: e.Code, Msg: fmt.Sprintf("%s exited with code %d%s", rank, e.Code, e.Msg)})
 		case e.Code != 0:
 			f.fail(&JobError{Code: e.Code, Msg: fmt.Sprintf("%s exited with code %d%s", rank, e.Code, e.Msg)})
 		case e.Fin:

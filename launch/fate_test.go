@@ -110,3 +110,33 @@ func TestFateForgetsEndedJobs(t *testing.T) {
 		t.Errorf("failure %+v, want job 1001 rank 2's silent exit", f.failure)
 	}
 }
+
+// A non-zero exit after finalize is the job's outcome, said at once, but
+// ends no rank: the others may still write their results. A failure
+// after it still ends the job and decides its code; exits after
+// finalize before a failure are said once.
+func TestFateExitAfterFinalize(t *testing.T) {
+	var out bytes.Buffer
+	ends := 0
+	f := &fate{stderr: &out, end: func(*JobError) { ends++ }}
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventExited, Rank: 1, Code: 3, Spoke: true, Fin: true, Msg: " after PMI finalize"})
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventExited, Rank: 2, Code: 4, Spoke: true, Fin: true, Msg: " after PMI finalize"})
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventExited, Rank: 0, Spoke: true, Fin: true})
+	if ends != 0 {
+		t.Errorf("the job was ended %d times, want 0", ends)
+	}
+	if e := f.outcome(); e == nil || e.Code != 3 || e.Msg != "rank 1 exited with code 3 after PMI finalize" {
+		t.Errorf("outcome %+v, want rank 1's, code 3", e)
+	}
+	if want := "pmirun: rank 1 exited with code 3 after PMI finalize\n"; out.String() != want {
+		t.Errorf("stderr %q, want %q", out.String(), want)
+	}
+
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventExited, Rank: 3, Sig: 11, Spoke: true, Fin: true, Msg: " after PMI finalize"})
+	if ends != 1 {
+		t.Errorf("a signal after finalize ended the job %d times, want 1", ends)
+	}
+	if e := f.outcome(); e == nil || e.Code != 139 {
+		t.Errorf("outcome %+v, want the signal's, code 139", e)
+	}
+}

@@ -170,8 +170,8 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 	}
 	r.sleeper.Close()
 	report(cfg, rec)
-	if r.fate.failure != nil {
-		return r.fate.failure
+	if e := r.fate.outcome(); e != nil {
+		return e
 	}
 	return nil
 }

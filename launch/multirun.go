@@ -109,9 +109,12 @@ func (run *multiRun) failed() bool {
 	return run.fate.failure != nil
 }
 
-// failure is the run's failure, or nil.
+// failure is the run's outcome: its failure, a rank's non-zero exit
+// after finalize, or nil.
 func (run *multiRun) failure() error {
-	if e := run.jobError(); e != nil {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if e := run.fate.outcome(); e != nil {
 		return e
 	}
 	return nil

@@ -758,7 +758,7 @@ func (n *Node) Handle(re RankEvent) {
 			if ev.Msg != "" {
 				msg = ": " + ev.Msg
 			}
-			n.opt.Emit(agent.Event{Kind: agent.EventExited, Rank: ev.Rank, Code: ev.Code, Sig: ev.Sig, Msg: msg})
+			n.opt.Emit(agent.Event{Kind: agent.EventExited, Rank: ev.Rank, Code: ev.Code, Sig: ev.Sig, Msg: msg, Spoke: ev.Spoke, Fin: ev.Fin})
 			// Only now release the peers waiting for this rank: the failure
 			// is reported first, so their own exits cannot be blamed first.
 			n.ag.RankGone(ev.Rank, why)

@@ -52,6 +52,7 @@ var cprogs = []struct {
 	{"mpi_pubname", []string{"mpicc.mpich"}, nil, ""},
 	{"mpi_args", []string{"mpicc.mpich"}, nil, ""},
 	{"mpi_appnum", []string{"mpicc.mpich"}, nil, ""},
+	{"mpi_finexit", []string{"mpicc.mpich"}, nil, ""},
 	// Open MPI (PMIx) builds of the MPICH programs, and one of its own.
 	{"ompi_allreduce", []string{"mpicc.openmpi"}, nil, "mpi_allreduce"},
 	{"ompi_abort", []string{"mpicc.openmpi"}, nil, "mpi_abort"},

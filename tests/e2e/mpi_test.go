@@ -104,3 +104,24 @@ func TestMPIArgs(t *testing.T) {
 	r.wantCode(t, 0)
 	r.wantRankLines(t, 2, func(rank int) string { return fmt.Sprintf("rank %d:", rank) })
 }
+
+// A rank that exits with a non-zero code after MPI_Finalize fails the
+// job with its code, and the other ranks, which work on after finalize
+// (writing their results), finish: as under Hydra, nothing is killed.
+// On one machine and across loopback agents.
+func TestMPIExitAfterFinalize(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		j    job
+	}{
+		{"fork", job{args: []string{"-n", "3", prog("mpi_finexit"), "1", "3"}, timeout: 30 * time.Second}},
+		{"loopback", loopbackJob(2, "net", "-n", "3", prog("mpi_finexit"), "1", "3")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, tc.j)
+			r.wantCode(t, 3)
+			r.wantMessage(t, `^pmirun: rank 1 (on node 0 \(\S+\) )?exited with code 3 after PMI finalize$`)
+			r.wantLines(t, map[string]int{"results rank 0": 1, "results rank 2": 1})
+		})
+	}
+}
