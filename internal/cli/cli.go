@@ -147,6 +147,9 @@ func Parse(args []string) (launch.Config, error) {
 			return p.cfg, fmt.Errorf("invalid %s %s: %w", spelled, strings.Join(vals, " "), err)
 		}
 	}
+	if err := p.envTimeout(); err != nil {
+		return p.cfg, err
+	}
 	rest := args[i:]
 	if p.configFile != "" {
 		if len(rest) > 0 {
@@ -190,6 +193,27 @@ func Parse(args []string) (launch.Config, error) {
 	}
 	p.cfg.Apps = apps
 	return p.cfg, nil
+}
+
+// timeoutEnv is Hydra's variable for the job's time limit, in seconds.
+// Scripts written for mpiexec (MPICH's test suite among them) set it to
+// end a job that hangs.
+const timeoutEnv = "MPIEXEC_TIMEOUT"
+
+// envTimeout takes the job's time limit from MPIEXEC_TIMEOUT when
+// --timeout is not given, as mpiexec does; set and empty means none.
+func (p *parser) envTimeout() error {
+	if _, set := p.seen[lookup["timeout"]]; set {
+		return nil
+	}
+	v := os.Getenv(timeoutEnv)
+	if v == "" {
+		return nil
+	}
+	if err := duration(v, 0, &p.cfg.Timeout); err != nil {
+		return fmt.Errorf("invalid %s=%s in the environment: %w", timeoutEnv, v, err)
+	}
+	return nil
 }
 
 // readConfigFile sets the run's commands from -configfile: one MPMD

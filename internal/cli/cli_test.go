@@ -60,6 +60,32 @@ func TestParseDurations(t *testing.T) {
 	}
 }
 
+// MPIEXEC_TIMEOUT, mpiexec's time limit in seconds, is the job's
+// --timeout when the command line gives none; --timeout wins over it,
+// and a value that is no duration is refused, naming the variable.
+func TestParseTimeoutFromEnvironment(t *testing.T) {
+	t.Setenv("MPIEXEC_TIMEOUT", "30")
+	if cfg, err := Parse([]string{"-n", "2", "p"}); err != nil || cfg.Timeout != 30*time.Second {
+		t.Errorf("MPIEXEC_TIMEOUT=30: timeout %v, %v; want 30s", cfg.Timeout, err)
+	}
+	for in, want := range map[string]time.Duration{"5": 5 * time.Second, "0": 0} {
+		if cfg, err := Parse([]string{"--timeout", in, "p"}); err != nil || cfg.Timeout != want {
+			t.Errorf("MPIEXEC_TIMEOUT=30 --timeout %s: timeout %v, %v; want %v", in, cfg.Timeout, err, want)
+		}
+	}
+	t.Setenv("MPIEXEC_TIMEOUT", "")
+	if cfg, err := Parse([]string{"p"}); err != nil || cfg.Timeout != 0 {
+		t.Errorf("MPIEXEC_TIMEOUT empty: timeout %v, %v; want none", cfg.Timeout, err)
+	}
+	t.Setenv("MPIEXEC_TIMEOUT", "soon")
+	if _, err := Parse([]string{"p"}); err == nil || !strings.Contains(err.Error(), "invalid MPIEXEC_TIMEOUT=soon in the environment") {
+		t.Errorf("MPIEXEC_TIMEOUT=soon: %v, want it refused", err)
+	}
+	if _, err := Parse([]string{"--timeout", "1", "p"}); err != nil {
+		t.Errorf("MPIEXEC_TIMEOUT=soon --timeout 1: %v, want the option to win", err)
+	}
+}
+
 // Bad command lines give one line naming the option, never a usage dump.
 func TestParseErrors(t *testing.T) {
 	for _, c := range []struct {

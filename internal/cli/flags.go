@@ -49,7 +49,7 @@ var flagTable = []*Flag{
 		Help: "working directory of the ranks (default: pmirun's); a relative program path is found from it",
 		set:  func(p *parser, v []string) error { p.cfg.Wdir = v[0]; return nil }},
 	{Names: []string{"--timeout"}, Arg: "DURATION", Nargs: 1, Group: "job",
-		Help: "end the job after DURATION (30, 30s, 2m; a bare number is seconds); exit code 124",
+		Help: "end the job after DURATION (30, 30s, 2m; a bare number is seconds); exit code 124. Default: MPIEXEC_TIMEOUT, as for mpiexec, else none",
 		set:  func(p *parser, v []string) error { return duration(v[0], 0, &p.cfg.Timeout) }},
 	{Names: []string{"-i", "--stdin", "--input"}, Arg: "WHO", Nargs: 1, Group: "job", Choices: []string{"0", "all", "none"},
 		Help: "who reads pmirun's standard input: a rank number (default 0), all, or none (like srun --input)",

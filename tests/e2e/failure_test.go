@@ -134,12 +134,15 @@ func TestTimeout(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
+		env  []string
 	}{
-		{"plain", []string{"sleep", "30"}},
-		{"PMI", []string{prog("exit_early"), "sleep-after-init", "-1", "30"}},
+		{"plain", []string{"--timeout", "1s", "sleep", "30"}, nil},
+		{"PMI", []string{"--timeout", "1s", prog("exit_early"), "sleep-after-init", "-1", "30"}, nil},
+		// mpiexec's variable, in seconds, when --timeout is not given.
+		{"MPIEXEC_TIMEOUT", []string{prog("mpi_abort"), "-1"}, []string{"MPIEXEC_TIMEOUT=1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := run(t, job{args: append([]string{"--timeout", "1s", "-n", "2"}, tc.args...), timeout: 40 * time.Second})
+			r := run(t, job{args: append([]string{"-n", "2"}, tc.args...), env: tc.env, timeout: 40 * time.Second})
 			r.wantCode(t, 124)
 			r.wantMessage(t, `timed out after 1s`)
 			r.wantFaster(t, 4*time.Second)
