@@ -315,10 +315,17 @@ func (c *Config) prefix() string {
 // starts a job (the reserve a node makes before it forks), and agentTasks
 // what a loopback agent (pmid) takes: its process and threads. Both are
 // generous: a cgroup that is this close to its limit would fail the job
-// mid-start instead.
+// mid-start instead. launcherTasks is what pmirun takes of the user's
+// RLIMIT_NPROC, which counts threads, where no pids cgroup makes it hold
+// its thread reserve up front: the threads its runtime makes as it forks,
+// the ranks forked at once (each a task before its exec) and its guard's
+// (internal/guard) threads; measured up to 29 here. A limit closer than
+// that fails the job mid-start, or aborts pmirun where the Go runtime
+// cannot make a thread it needs ("fatal error: newosproc").
 const (
 	launcherThreads = node.ThreadReserve
 	agentTasks      = node.ThreadReserve + 8
+	launcherTasks   = 32
 )
 
 // validateLimits refuses a job this machine's limits cannot start, at
@@ -348,20 +355,23 @@ func (c *Config) validateLimits() error {
 	}
 	// A pids cgroup (a container's or a batch job's) counts every process
 	// and thread under it, pmirun's and the agents' own threads too.
+	var agents uint64
+	if !local {
+		agents = uint64(c.Nodes) * agentTasks
+	}
 	if r, ok := sys.TaskRoom(); ok {
-		reserve := uint64(launcherThreads)
-		if !local {
-			reserve += uint64(c.Nodes) * agentTasks
-		}
-		if need := uint64(c.Size) + reserve; need > r.Left {
+		if need := uint64(c.Size) + launcherThreads + agents; need > r.Left {
 			return fmt.Errorf("-n %d: more ranks than the pids cgroup leaves room for (%d tasks needed with pmirun's own threads, %d left: %s is %d, %d in use)",
 				c.Size, need, r.Left, r.File, r.Limit, r.Used)
 		}
 	}
 	// Every rank runs on this machine: the user's process limit counts
-	// them all.
-	if lim, err := sys.ProcessLimit(); err == nil && lim > 0 && uint64(c.Size) > lim {
-		return fmt.Errorf("-n %d: more ranks than this user may run processes (RLIMIT_NPROC %d; see ulimit -u)", c.Size, lim)
+	// them all, and every thread of the user's processes, pmirun's own
+	// and the agents' too.
+	if lim, err := sys.ProcessLimit(); err == nil && lim > 0 {
+		if need := uint64(c.Size) + launcherTasks + agents; need > lim {
+			return fmt.Errorf("-n %d: more ranks than this user may run processes (%d tasks needed with pmirun's own threads, RLIMIT_NPROC %d; see ulimit -u)", c.Size, need, lim)
+		}
 	}
 	if !local {
 		return nil // each loopback agent holds its own segment and descriptors

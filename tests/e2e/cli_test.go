@@ -121,11 +121,26 @@ func TestExitCodes126And127(t *testing.T) {
 }
 
 // -n beyond the user's process limit fails at once, naming the limit.
+//
+// RLIMIT_NPROC counts threads: pmirun's own and its guard's count too.
+// Before, a job of one rank under "ulimit -u 12" ran as far as the Go
+// runtime could make threads, and (run by a user, whom the limit binds)
+// pmirun aborted with "fatal error: newosproc" and a stack dump.
 func TestProcessLimitGuard(t *testing.T) {
-	r := run(t, job{wrap: ulimit("-u", 64), args: []string{"-n", "100", "true"}})
-	r.wantCode(t, 2)
-	r.wantMessage(t, `-n 100: more ranks than this user may run processes \(RLIMIT_NPROC 64; see ulimit -u\)`)
-	r.wantFaster(t, 5*time.Second)
+	for _, c := range []struct {
+		limit int
+		n     string
+		need  int
+	}{{64, "100", 132}, {12, "1", 33}, {40, "8", 40}} {
+		r := run(t, job{wrap: ulimit("-u", c.limit), args: []string{"-n", c.n, "true"}})
+		if c.need <= c.limit {
+			r.wantCode(t, 0)
+			continue
+		}
+		r.wantCode(t, 2)
+		r.wantMessage(t, fmt.Sprintf(`-n %s: more ranks than this user may run processes \(%d tasks needed with pmirun's own threads, RLIMIT_NPROC %d; see ulimit -u\)`, c.n, c.need, c.limit))
+		r.wantFaster(t, 5*time.Second)
+	}
 }
 
 // SIGQUIT (Ctrl-\) is forwarded to the ranks and prints no Go stack
