@@ -389,7 +389,9 @@ func (c *Config) validateLimits() error {
 // pipes, and the rank's pidfd (sys.StartChild), and with PMIx the
 // server library's end of the rank's connection. launcherFilesFixed is
 // the rest: its own, and those of the forks in flight (a socket end, two
-// pipe ends and fork's own pipe each).
+// pipe ends and fork's own pipe each): measured 24 to 36 here, with
+// PMIx too (under "ulimit -n 256" 55 ranks ran, 43 PMIx ranks); 64
+// would be all of a "ulimit -n 64", where no job could run.
 func launcherFiles(mpi string) int {
 	if mpi == node.MPIPMIx {
 		return 5
@@ -397,7 +399,7 @@ func launcherFiles(mpi string) int {
 	return 4
 }
 
-const launcherFilesFixed = 64
+const launcherFilesFixed = 40
 
 // jobFiles is how many descriptors pmirun holds for each job it runs
 // itself (its nodes: the fork bootstrap's spawned jobs): the segment's

@@ -403,14 +403,21 @@ func TestFileLimitGuard(t *testing.T) {
 	limited := ulimit("-n", 1024)
 	r := run(t, job{wrap: limited, args: []string{"-n", "1000", "true"}})
 	r.wantCode(t, 2)
-	r.wantMessage(t, `-n 1000: more ranks than pmirun can hold descriptors for \(4064 needed, RLIMIT_NOFILE 1024; see ulimit -n\)`)
-	r = run(t, job{wrap: limited, args: []string{"-n", "241", "true"}})
+	r.wantMessage(t, `-n 1000: more ranks than pmirun can hold descriptors for \(4040 needed, RLIMIT_NOFILE 1024; see ulimit -n\)`)
+	r = run(t, job{wrap: limited, args: []string{"-n", "247", "true"}})
 	r.wantCode(t, 2)
-	r.wantMessage(t, `-n 241: more ranks than pmirun can hold descriptors for \(1028 needed`)
-	// 240 ranks alive together (before, with three descriptors a rank
+	r.wantMessage(t, `-n 247: more ranks than pmirun can hold descriptors for \(1028 needed`)
+	// 246 ranks alive together (before, with three descriptors a rank
 	// counted and five held, 203 started and the 204th failed).
-	r = run(t, job{wrap: limited, args: []string{"-n", "240", "sleep", "1"}})
+	r = run(t, job{wrap: limited, args: []string{"-n", "246", "sleep", "1"}})
 	r.wantCode(t, 0)
+	// A small limit leaves room for a small job: before, pmirun kept 64
+	// descriptors for itself, all of "ulimit -n 64", and refused -n 1.
+	r = run(t, job{wrap: ulimit("-n", 64), args: []string{"-n", "4", prog("exit_early"), "ok"}})
+	r.wantCode(t, 0)
+	r = run(t, job{wrap: ulimit("-n", 64), args: []string{"-n", "7", "true"}})
+	r.wantCode(t, 2)
+	r.wantMessage(t, `-n 7: more ranks than pmirun can hold descriptors for \(68 needed, RLIMIT_NOFILE 64; see ulimit -n\)`)
 }
 
 // pmirun waits for its ranks without a thread each (Go aborts past
