@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -186,6 +187,25 @@ func TestRelativePmidPath(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "hello: 2 ranks over shm verified") {
 		t.Errorf("stdout %q", stdout.String())
+	}
+}
+
+// An agent out of descriptors midway (a host's RLIMIT_NOFILE lower than
+// its share of the ranks needs; pmirun checks only this machine's) says
+// which limit: before, the message ended in a bare "too many open files".
+func TestAgentOutOfDescriptors(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	fakeTool(t, "ssh")
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("FAKE_SSH_NOFILE", "64")
+	var stderr syncbuf.Buffer
+	cfg := Config{Bootstrap: "ssh", Hosts: []string{"alpha", "beta"}, Size: 60, Prog: "sleep", Args: []string{"5"}, PmidPath: pmid,
+		RootAddr: "127.0.0.1", Stdout: io.Discard, Stderr: &stderr, Timeout: time.Minute}
+	err := Run(context.Background(), cfg)
+	// The fork, or the pipe or socket before it, finds no descriptor.
+	want := regexp.MustCompile(`^start rank \d+ on node \d \((alpha|beta)\): .*: too many open files \(no descriptors left for another rank: see ulimit -n\)$`)
+	if err == nil || !want.MatchString(err.Error()) {
+		t.Errorf("run: %v, want a match of %q\nstderr:\n%s", err, want, stderr.String())
 	}
 }
 

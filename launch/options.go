@@ -373,12 +373,32 @@ func (c *Config) validateLimits() error {
 			return fmt.Errorf("-n %d: more ranks than this user may run processes (%d tasks needed with pmirun's own threads, RLIMIT_NPROC %d; see ulimit -u)", c.Size, need, lim)
 		}
 	}
+	lim, err := sys.FileLimit()
+	if err != nil || lim == 0 {
+		return nil
+	}
 	if !local {
-		return nil // each loopback agent holds its own segment and descriptors
+		// Each loopback agent holds its own segment, and the descriptors
+		// of its own ranks under the limit pmirun has (a pmid raises its
+		// soft limit to the hard one, as pmirun does).
+		if c.Nodes < 1 {
+			return nil // said by the bootstrap
+		}
+		nodes, err := placeRanks(*c, c.Nodes)
+		if err != nil {
+			return nil // said by the placement
+		}
+		most := 0
+		for _, rs := range nodes {
+			most = max(most, len(rs))
+		}
+		if need := launcherFiles(c.MPI)*most + launcherFilesFixed; uint64(need) > lim {
+			return fmt.Errorf("-n %d: more ranks on a node (%d) than its agent can hold descriptors for (%d needed, RLIMIT_NOFILE %d; see ulimit -n)", c.Size, most, need, lim)
+		}
+		return nil
 	}
 	// pmirun holds launcherFiles descriptors per running rank.
-	need := launcherFiles(c.MPI)*c.Size + launcherFilesFixed
-	if lim, err := sys.FileLimit(); err == nil && lim > 0 && uint64(need) > lim {
+	if need := launcherFiles(c.MPI)*c.Size + launcherFilesFixed; uint64(need) > lim {
 		return fmt.Errorf("-n %d: more ranks than pmirun can hold descriptors for (%d needed, RLIMIT_NOFILE %d; see ulimit -n)", c.Size, need, lim)
 	}
 	return nil

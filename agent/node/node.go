@@ -437,6 +437,9 @@ func (n *Node) started(forks []forked) {
 		if sys.IsProcessLimit(err) {
 			why += " (no room for another process: see ulimit -u and the pids cgroup's pids.max)"
 		}
+		if sys.IsFileLimit(err) {
+			why += " (no descriptors left for another rank: see ulimit -n)"
+		}
 		var pe *fs.PathError
 		if errors.Is(err, fs.ErrNotExist) && errors.As(err, &pe) {
 			if in := interpreter(pe.Path); in != "" {

@@ -4,6 +4,7 @@ package sys
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -193,6 +194,12 @@ func FileLimit() (uint64, error) {
 		return 0, nil
 	}
 	return r.Cur, nil
+}
+
+// IsFileLimit reports whether err failed for want of a descriptor: this
+// process's RLIMIT_NOFILE (EMFILE) or the system's (ENFILE).
+func IsFileLimit(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // FileRoom is how many descriptors a launcher that counts its own lets

@@ -46,6 +46,9 @@ func OrphanedGroup() bool { return false }
 // FileLimit is not known off Linux.
 func FileLimit() (uint64, error) { return 0, ErrNotSupported }
 
+// IsFileLimit knows no descriptor limit off Linux.
+func IsFileLimit(err error) bool { return false }
+
 // FileRoom is not known off Linux.
 func FileRoom() (room, limit uint64, ok bool) { return 0, 0, false }
 

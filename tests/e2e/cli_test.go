@@ -418,6 +418,17 @@ func TestFileLimitGuard(t *testing.T) {
 	r = run(t, job{wrap: ulimit("-n", 64), args: []string{"-n", "7", "true"}})
 	r.wantCode(t, 2)
 	r.wantMessage(t, `-n 7: more ranks than pmirun can hold descriptors for \(68 needed, RLIMIT_NOFILE 64; see ulimit -n\)`)
+	// Loopback agents run here under the same limit, each with its
+	// node's share of the ranks: before, the job started and failed
+	// midway ("start rank 54 on node 0 (127.0.0.1): fork/exec ...: too
+	// many open files", exit 1).
+	limited = ulimit("-n", 256)
+	r = run(t, job{wrap: limited, args: []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "200", "sleep", "1"}})
+	r.wantCode(t, 2)
+	r.wantMessage(t, `-n 200: more ranks on a node \(100\) than its agent can hold descriptors for \(440 needed, RLIMIT_NOFILE 256; see ulimit -n\)`)
+	r.wantFaster(t, 5*time.Second)
+	r = run(t, job{wrap: limited, args: []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "108", "sleep", "1"}})
+	r.wantCode(t, 0)
 }
 
 // pmirun waits for its ranks without a thread each (Go aborts past
