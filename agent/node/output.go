@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/sys"
@@ -20,13 +21,19 @@ import (
 // far as it goes when partial is set (someone watches the output): the
 // rest follows it, unless another rank's output came in between, which
 // then starts on a line of its own, and the rest too, with its prefix.
-// Without partial a line is never cut but at maxLine.
+// Without partial a line is never cut but at maxLine, or when the
+// unfinished lines of all the ranks would hold more than heldMax.
 type Output struct {
 	prefix  Prefix
 	multi   bool // more than one rank: terminate a final partial line
 	partial bool // write an unfinished line once its rank pauses
 	out     lockedWriter
 	err     lockedWriter
+
+	// held is the bytes of unfinished lines the forwarders hold: each
+	// adds what it appends to its line and takes it back when it writes
+	// the line; one that finds the sum above heldMax writes what it has.
+	held atomic.Int64
 
 	wg    sync.WaitGroup
 	mu    sync.Mutex
@@ -82,8 +89,17 @@ func NewOutput(prefix Prefix, multi, partial bool, stdout, stderr io.Writer) *Ou
 	}
 }
 
-// maxLine bounds how much of one line is held before it is written anyway.
-const maxLine = 1 << 20
+// maxLine bounds how much of one line is held before it is written
+// anyway, heldMax how much of all the ranks' unfinished lines together:
+// 1,000 ranks each in a line of nearly maxLine held 1.4 GB in pmirun.
+// A buffer that grew past keepLine for a long line is let go once the
+// line is written, so that a rank holds a large one only while it needs
+// it.
+const (
+	maxLine  = 1 << 20
+	heldMax  = 32 << 20
+	keepLine = 64 << 10
+)
 
 // Pipe returns the write end for rank r's stdout (or stderr) and starts
 // forwarding its read end.
@@ -131,8 +147,12 @@ func (o *Output) forward(r *os.File, dst *lockedWriter, rp rankPrefix) {
 	var line []byte // prefix and then the line's bytes; grows with the first line: most ranks print none
 	var prefix []byte
 	cont := false // the last write left the line unfinished: line continues it
+	held := 0     // bytes of line counted in o.held
 	start := func() {
 		prefix = rp.line(prefix[:0])
+		if cap(line) > keepLine {
+			line = nil
+		}
 		line = append(line[:0], prefix...)
 	}
 	flush := func() {
@@ -140,6 +160,8 @@ func (o *Output) forward(r *os.File, dst *lockedWriter, rp rankPrefix) {
 			f.dst.write(f, line, len(prefix), cont)
 			cont = line[len(line)-1] != '\n'
 		}
+		o.held.Add(-int64(held))
+		held = 0
 		start()
 	}
 	// A deadline on the read end (Go's poller: no system call) tells the
@@ -154,7 +176,8 @@ func (o *Output) forward(r *os.File, dst *lockedWriter, rp rankPrefix) {
 			i := bytes.IndexByte(data, '\n')
 			if i < 0 {
 				line = append(line, data...)
-				if len(line) >= maxLine {
+				held += len(data)
+				if total := o.held.Add(int64(len(data))); len(line) >= maxLine || total > heldMax {
 					flush()
 				}
 				break
