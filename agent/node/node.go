@@ -127,6 +127,10 @@ type Node struct {
 	// are forked meanwhile (forkAll), and handed over through fk.
 	forking bool
 	fk      forkPhase
+	// tag is in every rank's environment (guard.TagVar): the process's
+	// guard kills what holds it if this process dies while the ranks are
+	// forked, before it registered them all.
+	tag string
 
 	// starterStop stops a Starter's ranks, or is nil.
 	starterStop func()
@@ -243,7 +247,8 @@ func New(spec *Spec, o Options) (*Node, error) {
 		n.host = hostName(o)
 	}
 	n.out = NewOutput(NewPrefix(prefix, n.host), spec.Size > 1, spec.PartialLines, o.Stdout, o.Stderr)
-	n.env = baseEnv(spec, len(ranks))
+	n.tag = guard.NewTag()
+	n.env = append(baseEnv(spec, len(ranks)), guard.TagVar+"="+n.tag)
 	if !spec.NoShm {
 		seg, err := shm.Create(segmentParams(len(ranks), spec.Size))
 		if err != nil {
@@ -407,7 +412,15 @@ func (n *Node) Start() {
 	reserveThreads()
 	n.forking = true
 	n.waiters.Go(func() {
-		n.send(event{kind: evStarted, forks: n.forkAll()})
+		// A rank runs from its fork, and a busy process may take a while
+		// to register it with its guard: until every rank forked is
+		// registered, the guard kills by the ranks' tag.
+		tagged := guard.Forking(n.tag)
+		forks := n.forkAll()
+		if tagged {
+			guard.Forked(n.tag)
+		}
+		n.send(event{kind: evStarted, forks: forks})
 	})
 }
 

@@ -86,7 +86,7 @@ func baseEnv(spec *Spec, localSize int) []string {
 	for _, kv := range spec.launchEnv() {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") ||
-			k == "MPI_LOCALNRANKS" || k == "MPI_LOCALRANKID" || k == "FASTPMI_SHM_FD" || k == "FASTPMI_APPNUM" {
+			k == "MPI_LOCALNRANKS" || k == "MPI_LOCALRANKID" || k == "FASTPMI_SHM_FD" || k == "FASTPMI_APPNUM" || k == guard.TagVar {
 			continue
 		}
 		env = append(env, kv)

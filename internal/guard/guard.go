@@ -27,6 +27,17 @@
 // a new rank while an old registration of it is still open (its job not
 // yet over) is killed until both are removed.
 //
+// Forks under way. A rank's group is registered once its fork has
+// returned, and a forker that is busy (its threads waiting for a CPU
+// that thousands of starting ranks share) may take milliseconds to get
+// there, while the rank already runs and starts processes. So a forker
+// tags its ranks' environments (TagVar=TAG, one tag for a node's ranks)
+// and writes "FTAG" before it forks the first of them and "fTAG" once
+// every one it forked is registered. A tag still open at end-of-file
+// makes the guard, after its kills, kill every process of the user
+// whose environment holds the tag (a guard's excepted: a nested
+// launcher's guard must outlive its forker to act).
+//
 // Directories. A job's files outside the ranks' own (a node's directory
 // for Open MPI's shared-memory files, which every rank writes into) are
 // removed by the forking process at the job's end, which a SIGKILL skips.
@@ -40,16 +51,16 @@
 // acted. It never outlives its forker by more than the kill: end-of-file
 // is its only way out (or SIGKILL).
 //
-// What is covered: every process that stays in a rank's process group.
-// What is not: a process that leaves it (setsid or setpgid: daemons,
-// shells with job control such as bash -i, a nested launcher's own ranks
-// — though a nested pmirun is itself in the group, and its own guard
-// then kills its ranks' groups). Neither a child subreaper
+// What is covered: every process that stays in a rank's process group,
+// and, while its node forks, every process that keeps the rank's tag in
+// its environment. What is not: a process that leaves its rank's group
+// (setsid or setpgid: daemons, shells with job control such as bash -i,
+// a nested launcher's own ranks — though a nested pmirun is itself in
+// the group, and its own guard then kills its ranks' groups) once its
+// node is forked, or drops the tag before. Neither a child subreaper
 // (PR_SET_CHILD_SUBREAPER) nor anything short of a cgroup the launcher
 // owns can find those once their forker is dead: orphans of a dead
-// subreaper go to init. A rank killed in the microseconds between its
-// fork and its registration leaves its children to the parent-death
-// signal only.
+// subreaper go to init.
 //
 // Ownership and lifetimes: one guard per process, started by the
 // command's main (Start) and stopped just before it exits (Stop); it
@@ -67,6 +78,9 @@ package guard
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -179,6 +193,27 @@ func AddDir(dir string) bool { return current.Load().AddDir(dir) }
 
 // RemoveDir ends the registration of dir, once the caller removed it.
 func RemoveDir(dir string) { current.Load().RemoveDir(dir) }
+
+// TagVar is the variable of a rank's environment that holds its node's
+// tag (Forking).
+const TagVar = "FASTPMI_GUARD_TAG"
+
+// NewTag returns a new tag for a node's ranks, random hex.
+func NewTag() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Forking tells this process's guard that ranks whose environment holds
+// TagVar=tag are about to be forked: if the process ends before Forked,
+// the guard kills every process that holds it. It reports whether the
+// guard has it; then the caller owes one Forked.
+func Forking(tag string) bool { return current.Load().Forking(tag) }
+
+// Forked ends Forking(tag): every rank forked with tag is registered
+// (Add) or did not start.
+func Forked(tag string) { current.Load().Forked(tag) }
 
 // Stop stops this process's guard: it kills the groups still registered
 // and exits. Call it just before the process exits; Add and Remove do
@@ -306,6 +341,30 @@ func (g *Guard) RemoveDir(dir string) {
 	}
 }
 
+// Forking is the package-level Forking. Safe on a nil Guard.
+func (g *Guard) Forking(tag string) bool { return validTag(tag) && g.send('F', tag) }
+
+// Forked ends one Forking of tag. Safe on a nil Guard.
+func (g *Guard) Forked(tag string) {
+	if validTag(tag) {
+		g.send('f', tag)
+	}
+}
+
+// validTag reports whether tag can be a node's tag: 1 to 64 lower-case
+// hex digits.
+func validTag(tag string) bool {
+	if len(tag) == 0 || len(tag) > 64 {
+		return false
+	}
+	for _, c := range []byte(tag) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // maxDir bounds a registered directory's path: a record is written
 // whole in one write of at most PIPE_BUF bytes, and read whole into the
 // guard's buffer.
@@ -388,7 +447,7 @@ func Main() {
 	if exe, err := os.Executable(); err == nil {
 		_ = sys.SetProcessName(filepath.Base(exe) + "-guard")
 	}
-	if err := Serve(&pacedReader{r: in, pause: readPause}, killGroup, removeDir); err != nil {
+	if err := Serve(&pacedReader{r: in, pause: readPause}, killGroup, removeDir, killTagged); err != nil {
 		// Every group still registered was killed; the error is the
 		// forker's bug, and its stderr is /dev/null: exit non-zero.
 		os.Exit(1)
@@ -445,20 +504,58 @@ func killGroup(pgid int) { _ = sys.SignalGroup(pgid, sys.SIGKILL) }
 // removeDir is the guard's removal of a registered directory.
 func removeDir(dir string) { _ = os.RemoveAll(dir) }
 
+// killTagged is the guard's kill of a tag still open: SIGKILL to every
+// process whose environment holds TagVar=tag, but guards. It reads
+// /proc: processes of other users cannot be read, nor killed.
+func killTagged(tag string) {
+	entry := []byte(TagVar + "=" + tag)
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !hasEntry(env, entry) {
+			continue
+		}
+		if cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.HasSuffix(cmd, []byte("\x00"+Arg+"\x00")) {
+			continue // a nested launcher's guard: it acts for its own ranks
+		}
+		if p, err := os.FindProcess(pid); err == nil {
+			_ = p.Kill()
+			_ = p.Release()
+		}
+	}
+}
+
 // maxPgid bounds a group id the guard accepts (the kernel's PID_MAX_LIMIT
 // is 2^22).
 const maxPgid = 1 << 22
 
+// hasEntry reports whether environ, entries each ended by a NUL as in
+// /proc/PID/environ, holds entry.
+func hasEntry(environ, entry []byte) bool {
+	for kv := range bytes.SplitSeq(environ, []byte{0}) {
+		if bytes.Equal(kv, entry) {
+			return true
+		}
+	}
+	return false
+}
+
 // Serve is the guard: it reads records from r until end-of-file (or a
 // read error), then calls kill once for every group still registered,
-// then remove once for every directory still registered. A malformed
-// record (not "+N" or "-N" with 2 <= N <= 2^22, "D/path" or "U/path"
-// with a path AddDir takes, or a remove without its add) is skipped and
-// reported in the error, after the kills and removals: the guard never
-// stops guarding because its forker misspoke.
-func Serve(r io.Reader, kill func(pgid int), remove func(dir string)) error {
+// sweep once for every tag still forking, then remove once for every
+// directory still registered. A malformed record (not "+N" or "-N" with
+// 2 <= N <= 2^22, "D/path" or "U/path" with a path AddDir takes, "FTAG"
+// or "fTAG" with a tag Forking takes, or an end without its start) is
+// skipped and reported in the error, after the kills and removals: the
+// guard never stops guarding because its forker misspoke.
+func Serve(r io.Reader, kill func(pgid int), remove func(dir string), sweep func(tag string)) error {
 	groups := map[int]int{}  // registrations open per group
 	dirs := map[string]int{} // registrations open per directory
+	tags := map[string]int{} // fork phases open per tag
 	var bad []string
 	br := bufio.NewReaderSize(r, 4096)
 	var rerr error
@@ -490,6 +587,11 @@ func Serve(r io.Reader, kill func(pgid int), remove func(dir string)) error {
 			if well = validDir(dir); well {
 				open = register(dirs, dir, line[0] == 'D')
 			}
+		} else if len(line) > 0 && (line[0] == 'F' || line[0] == 'f') {
+			tag := string(line[1:])
+			if well = validTag(tag); well {
+				open = register(tags, tag, line[0] == 'F')
+			}
 		} else {
 			pgid, perr := strconv.Atoi(string(line[min(1, len(line)):]))
 			if well = len(line) >= 2 && (line[0] == '+' || line[0] == '-') && perr == nil && pgid >= 2 && pgid <= maxPgid; well {
@@ -505,6 +607,9 @@ func Serve(r io.Reader, kill func(pgid int), remove func(dir string)) error {
 	}
 	for pgid := range groups {
 		kill(pgid)
+	}
+	for tag := range tags {
+		sweep(tag)
 	}
 	for dir := range dirs {
 		remove(dir)

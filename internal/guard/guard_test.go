@@ -33,20 +33,27 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// forker is the test binary as a forking process: two "ranks", each a
+// forker is the test binary as a forking process: three "ranks", each a
 // shell that starts a background sleep (its grandchild, in its group);
 // the first stays registered, the second is registered and removed
-// again. It prints "guard G", then "rank R child C kept|removed" for
-// each, and sleeps until killed.
+// again, the third is forked with a tag (Forking) and not yet
+// registered, as a rank is between its fork and its forker's Add. It
+// prints "guard G", then "rank R child C kept|removed|forking" for each,
+// and sleeps until killed.
 func forker() int {
 	g, err := New(SelfExe, nil)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	for _, keep := range []bool{true, false} {
+	for _, what := range []string{"kept", "removed", "forking"} {
 		cmd := exec.Command("sh", "-c", "sleep 300 & echo $!; wait")
 		cmd.SysProcAttr = sys.RankProcAttr()
+		if what == "forking" {
+			tag := NewTag()
+			g.Forking(tag)
+			cmd.Env = append(os.Environ(), TagVar+"="+tag)
+		}
 		out, err := cmd.StdoutPipe()
 		if err == nil {
 			err = cmd.Start()
@@ -55,12 +62,12 @@ func forker() int {
 			fmt.Println("error", err)
 			return 1
 		}
-		g.Add(cmd.Process.Pid)
+		if what != "forking" {
+			g.Add(cmd.Process.Pid)
+		}
 		child, _ := bufio.NewReader(out).ReadString('\n')
-		what := "kept"
-		if !keep {
+		if what == "removed" {
 			g.Remove(cmd.Process.Pid)
-			what = "removed"
 		}
 		fmt.Printf("rank %d child %s %s\n", cmd.Process.Pid, strings.TrimSpace(child), what)
 	}
@@ -150,7 +157,10 @@ const killBound = 5 * time.Second
 
 // A forking process killed with SIGKILL takes every process of every
 // group it registered with it, the grandchildren the parent-death signal
-// misses included; a group it removed is left alone. Its guard survives
+// misses included, and every process with the tag of ranks it was still
+// forking (before, a rank forked but not yet registered, which a busy
+// forker leaves so for milliseconds, left its children running); a
+// group it removed is left alone. Its guard survives
 // the signals a terminal or a kill of the launcher's group send, and ends
 // itself once it has killed.
 func TestForkerKilled(t *testing.T) {
@@ -163,10 +173,10 @@ func TestForkerKilled(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var kept, removed []int
+	var kept, removed, forking []int
 	guardPid := 0
 	defer func() {
-		for _, p := range append(append(kept, removed...), guardPid, cmd.Process.Pid) {
+		for _, p := range append(append(append(kept, removed...), forking...), guardPid, cmd.Process.Pid) {
 			if p > 0 {
 				_ = sys.SignalProcess(p, sys.SIGKILL)
 			}
@@ -202,9 +212,12 @@ func TestForkerKilled(t *testing.T) {
 			case len(f) == 5 && f[0] == "rank":
 				r, _ := strconv.Atoi(f[1])
 				c, _ := strconv.Atoi(f[3])
-				if f[4] == "kept" {
+				switch f[4] {
+				case "kept":
 					kept = append(kept, r, c)
-				} else {
+				case "forking":
+					forking = append(forking, r, c)
+				default:
 					removed = append(removed, r, c)
 				}
 			default:
@@ -214,8 +227,8 @@ func TestForkerKilled(t *testing.T) {
 			t.Fatal("the forker said nothing for 30 s")
 		}
 	}
-	if len(kept) != 2 || len(removed) != 2 {
-		t.Fatalf("kept %v, removed %v: want a rank and its child each", kept, removed)
+	if len(kept) != 2 || len(removed) != 2 || len(forking) != 2 {
+		t.Fatalf("kept %v, removed %v, forking %v: want a rank and its child each", kept, removed, forking)
 	}
 	for _, p := range append(append([]int{guardPid}, kept...), removed...) {
 		if !alive(p) {
@@ -266,6 +279,9 @@ func TestForkerKilled(t *testing.T) {
 		t.Fatalf("%v still run %v after the forker's SIGKILL (registered rank and child %v, guard %d)", left, killBound, kept, guardPid)
 	}
 	t.Logf("registered group and guard gone %v after the forker's SIGKILL", time.Since(killed).Round(time.Millisecond))
+	if left := waitGone(forking, killBound); len(left) > 0 {
+		t.Errorf("%v of a rank forked with a tag and not yet registered (rank and child %v) still run %v after the forker's SIGKILL", left, forking, killBound)
+	}
 	// The removed rank died of the parent-death signal; its child was
 	// not the guard's to kill.
 	if !alive(removed[1]) {
@@ -423,7 +439,8 @@ func TestServe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var killed []int
 			var removed []string
-			err := Serve(strings.NewReader(tc.in), func(p int) { killed = append(killed, p) }, func(d string) { removed = append(removed, d) })
+			err := Serve(strings.NewReader(tc.in), func(p int) { killed = append(killed, p) }, func(d string) { removed = append(removed, d) },
+				func(tag string) { t.Errorf("swept tag %s", tag) })
 			slices.Sort(killed)
 			slices.Sort(removed)
 			if !slices.Equal(killed, tc.kill) {
@@ -442,10 +459,46 @@ func TestServe(t *testing.T) {
 	}
 }
 
+// Tags of nodes still forking at end-of-file are swept, after the
+// groups' kills; a fork phase that ended is not, whatever its ranks
+// left.
+func TestServeTags(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		swept    []string
+		bad      string
+	}{
+		{"forking", "Fab12\n+14\n", []string{"ab12"}, ""},
+		{"forked", "Fab12\n+14\nfab12\n", nil, ""},
+		{"counted", "Fab12\nFab12\nfab12\nFcd\n", []string{"ab12", "cd"}, ""},
+		{"end unknown", "fab12\nFcd\n", []string{"cd"}, `"fab12" (not registered)`},
+		{"bad tags", "F\nFAB\nFa-b\nF" + strings.Repeat("a", 65) + "\nFab0\n", []string{"ab0"}, `"F"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var order, swept []string
+			err := Serve(strings.NewReader(tc.in), func(p int) { order = append(order, "kill") }, func(string) {},
+				func(tag string) { swept = append(swept, tag); order = append(order, "sweep") })
+			slices.Sort(swept)
+			if !slices.Equal(swept, tc.swept) {
+				t.Errorf("swept %v, want %v", swept, tc.swept)
+			}
+			if i := slices.Index(order, "kill"); i > 0 {
+				t.Errorf("a sweep before the kills: %v", order)
+			}
+			switch {
+			case tc.bad == "" && err != nil:
+				t.Errorf("error %v", err)
+			case tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)):
+				t.Errorf("error %v, want one with %q", err, tc.bad)
+			}
+		})
+	}
+}
+
 // A read error ends the guard as end-of-file does: it kills.
 func TestServeReadError(t *testing.T) {
 	var killed []int
-	err := Serve(io.MultiReader(strings.NewReader("+12\n"), errReader{}), func(p int) { killed = append(killed, p) }, func(string) {})
+	err := Serve(io.MultiReader(strings.NewReader("+12\n"), errReader{}), func(p int) { killed = append(killed, p) }, func(string) {}, func(string) {})
 	if err == nil || !slices.Equal(killed, []int{12}) {
 		t.Errorf("killed %v, error %v: want [12] and the read error", killed, err)
 	}
