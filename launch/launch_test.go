@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
 )
 
 func TestBlockMapping(t *testing.T) {
@@ -80,6 +82,42 @@ func TestOutputWholeLines(t *testing.T) {
 			t.Fatalf("mangled line (%d bytes): %.80q", len(l), l)
 		}
 	}
+}
+
+// --timeout ends a job whose output nobody reads (pmirun | less, left
+// waiting; a terminal stopped with Ctrl-S) within its bound, and says
+// why the output stopped. Before, pmirun waited for the stalled write
+// as long as its reader lived: exit 141 once it went, never 124.
+func TestTimeoutStdoutStalled(t *testing.T) {
+	unblock := make(chan struct{})
+	defer close(unblock)
+	var stderr syncbuf.Buffer
+	ran := make(chan error, 1)
+	go func() {
+		ran <- Run(context.Background(), Config{Size: 2, Prog: "yes", Timeout: time.Second, Stdout: stalledWriter(unblock), Stderr: &stderr})
+	}()
+	var err error
+	select {
+	case err = <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the job still runs 10 s after its 1s timeout\nstderr:\n%s", stderr.String())
+	}
+	var je *JobError
+	if !errors.As(err, &je) || je.Code != ExitTimeout {
+		t.Fatalf("run: %v, want a job error of code %d\nstderr:\n%s", err, ExitTimeout, stderr.String())
+	}
+	if want := "pmirun: stopped forwarding the ranks' output: its stdout took none of it for 2s\n"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr:\n%s\nwant %q", stderr.String(), want)
+	}
+}
+
+// stalledWriter is a stream nobody reads: a Write blocks until the
+// channel is closed.
+type stalledWriter chan struct{}
+
+func (w stalledWriter) Write(p []byte) (int, error) {
+	<-w
+	return len(p), nil
 }
 
 func TestStdinToRankZero(t *testing.T) {

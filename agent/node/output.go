@@ -45,6 +45,9 @@ type lockedWriter struct {
 	mu   sync.Mutex
 	w    io.Writer
 	open *forwarder // guarded by mu: whose unfinished line the stream ends in, nil at a line's start
+	// busy is set while a Write to w is under way (under mu), for
+	// Stalled: a stream nobody reads blocks it for ever.
+	busy atomic.Bool
 }
 
 // forwarder is one rank's stream being forwarded to dst: the stream
@@ -63,10 +66,13 @@ func (l *lockedWriter) write(f *forwarder, line []byte, head int, cont bool) {
 		line = line[head:]
 	case cont && len(line) == head+1 && line[head] == '\n':
 		return // the end of a line that other output has ended already
-	case l.open != nil && l.open != f:
+	}
+	l.busy.Store(true)
+	if l.open != nil && l.open != f {
 		_, _ = l.w.Write([]byte{'\n'}) // another rank's unfinished line ends here
 	}
 	_, _ = l.w.Write(line)
+	l.busy.Store(false)
 	l.open = nil
 	if f != nil && len(line) > 0 && line[len(line)-1] != '\n' {
 		l.open = f
@@ -211,7 +217,10 @@ func (o *Output) forward(r *os.File, dst *lockedWriter, rp rankPrefix) {
 
 // Wait waits for every forwarder to reach EOF, at most d; then it closes
 // the read ends (a rank's orphaned children may hold the write ends) and
-// returns the ranks whose output it cut so.
+// returns the ranks whose output it cut so, once the forwarders have
+// ended, or after d more: a forwarder blocked in a write to a stream
+// nobody reads (a pager left waiting, a terminal stopped with Ctrl-S;
+// Stalled) is left to end by itself, or with the process.
 func (o *Output) Wait(d time.Duration) (cut []int) {
 	done := make(chan struct{})
 	go func() { o.wg.Wait(); close(done) }() // ends with the forwarders, waited for below
@@ -228,7 +237,23 @@ func (o *Output) Wait(d time.Duration) (cut []int) {
 		}
 	}
 	o.mu.Unlock()
-	<-done
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 	slices.Sort(cut)
 	return cut
+}
+
+// Stalled names the launcher's stream, "stdout" or "stderr", in which a
+// write is blocked once Wait has given up on it (nobody reads the
+// stream), or returns "". Call it after Wait.
+func (o *Output) Stalled() string {
+	switch {
+	case o.out.busy.Load():
+		return "stdout"
+	case o.err.busy.Load():
+		return "stderr"
+	}
+	return ""
 }

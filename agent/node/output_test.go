@@ -175,3 +175,42 @@ func (c *countWriter) Write(b []byte) (int, error) {
 	c.n.Add(int64(len(b) - bytes.Count(b, []byte{'\n'})))
 	return len(b), nil
 }
+
+// Wait is bounded when the launcher's stdout takes nothing (a pager left
+// waiting, a terminal stopped with Ctrl-S): a forwarder blocked writing
+// to it is left, and Stalled names the stream. Before, Wait waited for
+// that write for ever, and pmirun outlived its --timeout as long as its
+// reader did.
+func TestOutputWaitStalledStream(t *testing.T) {
+	unblock := make(chan struct{})
+	defer close(unblock)
+	var errs syncbuf.Buffer
+	o := NewOutput(Prefix{}, true, false, blockedWriter(unblock), &errs)
+	w, err := o.Pipe(0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("nobody reads this\n")); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	waited := make(chan []int)
+	go func() { waited <- o.Wait(50 * time.Millisecond) }()
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait still waits for a write to a stream nobody reads after 5 s")
+	}
+	if got := o.Stalled(); got != "stdout" {
+		t.Errorf("Stalled: %q, want stdout", got)
+	}
+}
+
+// blockedWriter is a stream nobody reads: a Write blocks until unblock
+// is closed.
+type blockedWriter chan struct{}
+
+func (b blockedWriter) Write(p []byte) (int, error) {
+	<-b
+	return len(p), nil
+}
