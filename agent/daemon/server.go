@@ -278,8 +278,11 @@ func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
 	ranks := len(sub.Spec.Nodes[sub.Node])
 	s.mu.Lock()
 	busy, closing := len(s.jobs) >= s.cfg.MaxJobs, s.closing
-	files := s.filesLocked(ranks)
-	if !busy && !closing && files == nil {
+	limit := s.filesLocked(ranks)
+	if limit == nil {
+		limit = s.tasksLocked(ranks)
+	}
+	if !busy && !closing && limit == nil {
 		s.jobs[j] = struct{}{}
 		s.ranks += ranks
 	}
@@ -291,8 +294,8 @@ func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
 	case busy:
 		s.refuse(c, fmt.Sprintf("%d jobs running, the most it runs at once (pmid --max-jobs)", s.cfg.MaxJobs))
 		return
-	case files != nil:
-		s.refuse(c, files.Error())
+	case limit != nil:
+		s.refuse(c, limit.Error())
 		return
 	}
 	s.run(ctx, j, s.cfg.Logger.With("job", sub.Spec.JobID))
@@ -324,6 +327,31 @@ func (s *Server) filesLocked(ranks int) error {
 	if ok && uint64(need) > room {
 		return fmt.Errorf("no descriptors for %d more ranks: the daemon would hold about %d for its %d jobs, more than the %d it allows itself (RLIMIT_NOFILE %d less a sixteenth; see ulimit -n)",
 			ranks, need, len(s.jobs)+1, room, lim)
+	}
+	return nil
+}
+
+// Tasks a daemon takes of its user's RLIMIT_NPROC, which counts every
+// thread of the user's processes, beside its ranks: its own threads and
+// its guard's (daemonTasks), and per job running or starting, the forks
+// in flight and the threads they block (jobTasks). Generous, as a
+// launcher's (launch's launcherTasks): where the Go runtime cannot make
+// a thread it needs, the daemon aborts, and every job with it.
+const (
+	daemonTasks = 24
+	jobTasks    = 8
+)
+
+// tasksLocked refuses a job of ranks local ranks that the daemon's
+// RLIMIT_NPROC has no room for, counting its running jobs' ranks (not
+// what they started, nor the user's other processes). The caller holds
+// s.mu.
+func (s *Server) tasksLocked(ranks int) error {
+	lim, err := sys.ProcessLimit()
+	need := uint64(s.ranks+ranks) + daemonTasks + jobTasks*uint64(len(s.jobs)+1)
+	if err == nil && lim > 0 && need > lim {
+		return fmt.Errorf("no room for %d more ranks: the daemon would run about %d processes and threads for its %d jobs, more than RLIMIT_NPROC %d allows (see ulimit -u)",
+			ranks, need, len(s.jobs)+1, lim)
 	}
 	return nil
 }

@@ -513,6 +513,23 @@ func TestDaemonRefusals(t *testing.T) {
 	r.wantLines(t, map[string]int{"got:0:go on": 1, "got:1:": 1})
 }
 
+// A daemon refuses a job its user's process limit (RLIMIT_NPROC, which
+// counts threads) has no room for beside the jobs it runs, as it refuses
+// one it lacks descriptors for. Before, it took every job: once the
+// ranks filled the limit a fork failed, and where the Go runtime could
+// not make a thread the daemon aborted ("runtime/cgo: pthread_create
+// failed", SIGABRT), ending every job it ran (4 jobs of 12 ranks at once
+// under "ulimit -u 40", run by a user the limit binds).
+func TestDaemonProcessLimit(t *testing.T) {
+	secret := newSecret(t)
+	d := startDaemon(t, ulimit("-u", 60), "127.0.0.1:0", secret)
+	r := run(t, job{args: []string{"--daemons", d.addr, "--secret-file", secret, "-n", "40", "true"}})
+	r.wantCode(t, 1)
+	r.wantMessage(t, `daemon refused the job: no room for 40 more ranks: the daemon would run about 72 processes and threads for its 1 jobs, more than RLIMIT_NPROC 60 allows \(see ulimit -u\)`)
+	r = run(t, job{args: []string{"--daemons", d.addr, "--secret-file", secret, "-n", "20", "true"}})
+	r.wantCode(t, 0)
+}
+
 // 200 jobs (10 at a time; every tenth fails mid-fence) leave each daemon
 // as it was after the first batch: the same descriptors, no memfd, no
 // child process, no more goroutines, and threads only up to the peak of
