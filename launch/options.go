@@ -352,6 +352,12 @@ func (c *Config) validateLimits() error {
 			return fmt.Errorf("-n %d: the shared segment needs %d MiB, more than the %d MiB the memory cgroup leaves (%s: %d MiB, %d MiB in use); use fewer ranks or --no-shm",
 				c.Size, need>>20, r.Left>>20, r.File, r.Limit>>20, r.Used>>20)
 		}
+		// The segment is a file (a memfd) to the kernel, which sizes it
+		// only within the file size limit.
+		if lim, err := sys.FileSizeLimit(); err == nil && lim > 0 && need > lim {
+			return fmt.Errorf("-n %d: the shared segment needs %d KiB, more than the file size limit allows (RLIMIT_FSIZE %d KiB; see ulimit -f); use --no-shm",
+				c.Size, (need+1023)>>10, lim>>10)
+		}
 	}
 	// A pids cgroup (a container's or a batch job's) counts every process
 	// and thread under it, pmirun's and the agents' own threads too.

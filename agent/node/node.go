@@ -253,6 +253,10 @@ func New(spec *Spec, o Options) (*Node, error) {
 		seg, err := shm.Create(segmentParams(len(ranks), spec.Size))
 		if err != nil {
 			ag.Close()
+			if sys.IsFileSizeLimit(err) {
+				// The segment is a file (a memfd) to the kernel.
+				return nil, fmt.Errorf("create shared memory: %w (the file size limit, RLIMIT_FSIZE: see ulimit -f; or run with --no-shm to use PMI_FD only)", err)
+			}
 			return nil, fmt.Errorf("create shared memory: %w (run with --no-shm to use PMI_FD only)", err)
 		}
 		if o.Starter != nil {

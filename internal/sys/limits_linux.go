@@ -196,6 +196,23 @@ func FileLimit() (uint64, error) {
 	return r.Cur, nil
 }
 
+// FileSizeLimit returns the soft RLIMIT_FSIZE, the largest file this
+// process may make (a memfd's size too), in bytes; 0 means unlimited.
+func FileSizeLimit() (uint64, error) {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &r); err != nil {
+		return 0, errnoErr("getrlimit", err)
+	}
+	if r.Cur == unix.RLIM_INFINITY {
+		return 0, nil
+	}
+	return r.Cur, nil
+}
+
+// IsFileSizeLimit reports whether err failed at the file size limit
+// (EFBIG: RLIMIT_FSIZE).
+func IsFileSizeLimit(err error) bool { return errors.Is(err, syscall.EFBIG) }
+
 // IsFileLimit reports whether err failed for want of a descriptor: this
 // process's RLIMIT_NOFILE (EMFILE) or the system's (ENFILE).
 func IsFileLimit(err error) bool {

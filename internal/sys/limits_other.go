@@ -46,6 +46,12 @@ func OrphanedGroup() bool { return false }
 // FileLimit is not known off Linux.
 func FileLimit() (uint64, error) { return 0, ErrNotSupported }
 
+// FileSizeLimit is not known off Linux.
+func FileSizeLimit() (uint64, error) { return 0, ErrNotSupported }
+
+// IsFileSizeLimit knows no file size limit off Linux.
+func IsFileSizeLimit(err error) bool { return false }
+
 // IsFileLimit knows no descriptor limit off Linux.
 func IsFileLimit(err error) bool { return false }
 

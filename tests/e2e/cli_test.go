@@ -431,6 +431,24 @@ func TestFileLimitGuard(t *testing.T) {
 	r.wantCode(t, 0)
 }
 
+// The shared segment is a memfd, a file to the kernel: under a file size
+// limit too small for it pmirun refuses the job at once, naming the
+// limit, and an agent that cannot size its segment says which limit.
+// Before, the job failed with "truncate memfd:fastpmi-shm: file too
+// large", exit 1, naming no limit.
+func TestFileSizeLimitGuard(t *testing.T) {
+	limited := ulimit("-f", 10)
+	r := run(t, job{wrap: limited, args: []string{"-n", "2", "true"}})
+	r.wantCode(t, 2)
+	r.wantMessage(t, `^pmirun: -n 2: the shared segment needs \d+ KiB, more than the file size limit allows \(RLIMIT_FSIZE 10 KiB; see ulimit -f\); use --no-shm$`)
+	r.wantFaster(t, 5*time.Second)
+	r = run(t, job{wrap: limited, args: []string{"--no-shm", "-n", "2", "true"}})
+	r.wantCode(t, 0)
+	r = run(t, job{wrap: limited, args: []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "2", "true"}})
+	r.wantCode(t, 1)
+	r.wantMessage(t, `^pmirun: start rank \d on node \d \(127\.0\.0\.1\): create shared memory: .*file too large \(the file size limit, RLIMIT_FSIZE: see ulimit -f; or run with --no-shm to use PMI_FD only\)$`)
+}
+
 // pmirun waits for its ranks without a thread each (Go aborts past
 // 10,000 threads and each counts against RLIMIT_NPROC): with 300 ranks
 // running it has far fewer than 300 threads.
