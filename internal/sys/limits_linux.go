@@ -15,17 +15,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ProcessLimit returns the soft RLIMIT_NPROC, the processes (and threads)
-// this user may have; 0 means unlimited.
-func ProcessLimit() (uint64, error) {
+// softLimit returns the soft limit of resource; 0 means unlimited.
+func softLimit(resource int) (uint64, error) {
 	var r unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &r); err != nil {
+	if err := unix.Getrlimit(resource, &r); err != nil {
 		return 0, errnoErr("getrlimit", err)
 	}
 	if r.Cur == unix.RLIM_INFINITY {
 		return 0, nil
 	}
 	return r.Cur, nil
+}
+
+// ProcessLimit returns the soft RLIMIT_NPROC, the processes (and threads)
+// this user may have; 0 means unlimited.
+func ProcessLimit() (uint64, error) {
+	return softLimit(unix.RLIMIT_NPROC)
 }
 
 // MemAvailable returns the kernel's estimate of the memory available for
@@ -186,27 +191,13 @@ func procStat(pid int) (ppid, pgrp, sid int, ok bool) {
 // FileLimit returns the soft RLIMIT_NOFILE, the descriptors this process
 // may hold (Go raises it to the hard limit at start-up); 0 = unlimited.
 func FileLimit() (uint64, error) {
-	var r unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil {
-		return 0, errnoErr("getrlimit", err)
-	}
-	if r.Cur == unix.RLIM_INFINITY {
-		return 0, nil
-	}
-	return r.Cur, nil
+	return softLimit(unix.RLIMIT_NOFILE)
 }
 
 // FileSizeLimit returns the soft RLIMIT_FSIZE, the largest file this
 // process may make (a memfd's size too), in bytes; 0 means unlimited.
 func FileSizeLimit() (uint64, error) {
-	var r unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &r); err != nil {
-		return 0, errnoErr("getrlimit", err)
-	}
-	if r.Cur == unix.RLIM_INFINITY {
-		return 0, nil
-	}
-	return r.Cur, nil
+	return softLimit(unix.RLIMIT_FSIZE)
 }
 
 // IsFileSizeLimit reports whether err failed at the file size limit
