@@ -508,18 +508,12 @@ func removeDir(dir string) { _ = os.RemoveAll(dir) }
 // process whose environment holds TagVar=tag, but guards. It reads
 // /proc: processes of other users cannot be read, nor killed.
 func killTagged(tag string) {
-	entry := []byte(TagVar + "=" + tag)
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+	entry := TagVar + "=" + tag
+	for _, pid := range sys.Pids() {
+		if pid == os.Getpid() || !sys.HasEnv(pid, entry) {
 			continue
 		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !hasEntry(env, entry) {
-			continue
-		}
-		if cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.HasSuffix(cmd, []byte("\x00"+Arg+"\x00")) {
+		if cmd, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && bytes.HasSuffix(cmd, []byte("\x00"+Arg+"\x00")) {
 			continue // a nested launcher's guard: it acts for its own ranks
 		}
 		if p, err := os.FindProcess(pid); err == nil {
@@ -532,17 +526,6 @@ func killTagged(tag string) {
 // maxPgid bounds a group id the guard accepts (the kernel's PID_MAX_LIMIT
 // is 2^22).
 const maxPgid = 1 << 22
-
-// hasEntry reports whether environ, entries each ended by a NUL as in
-// /proc/PID/environ, holds entry.
-func hasEntry(environ, entry []byte) bool {
-	for kv := range bytes.SplitSeq(environ, []byte{0}) {
-		if bytes.Equal(kv, entry) {
-			return true
-		}
-	}
-	return false
-}
 
 // Serve is the guard: it reads records from r until end-of-file (or a
 // read error), then calls kill once for every group still registered,

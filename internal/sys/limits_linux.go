@@ -139,15 +139,11 @@ func OrphanedGroup() bool {
 	if ppgrp, psid, ok := procGroup(unix.Getppid()); ok && ppgrp != pgrp && psid == sid {
 		return false
 	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
+	pids := Pids()
+	if len(pids) == 0 { // /proc unreadable: it shows this process at least
 		return false
 	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids {
 		ppid, g, s, ok := procStat(pid)
 		if !ok || g != pgrp || s != sid {
 			continue

@@ -3,6 +3,7 @@
 package sys
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"strconv"
@@ -192,4 +193,33 @@ func SetProcessName(name string) error {
 // only on failure.
 func Exec(path string, argv, env []string) error {
 	return os.NewSyscallError("execve", unix.Exec(path, argv, env))
+}
+
+// Pids lists the ids of the processes /proc shows, as far as it can be
+// read.
+func Pids() []int {
+	ents, _ := os.ReadDir("/proc")
+	pids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// HasEnv reports whether the environment process pid started with
+// (/proc/PID/environ: a process of another user cannot be read) holds
+// the entry "KEY=VALUE".
+func HasEnv(pid int, entry string) bool {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	for kv := range bytes.SplitSeq(env, []byte{0}) {
+		if string(kv) == entry {
+			return true
+		}
+	}
+	return false
 }

@@ -516,19 +516,12 @@ func run(t *testing.T, j job) result {
 
 // marked lists the processes whose environment holds markerVar=marker.
 func marked(marker string) []int {
-	want := []byte("\x00" + markerVar + "=" + marker + "\x00")
-	ents, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+	for _, pid := range sys.Pids() {
+		if pid == os.Getpid() || !sys.HasEnv(pid, markerVar+"="+marker) {
 			continue
 		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(append([]byte{0}, env...), want) {
-			continue
-		}
-		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+		if stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
 			// A zombie has ended; only its parent has yet to reap it.
 			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
 				continue
