@@ -34,7 +34,9 @@ func (g *group) complete(c *Core) bool {
 }
 
 // enterGroup adds rs to a PMI-1.2 group barrier among local ranks. A
-// group barrier also commits its members' puts.
+// group barrier also makes its members' puts visible on this node; they
+// stay pending, since only a world fence carries them to the job's
+// other nodes.
 func (c *Core) enterGroup(rs *rankState, key string, members []bool, t to) {
 	g := c.groups[key]
 	if g == nil {
@@ -68,7 +70,7 @@ func (c *Core) enterGroup(rs *rankState, key string, members []bool, t to) {
 		return
 	}
 	delete(c.groups, key)
-	c.commit(c.takePuts(g.members))
+	c.commit(c.pendingPuts(g.members))
 	for i, e := range g.entered {
 		if e.in {
 			c.leaveGroup(i)

@@ -401,7 +401,7 @@ type rankState struct {
 	finalized             bool
 	gone                  bool   // connection closed or process ended
 	ended                 bool   // counted in Core.ended (finalized or gone)
-	pending               []KV   // puts since the last fence, in order
+	pending               []KV   // puts since the last world fence, in order (group barriers leave them)
 	auto                  []bool // pending[i] is unhinted under PolicyAuto: the fence decides (takeAuto)
 	collSeq               uint64 // fence/allgather epochs entered
 	waitFor               uint64 // Block: the rank waits for its detached entries up to this epoch

@@ -97,7 +97,7 @@ func (c *Core) enterEpoch(rs *rankState, kind collKind, val []byte, detached boo
 	c.contributed = e
 	switch kind {
 	case kindFence:
-		c.up(UpCall{Kind: UpFence, Epoch: e, KVs: c.takePuts(nil)})
+		c.up(UpCall{Kind: UpFence, Epoch: e, KVs: c.takePuts()})
 	case kindAllgather:
 		in := make([]tree.Entry, len(c.ranks))
 		for i, p := range c.ranks {

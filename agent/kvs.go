@@ -43,14 +43,23 @@ func (c *Core) put(rs *rankState, key, val string, hint pmiwire.Hint) {
 	}
 }
 
-// takePuts returns the puts of ranks (every local rank, or those marked)
-// since their last fence, one per key: a repeated put replaces, and of two
-// ranks putting one key the later in local order wins. Keys keep the
-// position of their first put.
-func (c *Core) takePuts(members []bool) []KV {
-	if members == nil {
-		c.takeAuto()
+// takePuts returns the puts of every local rank since the last world
+// fence (pendingPuts) and forgets them: the fence carries them to the
+// job's other nodes.
+func (c *Core) takePuts() []KV {
+	c.takeAuto()
+	puts := c.pendingPuts(nil)
+	for _, r := range c.ranks {
+		r.pending, r.auto = nil, nil
 	}
+	return puts
+}
+
+// pendingPuts returns the puts of ranks (every local rank, or those
+// marked) since the last world fence, one per key: a repeated put
+// replaces, and of two ranks putting one key the later in local order
+// wins. Keys keep the position of their first put.
+func (c *Core) pendingPuts(members []bool) []KV {
 	n := 0
 	for i, r := range c.ranks {
 		if members == nil || members[i] {
@@ -79,7 +88,6 @@ func (c *Core) takePuts(members []bool) []KV {
 			}
 			puts = append(puts, kv)
 		}
-		r.pending, r.auto = nil, nil
 	}
 	return puts
 }

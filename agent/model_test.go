@@ -30,7 +30,7 @@ import (
 // the owner supplies at a random later step; reads of it wait until then.
 // Job attributes (with and without the KVS fallback) are read, and group
 // barriers (PMI-1.2, of every rank or of some, which commit their
-// members' puts) entered, in every seed.
+// members' puts and leave them to the next fence) entered, in every seed.
 
 // model is the reference.
 type model struct {
@@ -372,7 +372,8 @@ func (m *model) failColl(e uint64) {
 // barrier enters l into group barrier name: an error if l is not a
 // member, and for every rank in it if a member that has not entered has
 // ended; complete when every member is in, which commits the members'
-// puts (no Upstream: a group barrier is the node's own).
+// puts here (no Upstream: a group barrier is the node's own) and leaves
+// them for the next fence to carry.
 func (m *model) barrier(l int, q *mReq, name string, members []int) {
 	g := m.groups[name]
 	if g == nil {
@@ -411,7 +412,6 @@ func (m *model) barrier(l int, q *mReq, name string, members []int) {
 			for _, kv := range pr.puts {
 				last[kv.Key] = kv.Val
 			}
-			pr.puts = nil
 		}
 	}
 	for k, v := range last {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -163,6 +164,30 @@ func TestKVSPoliciesMPICH(t *testing.T) {
 			r.wantAllreduce(t, 16)
 		})
 	}
+}
+
+// A PMI-1.2 node barrier (PMI_Barrier_group(PMI_GROUP_NODE)) shows the
+// node's puts on the node; the world barrier after it carries them to
+// the other nodes all the same (the node barrier kept them from the
+// fence: a get of another node's key answered rc=4 after it).
+func TestKVSNodeBarrierThenWorld(t *testing.T) {
+	const script = `pmi() { printf '%s\n' "$1" >&$PMI_FD; read -r l <&$PMI_FD; }
+pmi 'cmd=init pmi_version=1 pmi_subversion=1'
+pmi 'cmd=get_my_kvsname'; kvs=${l##*kvsname=}
+pmi "cmd=put kvsname=$kvs key=k$PMI_RANK value=v$PMI_RANK"
+pmi 'cmd=barrier_in group=NODE:7'
+pmi 'cmd=barrier_in'
+for r in 0 1 2 3; do pmi "cmd=get kvsname=$kvs key=k$r"; echo "$PMI_RANK ${l#cmd=get_result }"; done
+pmi 'cmd=finalize'`
+	r := run(t, loopbackJob(2, "net", "-n", "4", "bash", "-c", script))
+	r.wantCode(t, 0)
+	want := map[string]int{}
+	for rank := range 4 {
+		for key := range 4 {
+			want[fmt.Sprintf("%d rc=0 value=v%d", rank, key)]++
+		}
+	}
+	r.wantLines(t, want)
 }
 
 // The rank that would put a key other ranks wait for dies first: the
