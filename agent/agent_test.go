@@ -269,6 +269,24 @@ func TestPMI1Errors(t *testing.T) {
 	c.expect("cmd=appnum rc=0 appnum=0")
 }
 
+// PMI-1 fields are separated by spaces alone, as Hydra and Slurm read
+// them: a value holding a tab or a CR is stored and answered whole (it was
+// cut at the tab, the put answered rc=0).
+func TestPMI1ValueWithTabAndCR(t *testing.T) {
+	_, cs, _ := newJob(t, 1, nil)
+	c := cs[0]
+	c.v1("cmd=init pmi_version=1 pmi_subversion=1")
+	c.read()
+	c.v1("cmd=put kvsname=job-1 key=t value=a\tb\rc")
+	c.expect("cmd=put_result rc=0")
+	c.v1("cmd=barrier_in")
+	c.expect("cmd=barrier_out rc=0")
+	c.v1("cmd=get kvsname=job-1 key=t")
+	c.expect("cmd=get_result rc=0 value=a\tb\rc")
+	c.v2("cmd=kvs-get;key=t;")
+	c.expect("cmd=kvs-get-response;rc=0;found=TRUE;value=a\tb\rc;")
+}
+
 func TestPMI12GroupBarriers(t *testing.T) {
 	_, cs, _ := newJob(t, 3, nil)
 	for _, c := range cs {

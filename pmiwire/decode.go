@@ -236,14 +236,15 @@ func parseHeader(h []byte) (int, bool) {
 	return n, digits > 0
 }
 
-// isV1Space reports whether c separates PMI-1 fields. Clients separate them
-// with single spaces; tabs and a CR before the LF are tolerated.
-func isV1Space(c byte) bool { return c == ' ' || c == '\t' || c == '\r' }
+// isV1Space reports whether c separates PMI-1 fields: a space, as every
+// client writes them and every server (MPICH's parser, Hydra, Slurm) reads
+// them. A tab or CR is part of its value, as it is there.
+func isV1Space(c byte) bool { return c == ' ' }
 
-// parseV1Line parses "cmd=name k=v k k=v" (without the LF). The caller
-// guarantees the line starts with "cmd=".
+// parseV1Line parses "cmd=name k=v k k=v" (without the LF; CRs before the
+// LF are dropped). The caller guarantees the line starts with "cmd=".
 func parseV1Line(line []byte) (Msg, error) {
-	s := string(line)
+	s := strings.TrimRight(string(line), "\r")
 	nsep := 0
 	for i := 0; i < len(s); i++ {
 		if isV1Space(s[i]) {

@@ -57,8 +57,12 @@ var v1Cases = []struct {
 		Msg{Framing: V1, Cmd: "singinit", Pairs: pairs("pmi_version=1", "pmi_subversion=1", "stdio=yes", "authtype=none")}},
 	{"bare key", "cmd=foo endcmd flag=1", Msg{Framing: V1, Cmd: "foo", Pairs: pairs("endcmd", "flag=1")}},
 	{"CRLF", "cmd=get_maxes\r", Msg{Framing: V1, Cmd: "get_maxes"}},
-	{"runs of blanks", "cmd=put  kvsname=a\tkey=b   value=c ",
+	{"runs of blanks", "cmd=put  kvsname=a key=b   value=c ",
 		Msg{Framing: V1, Cmd: "put", Pairs: pairs("kvsname=a", "key=b", "value=c")}},
+	// Only a space separates fields (MPICH's parser, Hydra, Slurm): a tab
+	// or a CR inside a value is the value's, and a CR only ends the line.
+	{"tab and CR in values", "cmd=put kvsname=a\tkey=b value=c\rd\te\r",
+		Msg{Framing: V1, Cmd: "put", Pairs: pairs("kvsname=a\tkey=b", "value=c\rd\te")}},
 }
 
 func TestDecodeV1(t *testing.T) {

@@ -55,9 +55,11 @@ func (r *Resp) Append(dst []byte) []byte {
 }
 
 // AppendV1 formats a PMI-1 line "cmd=name k=v ...\n". Values cannot carry
-// spaces or LF in PMI-1; they are replaced by '_' (as Slurm does for its
-// messages), in the command name and keys too, and '=' in a key as well, so
-// a line can never break the framing.
+// spaces, LF or NUL in PMI-1; they are replaced by '_' (as Slurm does for
+// its messages), in the command name and keys too, and '=' in a key as
+// well, so a line can never break the framing. A CR ending the line is
+// replaced too, since a reader takes it for a CRLF line end; tabs and
+// other CRs travel as they are, as Hydra sends them.
 func AppendV1(dst []byte, cmd string, pairs ...Pair) []byte {
 	dst = append(dst, "cmd="...)
 	dst = appendV1Token(dst, cmd, false)
@@ -70,6 +72,9 @@ func AppendV1(dst []byte, cmd string, pairs ...Pair) []byte {
 		dst = append(dst, '=')
 		dst = appendV1Token(dst, p.Val, false)
 	}
+	if dst[len(dst)-1] == '\r' {
+		dst[len(dst)-1] = '_'
+	}
 	return append(dst, '\n')
 }
 
@@ -77,7 +82,7 @@ func appendV1Token(dst []byte, s string, key bool) []byte {
 	start := len(dst)
 	dst = append(dst, s...)
 	for i := start; i < len(dst); i++ {
-		if c := dst[i]; c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == 0 || (key && c == '=') {
+		if c := dst[i]; c == ' ' || c == '\n' || c == 0 || (key && c == '=') {
 			dst[i] = '_'
 		}
 	}

@@ -90,8 +90,13 @@ func TestEncodeTranscripts(t *testing.T) {
 
 func TestAppendV1Sanitizes(t *testing.T) {
 	got := string(AppendV1(nil, "abort x", Pair{Key: "k y=z", Val: "a b\nc\td\re\x00f=g"}, Pair{Key: "endcmd", NoVal: true}))
-	want := "cmd=abort_x k_y_z=a_b_c_d_e_f=g endcmd\n"
+	want := "cmd=abort_x k_y_z=a_b_c\td\re_f=g endcmd\n"
 	if got != want {
+		t.Fatalf("got %q want %q", got, want)
+	}
+	// A CR ending the line would read as a CRLF line end.
+	got = string(AppendV1(nil, "get_result", Pair{Key: "rc", Val: "0"}, Pair{Key: "value", Val: "a\tb\r"}))
+	if want := "cmd=get_result rc=0 value=a\tb_\n"; got != want {
 		t.Fatalf("got %q want %q", got, want)
 	}
 	if bytes.Count([]byte(got), []byte("\n")) != 1 {
@@ -214,8 +219,8 @@ func TestResponseName(t *testing.T) {
 const (
 	keyAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 	cmdAlphabet = "abcdefghijklmnopqrstuvwxyz-_"
-	// PMI-1 values: no space, tab, CR, LF or NUL; '=' and '#$' allowed.
-	v1ValAlphabet = keyAlphabet + "=#$:,./()[]<>"
+	// PMI-1 values: no space, CR, LF or NUL; '=', '#$' and tabs allowed.
+	v1ValAlphabet = keyAlphabet + "=#$:,./()[]<>\t"
 	// PMI-2 values: anything, ';' and LF included.
 	v2ValAlphabet = v1ValAlphabet + " ;;\n\t\r\x00\xff"
 )
