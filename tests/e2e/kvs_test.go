@@ -169,7 +169,8 @@ func TestKVSPoliciesMPICH(t *testing.T) {
 // A PMI-1.2 node barrier (PMI_Barrier_group(PMI_GROUP_NODE)) shows the
 // node's puts on the node; the world barrier after it carries them to
 // the other nodes all the same (the node barrier kept them from the
-// fence: a get of another node's key answered rc=4 after it).
+// fence: a get of another node's key answered rc=4 after it). A group
+// barrier of ranks on several nodes is refused at once, as documented.
 func TestKVSNodeBarrierThenWorld(t *testing.T) {
 	const script = `pmi() { printf '%s\n' "$1" >&$PMI_FD; read -r l <&$PMI_FD; }
 pmi 'cmd=init pmi_version=1 pmi_subversion=1'
@@ -178,6 +179,7 @@ pmi "cmd=put kvsname=$kvs key=k$PMI_RANK value=v$PMI_RANK"
 pmi 'cmd=barrier_in group=NODE:7'
 pmi 'cmd=barrier_in'
 for r in 0 1 2 3; do pmi "cmd=get kvsname=$kvs key=k$r"; echo "$PMI_RANK ${l#cmd=get_result }"; done
+pmi 'cmd=barrier_in group=0,1,2,3:8'; echo "$PMI_RANK ${l%% msg=*}"
 pmi 'cmd=finalize'`
 	r := run(t, loopbackJob(2, "net", "-n", "4", "bash", "-c", script))
 	r.wantCode(t, 0)
@@ -186,6 +188,8 @@ pmi 'cmd=finalize'`
 		for key := range 4 {
 			want[fmt.Sprintf("%d rc=0 value=v%d", rank, key)]++
 		}
+		// A barrier of a rank list spanning nodes is refused (README).
+		want[fmt.Sprintf("%d cmd=barrier_out rc=-1", rank)]++
 	}
 	r.wantLines(t, want)
 }
