@@ -28,7 +28,8 @@ const (
 	// it sent.
 	EventExited
 	// EventLost: the rank's PMI connection closed before finalize and its
-	// process still runs after the grace period.
+	// process still runs after the grace period (Spoke: after it spoke
+	// PMI).
 	EventLost
 	// EventStartFailed: the rank could not be started (Code: the job's exit
 	// code, Msg: why).
@@ -88,7 +89,8 @@ type Event struct {
 	Sig int `json:"sig,omitempty"`
 	// Msg is the abort message, the error, or what an exit means.
 	Msg string `json:"msg,omitempty"`
-	// Spoke says the rank had spoken PMI (EventDisconnected, EventExited);
+	// Spoke says the rank had spoken PMI (EventDisconnected, EventLost,
+	// EventExited);
 	// Fin that it had finalized (EventExited).
 	Spoke bool `json:"spoke,omitempty"`
 	Fin   bool `json:"fin,omitempty"`

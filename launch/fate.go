@@ -33,7 +33,10 @@ type fate struct {
 // spawned).
 type jobFate struct {
 	anySpoke bool
-	silent   []string // ranks that ended with code 0 before speaking PMI, named (rankName)
+	// silent says of each rank that ended PMI before speaking it how
+	// ("rank 2 exited with code 0", "rank 3 closed its PMI connection"):
+	// a failure once another rank speaks PMI, nothing before.
+	silent []string
 }
 
 func (f *fate) fail(e *JobError) {
@@ -119,10 +122,19 @@ func (f *fate) jobEvent(jobno int, where string, e agent.Event) {
 			f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s exited with code 0 without calling PMI finalize", rank)})
 		default:
 			j := f.job(jobno)
-			j.silent = append(j.silent, rank)
+			j.silent = append(j.silent, rank+" exited with code 0")
 			f.checkSilent(j)
 		}
 	case agent.EventLost:
+		if !e.Spoke {
+			// As Hydra, a connection that never spoke PMI may close (a
+			// program that is no MPI program closing what it inherited);
+			// the rank is lost only to ranks that use PMI.
+			j := f.job(jobno)
+			j.silent = append(j.silent, rank+" closed its PMI connection")
+			f.checkSilent(j)
+			break
+		}
 		f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s closed its PMI connection before finalize and kept running", rank)})
 	case agent.EventAbort:
 		msg := fmt.Sprintf("%s called abort with exit code %d", rank, e.Code)
@@ -168,7 +180,7 @@ func (f *fate) checkSilent(j *jobFate) {
 	if len(j.silent) == 0 || !j.anySpoke {
 		return
 	}
-	f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s exited with code 0 before PMI init while other ranks use PMI", j.silent[0])})
+	f.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s before PMI init while other ranks use PMI", j.silent[0])})
 }
 
 // ExitAbortOutOfRange is pmirun's exit code for an abort whose code an exit

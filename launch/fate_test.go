@@ -85,6 +85,29 @@ func TestFateNamesTheNode(t *testing.T) {
 	}
 }
 
+// A rank whose PMI connection closed before it spoke PMI, and which runs
+// on, fails the job only once another rank uses PMI (Hydra ignores such a
+// connection; the job failed at once); one that had spoken fails it at
+// once.
+func TestFateLostBeforePMI(t *testing.T) {
+	var out bytes.Buffer
+	f := &fate{stderr: &out, end: func(*JobError) {}}
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventLost, Rank: 1})
+	if f.failure != nil {
+		t.Fatalf("a rank that never spoke PMI closing its connection failed the job: %+v", f.failure)
+	}
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventInit, Rank: 0})
+	if want := "rank 1 closed its PMI connection before PMI init while other ranks use PMI"; f.failure == nil || f.failure.Msg != want {
+		t.Errorf("failure %+v, want %q", f.failure, want)
+	}
+	out.Reset()
+	f = &fate{stderr: &out, end: func(*JobError) {}}
+	f.jobEvent(0, "", agent.Event{Kind: agent.EventLost, Rank: 1, Spoke: true})
+	if want := "rank 1 closed its PMI connection before finalize and kept running"; f.failure == nil || f.failure.Msg != want {
+		t.Errorf("failure %+v, want %q", f.failure, want)
+	}
+}
+
 // A run that spawns job after job keeps nothing of the jobs that are
 // over: fate kept an entry for every job the run ever ran (about 100
 // bytes each, 100 MB after a million spawns).

@@ -818,7 +818,7 @@ func (n *Node) agentEvent(ev agent.Event) {
 		defer t.Stop()
 		select {
 		case <-t.C:
-			n.send(event{kind: evDisconnectTimer, ev: agent.Event{Kind: agent.EventLost, Rank: ev.Rank}})
+			n.send(event{kind: evDisconnectTimer, ev: agent.Event{Kind: agent.EventLost, Rank: ev.Rank, Spoke: ev.Spoke}})
 		case <-n.quit:
 		}
 	})

@@ -107,6 +107,36 @@ printf 'cmd=barrier_in\n' >&$PMI_FD; read -r l <&$PMI_FD; exec sleep 300`
 	}
 }
 
+// A rank that closes its PMI connection without ever speaking PMI (a
+// program that is no MPI program, closing what it inherited) is no
+// failure, as under Hydra: the job ran both ranks to the end and exited 0
+// (it failed with "closed its PMI connection before finalize and kept
+// running", their output lost). Once another rank uses PMI it is one, at
+// once, since that rank would wait for it for ever.
+func TestRankClosesPMIBeforeInit(t *testing.T) {
+	const quiet = `exec {PMI_FD}>&-; sleep 2; echo "done $PMI_RANK"`
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"one node", nil},
+		{"loopback nodes", []string{"--bootstrap", "loopback", "--nodes", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, job{args: append(append([]string{}, tc.args...), "-n", "2", "bash", "-c", quiet), timeout: 30 * time.Second})
+			r.wantCode(t, 0)
+			r.wantRankLines(t, 2, func(rank int) string { return fmt.Sprintf("done %d", rank) })
+		})
+	}
+	const mixed = `if [ "$PMI_RANK" = 1 ]; then exec {PMI_FD}>&-; exec sleep 300; fi
+printf 'cmd=init pmi_version=1 pmi_subversion=1\n' >&$PMI_FD; read -r l <&$PMI_FD
+printf 'cmd=barrier_in\n' >&$PMI_FD; read -r l <&$PMI_FD`
+	r := run(t, job{args: []string{"-n", "2", "bash", "-c", mixed}, timeout: 60 * time.Second})
+	r.wantCode(t, 1)
+	r.wantMessage(t, `^pmirun: rank 1 closed its PMI connection before PMI init while other ranks use PMI$`)
+	r.wantFaster(t, 30*time.Second)
+}
+
 // The hand-written PMI-1 client works when nobody fails: this is what makes
 // the failures above meaningful.
 func TestRankFailureControl(t *testing.T) {
