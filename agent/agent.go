@@ -62,7 +62,8 @@ type Config struct {
 	// Appnum gives each local rank's application number (MPMD index),
 	// indexed like Local; nil means 0 for all.
 	Appnum []int
-	// Mapping is PMI_process_mapping ("" if it cannot be represented).
+	// Mapping is PMI_process_mapping ("" if it cannot be represented: the
+	// attribute is then absent).
 	Mapping string
 	// UniverseSize is answered to get_universe_size / universeSize; -1 means
 	// unlimited.

@@ -287,6 +287,23 @@ func TestPMI1ValueWithTabAndCR(t *testing.T) {
 	c.expect("cmd=kvs-get-response;rc=0;found=TRUE;value=a\tb\rc;")
 }
 
+// A mapping that cannot be represented ("") is an absent attribute, in
+// both protocols, as Hydra leaves it (it was answered empty, which MPICH
+// takes for a broken mapping).
+func TestUnrepresentableMappingAbsent(t *testing.T) {
+	_, cs, _ := newJob(t, 2, func(c *Config) { c.Mapping = "" })
+	cs[0].v1("cmd=init pmi_version=1 pmi_subversion=1")
+	cs[0].read()
+	cs[0].v1("cmd=get kvsname=job-1 key=PMI_process_mapping")
+	cs[0].expect("cmd=get_result rc=4 msg=key_PMI_process_mapping_not_found")
+	cs[1].v1("cmd=init pmi_version=2 pmi_subversion=0")
+	cs[1].read()
+	cs[1].v2("cmd=fullinit;pmirank=1;")
+	cs[1].read()
+	cs[1].v2("cmd=info-getjobattr;key=PMI_process_mapping;")
+	cs[1].expect("cmd=info-getjobattr-response;rc=0;found=FALSE;")
+}
+
 func TestPMI12GroupBarriers(t *testing.T) {
 	_, cs, _ := newJob(t, 3, nil)
 	for _, c := range cs {

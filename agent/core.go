@@ -811,7 +811,10 @@ func (c *Core) jobAttr(key string) (string, bool) {
 	}
 	switch key {
 	case "PMI_process_mapping":
-		return c.cfg.mapping, true
+		// One that cannot be represented is absent, as Hydra leaves it:
+		// MPICH takes an empty value for a broken mapping and fails
+		// MPI_Init, and finds the nodes itself when there is none.
+		return c.cfg.mapping, c.cfg.mapping != ""
 	case "universeSize", "PMI_universe_size":
 		return strconv.Itoa(c.cfg.universe), true
 	case AttrHwlocXML:

@@ -1,10 +1,18 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // MPICH (PMI-1) programs under pmirun.
@@ -123,5 +131,61 @@ func TestMPIExitAfterFinalize(t *testing.T) {
 			r.wantMessage(t, `^pmirun: rank 1 (on node 0 \(\S+\) )?exited with code 3 after PMI finalize$`)
 			r.wantLines(t, map[string]int{"results rank 0": 1, "results rank 2": 1})
 		})
+	}
+}
+
+// A placement PMI_process_mapping cannot represent in 1,024 bytes (hundreds
+// of nodes of uneven rank counts) leaves the attribute absent, as Hydra
+// does: MPICH then finds the nodes itself. It was served empty, which
+// MPICH reads as a broken mapping: MPI_Init failed ('unable to populate
+// node ids from PMI_process_mapping', exit 16). Real MPICH ranks on an
+// agent whose mapping is "", the case such a placement gives it.
+func TestMPICHUnrepresentableMapping(t *testing.T) {
+	const size = 2
+	a, err := agent.New(agent.Config{JobID: "unmapped", Size: size, Local: []int{0, 1}, Mapping: ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var cmds []*exec.Cmd
+	var outs []*bytes.Buffer
+	for r := range size {
+		agentEnd, rankEnd, err := sys.Socketpair("pmi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac, err := net.FileConn(agentEnd)
+		agentEnd.Close()
+		if err != nil {
+			rankEnd.Close()
+			t.Fatal(err)
+		}
+		if err := a.Serve(r, ac); err != nil {
+			rankEnd.Close()
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, prog("mpi_hello"))
+		cmd.ExtraFiles = []*os.File{rankEnd} // fd 3
+		cmd.Env = append(callerEnv(nil), "PMI_FD=3", fmt.Sprintf("PMI_RANK=%d", r), fmt.Sprintf("PMI_SIZE=%d", size),
+			"FASTPMI_HELLO_VERBOSE=1")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err = cmd.Start()
+		rankEnd.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds, outs = append(cmds, cmd), append(outs, &out)
+	}
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("rank %d: %v\n%s", r, err, outs[r])
+			continue
+		}
+		if want := fmt.Sprintf("hello from rank %d of %d\n", r, size); outs[r].String() != want {
+			t.Errorf("rank %d said %q, want %q", r, outs[r], want)
+		}
 	}
 }
