@@ -304,6 +304,22 @@ func TestUnrepresentableMappingAbsent(t *testing.T) {
 	cs[1].expect("cmd=info-getjobattr-response;rc=0;found=FALSE;")
 }
 
+// A waiting read of a key no put can make is answered not found at once:
+// it waited until the job's other ranks were done, then failed as a
+// deadlock.
+func TestWaitForImpossibleKey(t *testing.T) {
+	_, cs, _ := newJob(t, 2, nil)
+	c := cs[1]
+	c.v1("cmd=init pmi_version=2 pmi_subversion=0")
+	c.read()
+	c.v2("cmd=fullinit;pmirank=1;")
+	c.read()
+	c.v2("cmd=info-getnodeattr;wait=TRUE;")
+	c.expect("cmd=info-getnodeattr-response;rc=0;found=FALSE;")
+	c.v2("cmd=kvs-get;key=PMI_nothing;fastpmi-wait=TRUE;")
+	c.expect("cmd=kvs-get-response;rc=0;found=FALSE;")
+}
+
 func TestPMI12GroupBarriers(t *testing.T) {
 	_, cs, _ := newJob(t, 3, nil)
 	for _, c := range cs {

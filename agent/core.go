@@ -626,7 +626,8 @@ func (c *Core) Step(op Op) error {
 		t := to{o.Local, o.Req, ReplyGetNodeAttr}
 		if v, ok := c.nodeAttr[o.Key]; ok {
 			c.reply(t, Reply{Found: true, Val: v})
-		} else if !o.Wait {
+		} else if _, bad := checkNodeAttr(o.Key, ""); !o.Wait || bad != nil {
+			// A key no put can make (checkNodeAttr) is never waited for.
 			c.reply(t, Reply{})
 		} else {
 			c.park(rs, "attr:"+o.Key, t)

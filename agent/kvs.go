@@ -113,7 +113,13 @@ func (c *Core) get(rs *rankState, o Get) {
 		c.reply(t, Reply{Found: true, Val: v})
 		return
 	}
-	if c.multi() && !hasPMIPrefix(o.Key) {
+	if _, err := checkPut(o.Key, ""); err != nil {
+		// No put can make the key (an empty, long or PMI_ one): it is
+		// not found here or anywhere, and never waited for.
+		c.reply(t, Reply{})
+		return
+	}
+	if c.multi() {
 		src := o.Src
 		if src < 0 || src >= c.cfg.size {
 			src = -1
