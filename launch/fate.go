@@ -33,9 +33,10 @@ type fate struct {
 // spawned).
 type jobFate struct {
 	anySpoke bool
-	// silent says of each rank that ended PMI before speaking it how
-	// ("rank 2 exited with code 0", "rank 3 closed its PMI connection"):
-	// a failure once another rank speaks PMI, nothing before.
+	// silent names each rank that was done with PMI before it spoke it,
+	// and how ("rank 2 exited with code 0", "rank 3 closed its PMI
+	// connection"): a failure once another rank speaks PMI, nothing
+	// before.
 	silent []string
 }
 
