@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -163,8 +164,29 @@ func Unmarshal(b []byte) (*Report, error) {
 // CheckWritable says, before a job runs, why a file could not be
 // written at path when it ends (a report, a trace, a benchmark's
 // results): path is a directory, or its directory is missing or not
-// writable. It leaves nothing behind.
+// writable, or path is a device or link (written in place, see WriteOut)
+// that cannot be opened for writing. It leaves nothing behind. A pipe is
+// not opened: that would wait for its reader.
 func CheckWritable(path string) error {
+	if inPlace(path) {
+		st, err := os.Stat(path)
+		switch {
+		case err != nil && errors.Is(err, fs.ErrNotExist):
+			// A dangling link: its target is made when written.
+		case err != nil:
+			return fmt.Errorf("cannot write %s: %w", path, pathCause(err))
+		case st.IsDir():
+			return fmt.Errorf("%s is a directory", path)
+		case st.Mode()&fs.ModeNamedPipe != 0:
+		default:
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				return fmt.Errorf("cannot write %s: %w", path, pathCause(err))
+			}
+			f.Close()
+		}
+		return nil
+	}
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return fmt.Errorf("%s is a directory", path)
 	}
@@ -176,6 +198,15 @@ func CheckWritable(path string) error {
 	return os.Remove(f.Name())
 }
 
+// inPlace reports whether path is written in place by WriteOut: it is
+// there and is no regular file (a device such as /dev/null, a pipe, a
+// link such as /dev/stdout or one to a file elsewhere), which a renamed
+// file would replace rather than write to.
+func inPlace(path string) bool {
+	st, err := os.Lstat(path)
+	return err == nil && !st.Mode().IsRegular()
+}
+
 // pathCause is err without the name of the temporary file it was about.
 func pathCause(err error) error {
 	var pe *fs.PathError
@@ -185,18 +216,31 @@ func pathCause(err error) error {
 	return err
 }
 
-// WriteFile writes r to path: to a temporary file in the same directory
-// first, renamed into place, so that a reader never sees half a report.
-func (r *Report) WriteFile(path string) error {
-	b, err := r.Marshal()
-	if err != nil {
-		return err
+// WriteOut writes to path what write writes: to a temporary file in the
+// same directory first, renamed into place, so that a reader never sees
+// half of it and a write that fails (a full disk) leaves no truncated
+// file. A path that is there and no regular file is written in place,
+// truncated as a shell's > would: a device (/dev/null), a pipe, a link
+// (/dev/stdout, a link to a file elsewhere), which the rename would
+// otherwise replace (for root, /dev/null itself). The error names the
+// cause, not the temporary file.
+func WriteOut(path string, write func(w io.Writer) error) error {
+	if inPlace(path) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return pathCause(err)
+		}
+		err = write(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return pathCause(err)
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return fmt.Errorf("write report %s: %w", path, pathCause(err))
+		return pathCause(err)
 	}
-	_, err = f.Write(b)
+	err = write(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -208,7 +252,22 @@ func (r *Report) WriteFile(path string) error {
 	}
 	if err != nil {
 		os.Remove(f.Name())
-		return fmt.Errorf("write report %s: %w", path, pathCause(err))
+		return pathCause(err)
+	}
+	return nil
+}
+
+// WriteFile writes r to path (WriteOut).
+func (r *Report) WriteFile(path string) error {
+	b, err := r.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := WriteOut(path, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	}); err != nil {
+		return fmt.Errorf("write report %s: %w", path, err)
 	}
 	return nil
 }

@@ -3,7 +3,9 @@ package jobreport
 import (
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -46,6 +48,68 @@ func TestRoundTrip(t *testing.T) {
 	// The temporary file was renamed into place: nothing else is left.
 	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 1 {
 		t.Errorf("%d files in the report's directory, want 1", len(ents))
+	}
+}
+
+// A path that is no regular file is written, not replaced: a pipe (as
+// /dev/stdout is when pmirun's output is piped) gets the report and stays
+// a pipe, a link keeps pointing where it did and its file gets the report.
+// Renamed into place, the report replaced the pipe and the link (and, for
+// root, /dev/null itself), and CheckWritable refused /dev/stdout to users
+// who cannot make files in /dev.
+func TestWriteInPlace(t *testing.T) {
+	dir := t.TempDir()
+	want := sample()
+
+	fifo := filepath.Join(dir, "fifo")
+	if out, err := exec.Command("mkfifo", fifo).CombinedOutput(); err != nil {
+		t.Skipf("mkfifo: %v: %s", err, out)
+	}
+	if err := CheckWritable(fifo); err != nil {
+		t.Errorf("CheckWritable(a pipe nobody reads yet) = %v, want nil", err)
+	}
+	// O_RDWR: the open waits for no writer, and the report fits the pipe.
+	r, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := want.WriteFile(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&fs.ModeNamedPipe == 0 {
+		t.Fatalf("after WriteFile the pipe is %v (%v), want a pipe still", st.Mode(), err)
+	}
+	var got Report
+	if err := json.NewDecoder(r).Decode(&got); err != nil {
+		t.Fatalf("read the report from the pipe: %v", err)
+	}
+	if !reflect.DeepEqual(&got, want) {
+		t.Errorf("read from the pipe\n got %+v\nwant %+v", got, want)
+	}
+
+	target := filepath.Join(t.TempDir(), "kept.json")
+	if err := os.WriteFile(target, []byte(strings.Repeat("an older, longer file ", 1000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckWritable(link); err != nil {
+		t.Errorf("CheckWritable(a link to a file) = %v, want nil", err)
+	}
+	if err := want.WriteFile(link); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&fs.ModeSymlink == 0 {
+		t.Fatalf("after WriteFile the link is %v (%v), want a link still", st.Mode(), err)
+	}
+	if back, err := ReadFile(target); err != nil || !reflect.DeepEqual(back, want) {
+		t.Errorf("the link's file holds %+v (%v), want the report", back, err)
+	}
+	if err := CheckWritable("/dev/null"); err != nil {
+		t.Errorf("CheckWritable(/dev/null) = %v, want nil", err)
 	}
 }
 
