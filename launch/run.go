@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/jobreport"
 	"github.com/fastpmi/fastpmi/perf"
 )
 
@@ -78,22 +79,10 @@ func report(cfg Config, rec *perf.Recorder) {
 		fmt.Fprintf(cfg.Stderr, "pmirun: %s\n", rec.Summary(cfg.Size))
 	}
 	if cfg.TracePath != "" {
-		if err := writeTrace(cfg.TracePath, rec); err != nil {
-			fmt.Fprintf(cfg.Stderr, "pmirun: write trace: %v\n", err)
+		if err := jobreport.WriteOut(cfg.TracePath, rec.WriteChromeTrace); err != nil {
+			fmt.Fprintf(cfg.Stderr, "pmirun: write trace %s: %v\n", cfg.TracePath, err)
 		}
 	}
-}
-
-func writeTrace(path string, rec *perf.Recorder) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := rec.WriteChromeTrace(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func signalName(sig int) string { return sys.SignalName(sig) }

@@ -554,16 +554,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func writeJSONFile(path string, rep Report) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("create json output: %w", err)
-	}
-	if err := WriteJSON(f, rep); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close json output: %w", err)
+	if err := jobreport.WriteOut(path, func(w io.Writer) error { return WriteJSON(w, rep) }); err != nil {
+		return fmt.Errorf("write json output %s: %w", path, err)
 	}
 	return nil
 }

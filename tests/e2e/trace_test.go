@@ -148,6 +148,31 @@ func TestTraceOfAJobThatCannotStart(t *testing.T) {
 	readTrace(t, path, r)
 }
 
+// A trace the disk cannot take whole (here the file size limit, as a
+// full disk would) is said, and leaves no file: written where it goes, it
+// left the first 10 KiB, which no trace viewer opens, and neither an
+// older trace at that path, which would pass for this job's.
+func TestTraceCutShort(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	if err := os.WriteFile(path, []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, job{
+		wrap: ulimit("-f", 10),
+		args: []string{"--no-shm", "-n", "8", "--trace", path, prog("pmi2_test")},
+		env:  []string{"PMI2_TEST_ALARM=30"},
+	})
+	r.wantCode(t, 0)
+	r.wantMessage(t, `^pmirun: write trace .*/trace\.json: file too large$`)
+	if ents, err := os.ReadDir(filepath.Dir(path)); err != nil || len(ents) != 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("after a trace cut short its directory holds %v (%v), want nothing", names, err)
+	}
+}
+
 // Ranks on shared memory (libfastpmi over the segment) get request slices
 // too: one per request the agent reads from a rank's ring, named after
 // its operation, inside the rank's PMI slice, the fences that waited
