@@ -148,7 +148,8 @@ func (p Plan) validate() error {
 // alternates launcher by launcher (A, B, A, B, ...) so that drift in the
 // machine's load hits every launcher alike. A failed run is recorded and
 // the benchmark goes on; Run stops early, returning what it has and
-// ctx.Err(), when ctx is done.
+// ctx.Err(), when ctx is done: the run that was cut short is left out,
+// never counted as failed.
 func (r *Runner) Run(ctx context.Context, p Plan) ([]Sample, error) {
 	if err := p.validate(); err != nil {
 		return nil, fmt.Errorf("check plan: %w", err)
@@ -176,6 +177,10 @@ func (r *Runner) Run(ctx context.Context, p Plan) ([]Sample, error) {
 						return out, ctx.Err()
 					}
 					s := r.Once(ctx, l, n, w)
+					if !s.OK() && ctx.Err() != nil {
+						// Cut short by the stop, not failed: no sample.
+						return out, ctx.Err()
+					}
 					s.Seq, s.Run = len(out), run
 					out = append(out, s)
 					if r.Progress != nil {

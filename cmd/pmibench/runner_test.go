@@ -212,6 +212,28 @@ func TestRunStopsWhenCancelled(t *testing.T) {
 	}
 }
 
+// A run cut short by the stop (Ctrl-C) is no failure: it was counted as
+// one, and the table's failed column said a run failed that Ctrl-C ended.
+func TestRunStopMidRunIsNoFailure(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := Runner{Command: func(ctx context.Context, argv []string) *exec.Cmd {
+		if argv[0] == "slow" {
+			cancel() // the stop arrives while this run goes on
+			return exec.CommandContext(ctx, "/bin/sleep", "30")
+		}
+		return exec.CommandContext(ctx, "/bin/true")
+	}}
+	plan := Plan{Ns: []int{1}, Workloads: []Workload{trueWork}, Launchers: []Launcher{{Name: "fast", Path: "fast"}, {Name: "slow", Path: "slow"}}, Runs: 2}
+	samples, err := r.Run(ctx, plan)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+	if len(samples) != 1 || !samples[0].OK() || samples[0].Launcher != "fast" {
+		t.Errorf("samples %+v, want the one run of fast that finished", samples)
+	}
+}
+
 func TestRunRejectsBadPlan(t *testing.T) {
 	var r Runner
 	good := Plan{Ns: []int{1}, Workloads: []Workload{trueWork}, Launchers: []Launcher{{Name: "a", Path: "/bin/true"}}, Runs: 1}
