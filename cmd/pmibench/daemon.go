@@ -33,7 +33,9 @@ type daemons struct {
 }
 
 // startDaemons starts k daemons, with extra arguments: the pmid next to
-// pmirun, else the one in PATH.
+// pmirun, else the one in PATH. ctx bounds the start only: the daemons
+// are ended by stop, with SIGTERM, however the benchmark ends (Ctrl-C
+// too), so that they end their jobs as they do for any user.
 func startDaemons(ctx context.Context, pmirun string, k int, stderr io.Writer, extra ...string) (*daemons, error) {
 	pmid := filepath.Join(filepath.Dir(pmirun), "pmid")
 	if _, err := os.Stat(pmid); err != nil {
@@ -48,7 +50,7 @@ func startDaemons(ctx context.Context, pmirun string, k int, stderr io.Writer, e
 	d := &daemons{dir: dir, secret: filepath.Join(dir, "secret")}
 	rx := regexp.MustCompile(`daemon listening on (\S+) `)
 	for i := range k {
-		cmd := exec.CommandContext(ctx, pmid, append([]string{"--daemon", "--listen", "127.0.0.1:0", "--secret-file", d.secret}, extra...)...)
+		cmd := exec.Command(pmid, append([]string{"--daemon", "--listen", "127.0.0.1:0", "--secret-file", d.secret}, extra...)...)
 		cmd.Stderr = stderr
 		cmd.SysProcAttr = sys.RankProcAttr() // it dies with pmibench
 		out, err := cmd.StdoutPipe()
@@ -74,6 +76,9 @@ func startDaemons(ctx context.Context, pmirun string, k int, stderr io.Writer, e
 		select {
 		case l := <-lines:
 			m = rx.FindStringSubmatch(l)
+		case <-ctx.Done():
+			d.stop(stderr)
+			return nil, fmt.Errorf("-daemon: %w", ctx.Err())
 		case <-time.After(10 * time.Second):
 		}
 		if m == nil {
