@@ -69,6 +69,7 @@ import (
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/internal/virtual"
 	"github.com/fastpmi/fastpmi/jobreport"
+	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/shm"
 )
@@ -143,13 +144,20 @@ func (o *scaleOptions) jobFlags(fs *flag.FlagSet, plot string) {
 
 // checkJobFlags checks the values of jobFlags.
 func (o *scaleOptions) checkJobFlags() error {
+	if _, err := netio.ParseCodec(o.codec); err != nil {
+		return fmt.Errorf("parse -compress: %w", err)
+	}
 	switch {
 	case o.rounds < 1:
 		return fmt.Errorf("parse -rounds: %d is below 1", o.rounds)
-	case o.timeout <= 0 || o.netTimeout <= 0:
-		return errors.New("parse -timeout, -net-timeout: want positive durations")
-	case o.maxP < 0 || o.treeWidth < 0:
-		return errors.New("parse -max-p, -tree-width: want 0 or more")
+	case o.timeout <= 0:
+		return fmt.Errorf("parse -timeout: %v is not positive", o.timeout)
+	case o.netTimeout <= 0:
+		return fmt.Errorf("parse -net-timeout: %v is not positive", o.netTimeout)
+	case o.maxP < 0:
+		return fmt.Errorf("parse -max-p: %d is negative", o.maxP)
+	case o.treeWidth < 0:
+		return fmt.Errorf("parse -tree-width: %d is negative", o.treeWidth)
 	}
 	return nil
 }

@@ -226,3 +226,28 @@ func TestScaleLate(t *testing.T) {
 		t.Errorf("late column: header %q, row %q; want net late last 2/3", header, body)
 	}
 }
+
+// A job setting pmirun would refuse is refused before any job, naming
+// its flag: -compress lz4 ran every job, each failing at once with
+// pmirun's own refusal, and printed a table of failed rows (exit 1);
+// -tree-width -3 was refused as "-max-p, -tree-width".
+func TestScaleFlagsRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-compress", "lz4"}, "parse -compress: "},
+		{[]string{"-tree-width", "-3"}, "parse -tree-width: -3 is negative"},
+		{[]string{"-max-p", "-1"}, "parse -max-p: -1 is negative"},
+		{[]string{"-net-timeout", "0s"}, "parse -net-timeout: 0s is not positive"},
+		{[]string{"-timeout", "-1s"}, "parse -timeout: -1s is not positive"},
+	} {
+		_, err := parseScaleFlags(c.args, io.Discard)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q...", c.args, err, c.want)
+		}
+		if _, err := parsePaperFlags(c.args, io.Discard); err == nil {
+			t.Errorf("-paper %q: no error", c.args)
+		}
+	}
+}
