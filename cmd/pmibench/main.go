@@ -509,7 +509,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	started := time.Now()
 	samples, runErr := r.Run(ctx, Plan{Ns: o.ns, Workloads: workloads, Launchers: launchers, Runs: o.runs, Warmup: o.warmup})
 	if runErr != nil {
-		note("stopped early: %v", runErr)
+		note("stopped early: %v", context.Cause(ctx))
 	}
 
 	code = 0

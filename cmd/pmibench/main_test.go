@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 func TestSummarizeAndTable(t *testing.T) {
@@ -220,6 +223,34 @@ func TestRunCommand(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(stdout.String()), "\n"); len(lines) != 2 || !strings.HasSuffix(strings.TrimSpace(lines[1]), "2") {
 		t.Errorf("stdout:\n%s", stdout.String())
+	}
+}
+
+// Ctrl-C says what stopped the runs, in the note -json keeps too: it
+// said Go's "context canceled".
+func TestInterruptSaid(t *testing.T) {
+	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGINT)
+	defer stop()
+	self, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := self.Signal(sys.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	<-ctx.Done()
+	path := filepath.Join(t.TempDir(), "r.json")
+	var stdout, stderr bytes.Buffer
+	args := []string{"-runs", "1", "-n", "1", "-workload", "pmi2", "-pmirun", "/bin/true", "-mpiexec", "none", "-pmi2-prog", "/bin/true", "-json", path}
+	if code := run(ctx, args, &stdout, &stderr); code != 1 {
+		t.Errorf("interrupted: exit %d, want 1", code)
+	}
+	const want = "stopped early: interrupt signal received"
+	if !strings.Contains(stderr.String(), "pmibench: "+want+"\n") {
+		t.Errorf("stderr:\n%s\nwant %q", stderr.String(), want)
+	}
+	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), want) {
+		t.Errorf("-json: %v\n%s\nwant the note %q", err, b, want)
 	}
 }
 

@@ -220,7 +220,7 @@ func runPaper(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			}
 		}
 		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "pmibench: stopped early: %v\n", ctx.Err())
+			fmt.Fprintf(stderr, "pmibench: stopped early: %v\n", context.Cause(ctx))
 			code = 1
 			break
 		}

@@ -594,7 +594,7 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	h.total = len(plan)
 	for _, c := range plan {
 		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "pmibench: stopped early: %v\n", ctx.Err())
+			fmt.Fprintf(stderr, "pmibench: stopped early: %v\n", context.Cause(ctx))
 			code = 1
 			break
 		}
