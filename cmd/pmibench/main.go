@@ -86,6 +86,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -288,7 +289,9 @@ func start(parseErr error, stderr io.Writer, jsonPath, plotDir string) (root str
 }
 
 // checkOutputs refuses, before any run, a -json file or -plot directory
-// that could not be written once the runs are over.
+// that could not be written once the runs are over. It makes nothing: a
+// missing -plot directory is made when the figures are saved, so a run
+// refused later (no pmirun, no Hydra) leaves none behind.
 func checkOutputs(jsonPath, plotDir string) error {
 	if jsonPath != "" {
 		if err := jobreport.CheckWritable(jsonPath); err != nil {
@@ -296,15 +299,29 @@ func checkOutputs(jsonPath, plotDir string) error {
 		}
 	}
 	if plotDir != "" {
-		err := os.MkdirAll(plotDir, 0o755)
-		if err == nil {
-			err = jobreport.CheckWritable(filepath.Join(plotDir, "plot"))
-		}
-		if err != nil {
+		if err := checkPlotDir(plotDir); err != nil {
 			return fmt.Errorf("invalid -plot %s: %w", plotDir, err)
 		}
 	}
 	return nil
+}
+
+// checkPlotDir says why dir could not be made, or written in: the
+// nearest path at or above it that is there must be a writable
+// directory.
+func checkPlotDir(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		switch {
+		case err == nil && !st.IsDir():
+			return fmt.Errorf("%s is not a directory", d)
+		case err == nil:
+			return jobreport.CheckWritable(filepath.Join(d, "plot"))
+		case errors.Is(err, fs.ErrPermission) || d == filepath.Dir(d):
+			return err
+		}
+		// Not there, or under a file: the path above says which.
+	}
 }
 
 // modeArgs reports whether args select mode (-mode or --mode, anywhere

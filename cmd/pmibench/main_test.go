@@ -254,6 +254,27 @@ func TestInterruptSaid(t *testing.T) {
 	}
 }
 
+// A -plot directory is checked, not made, before the runs: a run
+// refused after the check (here: no pmirun) left it behind, empty.
+func TestRefusedRunMakesNoPlotDir(t *testing.T) {
+	dir := t.TempDir()
+	plots := filepath.Join(dir, "new", "plots")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"-plot", plots, "-pmirun", "/nonexistent/pmirun"}, &stdout, &stderr); code != 2 {
+		t.Errorf("exit %d, want 2 (stderr %q)", code, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); err == nil {
+		t.Errorf("a refused run left %s behind", filepath.Join(dir, "new"))
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkOutputs("", filepath.Join(file, "plots")); err == nil || !strings.Contains(err.Error(), file+" is not a directory") {
+		t.Errorf("-plot under a file: %v, want %s is not a directory", err, file)
+	}
+}
+
 func TestRunUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-n", "0"},
