@@ -68,7 +68,8 @@ type forkRoot struct {
 type forkJob struct {
 	spec  *node.Spec
 	n     *node.Node
-	procs int // its rank processes, counted against the universe size; 0 once they have ended
+	rec   *perf.Recorder // a spawned job's own trace, merged into the run's once its node is closed (traced); nil if untraced
+	procs int            // its rank processes, counted against the universe size; 0 once they have ended
 	// closing is set by the loop as it hands the node to a closer; the
 	// node's events go through forkRoot.late from then on.
 	closing atomic.Bool
@@ -166,7 +167,7 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 		r.first.n.RecordMemory()
 	}
 	for _, j := range r.jobs {
-		j.n.Close()
+		r.close(j)
 	}
 	r.sleeper.Close()
 	report(cfg, rec)
@@ -180,6 +181,9 @@ func runFork(ctx context.Context, cfg Config, job *jobOut) error {
 // judges under the job's number (emit).
 func (r *forkRoot) newJob(spec *node.Spec, rec *perf.Recorder, stdin io.Reader) (*forkJob, error) {
 	j := &forkJob{spec: spec, procs: spec.Size}
+	if spec.Jobno > 0 {
+		j.rec = rec
+	}
 	n, err := node.New(spec, node.Options{
 		Stdin: stdin, Stdout: r.stdout, Stderr: r.stderr, Logger: r.cfg.Logger, Perf: rec,
 		Upstream: forkUpstream{Local: agent.NewLocal(), r: r, jobno: spec.Jobno, jobID: spec.JobID},
@@ -323,11 +327,21 @@ func (r *forkRoot) handle(j *forkJob) {
 			r.jobs = slices.Delete(r.jobs, i, i+1)
 			r.fate.jobOver(j.spec.Jobno)
 			j.closing.Store(true)
-			r.closers.Go(j.n.Close)
+			r.closers.Go(func() { r.close(j) })
 			return
 		}
 	}
 	r.ready(j)
+}
+
+// close closes job j's node and adds a spawned job's trace to the run's,
+// on a process of its own ("job J node 0 (in pmirun)"), on the run's
+// clock.
+func (r *forkRoot) close(j *forkJob) {
+	j.n.Close()
+	if j.rec != nil {
+		r.rec.Merge(perf.NodeInfo{Node: 0, Job: j.spec.Jobno, Offset: j.rec.Start().Sub(r.rec.Start()), Local: true}, j.rec.Events())
+	}
 }
 
 // handleBatch bounds the events handle takes from one job at a time.
@@ -389,7 +403,11 @@ func (r *forkRoot) startSpawn(c spawnCall) (string, error) {
 	if err := spec.Validate(); err != nil {
 		return "", err
 	}
-	j, err := r.newJob(spec, nil, nil)
+	var rec *perf.Recorder
+	if r.rec.Tracing() {
+		rec = perf.NewTracer(0)
+	}
+	j, err := r.newJob(spec, rec, nil)
 	if err != nil {
 		return "", err
 	}

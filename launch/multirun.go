@@ -43,6 +43,13 @@ type multiRun struct {
 	// goroutine and the jobs it starts (before it waits for them) touch
 	// it.
 	dtr netio.Transport
+	// trace is the command line's job's recorder, where the nodes of
+	// every job of the run put their events when it traces (--trace,
+	// --verbose): the command line's job's under their nodes, a spawned
+	// job's under its job number (rootNode.mergeTrace), all on its
+	// clock. Written once by runMulti before its job starts; read-only
+	// after.
+	trace *perf.Recorder
 	// first is the command line's job's spec, which every spawned job's
 	// spec starts from (spawnReq.childSpec), whichever job spawned it:
 	// written once by runMulti before its job starts; read-only after.

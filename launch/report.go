@@ -58,8 +58,9 @@ func (o *jobOut) report(cfg *Config, err error) *jobreport.Report {
 	if rec != nil {
 		rep.Started = rec.Start()
 		// The root's own phases: a traced job's merged node events would
-		// count each rank's phases twice.
-		own := slices.DeleteFunc(rec.Events(), func(e perf.Event) bool { return e.Node != rec.Node() })
+		// count each rank's phases twice, and its spawned jobs' are not
+		// its own.
+		own := slices.DeleteFunc(rec.Events(), func(e perf.Event) bool { return e.Node != rec.Node() || e.Job != 0 })
 		rep.Phases = jobreport.Phases(own)
 	}
 	rep.Wall = time.Since(rep.Started)

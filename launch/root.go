@@ -240,6 +240,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 		return early(cfg, 1, fmt.Sprintf("working directory: %v", err))
 	}
 	run := newMultiRun(cfg, hosts, tr, codec)
+	run.trace = rec
 	spec := cfg.spec(nodes, m.ProcessMapping())
 	if cfg.Wdir != "" {
 		wdir = cfg.Wdir
@@ -932,7 +933,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 	case node.FrameClock:
 		var c node.Clock
 		if node.Decode(fi.Frame.Payload, &c) == nil {
-			c.Peer = r.rec.Since()
+			c.Peer = r.run.trace.Since() // the clock every job's nodes are merged on
 			r.send(i, netio.Frame{Type: node.FrameClock, Payload: node.Encode(c)})
 		}
 	case node.FrameDone:
@@ -944,7 +945,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		}
 		r.counters[i] = d.Counters
 		r.contributed[i] = d.Contributed
-		if r.rec.Tracing() && d.Events != nil {
+		if r.run.trace.Tracing() && d.Events != nil {
 			r.mergeTrace(i, &d)
 		}
 		// The link stays open until every node is done (the agent waits
@@ -1052,19 +1053,21 @@ func (r *rootNode) frame(fi node.FrameIn) {
 	}
 }
 
-// mergeTrace adds node i's events to the root's trace, shifted by the
-// clock offset its probes estimated (none without a sample: the events
-// are then placed as if the clocks started together, and the label says
-// so with an unbounded error).
+// mergeTrace adds node i's events to the run's trace, as events of the
+// run's node it is and of this job, shifted by the clock offset its
+// probes estimated (none without a sample: the events are then placed as
+// if the clocks started together, and the label says so with an
+// unbounded error).
 func (r *rootNode) mergeTrace(i int, d *node.Done) {
-	info := perf.NodeInfo{Node: i, Host: r.hosts[i], Mono: d.Mono, Dropped: d.Dropped, Err: -1}
+	trace := r.run.trace
+	info := perf.NodeInfo{Node: r.at[i], Job: r.spec.Jobno, Host: r.hosts[i], Mono: d.Mono, Dropped: d.Dropped, Err: -1}
 	if d.Clock != nil {
 		info.Offset, info.Err = d.Clock.Offset(), d.Clock.Err()
 	}
-	if boot, err := sys.BootID(); err == nil && boot == d.Boot && d.Mono != 0 && r.rec.MonoStart() != 0 {
-		info.True, info.HasTrue = time.Duration(d.Mono-r.rec.MonoStart()), true
+	if boot, err := sys.BootID(); err == nil && boot == d.Boot && d.Mono != 0 && trace.MonoStart() != 0 {
+		info.True, info.HasTrue = time.Duration(d.Mono-trace.MonoStart()), true
 	}
-	r.rec.Merge(info, d.Events)
+	trace.Merge(info, d.Events)
 }
 
 // ready sends the root's tree messages; a gathered epoch is compressed

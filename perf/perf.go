@@ -96,9 +96,12 @@ func (k Kind) String() string {
 // Event is one stamp. At is the offset from the recorder's t0 (negative if
 // the stamp predates t0); Dur is zero for marks.
 type Event struct {
-	Kind Kind          `json:"k"`
-	Name string        `json:"n"`
-	Node int           `json:"d"` // the node whose process stamped it; LauncherNode for the root
+	Kind Kind   `json:"k"`
+	Name string `json:"n"`
+	Node int    `json:"d"` // the node whose process stamped it; LauncherNode for the root
+	// Job is the job of the run the event is of: 0 for the command
+	// line's, Spec.Jobno for one its ranks spawned (set by Merge).
+	Job  int           `json:"j,omitempty"`
 	Rank int           `json:"r"` // AgentRank (-1) for the agent or launcher
 	At   time.Duration `json:"t"`
 	Dur  time.Duration `json:"u,omitempty"`
@@ -382,9 +385,13 @@ func BestClock(samples []ClockSample) ClockSample {
 	return best
 }
 
-// NodeInfo describes a node whose events were merged into a recorder.
+// NodeInfo describes a node whose events were merged into a recorder:
+// node Node of job Job of the run (0: the command line's job; a job its
+// ranks spawned has a process of its own in the trace for each of its
+// nodes).
 type NodeInfo struct {
 	Node   int           `json:"node"`
+	Job    int           `json:"job,omitempty"`
 	Host   string        `json:"host,omitempty"`
 	Offset time.Duration `json:"offset"`         // added to the node's stamps
 	Err    time.Duration `json:"err"`            // bound of the offset's error
@@ -397,10 +404,15 @@ type NodeInfo struct {
 	// loopback agents), for checking the estimate; HasTrue says so.
 	True    time.Duration `json:"true,omitempty"`
 	HasTrue bool          `json:"has_true,omitempty"`
+	// Local says the node's recorder was in the merging process (a job
+	// spawned under the fork bootstrap): its Offset is exact, and the
+	// trace gives no clock estimate for it.
+	Local bool `json:"local,omitempty"`
 }
 
 // Merge adds another node's events, recorded against that node's own t0,
-// shifted by info.Offset onto r's clock. Their Node is kept.
+// shifted by info.Offset onto r's clock, as events of info.Node and
+// info.Job.
 func (r *Recorder) Merge(info NodeInfo, evs []Event) {
 	if r == nil {
 		return
@@ -410,6 +422,7 @@ func (r *Recorder) Merge(info NodeInfo, evs []Event) {
 	r.nodes = append(r.nodes, info)
 	for _, e := range evs {
 		e.At += info.Offset
+		e.Node, e.Job = info.Node, info.Job
 		r.appendLocked(e)
 	}
 }

@@ -2,6 +2,7 @@ package perf
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -24,9 +25,10 @@ type Summary struct {
 	Events     int // all events
 }
 
-// Summary computes the start-up summary of a job of ranks ranks.
+// Summary computes the start-up summary of a job of ranks ranks: the
+// command line's job, without the events of jobs its ranks spawned.
 func (r *Recorder) Summary(ranks int) Summary {
-	return summarize(r.Events(), ranks)
+	return summarize(slices.DeleteFunc(r.Events(), func(e Event) bool { return e.Job != 0 }), ranks)
 }
 
 // summarize is Summary over events sorted by At.

@@ -19,6 +19,9 @@ import (
 //   - pid TracePID(node): 1 for pmirun's root (LauncherNode), node+2 for
 //     node node; named "pmirun" and "node N" (with its host and, for a
 //     merged node, its clock offset and the offset's error as a label);
+//     the nodes of jobs the ranks spawned (Event.Job > 0) follow, one
+//     process for each node of each such job, "job J node N"
+//     (spawnedPIDs);
 //   - tid TraceTID(rank): 0 for the agent (or the root), rank+1 for a rank.
 //
 // A rank's track holds its "fork" (the agent's fork and exec of it, a
@@ -115,7 +118,8 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 
 	var end time.Duration
 	tracks := map[track]bool{}
-	procs := map[int]bool{}
+	procs := map[int]procKey{}
+	spawned := spawnedPIDs(evs, nodes)
 	sampled := map[string]bool{}
 	var body []traceEvent
 	type life struct {
@@ -139,8 +143,12 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 			continue
 		}
 		end = max(end, e.End())
+		k := procKey{e.Job, e.Node}
 		t := track{TracePID(e.Node), TraceTID(e.Rank)}
-		procs[t.pid] = true
+		if e.Job != 0 {
+			t.pid = spawned[k]
+		}
+		procs[t.pid] = k
 		te := traceEvent{Name: e.Name, Ts: micros(e.At), Pid: t.pid, Tid: t.tid}
 		switch e.Kind {
 		case KindCounter:
@@ -234,6 +242,14 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 		}
 	}
 	body = nest(body)
+	for _, n := range nodes {
+		// A merged node with no events still has its process and label.
+		k := procKey{n.Job, n.Node}
+		pid := cmp.Or(spawned[k], TracePID(n.Node))
+		if _, ok := procs[pid]; !ok {
+			procs[pid] = k
+		}
+	}
 
 	out := make([]traceEvent, 0, 3*len(procs)+2*len(tracks)+len(body)+len(counters))
 	out = append(out, metadata(procs, tracks, nodes, r.Node())...)
@@ -353,24 +369,63 @@ func rankFirst(e traceEvent) int {
 	return 1
 }
 
-// metadata names and orders the processes and threads used.
-func metadata(procs map[int]bool, tracks map[track]bool, nodes []NodeInfo, self int) []traceEvent {
-	info := map[int]NodeInfo{}
-	for _, n := range nodes {
-		info[TracePID(n.Node)] = n
+// procKey is a process of the trace: node node of job job of the run.
+type procKey struct{ job, node int }
+
+// spawnedPIDs numbers the processes of the nodes of spawned jobs (Job >
+// 0), in job and node order, after every pid of the command line's job
+// (TracePID: its node numbers and the launcher's keep their pids).
+func spawnedPIDs(evs []Event, nodes []NodeInfo) map[procKey]int {
+	next := tracePID + 1
+	out := map[procKey]int{}
+	add := func(k procKey) {
+		if k.job == 0 {
+			next = max(next, TracePID(k.node)+1)
+		} else {
+			out[k] = 0
+		}
 	}
-	procs[TracePID(self)] = true
+	for _, e := range evs {
+		add(procKey{e.Job, e.Node})
+	}
+	for _, n := range nodes {
+		add(procKey{n.Job, n.Node})
+	}
+	keys := slices.SortedFunc(maps.Keys(out), func(a, b procKey) int {
+		return cmp.Or(cmp.Compare(a.job, b.job), cmp.Compare(a.node, b.node))
+	})
+	for i, k := range keys {
+		out[k] = next + i
+	}
+	return out
+}
+
+// metadata names and orders the processes (procs: pid to job and node)
+// and threads used: "node N" for the command line's job, "job J node N"
+// for the node of a job its ranks spawned.
+func metadata(procs map[int]procKey, tracks map[track]bool, nodes []NodeInfo, self int) []traceEvent {
+	info := map[procKey]NodeInfo{}
+	for _, n := range nodes {
+		info[procKey{n.Job, n.Node}] = n
+	}
+	if _, ok := procs[TracePID(self)]; !ok {
+		procs[TracePID(self)] = procKey{node: self}
+	}
 	pids := slices.Sorted(maps.Keys(procs))
 	var out []traceEvent
 	for _, p := range pids {
+		k := procs[p]
+		n, merged := info[k]
 		name := TraceProcess
 		if p != tracePID {
-			name = "node " + strconv.Itoa(p-2)
-			if p == TracePID(self) && len(nodes) == 0 {
+			name = "node " + strconv.Itoa(k.node)
+			if k.job != 0 {
+				name = "job " + strconv.Itoa(k.job) + " " + name
+			}
+			if (p == TracePID(self) && !merged) || n.Local {
 				name += " (in pmirun)"
 			}
 		}
-		n, merged := info[p]
 		if merged && n.Host != "" {
 			name += " " + n.Host
 		}
@@ -378,7 +433,7 @@ func metadata(procs map[int]bool, tracks map[track]bool, nodes []NodeInfo, self 
 			traceEvent{Name: "process_name", Ph: "M", Pid: p, Args: map[string]any{"name": name}},
 			traceEvent{Name: "process_sort_index", Ph: "M", Pid: p, Args: map[string]any{"sort_index": p}},
 		)
-		if merged {
+		if merged && !n.Local {
 			label := fmt.Sprintf("clock %+.3fms ±%.3fms", float64(n.Offset)/1e6, float64(n.Err)/1e6)
 			args := map[string]any{"clock_offset_us": micros(n.Offset), "clock_err_us": micros(n.Err)}
 			if n.HasTrue {

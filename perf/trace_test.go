@@ -181,3 +181,44 @@ func TestTraceFencesFromMarks(t *testing.T) {
 		t.Errorf("fence ends %v and %v, want 5000 and at most 5000", e0, e1)
 	}
 }
+
+// The nodes of spawned jobs (NodeInfo.Job) are processes of their own,
+// numbered after the command line's job's, named "job J node N"; a job
+// merged from this process (Local) has no clock label. The summary is of
+// the command line's job alone.
+func TestSpawnedJobsTrace(t *testing.T) {
+	r := NewTracer(0)
+	r.MarkAt(PhaseRankForked, 0, r.Start().Add(time.Millisecond))
+	child := func() *Recorder {
+		c := NewTracer(0)
+		c.MarkAt(PhaseRankForked, 0, c.Start().Add(time.Millisecond))
+		c.MarkAt(PhaseRankForked, 1, c.Start().Add(2*time.Millisecond))
+		return c
+	}
+	r.Merge(NodeInfo{Node: 0, Job: 2, Offset: 5 * time.Millisecond, Local: true}, child().Events())
+	r.Merge(NodeInfo{Node: 0, Job: 1, Offset: 3 * time.Millisecond, Local: true}, child().Events())
+
+	var buf bytes.Buffer
+	if err := r.WriteChromeTrace(&buf); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := perftest.Check(buf.Bytes())
+	if err != nil {
+		t.Fatalf("trace fails the format check: %v\n%s", err, buf.String())
+	}
+	want := map[int]string{2: "node 0 (in pmirun)", 3: "job 1 node 0 (in pmirun)", 4: "job 2 node 0 (in pmirun)"}
+	for pid, name := range want {
+		if tr.Processes[pid] != name {
+			t.Errorf("process %d is %q, want %q (all: %v)", pid, tr.Processes[pid], name, tr.Processes)
+		}
+	}
+	if len(tr.Processes) != len(want) || len(tr.Labels) != 0 {
+		t.Errorf("processes %v, labels %v: want %v and no clock labels", tr.Processes, tr.Labels, want)
+	}
+	if forks := tr.Named(PhaseRankForked); len(forks) != 5 {
+		t.Errorf("%d fork marks, want 5", len(forks))
+	}
+	if s := r.Summary(1); s.Forked != 1 {
+		t.Errorf("summary counts %d forks, want the command line's job's 1", s.Forked)
+	}
+}

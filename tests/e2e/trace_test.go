@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fastpmi/fastpmi/perf/perftest"
@@ -146,6 +147,53 @@ func TestTraceOfAJobThatCannotStart(t *testing.T) {
 	r := run(t, job{args: []string{"-n", "2", "--trace", path, "./fastpmi-no-such-program"}})
 	r.wantCode(t, 127)
 	readTrace(t, path, r)
+}
+
+// The jobs a job spawns are in its trace: each node of a spawned job is
+// a process of its own, "job J node N", with a track for each of its
+// ranks, beside the spawning job's nodes, which keep their pids. They
+// were left out: the trace showed the parent's spawn request and no
+// child.
+func TestTraceSpawn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		procs map[int]string // pid: process name
+	}{
+		{"fork", nil, map[int]string{2: "node 0 (in pmirun)", 3: "job 1 node 0 (in pmirun)"}},
+		{"loopback", []string{"--bootstrap", "loopback", "--nodes", "2"}, map[int]string{
+			1: "pmirun", 2: "node 0 127.0.0.1", 3: "node 1 127.0.0.1", 4: "job 1 node 0 127.0.0.1", 5: "job 1 node 1 127.0.0.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "trace.json")
+			args := append(append([]string{}, tc.args...), "-n", "2", "--trace", path, prog("pmi2_spawn"))
+			r := run(t, job{args: args, env: []string{"SPAWN_N=2"}})
+			r.wantCode(t, 0)
+			tr := readTrace(t, path, r)
+			for pid, name := range tc.procs {
+				if tr.Processes[pid] != name {
+					t.Errorf("process %d is %q, want %q (processes %v)", pid, tr.Processes[pid], name, tr.Processes)
+				}
+			}
+			// The three children (two of command A, one of B), each with
+			// its life and its PMI requests, on the spawned job's nodes.
+			children := 0
+			for tk, name := range tr.Threads {
+				if !strings.HasPrefix(tr.Processes[tk.Pid], "job 1 ") || tk.Tid == 0 {
+					continue
+				}
+				children++
+				s := slicesOn(tr, tk.Pid, tk.Tid)
+				if len(s[name]) != 1 || len(s["fullinit"]) != 1 || len(s["finalize"]) != 1 {
+					t.Errorf("child track %s of %s: %d life, %d fullinit, %d finalize slices, want 1 each",
+						name, tr.Processes[tk.Pid], len(s[name]), len(s["fullinit"]), len(s["finalize"]))
+				}
+			}
+			if children != 3 {
+				t.Errorf("%d child rank tracks, want 3 (threads %v)", children, tr.Threads)
+			}
+		})
+	}
 }
 
 // A trace the disk cannot take whole (here the file size limit, as a
