@@ -355,6 +355,14 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 	r.reap(agents[:started])
 	close(r.quit)
 	r.links.Wait()
+	if r.run.trace.Tracing() {
+		for i, done := range r.done {
+			if !done {
+				// Its events are lost with it; the trace still shows the node.
+				r.run.trace.Merge(perf.NodeInfo{Node: r.at[i], Job: r.spec.Jobno, Host: r.hosts[i], Lost: true}, nil)
+			}
+		}
+	}
 }
 
 // closeLinks closes the links to the job's agents, which end once they

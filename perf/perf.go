@@ -408,6 +408,10 @@ type NodeInfo struct {
 	// spawned under the fork bootstrap): its Offset is exact, and the
 	// trace gives no clock estimate for it.
 	Local bool `json:"local,omitempty"`
+	// Lost says the node's agent ended without sending its events (it
+	// was killed, its host or link went): merged with none, the node
+	// is in the trace all the same, its label saying so.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // Merge adds another node's events, recorded against that node's own t0,

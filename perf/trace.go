@@ -369,6 +369,10 @@ func rankFirst(e traceEvent) int {
 	return 1
 }
 
+// lostLabel is the label of a node whose agent ended without sending its
+// events (NodeInfo.Lost).
+const lostLabel = "lost: no events (its agent ended without sending them)"
+
 // procKey is a process of the trace: node node of job job of the run.
 type procKey struct{ job, node int }
 
@@ -433,7 +437,10 @@ func metadata(procs map[int]procKey, tracks map[track]bool, nodes []NodeInfo, se
 			traceEvent{Name: "process_name", Ph: "M", Pid: p, Args: map[string]any{"name": name}},
 			traceEvent{Name: "process_sort_index", Ph: "M", Pid: p, Args: map[string]any{"sort_index": p}},
 		)
-		if merged && !n.Local {
+		if merged && n.Lost {
+			out = append(out, traceEvent{Name: "process_labels", Ph: "M", Pid: p, Args: map[string]any{"labels": lostLabel}})
+		}
+		if merged && !n.Local && !n.Lost {
 			label := fmt.Sprintf("clock %+.3fms ±%.3fms", float64(n.Offset)/1e6, float64(n.Err)/1e6)
 			args := map[string]any{"clock_offset_us": micros(n.Offset), "clock_err_us": micros(n.Err)}
 			if n.HasTrue {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/perf/perftest"
 )
 
@@ -193,6 +194,34 @@ func TestTraceSpawn(t *testing.T) {
 				t.Errorf("%d child rank tracks, want 3 (threads %v)", children, tr.Threads)
 			}
 		})
+	}
+}
+
+// A node whose agent is killed mid-job is in the trace all the same,
+// labelled lost, beside the nodes that sent their events: it was left
+// out, as if the job had one node fewer.
+func TestTraceNodeLost(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	j := loopbackJob(hostCount, "auto", append([]string{"--trace", path}, sleepArgs()...)...)
+	j.env = []string{"EXIT_EARLY_ALARM=30"}
+	r := start(t, j)
+	r.waitReady()
+	pids := agentPIDs(t, r.marker, hostCount)
+	if err := sys.SignalProcess(pids[2], sys.SIGKILL); err != nil {
+		t.Fatalf("kill agent of node 2: %v", err)
+	}
+	res := r.wait()
+	res.wantMessage(t, `\bnode 2\b.*\blost\b`)
+	tr := readTrace(t, path, res)
+	for node := range hostCount {
+		pid := node + 2
+		if want := "node " + strconv.Itoa(node) + " 127.0.0.1"; tr.Processes[pid] != want {
+			t.Errorf("process %d is %q, want %q (processes %v)", pid, tr.Processes[pid], want, tr.Processes)
+		}
+		label, _ := tr.Labels[pid]["labels"].(string)
+		if lost := strings.HasPrefix(label, "lost: "); lost != (node == 2) {
+			t.Errorf("node %d is labelled %q: want lost for node 2 alone", node, label)
+		}
 	}
 }
 
