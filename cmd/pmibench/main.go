@@ -97,6 +97,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/internal/agentmain"
 	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/internal/version"
@@ -211,6 +212,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("parse -timeout: %v is not positive", o.timeout)
 	case o.daemonNodes < 1:
 		return o, fmt.Errorf("parse -daemon-nodes: %d is below 1", o.daemonNodes)
+	case o.mpi != "" && o.mpi != node.MPIPMI && o.mpi != node.MPIPMIx:
+		// Only the name: whether pmirun serves PMIx is pmirun's build's.
+		return o, fmt.Errorf("parse -mpi: %q: want %s or %s", o.mpi, node.MPIPMI, node.MPIPMIx)
 	}
 	return o, nil
 }

@@ -287,6 +287,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"-bogus"},
 		{"-n", "2,2,1"},
 		{"-runs", "x"},
+		{"-mpi", "bogus", "-pmirun", "/bin/true", "-mpiexec", "none"}, // every pmirun run failed, exit 1
 		// Where the results could not be written, before any run.
 		{"-json", "/nonexistent/r.json", "-pmirun", "/bin/true", "-mpiexec", "none"},
 		{"-plot", "/proc/plots", "-pmirun", "/bin/true", "-mpiexec", "none"},
