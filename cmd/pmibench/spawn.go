@@ -93,12 +93,16 @@ func parseSpawnFlags(args []string, stderr io.Writer) (spawnOptions, error) {
 		return o, fmt.Errorf("parse -sizes: %w", err)
 	}
 	switch {
-	case o.count < 1 || o.rounds < 1:
-		return o, fmt.Errorf("-count %d, -rounds %d: want at least 1", o.count, o.rounds)
+	case o.count < 1:
+		return o, fmt.Errorf("parse -count: %d is below 1", o.count)
+	case o.rounds < 1:
+		return o, fmt.Errorf("parse -rounds: %d is below 1", o.rounds)
 	case o.nodes < 2:
-		return o, fmt.Errorf("-nodes %d: want at least 2", o.nodes)
+		return o, fmt.Errorf("parse -nodes: %d is below 2", o.nodes)
 	case o.rateTime < 0:
-		return o, fmt.Errorf("-rate-time %v: want 0 or more", o.rateTime)
+		return o, fmt.Errorf("parse -rate-time: %v is negative", o.rateTime)
+	case o.timeout <= 0:
+		return o, fmt.Errorf("parse -timeout: %v is not positive", o.timeout)
 	}
 	return o, nil
 }
