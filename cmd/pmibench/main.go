@@ -509,16 +509,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Timeout: o.timeout,
 		Progress: func(s Sample) {
 			finished++
-			if last := s.Run == o.runs-1 && s.Launcher == lastLauncher(launchers, s.Workload); last && finished < total {
-				left := time.Duration(float64(time.Since(runStart)) / float64(finished) * float64(total-finished))
-				fmt.Fprintf(stderr, "pmibench: %s N=%d done: %d of %d runs, about %v left\n",
-					s.Workload, s.N, finished, total, left.Round(time.Second))
-			}
 			if !s.OK() {
 				failed++
 				fmt.Fprintf(stderr, "pmibench: %s N=%d %s run %d: %s\n", s.Workload, s.N, s.Launcher, s.Run, s.Err)
 			} else if o.verbose {
 				fmt.Fprintf(stderr, "pmibench: %s N=%d %s run %d: %v\n", s.Workload, s.N, s.Launcher, s.Run, s.Wall)
+			}
+			// The cell's line comes after its last run's.
+			if last := s.Run == o.runs-1 && s.Launcher == lastLauncher(launchers, s.Workload); last && finished < total {
+				left := time.Duration(float64(time.Since(runStart)) / float64(finished) * float64(total-finished))
+				fmt.Fprintf(stderr, "pmibench: %s N=%d done: %d of %d runs, about %v left\n",
+					s.Workload, s.N, finished, total, left.Round(time.Second))
 			}
 			if reportPath != "" && s.OK() && s.Launcher == "pmirun" {
 				if rep, err := jobreport.ReadFile(reportPath); err == nil {

@@ -275,6 +275,22 @@ func TestRefusedRunMakesNoPlotDir(t *testing.T) {
 	}
 }
 
+// A cell's progress line comes after its last run's line: it came
+// before it, so "pmi2 N=1 done: 1 of 2 runs" was followed by that cell's
+// last run (and its failure, if it failed).
+func TestProgressAfterRuns(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"-v", "-runs", "1", "-warmup", "0", "-n", "1,2", "-workload", "pmi2", "-pmirun", "/bin/true", "-mpiexec", "none", "-pmi2-prog", "/bin/true"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	out := stderr.String()
+	runLine, doneLine := strings.Index(out, "pmibench: pmi2 N=1 pmirun run 0: "), strings.Index(out, "pmibench: pmi2 N=1 done: 1 of 2 runs")
+	if runLine < 0 || doneLine < 0 || doneLine < runLine {
+		t.Errorf("want the run's line, then the cell's progress line:\n%s", out)
+	}
+}
+
 func TestRunUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"-n", "0"},
