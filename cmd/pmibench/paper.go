@@ -190,6 +190,9 @@ func runPaper(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			c := l
 			c.Op, c.Work = op, work
 			r := h.run(ctx, c)
+			if r.cut {
+				return // the stop is said after the layout
+			}
 			if r.Err != "" {
 				code = 1
 			}

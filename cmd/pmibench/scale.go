@@ -275,6 +275,9 @@ type scaleResult struct {
 	Err       string        `json:"error,omitempty"`   // the job failed
 	Skipped   string        `json:"skipped,omitempty"` // the job was not run
 	StderrEnd string        `json:"stderr_end,omitempty"`
+	// cut says the benchmark's stop (Ctrl-C, SIGTERM) ended the job, or
+	// came before it: no result, never a failure (scaleRunner.run).
+	cut bool
 }
 
 // nodeCounter is one node's counters (jobreport.Node.Counters), whole job.
@@ -513,7 +516,8 @@ func newScaleRunner(o scaleOptions, root string, stderr io.Writer) (h *scaleRunn
 func (h *scaleRunner) close() { os.RemoveAll(h.reports) }
 
 // run runs job c, or skips it when it would not fit (-max-p, memory), and
-// says so on stderr.
+// says so on stderr. A job the benchmark's stop (ctx) ended, or came
+// before, is cut: said by the caller, never as the job's failure.
 func (h *scaleRunner) run(ctx context.Context, c scaleConfig) scaleResult {
 	o, stderr := h.o, h.stderr
 	if h.jobs++; h.jobs == 1 {
@@ -549,11 +553,18 @@ func (h *scaleRunner) run(ctx context.Context, c scaleConfig) scaleResult {
 	}
 	report := filepath.Join(h.reports, fmt.Sprintf("job-%d.json", h.jobs))
 	argv := o.scaleArgv(h.pmirun, c, report)
+	if ctx.Err() != nil {
+		return scaleResult{scaleConfig: c, cut: true}
+	}
 	if o.verbose {
 		fmt.Fprintf(stderr, "pmibench: %s\n", strings.Join(argv, " "))
 	}
 	got := runScaleJob(ctx, o, argv, c, report)
 	got.SegBytes = seg
+	if got.Err != "" && ctx.Err() != nil {
+		got.cut = true
+		return got
+	}
 	if got.Err != "" {
 		fmt.Fprintf(stderr, "pmibench: %s %s K=%d PPN=%d P=%d %s: %s: %s\n", progress, c.Op, c.Nodes, c.PPN, c.P(), c.Backend, got.Err, got.StderrEnd)
 		return got
@@ -593,12 +604,12 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	plan := o.scalePlan()
 	h.total = len(plan)
 	for _, c := range plan {
-		if ctx.Err() != nil {
+		r := h.run(ctx, c)
+		if r.cut {
 			fmt.Fprintf(stderr, "pmibench: stopped early: %v\n", context.Cause(ctx))
 			code = 1
 			break
 		}
-		r := h.run(ctx, c)
 		results = append(results, r)
 		if r.Err != "" {
 			code = 1

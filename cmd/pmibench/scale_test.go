@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/jobreport"
 )
 
@@ -248,6 +253,43 @@ func TestScaleFlagsRefused(t *testing.T) {
 		}
 		if _, err := parsePaperFlags(c.args, io.Discard); err == nil {
 			t.Errorf("-paper %q: no error", c.args)
+		}
+	}
+}
+
+// A job Ctrl-C ends is no failed job: it was printed as one ('fence K=2
+// PPN=2 P=4 net: exit status 1: ...'), kept as a failed row of the table
+// and in -json.
+func TestScaleInterruptedJobIsNoFailure(t *testing.T) {
+	dir := t.TempDir()
+	// The "pmirun" interrupts pmibench (this test), then waits to be
+	// ended with the job.
+	pmirun := filepath.Join(dir, "pmirun")
+	if err := os.WriteFile(pmirun, []byte("#!/bin/sh\nkill -INT "+strconv.Itoa(os.Getpid())+"\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"-scale", "-paper"} {
+		ctx, stop := signal.NotifyContext(context.Background(), sys.SIGINT)
+		path := filepath.Join(dir, mode+".json")
+		var stdout, stderr bytes.Buffer
+		args := []string{mode, "-pmirun", pmirun, "-nodes", "2", "-ppn", "2", "-netio", "net", "-json", path}
+		if mode == "-scale" {
+			args = append(args, "-ops", "fence")
+		} else {
+			args = append(args, "-figs", "9")
+		}
+		if code := run(ctx, args, &stdout, &stderr); code != 1 {
+			t.Errorf("%s: exit %d, want 1", mode, code)
+		}
+		stop()
+		if !strings.Contains(stderr.String(), "stopped early: interrupt signal received") || strings.Contains(stderr.String(), " K=2 PPN=2 P=4 net") {
+			t.Errorf("%s: stderr:\n%s\nwant the stop and no failed job", mode, stderr.String())
+		}
+		if strings.Contains(stdout.String(), "failed") {
+			t.Errorf("%s: table:\n%s\nwant no failed job", mode, stdout.String())
+		}
+		if b, err := os.ReadFile(path); err != nil || strings.Contains(string(b), `"error"`) {
+			t.Errorf("%s: -json: %v\n%s\nwant no failed job", mode, err, b)
 		}
 	}
 }
