@@ -239,6 +239,7 @@ func runSpawn(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "pmibench: stopped early: %v\n", context.Cause(ctx))
 		code = 1
 	}
 	return code
@@ -330,6 +331,15 @@ func (c *lineClock) bytes() []byte {
 	return bytes.Clone(c.buf.Bytes())
 }
 
+// fail records the error of one of the row's jobs, unless the
+// benchmark's stop (ctx: Ctrl-C, SIGTERM) ended it: that job did not
+// fail, and the stop is said once, at the end.
+func (r *spawnRow) fail(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		r.errs = append(r.errs, err.Error())
+	}
+}
+
 // spawnAttempts bounds the jobs a Slurm row runs for one size and round
 // when spawns hang.
 const spawnAttempts = 3
@@ -369,7 +379,7 @@ func (r *spawnRow) measureLatency(ctx context.Context, o spawnOptions, prog stri
 		case stalled:
 			r.hung[size]++
 		case err != nil:
-			r.errs = append(r.errs, err.Error())
+			r.fail(ctx, err)
 			return
 		case len(these) != want+untimed:
 			r.errs = append(r.errs, fmt.Sprintf("spawns of %d: %d timings, want %d", size, len(these), want+untimed))
@@ -399,7 +409,7 @@ func (r *spawnRow) measureLaunch(ctx context.Context, o spawnOptions, prog strin
 	argv := append([]string{r.setup.path}, args...)
 	argv = append(argv, "-n", strconv.Itoa(size), prog, "noop")
 	if _, wall, err := runJob(ctx, o, argv, r.setup.env); err != nil {
-		r.errs = append(r.errs, err.Error())
+		r.fail(ctx, err)
 	} else {
 		r.launch[size] = append(r.launch[size], wall)
 	}
@@ -418,7 +428,7 @@ func (r *spawnRow) measureRate(ctx context.Context, o spawnOptions, prog string)
 		return
 	}
 	if err != nil {
-		r.errs = append(r.errs, err.Error())
+		r.fail(ctx, err)
 		return
 	}
 	var refused string

@@ -1,8 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/fastpmi/fastpmi/internal/syncbuf"
+	"github.com/fastpmi/fastpmi/internal/sys"
 )
 
 // -spawn refuses a -timeout no run could meet, before any run: with
@@ -23,5 +34,33 @@ func TestSpawnFlagsRefused(t *testing.T) {
 		if _, err := parseSpawnFlags(c.args, io.Discard); err == nil || err.Error() != c.want {
 			t.Errorf("%q: %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// Ctrl-C during -spawn says the stop once, and the job it ended is no
+// failed job: it was said as one ('... rate 10.000: exit status 143:
+// pmirun: job 75 rank 0 killed by signal 15 (SIGTERM) ...'), and the
+// stop not at all.
+func TestSpawnInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-ldflags=-checklinkname=0", "-o", filepath.Join(dir, "pmid"), "../pmid").CombinedOutput(); err != nil {
+		t.Fatalf("build pmid: %v\n%s", err, out)
+	}
+	// The "pmirun" interrupts pmibench (this test), then waits to be
+	// ended with its job.
+	pmirun := filepath.Join(dir, "pmirun")
+	if err := os.WriteFile(pmirun, []byte("#!/bin/sh\nkill -INT "+strconv.Itoa(os.Getpid())+"\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGINT)
+	defer stop()
+	var stdout bytes.Buffer
+	var stderr syncbuf.Buffer // the daemons write to it too
+	args := []string{"-spawn", "-pmirun", pmirun, "-prog", "/bin/true", "-sizes", "1", "-count", "1", "-rounds", "1", "-rate-time", "1s"}
+	if code := run(ctx, args, &stdout, &stderr); code != 1 {
+		t.Errorf("exit %d, want 1\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+	if got := stderr.String(); strings.Count(got, "stopped early: interrupt signal received") != 1 || strings.Contains(got, pmirun+" ") {
+		t.Errorf("stderr:\n%s\nwant the stop once and no failed job", got)
 	}
 }
