@@ -525,6 +525,12 @@ func writeSpawnTables(w io.Writer, o spawnOptions, rows []*spawnRow) {
 				ratio = fmt.Sprintf("%.2f (%s/%s)", fast/slow, r.vs.fast.setup.way, r.vs.slow.setup.way)
 			}
 		}
+		if r.secs <= 0 {
+			// Not measured (stopped before it, or its job failed): no
+			// figures, never a rate of 0.
+			row(strconv.Itoa(r.setup.nodes), r.setup.way, "-", "-", "-", ratio)
+			continue
+		}
 		spawns := strconv.Itoa(r.spawns)
 		if r.refused {
 			spawns += " (then refused)"

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fastpmi/fastpmi/internal/syncbuf"
 	"github.com/fastpmi/fastpmi/internal/sys"
@@ -62,5 +63,20 @@ func TestSpawnInterrupted(t *testing.T) {
 	}
 	if got := stderr.String(); strings.Count(got, "stopped early: interrupt signal received") != 1 || strings.Contains(got, pmirun+" ") {
 		t.Errorf("stderr:\n%s\nwant the stop once and no failed job", got)
+	}
+}
+
+// A rate the test did not measure (stopped before it, or its job failed)
+// is printed as "-", as the latency table prints a size it did not time:
+// it was printed as "0  0.00  0.0", a rate of 0 spawns a second.
+func TestSpawnRateNotMeasured(t *testing.T) {
+	measured := &spawnRow{setup: spawnSetup{1, "per-job", "pmirun", nil, nil}, spawns: 50, secs: 2}
+	missing := &spawnRow{setup: spawnSetup{1, "daemon", "pmirun", nil, nil}}
+	missing.vs = &spawnRatio{slow: measured, fast: missing}
+	var out bytes.Buffer
+	writeSpawnTables(&out, spawnOptions{sizes: []int{1}, rateTime: time.Second}, []*spawnRow{measured, missing})
+	text := out.String()
+	if !strings.Contains(text, "1\tper-job\t50\t2.00\t25.0\t\n") || !strings.Contains(text, "1\tdaemon\t-\t-\t-\t\n") {
+		t.Errorf("rate table:\n%s\nwant 50 spawns in 2 s for per-job, - for daemon", text)
 	}
 }
