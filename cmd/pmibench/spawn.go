@@ -15,6 +15,7 @@ import (
 
 	"github.com/fastpmi/fastpmi/internal/benchplot"
 	"github.com/fastpmi/fastpmi/internal/sys"
+	"github.com/fastpmi/fastpmi/perf"
 )
 
 // Spawn mode (-spawn): the research's spawn benchmarks, run by a real
@@ -438,15 +439,6 @@ func (r *spawnRow) measureRate(ctx context.Context, o spawnOptions, prog string)
 	r.refused = refused == "refused"
 }
 
-func medianOf(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 func msText(d time.Duration) string {
 	if d == 0 {
 		return "-"
@@ -482,15 +474,15 @@ func writeSpawnTables(w io.Writer, o spawnOptions, rows []*spawnRow) {
 			ratio = []string{strconv.Itoa(r.setup.nodes), r.setup.way, "spawn, " + r.vs.label()}
 		}
 		for _, s := range o.sizes {
-			m := medianOf(r.latency[s])
+			m := perf.Median(r.latency[s])
 			cell := fmt.Sprintf("%s (%s–%s)", msText(m), msText(slices.Min(append(r.latency[s], m))), msText(slices.Max(append(r.latency[s], m))))
 			if h := r.hung[s]; h > 0 {
 				cell += fmt.Sprintf(" [%d hung]", h)
 			}
 			spawn = append(spawn, cell)
-			launch = append(launch, msText(medianOf(r.launch[s])))
+			launch = append(launch, msText(perf.Median(r.launch[s])))
 			if r.vs != nil {
-				slow, fast := medianOf(r.vs.slow.latency[s]), medianOf(r.vs.fast.latency[s])
+				slow, fast := perf.Median(r.vs.slow.latency[s]), perf.Median(r.vs.fast.latency[s])
 				q := "-"
 				if slow > 0 && fast > 0 {
 					q = fmt.Sprintf("%.2f", float64(slow)/float64(fast))
@@ -551,13 +543,13 @@ func plotSpawn(dir string, o spawnOptions, rows []*spawnRow) ([]string, error) {
 		for _, size := range o.sizes {
 			if ls := r.latency[size]; len(ls) > 0 {
 				spawn.X = append(spawn.X, float64(size))
-				spawn.Y = append(spawn.Y, ms(medianOf(ls)))
+				spawn.Y = append(spawn.Y, ms(perf.Median(ls)))
 				spawn.Lo = append(spawn.Lo, ms(slices.Min(ls)))
 				spawn.Hi = append(spawn.Hi, ms(slices.Max(ls)))
 			}
 			if ls := r.launch[size]; len(ls) > 0 {
 				launch.X = append(launch.X, float64(size))
-				launch.Y = append(launch.Y, ms(medianOf(ls)))
+				launch.Y = append(launch.Y, ms(perf.Median(ls)))
 			}
 		}
 		series = append(series, spawn, launch)

@@ -80,3 +80,18 @@ func TestSpawnRateNotMeasured(t *testing.T) {
 		t.Errorf("rate table:\n%s\nwant 50 spawns in 2 s for per-job, - for daemon", text)
 	}
 }
+
+// -spawn's medians are the other tables' (perf.Median): of an even count,
+// the mean of the two middle values. It took the upper one, so -count 20
+// gave a median no other mode's table would for the same timings.
+func TestSpawnMedian(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	r := &spawnRow{setup: spawnSetup{1, "per-job", "pmirun", nil, nil},
+		latency: map[int][]time.Duration{1: {ms(4), ms(1), ms(3), ms(2)}}, launch: map[int][]time.Duration{1: {ms(10), ms(20)}}}
+	var out bytes.Buffer
+	writeSpawnTables(&out, spawnOptions{sizes: []int{1}}, []*spawnRow{r})
+	text := out.String()
+	if !strings.Contains(text, "spawn ms (median)\t2.50 (1.00–4.00)") || !strings.Contains(text, "launch ms (median)\t15.00") {
+		t.Errorf("table:\n%s\nwant spawn median 2.50 and launch median 15.00", text)
+	}
+}
