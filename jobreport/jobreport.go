@@ -252,7 +252,9 @@ func WriteOut(path string, write func(w io.Writer) error) error {
 	}
 	if err != nil {
 		os.Remove(f.Name())
-		os.Remove(path)
+		if st, serr := os.Lstat(path); serr == nil && st.Mode().IsRegular() {
+			os.Remove(path) // an older file, never what path became since
+		}
 		return pathCause(err)
 	}
 	return nil
