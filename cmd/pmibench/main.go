@@ -320,7 +320,12 @@ func checkPlotDir(dir string) error {
 		case err == nil && !st.IsDir():
 			return fmt.Errorf("%s is not a directory", d)
 		case err == nil:
-			return jobreport.CheckWritable(filepath.Join(d, "plot"))
+			f, err := os.CreateTemp(d, ".pmibench-plot-*")
+			if err != nil {
+				return fmt.Errorf("cannot write in %s: %w", d, errors.Unwrap(err))
+			}
+			f.Close()
+			return os.Remove(f.Name())
 		case errors.Is(err, fs.ErrPermission) || d == filepath.Dir(d):
 			return err
 		}

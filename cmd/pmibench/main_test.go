@@ -266,6 +266,13 @@ func TestRefusedRunMakesNoPlotDir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "new")); err == nil {
 		t.Errorf("a refused run left %s behind", filepath.Join(dir, "new"))
 	}
+	// A directory named plot beside the new one is no obstacle.
+	if err := os.Mkdir(filepath.Join(dir, "plot"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkOutputs("", filepath.Join(dir, "plot2")); err != nil {
+		t.Errorf("-plot beside a directory named plot: %v", err)
+	}
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
