@@ -839,8 +839,11 @@ func writeScaleJSON(path string, o scaleOptions, started time.Time, results []sc
 	if err != nil {
 		return fmt.Errorf("encode results: %w", err)
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write json output: %w", err)
+	if err := jobreport.WriteOut(path, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	}); err != nil {
+		return fmt.Errorf("write json output %s: %w", path, err)
 	}
 	return nil
 }

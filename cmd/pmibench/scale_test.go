@@ -293,3 +293,28 @@ func TestScaleInterruptedJobIsNoFailure(t *testing.T) {
 		}
 	}
 }
+
+// -scale's and -paper's -json is written as every other file pmibench
+// and pmirun write (jobreport.WriteOut): whole, renamed into place, never
+// over the older file in place, so that a write the disk cannot take
+// leaves no truncated file. An older file still open keeps its content.
+func TestScaleJSONWrittenWhole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.json")
+	if err := os.WriteFile(path, []byte("older"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	older, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer older.Close()
+	if err := writeScaleJSON(path, scaleOptions{rounds: 3, codec: "auto"}, time.Now(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(older); err != nil || string(b) != "older" {
+		t.Errorf("the older file holds %q (%v): written over in place, want it left whole", b, err)
+	}
+	if b, err := os.ReadFile(path); err != nil || !json.Valid(b) {
+		t.Errorf("-json: %v\n%s", err, b)
+	}
+}
