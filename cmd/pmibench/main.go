@@ -581,6 +581,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func writeJSONFile(path string, rep Report) error {
+	if rep.Samples == nil {
+		rep.Samples = []Sample{} // "samples": [] when stopped before any, never null
+	}
 	if err := jobreport.WriteOut(path, func(w io.Writer) error { return WriteJSON(w, rep) }); err != nil {
 		return fmt.Errorf("write json output %s: %w", path, err)
 	}

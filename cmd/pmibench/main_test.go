@@ -252,6 +252,10 @@ func TestInterruptSaid(t *testing.T) {
 	if b, err := os.ReadFile(path); err != nil || !strings.Contains(string(b), want) {
 		t.Errorf("-json: %v\n%s\nwant the note %q", err, b, want)
 	}
+	// No run: no samples, an empty list (it was null).
+	if b, _ := os.ReadFile(path); !strings.Contains(string(b), `"samples": []`) {
+		t.Errorf("-json:\n%s\nwant \"samples\": []", b)
+	}
 }
 
 // A -plot directory is checked, not made, before the runs: a run

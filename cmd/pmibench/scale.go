@@ -832,6 +832,9 @@ type scaleReport struct {
 }
 
 func writeScaleJSON(path string, o scaleOptions, started time.Time, results []scaleResult) error {
+	if results == nil {
+		results = []scaleResult{} // "results": [] when stopped before any, never null
+	}
 	host, _ := os.Hostname()
 	rep := scaleReport{Started: started, Host: host, CPUs: runtime.NumCPU(), Rounds: o.rounds,
 		Warmup: virtual.WarmupRounds, Codec: o.codec, Results: results}
