@@ -212,6 +212,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("parse -timeout: %v is not positive", o.timeout)
 	case o.daemonNodes < 1:
 		return o, fmt.Errorf("parse -daemon-nodes: %d is below 1", o.daemonNodes)
+	case o.daemon && (o.mpi != "" || o.lib != "" || o.ompi != "" || o.mpiexec != ""):
+		// Its two columns are pmirun's own ways of starting a job: the
+		// other launchers' columns, and -mpi, were dropped or timed a
+		// fork-bootstrap pmirun beside them.
+		return o, errors.New("parse -daemon: it times pmirun on per-job loopback agents against daemons, and takes none of -mpi, -lib, -ompi, -mpiexec")
 	case o.mpi != "" && o.mpi != node.MPIPMI && o.mpi != node.MPIPMIx:
 		// Only the name: whether pmirun serves PMIx is pmirun's build's.
 		return o, fmt.Errorf("parse -mpi: %q: want %s or %s", o.mpi, node.MPIPMI, node.MPIPMIx)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -299,6 +300,23 @@ func TestProgressAfterRuns(t *testing.T) {
 	runLine, doneLine := strings.Index(out, "pmibench: pmi2 N=1 pmirun run 0: "), strings.Index(out, "pmibench: pmi2 N=1 done: 1 of 2 runs")
 	if runLine < 0 || doneLine < 0 || doneLine < runLine {
 		t.Errorf("want the run's line, then the cell's progress line:\n%s", out)
+	}
+}
+
+// -daemon's two columns are pmirun's two ways of starting a job: -mpi
+// and -mpiexec were dropped without a word (the daemons' jobs ran
+// without --mpi pmix), and -lib and -ompi timed other launchers beside
+// them, -lib's a pmirun of the fork bootstrap, compared with loopback
+// agents in the ratio. They are refused with -daemon.
+func TestDaemonRefusesOtherColumns(t *testing.T) {
+	for _, extra := range [][]string{{"-mpi", "pmix"}, {"-lib", "build/lib"}, {"-mpiexec", "/usr/bin/mpiexec"}, {"-ompi", "mpirun"}} {
+		_, err := parseFlags(append([]string{"-daemon"}, extra...), io.Discard)
+		if err == nil || !strings.HasPrefix(err.Error(), "parse -daemon: ") {
+			t.Errorf("-daemon %q: %v, want a refusal", extra, err)
+		}
+	}
+	if _, err := parseFlags([]string{"-daemon", "-n", "1,8"}, io.Discard); err != nil {
+		t.Errorf("-daemon alone: %v", err)
 	}
 }
 
