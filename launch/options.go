@@ -256,7 +256,7 @@ func (e reportPathError) Unwrap() error { return e.error }
 func (c *Config) validateOutput() error {
 	// pmirun writes these when the job ends: refused now, not after a
 	// job of hours (and never one file for both).
-	if c.TracePath != "" && c.ReportPath != "" && filepath.Clean(c.TracePath) == filepath.Clean(c.ReportPath) {
+	if c.TracePath != "" && c.ReportPath != "" && sameFile(c.TracePath, c.ReportPath) {
 		return fmt.Errorf("--trace and --report name the same file, %s", c.TracePath)
 	}
 	for _, f := range []struct{ flag, path string }{{"--trace", c.TracePath}, {"--report", c.ReportPath}} {
@@ -291,6 +291,18 @@ func (c *Config) validateOutput() error {
 		}
 	}
 	return nil
+}
+
+// sameFile reports whether paths a and b name one file: the same path,
+// or a regular file there already that both reach (a link to the other,
+// a hard link), which would hold the trace or the report, not both.
+func sameFile(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && sa.Mode().IsRegular() && os.SameFile(sa, sb)
 }
 
 // prefix is the nodes' line prefix pattern.

@@ -620,3 +620,21 @@ func TestOutputWriteFailure(t *testing.T) {
 		}
 	}
 }
+
+// --trace and --report through a link to one file are refused as the
+// same path is: the report, renamed into place last, replaced the trace
+// written through the link.
+func TestValidateTraceReportSameFile(t *testing.T) {
+	dir := t.TempDir()
+	file, link := filepath.Join(dir, "out.json"), filepath.Join(dir, "link.json")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Size: 1, Prog: "p", TracePath: link, ReportPath: file}
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--trace and --report name the same file") {
+		t.Errorf("--trace %s --report %s: %v, want them refused as one file", link, file, err)
+	}
+}
