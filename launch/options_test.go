@@ -454,6 +454,16 @@ func TestExitCodesCannotExecute(t *testing.T) {
 	}
 }
 
+// A program not on the PATH is named once: the message said its name
+// twice ('cannot run "prog": "prog": executable file not found in $PATH').
+func TestProgramNotFoundNamedOnce(t *testing.T) {
+	_, stderr, err := run(t, Config{Size: 2, Prog: "no-such-program-anywhere"})
+	const want = "pmirun: cannot run \"no-such-program-anywhere\": executable file not found in $PATH\n"
+	if ExitCode(err) != 127 || stderr != want {
+		t.Errorf("exit %d, stderr %q; want 127, %q", ExitCode(err), stderr, want)
+	}
+}
+
 // A script without "#!" runs under /bin/sh, as execvp (Hydra's
 // mpiexec, a shell) runs it: every rank, with its arguments, from a
 // relative path in -wdir; an MPMD command of such a script beside a

@@ -515,7 +515,7 @@ func lookProg(prog, wdir string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%q: %w in $PATH", prog, ErrNotFound)
+	return "", fmt.Errorf("%w in $PATH", ErrNotFound) // the caller names prog
 }
 
 // ErrNotFound and ErrCannotExecute say why a program cannot run: shells
