@@ -27,6 +27,10 @@ type fate struct {
 	afterFin *JobError
 
 	jobs map[int]*jobFate // by Spec.Jobno, while the job runs (jobOver); nil until the first event
+	// startWhy holds why ranks could not start, as said: a reason is said
+	// once, not again for each rank or node it stopped (every node's
+	// agent reports a program missing). Nil until the first.
+	startWhy map[string]bool
 }
 
 // jobFate is what fate tracks of one job (the command line's, or one
@@ -165,10 +169,17 @@ func (f *fate) jobEvent(jobno int, where string, e agent.Event) {
 			code = 1
 		}
 		msg := fmt.Sprintf("start %s: %s", rank, e.Msg)
+		said := f.startWhy[e.Msg]
+		if f.startWhy == nil {
+			f.startWhy = make(map[string]bool)
+		}
+		f.startWhy[e.Msg] = true
 		if f.failure != nil {
 			// Said even so: why a rank could not start (a process
 			// limit, say) often explains the failure reported first.
-			fmt.Fprintf(f.stderr, "pmirun: also, %s\n", msg)
+			if !said {
+				fmt.Fprintf(f.stderr, "pmirun: also, %s\n", msg)
+			}
 			return
 		}
 		f.fail(&JobError{Code: code, Msg: msg})

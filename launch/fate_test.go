@@ -32,6 +32,28 @@ func TestFateStartFailureAfterFailure(t *testing.T) {
 	}
 }
 
+// A reason a rank could not start is said once, not again for each
+// rank or node it stopped: a program missing on six nodes was said six
+// times ('pmirun: also, start rank 3 on node 3 (h3): cannot run ...').
+// Another reason is still said.
+func TestFateStartFailureSaidOnce(t *testing.T) {
+	var out bytes.Buffer
+	f := &fate{stderr: &out, end: func(*JobError) {}}
+	const missing = `cannot run "prog": executable file not found in $PATH`
+	for i, node := range []string{"node 2 (h2)", "node 0 (h0)", "node 1 (h1)"} {
+		f.jobEvent(0, node, agent.Event{Kind: agent.EventStartFailed, Rank: i, Code: 127, Msg: missing})
+	}
+	f.jobEvent(0, "node 3 (h3)", agent.Event{Kind: agent.EventStartFailed, Rank: 3, Code: 1, Msg: "fork/exec /bin/sh: resource temporarily unavailable"})
+	want := "pmirun: start rank 0 on node 2 (h2): " + missing + "\n" +
+		"pmirun: also, start rank 3 on node 3 (h3): fork/exec /bin/sh: resource temporarily unavailable\n"
+	if out.String() != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", out.String(), want)
+	}
+	if f.failure == nil || f.failure.Code != 127 {
+		t.Errorf("failure %+v, want the first, code 127", f.failure)
+	}
+}
+
 // A rank's abort message is printed on pmirun's own line as text: escape
 // sequences, carriage returns and newlines (which could forge a
 // "pmirun:" line) quoted, and at most maxAbortText bytes of it.
