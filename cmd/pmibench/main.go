@@ -197,9 +197,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("parse -n: %w", err)
 	}
 	for _, w := range strings.Split(*wList, ",") {
-		if w = strings.TrimSpace(w); w != "" {
-			o.workloads = append(o.workloads, w)
+		if w = strings.TrimSpace(w); w == "" {
+			continue
 		}
+		if slices.Contains(o.workloads, w) {
+			return o, fmt.Errorf("parse -workload: %s twice (its runs would be one row)", w)
+		}
+		o.workloads = append(o.workloads, w)
 	}
 	switch {
 	case len(o.workloads) == 0:

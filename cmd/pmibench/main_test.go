@@ -331,6 +331,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"stray"},
 		{"-bogus"},
 		{"-n", "2,2,1"},
+		{"-workload", "true,true", "-pmirun", "/bin/true", "-mpiexec", "none"}, // twice the runs in one row
 		{"-runs", "x"},
 		{"-mpi", "bogus", "-pmirun", "/bin/true", "-mpiexec", "none"}, // every pmirun run failed, exit 1
 		// Where the results could not be written, before any run.
