@@ -227,6 +227,10 @@ func parseNames(s string, valid []string) ([]string, error) {
 		if !slices.Contains(valid, f) {
 			return nil, fmt.Errorf("unknown %q (want %s)", f, strings.Join(valid, ", "))
 		}
+		if slices.Contains(out, f) {
+			// Its jobs would run twice, one result shown for both.
+			return nil, fmt.Errorf("%q twice", f)
+		}
 		out = append(out, f)
 	}
 	if len(out) == 0 {

@@ -246,6 +246,10 @@ func TestScaleFlagsRefused(t *testing.T) {
 		{[]string{"-max-p", "-1"}, "parse -max-p: -1 is negative"},
 		{[]string{"-net-timeout", "0s"}, "parse -net-timeout: 0s is not positive"},
 		{[]string{"-timeout", "-1s"}, "parse -timeout: -1s is not positive"},
+		// Each job ran twice and one result was shown (-netio: in two
+		// columns).
+		{[]string{"-ops", "fence,fence"}, `parse -ops: "fence" twice`},
+		{[]string{"-netio", "net,net"}, `parse -netio: "net" twice`},
 	} {
 		_, err := parseScaleFlags(c.args, io.Discard)
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
