@@ -224,7 +224,7 @@ func TestSlurmStepEnds(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("run: %v, want %q\nstderr:\n%s", err, want, stderr.String())
 	}
-	r := &rootNode{hosts: []string{"n1", "n2", "n3"}, step: true}
+	r := &rootNode{hosts: []string{"n1", "n2", "n3"}, at: []int{0, 1, 2}, step: true}
 	if got, want := r.lostBy(0, errors.New("signal: killed")), "every node lost: srun, which runs their agents, signal: killed"; got != want {
 		t.Errorf("srun killed: %q, want %q", got, want)
 	}

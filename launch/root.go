@@ -324,7 +324,7 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 	started := 0
 	for i, a := range agents {
 		if err := a.start(r, i, r.run.out); err != nil {
-			what := fmt.Sprintf("agent of node %d on %s", i, r.hosts[i])
+			what := fmt.Sprintf("agent of node %d on %s", r.at[i], r.hosts[i])
 			if r.step {
 				what = "srun, which runs every node's agent"
 			}
@@ -391,7 +391,7 @@ func (r *rootNode) hold(ctx context.Context) {
 	lost := make([]bool, len(r.conns)) // the node's loss was told
 	fail := func(i int, why string) {
 		if !lost[i] && !r.run.failed() {
-			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %s", i, r.hosts[i], why)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s lost: %s", r.nodeName(i), why)})
 		}
 		lost[i] = true
 	}
@@ -612,7 +612,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 			if e.err != nil { // exec's words for a non-zero one
 				why = e.err.Error()
 			}
-			what := fmt.Sprintf("agent of node %d on %s exited before connecting", e.i, r.hosts[e.i])
+			what := fmt.Sprintf("agent of node %d on %s exited before connecting", r.at[e.i], r.hosts[e.i])
 			if r.step {
 				what = "srun, which runs every node's agent, exited before they connected"
 			}
@@ -662,7 +662,7 @@ func (r *rootNode) notConnected(got int, d time.Duration) error {
 	var missing []string
 	for i, c := range r.conns {
 		if c == nil {
-			missing = append(missing, fmt.Sprintf("node %d on %s", i, r.hosts[i]))
+			missing = append(missing, fmt.Sprintf("node %d on %s", r.at[i], r.hosts[i]))
 		}
 	}
 	const shown = 4
@@ -741,7 +741,7 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 			}
 		case nt := <-r.notices:
 			if !r.done[nt.i] && !r.killed {
-				r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", nt.i, r.hosts[nt.i], nt.err)})
+				r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s lost: %v", r.nodeName(nt.i), nt.err)})
 			}
 			r.lost[nt.i] = true
 		case sig := <-signals:
@@ -762,7 +762,7 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 					// does not wait for this node's report.
 					r.lost[i] = true
 					if !r.killed {
-						r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: no message for %v", i, r.hosts[i], r.cfg.NetTimeout)})
+						r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s lost: no message for %v", r.nodeName(i), r.cfg.NetTimeout)})
 					}
 				}
 			}
@@ -836,8 +836,8 @@ func (r *rootNode) deadlock() {
 		what = append(what[:6], "...")
 	}
 	if gets == 0 {
-		r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("deadlock: every live rank of the job waits (%s), in collective %d among others, which the ranks of node %d (%s) never entered: they ended without it",
-			strings.Join(what, ", "), epoch, absent, r.hosts[absent])})
+		r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("deadlock: every live rank of the job waits (%s), in collective %d among others, which the ranks of %s never entered: they ended without it",
+			strings.Join(what, ", "), epoch, r.nodeName(absent))})
 		return
 	}
 	r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("deadlock: every live rank of the job waits and no put can come (%s)", strings.Join(what, ", "))})
@@ -854,7 +854,7 @@ func (r *rootNode) lostBy(i int, err error) string {
 	if r.step {
 		return "every node lost: srun, which runs their agents, " + why
 	}
-	return fmt.Sprintf("node %d (%s) lost: agent %s", i, r.hosts[i], why)
+	return fmt.Sprintf("%s lost: agent %s", r.nodeName(i), why)
 }
 
 // allDone reports whether every node is done or gone: the agents still
@@ -898,11 +898,18 @@ func (r *rootNode) reap(agents []agentProc) {
 	}
 }
 
+// nodeName names the job's node i in messages as the run names it, by
+// the run's node number (a spawned job's node i is the run's node
+// r.at[i]) and its host: "node 2 (h2)".
+func (r *rootNode) nodeName(i int) string {
+	return fmt.Sprintf("node %d (%s)", r.at[i], r.hosts[i])
+}
+
 func (r *rootNode) frame(fi node.FrameIn) {
 	i := fi.From
 	if fi.Err != nil {
 		if !r.done[i] && !r.run.failed() && !r.killed {
-			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %v", i, r.hosts[i], fi.Err)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s lost: %v", r.nodeName(i), fi.Err)})
 		}
 		r.lost[i] = !r.done[i]
 		return
@@ -913,7 +920,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 	case node.FrameEvent:
 		var e agent.Event
 		if err := node.Decode(fi.Frame.Payload, &e); err != nil {
-			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad event: %v", i, err)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s sent a bad event: %v", r.nodeName(i), err)})
 			return
 		}
 		switch e.Kind {
@@ -924,7 +931,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		case agent.EventExited:
 			r.rec.Mark(perf.PhaseRankExit, e.Rank)
 		}
-		r.run.event(r.spec.Jobno, fmt.Sprintf("node %d (%s)", i, r.hosts[i]), e)
+		r.run.event(r.spec.Jobno, r.nodeName(i), e)
 	case node.FrameReady:
 		if r.nready++; r.nready == len(r.conns) && r.started != nil {
 			r.started(r.spec.JobID, nil)
@@ -936,7 +943,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			e.Msg = err.Error()
 		}
 		if !r.done[i] && !r.killed {
-			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d (%s) lost: %s", i, r.hosts[i], e.Msg)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s lost: %s", r.nodeName(i), e.Msg)})
 		}
 	case node.FrameClock:
 		var c node.Clock
@@ -1030,7 +1037,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 	case node.FrameTree:
 		m, err := tree.DecodeMsg(fi.Frame.Payload)
 		if err != nil {
-			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("node %d sent a bad tree message: %v", i, err)})
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s sent a bad tree message: %v", r.nodeName(i), err)})
 			return
 		}
 		// The root has no ranks: it contributes an empty set to every

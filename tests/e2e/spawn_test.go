@@ -584,3 +584,16 @@ func jobOf(out string) string {
 	}
 	return m[1]
 }
+
+// A spawned job's node is named as the run names it: its children all
+// on the run's node 1 (leastload: node 0 runs two of the parent's three
+// ranks), a child's failure was said to be on "node 0", the spawned
+// job's own first node.
+func TestSpawnFailureNamesRunNode(t *testing.T) {
+	r := run(t, job{
+		args: []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "3", "--spawn-placement", "leastload", prog("pmi2_spawn")},
+		env:  []string{"SPAWN_MODE=childfail", "SPAWN_N=1"},
+	})
+	r.wantCode(t, 7)
+	r.wantMessage(t, `^pmirun: job 1 rank 0 on node 1 \(127\.0\.0\.1\) exited with code 7 `)
+}
