@@ -219,7 +219,8 @@ func pathCause(err error) error {
 // WriteOut writes to path what write writes: to a temporary file in the
 // same directory first, renamed into place, so that a reader never sees
 // half of it; a write that fails (a full disk) leaves no file at path,
-// neither a truncated one nor an older one that could pass for this. A path that is there and no regular file is written in place,
+// neither a truncated one nor an older one that could pass for this.
+// A path that is there and no regular file is written in place,
 // truncated as a shell's > would: a device (/dev/null), a pipe, a link
 // (/dev/stdout, a link to a file elsewhere), which the rename would
 // otherwise replace (for root, /dev/null itself). The error names the
