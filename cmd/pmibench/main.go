@@ -582,11 +582,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "pmibench: %v\n", err)
 			code = 1
 		}
-		if len(files) > 0 {
-			fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
-		}
+		sayWritten(stderr, files)
 	}
 	return code
+}
+
+// sayWritten says which figures were written, if any: a run stopped
+// before its first result writes none, and says nothing of them.
+func sayWritten(stderr io.Writer, files []string) {
+	if len(files) > 0 {
+		fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
+	}
 }
 
 func writeJSONFile(path string, rep Report) error {

@@ -641,7 +641,7 @@ func runScale(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "pmibench: %v\n", err)
 			code = 1
 		}
-		fmt.Fprintf(stderr, "pmibench: wrote %s\n", strings.Join(files, " "))
+		sayWritten(stderr, files)
 	}
 	return code
 }

@@ -276,7 +276,7 @@ func TestScaleInterruptedJobIsNoFailure(t *testing.T) {
 		ctx, stop := signal.NotifyContext(context.Background(), sys.SIGINT)
 		path := filepath.Join(dir, mode+".json")
 		var stdout, stderr bytes.Buffer
-		args := []string{mode, "-pmirun", pmirun, "-nodes", "2", "-ppn", "2", "-netio", "net", "-json", path}
+		args := []string{mode, "-pmirun", pmirun, "-nodes", "2", "-ppn", "2", "-netio", "net", "-json", path, "-plot", filepath.Join(dir, mode+"-plots")}
 		if mode == "-scale" {
 			args = append(args, "-ops", "fence")
 		} else {
@@ -291,6 +291,10 @@ func TestScaleInterruptedJobIsNoFailure(t *testing.T) {
 		}
 		if strings.Contains(stdout.String(), "failed") {
 			t.Errorf("%s: table:\n%s\nwant no failed job", mode, stdout.String())
+		}
+		// No figure: nothing said of them (it said "pmibench: wrote ").
+		if strings.Contains(stderr.String(), "pmibench: wrote") {
+			t.Errorf("%s: stderr:\n%s\nwant no figures said written", mode, stderr.String())
 		}
 		if b, err := os.ReadFile(path); err != nil || strings.Contains(string(b), `"error"`) {
 			t.Errorf("%s: -json: %v\n%s\nwant no failed job", mode, err, b)
