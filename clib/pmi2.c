@@ -153,6 +153,13 @@ static int env_int(const char *name, int dflt, int *bad)
     return (int)v;
 }
 
+/* env_set reports whether the launcher set name (to anything but ""). */
+static int env_set(const char *name)
+{
+    const char *s = getenv(name);
+    return s != NULL && *s != '\0';
+}
+
 /* copy_out copies n bytes of v into buf[max] with a NUL: 0, or -1 if it
  * was truncated. */
 static int copy_out(char *buf, int max, const char *v, size_t n)
@@ -330,24 +337,33 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
         shmfd = -1;
     }
     int rc = PMI2_SUCCESS;
+    char refused[sizeof g.err] = ""; /* why the segment was refused, said once the rank is known */
     if (shmfd >= 0) {
-        g.shm = fpmi_shm_open(shmfd, local, g.size, pmifd, g.err, sizeof g.err);
+        /* The segment does not say which rank this process is: PMI_RANK
+         * and MPI_LOCALRANKID do. Without them the defaults (rank 0, its
+         * ring) would be another rank's, so the launcher is asked over
+         * PMI_FD instead. */
+        if (!env_set("PMI_RANK") || !env_set("MPI_LOCALRANKID"))
+            fpmi_errf(refused, sizeof refused, "PMI_RANK or MPI_LOCALRANKID is not set, and the segment alone does not say which rank this is");
+        else if ((g.shm = fpmi_shm_open(shmfd, local, g.size, pmifd, g.err, sizeof g.err)) == NULL)
+            memcpy(refused, g.err, sizeof refused);
         close(shmfd); /* the mapping keeps the memory */
         if (g.shm != NULL) {
             g.kind = T_SHM;
             if (pmifd >= 0)
                 g.text = fpmi_text_open(pmifd);
-        } else if (pmifd >= 0) {
-            fprintf(stderr, "libfastpmi: rank %d: shared memory refused (%s); using the PMI-2 text protocol\n", g.rank,
-                    g.err);
-        } else {
-            fprintf(stderr, "libfastpmi: rank %d: shared memory refused (%s)\n", g.rank, g.err);
+        } else if (pmifd < 0) {
+            fprintf(stderr, "libfastpmi: rank %d: shared memory refused (%s)\n", g.rank, refused);
             RETURN(PMI2_FAIL);
         }
     }
     if (want != NULL && strcmp(want, "shm") == 0 && g.kind != T_SHM) {
-        fprintf(stderr, "libfastpmi: rank %d: FASTPMI_TRANSPORT=shm but %s\n", g.rank,
-                shmfd < 0 ? "the launcher gave no segment (FASTPMI_SHM_FD)" : "the segment was refused");
+        if (shmfd < 0)
+            fprintf(stderr, "libfastpmi: rank %d: FASTPMI_TRANSPORT=shm but the launcher gave no segment "
+                    "(FASTPMI_SHM_FD)\n", g.rank);
+        else
+            fprintf(stderr, "libfastpmi: rank %d: FASTPMI_TRANSPORT=shm but the segment was refused (%s)\n", g.rank,
+                    refused);
         RETURN(PMI2_FAIL);
     }
     if (g.kind == T_NONE) {
@@ -367,6 +383,9 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
                 set_jobid("singleton");
         }
     }
+    if (refused[0] != '\0')
+        fprintf(stderr, "libfastpmi: rank %d: shared memory refused (%s); using the PMI-2 text protocol\n", g.rank,
+                refused);
     if (rc != PMI2_SUCCESS) {
         fprintf(stderr, "libfastpmi: rank %d: %s\n", g.rank, g.err);
         RETURN(rc);

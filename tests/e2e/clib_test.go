@@ -341,6 +341,40 @@ func TestCLibBadSegment(t *testing.T) {
 	}
 }
 
+// The segment does not say which rank a process is: PMI_RANK and
+// MPI_LOCALRANKID do. A rank started without them (a wrapper that cleans
+// the environment) asks the launcher over PMI_FD, as Slurm's library
+// does, instead of taking rank 0 and its ring: every rank keeps its own
+// rank, and the refusal names the variables.
+func TestCLibNoRankEnv(t *testing.T) {
+	for _, unset := range []string{"PMI_RANK", "PMI_RANK MPI_LOCALRANKID"} {
+		t.Run(strings.ReplaceAll(unset, " ", "+"), func(t *testing.T) {
+			wrap := []string{"/bin/sh", "-c", "unset " + unset + `; exec "$@"`, "sh", prog("fastpmi_scenario")}
+			r := run(t, job{args: append(append(libArgs(t, true, ""), "-n", "3"), wrap...), timeout: 40 * time.Second})
+			r.wantCode(t, 0)
+			for rank := range 3 {
+				for _, want := range []string{
+					fmt.Sprintf("r=%d init size=3 transport=pmi2", rank),
+					fmt.Sprintf("r=%d allgather ag-0,ag-1,ag-2", rank),
+				} {
+					if !slices.Contains(lines(r.stdout), want) {
+						t.Errorf("no line %q\n%s", want, r)
+					}
+				}
+				msg := fmt.Sprintf("libfastpmi: rank %d: shared memory refused (PMI_RANK or MPI_LOCALRANKID is not set", rank)
+				if !strings.Contains(r.stderr, msg) {
+					t.Errorf("no message %q\n%s", msg, r)
+				}
+			}
+
+			r = run(t, job{args: append(append(libArgs(t, false, "shm"), "-n", "2"), wrap...), timeout: 40 * time.Second})
+			if r.code == 0 || !strings.Contains(r.stderr, "FASTPMI_TRANSPORT=shm but the segment was refused (PMI_RANK or MPI_LOCALRANKID") {
+				t.Errorf("FASTPMI_TRANSPORT=shm without the rank's variables: want a refusal naming them\n%s", r)
+			}
+		})
+	}
+}
+
 // runOther runs a launcher other than pmirun (argv) with env added to the
 // test's environment, bounded by a minute: its stdout, or an error with
 // both outputs.
