@@ -1355,19 +1355,24 @@ EXPORT int PMI2_Info_GetJobAttr(const char name[], char value[], int valuelen, i
     RETURN(job_attr_locked(name, value, valuelen, found));
 }
 
-/* int_array parses "a,b,c" into array (at most arraylen entries). */
-static int int_array(const char *s, int array[], int arraylen, int *outlen)
+/* int_array parses attribute name's value s, "a,b,c", into array (at
+ * most arraylen entries). A value that is no such list (empty, a word, a
+ * trailing comma) is PMI2_ERR_OTHER, as Slurm's library returns. */
+static int int_array(const char *name, const char *s, int array[], int arraylen, int *outlen)
 {
+    const char *v0 = s;
     int n = 0;
-    while (*s != '\0' && n < arraylen) {
+    while (n < arraylen) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s)
-            return PMI2_FAIL;
+        if (end == s || (*end != ',' && *end != '\0')) {
+            seterr("attribute %s: \"%s\" is not a list of integers", name, v0);
+            return PMI2_ERR_OTHER;
+        }
         array[n++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end != ',' && *end != '\0')
-            return PMI2_FAIL;
+        if (*end == '\0')
+            break;
+        s = end + 1;
     }
     *outlen = n;
     return PMI2_SUCCESS;
@@ -1383,7 +1388,7 @@ EXPORT int PMI2_Info_GetJobAttrIntArray(const char name[], int array[], int arra
     int rc = job_attr_locked(name, v, sizeof v, found);
     if (rc != PMI2_SUCCESS || !*found)
         RETURN(rc);
-    RETURN(int_array(v, array, arraylen, outlen));
+    RETURN(int_array(name, v, array, arraylen, outlen));
 }
 
 EXPORT int PMI2_Info_GetNodeAttrIntArray(const char name[], int array[], int arraylen, int *outlen, int *found)
@@ -1396,7 +1401,7 @@ EXPORT int PMI2_Info_GetNodeAttrIntArray(const char name[], int array[], int arr
     int rc = node_attr_locked(name, v, sizeof v, found, 0);
     if (rc != PMI2_SUCCESS || !*found)
         RETURN(rc);
-    RETURN(int_array(v, array, arraylen, outlen));
+    RETURN(int_array(name, v, array, arraylen, outlen));
 }
 
 /* ---- names ------------------------------------------------------------- */

@@ -3,8 +3,9 @@
  * library and with libfastpmi can be compared line for line: a job id
  * cut to a small buffer, a key nobody put, a value cut to a small
  * buffer, a name published twice, looked up into a small buffer, looked
- * up and withdrawn when nobody published it, ring values cut to a small
- * buffer. Rank 0 prints; every rank
+ * up and withdrawn when nobody published it, a node attribute read as
+ * an integer array, a job attribute that is no integer list read as one,
+ * ring values cut to a small buffer. Rank 0 prints; every rank
  * takes part in the fences. Built against Slurm's header and library. */
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +43,13 @@ int main(void)
         printf("unpublish rc=%d\n", PMI2_Nameserv_unpublish("codes-svc", NULL));
         printf("lookup missing rc=%d\n", PMI2_Nameserv_lookup("codes-svc", NULL, port, sizeof port));
         printf("unpublish missing rc=%d\n", PMI2_Nameserv_unpublish("codes-svc", NULL));
+        int ints[4] = {0}, n = -1, found = -1;
+        PMI2_Info_PutNodeAttr("codes-ints", "3,1,2");
+        rc = PMI2_Info_GetNodeAttrIntArray("codes-ints", ints, 4, &n, &found);
+        printf("intarray rc=%d found=%d n=%d %d,%d,%d\n", rc, found, n, ints[0], ints[1], ints[2]);
+        found = -1;
+        rc = PMI2_Info_GetJobAttrIntArray("PMI_process_mapping", ints, 4, &n, &found);
+        printf("intarray of a non-list rc=%d found=%d\n", rc, found);
     }
     {
         int pos, n;
