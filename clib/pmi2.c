@@ -133,8 +133,9 @@ static void seterr(const char *fmt, ...)
 
 /* env_int reads a decimal from -1 to 2^30 (no sign but '-', no spaces):
  * digits by hand, as strtol's first call faults in libc's locale tables
- * at PMI2_Init. */
-static int env_int(const char *name, int dflt, int *bad)
+ * at PMI2_Init. A value that is none sets *bad to name, unless an
+ * earlier variable's did, and gives dflt. */
+static int env_int(const char *name, int dflt, const char **bad)
 {
     const char *s = getenv(name);
     if (s == NULL || *s == '\0')
@@ -147,7 +148,8 @@ static int env_int(const char *name, int dflt, int *bad)
     if (neg)
         v = -v;
     if (*p != '\0' || p == s + neg || v < -1 || v > 1 << 30) {
-        *bad = 1;
+        if (*bad == NULL)
+            *bad = name;
         return dflt;
     }
     return (int)v;
@@ -309,7 +311,7 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
         RETURN(PMI2_SUCCESS);
     }
     g.kind = T_NONE; /* a second PMI2_Init after PMI2_Finalize starts over */
-    int bad = 0;
+    const char *bad = NULL;
     g.rank = env_int("PMI_RANK", 0, &bad);
     g.size = env_int("PMI_SIZE", 1, &bad);
     int local = env_int("MPI_LOCALRANKID", g.rank, &bad);
@@ -319,8 +321,8 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
     g.spawned = env_int("PMI_SPAWNED", 0, &bad) == 1;
     const char *j = getenv("PMI_JOBID");
     set_jobid(j ? j : "");
-    if (bad) {
-        seterr("bad PMI environment (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, PMI_FD, FASTPMI_SHM_FD)");
+    if (bad != NULL) {
+        seterr("bad PMI environment: %s=%s is not a number from -1 to 1073741824", bad, getenv(bad));
         fprintf(stderr, "libfastpmi: %s\n", g.err);
         RETURN(PMI2_ERR_INVALID_ARG);
     }

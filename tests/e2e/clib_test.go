@@ -375,6 +375,23 @@ func TestCLibNoRankEnv(t *testing.T) {
 	}
 }
 
+// A launcher variable that is no number fails PMI2_Init with a message
+// that names it and its value.
+func TestCLibBadEnvironment(t *testing.T) {
+	for _, v := range []string{"FASTPMI_SHM_FD=abc", "PMI_SPAWNED=yes", "PMI_RANK=1x"} {
+		t.Run(v, func(t *testing.T) {
+			wrap := []string{"/bin/sh", "-c", `export "$0"; exec "$@"`, v, prog("pmi2_test")}
+			r := run(t, job{args: append(append(libArgs(t, false, ""), "-n", "1"), wrap...), timeout: 40 * time.Second})
+			if r.code == 0 {
+				t.Errorf("PMI2_Init succeeded with %s\n%s", v, r)
+			}
+			if msg := "libfastpmi: bad PMI environment: " + v + " is not a number"; !strings.Contains(r.stderr, msg) {
+				t.Errorf("no message %q\n%s", msg, r)
+			}
+		})
+	}
+}
+
 // runOther runs a launcher other than pmirun (argv) with env added to the
 // test's environment, bounded by a minute: its stdout, or an error with
 // both outputs.
