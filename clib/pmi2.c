@@ -70,6 +70,8 @@ static struct {
     struct tview *views[2];     /* T_TEXT, and T_SHM views copied out: the last two */
     int nviews;
     struct PMIX_Request_s *pending; /* T_SHM: allgathers not yet waited for, oldest first */
+    struct PMIX_Request_s *live;    /* requests handed out and not yet waited for, newest first */
+    uintptr_t handles;              /* the last request handle handed out */
     char err[512];
 } g;
 
@@ -96,6 +98,12 @@ struct PMIX_Request_s {
      * rc is what PMIX_Wait returns. */
     struct PMIX_Request_s *next;
     int done, rc;
+    /* A request PMIX_Iallgather, PMIX_Iallgather_view or PMIX_KVS_Ifence
+     * handed out is in g.live until PMIX_Wait takes it back. Its handle is
+     * a serial, never its address: a handle waited for already names no
+     * request, not one a later start reused the memory of. */
+    uintptr_t handle;
+    struct PMIX_Request_s *live_next;
 };
 
 /* seterr formats into g.err. Callers pass g.err itself as an argument
@@ -1625,6 +1633,39 @@ static int iallgather_locked(const char *value, size_t n, void *buffer, struct t
     return PMI2_SUCCESS;
 }
 
+/* hand_out registers the request that a start returning rc left in
+ * *request (if rc is PMI2_SUCCESS) and replaces it with its handle. */
+static int hand_out(int rc, PMIX_Request *request)
+{
+    if (rc != PMI2_SUCCESS)
+        return rc;
+    struct PMIX_Request_s *q = *request;
+    q->handle = ++g.handles;
+    q->live_next = g.live;
+    g.live = q;
+    *request = (PMIX_Request)q->handle;
+    return PMI2_SUCCESS;
+}
+
+/* find_request returns the outstanding request of handle h, taken off
+ * g.live if take; NULL (and the reason in g.err) if none has it: never
+ * handed out, or waited for already. */
+static struct PMIX_Request_s *find_request(PMIX_Request h, int take)
+{
+    for (struct PMIX_Request_s **pp = &g.live; *pp != NULL; pp = &(*pp)->live_next) {
+        struct PMIX_Request_s *q = *pp;
+        if (q->handle != (uintptr_t)h)
+            continue;
+        if (take) {
+            *pp = q->live_next;
+            q->live_next = NULL;
+        }
+        return q;
+    }
+    seterr("request %p is not outstanding (waited for already, or never started)", (void *)h);
+    return NULL;
+}
+
 /* iallgather_checked checks PMIX_Iallgather's arguments and starts it. */
 static int iallgather_checked(const char value[], void *buffer, int detached, PMIX_Request *request)
 {
@@ -1640,14 +1681,14 @@ EXPORT int PMIX_Iallgather(const char value[], void *buffer, PMIX_Request *reque
 {
     LOCK();
     NEED_INIT();
-    RETURN(iallgather_checked(value, buffer, 1, request));
+    RETURN(hand_out(iallgather_checked(value, buffer, 1, request), request));
 }
 
 EXPORT int PMIX_Allgather(const char value[], void *buffer)
 {
     LOCK();
     NEED_INIT();
-    PMIX_Request q;
+    struct PMIX_Request_s *q;
     int rc = iallgather_checked(value, buffer, 0, &q);
     if (rc != PMI2_SUCCESS)
         RETURN(rc);
@@ -1670,26 +1711,30 @@ EXPORT int PMIX_KVS_Ifence(PMIX_Request *request)
         RETURN(rc);
     }
     *request = q;
-    RETURN(PMI2_SUCCESS);
+    RETURN(hand_out(PMI2_SUCCESS, request));
 }
 
 EXPORT int PMIX_Wait(PMIX_Request request)
 {
     LOCK();
     NEED_INIT();
-    if (request == NULL)
+    struct PMIX_Request_s *q = find_request(request, 1);
+    if (q == NULL)
         RETURN(PMI2_ERR_INVALID_ARG);
-    RETURN(wait_locked(request));
+    RETURN(wait_locked(q));
 }
 
 EXPORT int PMIX_Test(PMIX_Request request, int *done)
 {
     LOCK();
     NEED_INIT();
-    if (request == NULL || done == NULL)
+    if (done == NULL)
+        RETURN(PMI2_ERR_INVALID_ARG);
+    struct PMIX_Request_s *q = find_request(request, 0);
+    if (q == NULL)
         RETURN(PMI2_ERR_INVALID_ARG);
     int rc;
-    *done = request->done || q_done(request, 0, &rc);
+    *done = q->done || q_done(q, 0, &rc);
     RETURN(PMI2_SUCCESS);
 }
 
@@ -1765,7 +1810,7 @@ EXPORT int PMIX_Iallgather_view(const void *value, int len, PMIX_View *view, PMI
 {
     LOCK();
     NEED_INIT();
-    RETURN(iallgather_view_locked(value, len, view, 1, request));
+    RETURN(hand_out(iallgather_view_locked(value, len, view, 1, request), request));
 }
 
 EXPORT int PMIX_Allgather_view(const void *value, int len, PMIX_View *view)

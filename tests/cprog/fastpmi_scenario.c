@@ -41,6 +41,10 @@
  *                               rank 0 waits in an ifence while the others
  *                               wait for a key nobody puts (a deadlock,
  *                               failed at once): "r=<rank> detached ok"
+ *   fastpmi_scenario waittwice  an iallgather and an ifence, each waited
+ *                               for, then waited for and tested again (a
+ *                               request no longer outstanding: refused);
+ *                               then a fence: "r=<rank> waittwice ok"
  *
  * A failed call prints to stderr and exits 1. */
 #include <pthread.h>
@@ -252,6 +256,26 @@ static int detached(int size)
     return 0;
 }
 
+/* waittwice: see the top. */
+static int waittwice(int size)
+{
+    char *buf = calloc((size_t)size, PMIX_MAX_VALLEN);
+    PMIX_Request q[2];
+    int done;
+    check(PMIX_Iallgather("twice", buf, &q[0]), "PMIX_Iallgather (waittwice)");
+    check(PMIX_KVS_Ifence(&q[1]), "PMIX_KVS_Ifence (waittwice)");
+    for (int i = 0; i < 2; i++)
+        check(PMIX_Wait(q[i]), "PMIX_Wait (waittwice)");
+    for (int i = 0; i < 2; i++)
+        if (PMIX_Wait(q[i]) != PMI2_ERR_INVALID_ARG || PMIX_Test(q[i], &done) != PMI2_ERR_INVALID_ARG)
+            check(-1, "waittwice: a request waited for already was not refused");
+    free(buf);
+    check(PMI2_KVS_Fence(), "PMI2_KVS_Fence (waittwice)");
+    printf("r=%d waittwice ok\n", me);
+    check(PMI2_Finalize(), "PMI2_Finalize");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int spawned, size, appnum, found, rc;
@@ -290,6 +314,8 @@ int main(int argc, char **argv)
         return agbig(size);
     if (strcmp(mode, "detached") == 0)
         return detached(size);
+    if (strcmp(mode, "waittwice") == 0)
+        return waittwice(size);
     if (strcmp(mode, "skipfailed") == 0) {
         int len;
         setvbuf(stdout, NULL, _IONBF, 0);

@@ -550,7 +550,8 @@ func TestNetnsSlurmCLib(t *testing.T) {
 // atexit handler calling the library after an abort does not hang; after
 // the deadlock check failed an epoch a rank never entered, its next fence
 // synchronises (the epoch numbers the agent expects); over-long names are
-// refused locally rather than sent in a frame the agent refuses.
+// refused locally rather than sent in a frame the agent refuses; a request
+// waited for already is refused (PMI2_ERR_INVALID_ARG).
 func TestCLibEdges(t *testing.T) {
 	shm := func(san bool) []string { return libArgs(t, san, "shm") }
 	t.Run("agmany", func(t *testing.T) {
@@ -606,6 +607,10 @@ func TestCLibEdges(t *testing.T) {
 		// A rank working after PMIX_Iallgather is not stuck; one in
 		// PMIX_Wait is.
 		scenarioOK(t, true, 3, "detached")
+	})
+	t.Run("waittwice", func(t *testing.T) {
+		// A request waited for already is refused, not freed again.
+		scenarioOK(t, true, 2, "waittwice")
 	})
 }
 

@@ -56,7 +56,9 @@ int PMIX_Iallgather(const char value[], void *buffer, PMIX_Request *request);
 int PMIX_KVS_Ifence(PMIX_Request *request);
 
 /* PMIX_Wait completes a request and frees it; several may be outstanding
- * and may be waited for in any order. */
+ * and may be waited for in any order. A handle no request has any more
+ * (waited for already, or NULL) is refused with PMI2_ERR_INVALID_ARG, by
+ * PMIX_Test too. */
 int PMIX_Wait(PMIX_Request request);
 
 /* PMIX_Test sets *done to 1 if the request has completed (PMIX_Wait then
