@@ -17,9 +17,12 @@
  *
  * Thread safety: every entry point takes one mutex, so calls from several
  * threads are serialised (libpmi2's promise); a blocking call holds it.
- * PMI2_Abort alone does not wait for it: it sends the abort through the
+ * PMI2_Abort does not wait for it: it sends the abort through the
  * transport's own write lock (shm.c, text.c), sets aborted and exits;
- * every call after that fails at once. */
+ * every call after that fails at once. Nor do PMI2_Initialized,
+ * PMI2_Job_GetRank and PMI2_Info_GetSize, which read ident: a watchdog
+ * thread that asks them before it aborts a hung call must get an answer,
+ * as from Slurm's library. */
 #define _GNU_SOURCE
 #include <netdb.h>
 #include <poll.h>
@@ -74,6 +77,14 @@ static struct {
     uintptr_t handles;              /* the last request handle handed out */
     char err[512];
 } g;
+
+/* ident publishes PMI2_Init's result to the calls that do not wait for mu
+ * (PMI2_Initialized, PMI2_Job_GetRank, PMI2_Info_GetSize): 0 before
+ * PMI2_Init succeeds and after PMI2_Finalize, else IDENT_INIT | size << 32
+ * | rank (its 32 bits). Stored under mu, loaded without it; the word
+ * carries all it publishes, so relaxed order suffices. */
+static uint64_t ident;
+#define IDENT_INIT ((uint64_t)1 << 63)
 
 /* aborted is set (atomically, without mu) by PMI2_Abort: every entry point
  * then fails at once instead of waiting for mu, which a thread blocked in
@@ -403,6 +414,7 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
     if (g.jobid[0] == '\0')
         set_jobid("job");
     g.init = 1;
+    __atomic_store_n(&ident, IDENT_INIT | (uint64_t)(uint32_t)g.size << 32 | (uint32_t)g.rank, __ATOMIC_RELAXED);
     if (spawned)
         *spawned = g.spawned;
     if (size)
@@ -442,15 +454,24 @@ EXPORT int PMI2_Finalize(void)
         g.text = NULL;
     }
     g.init = 0;
+    __atomic_store_n(&ident, 0, __ATOMIC_RELAXED);
     RETURN(rc);
+}
+
+/* ident_load loads ident into *id for a call that does not wait for mu:
+ * PMI2_SUCCESS, or what LOCK and NEED_INIT return in its place. */
+static int ident_load(uint64_t *id)
+{
+    if (__atomic_load_n(&aborted, __ATOMIC_ACQUIRE))
+        return PMI2_FAIL;
+    *id = __atomic_load_n(&ident, __ATOMIC_RELAXED);
+    return *id != 0 ? PMI2_SUCCESS : PMI2_ERR_INIT;
 }
 
 EXPORT int PMI2_Initialized(void)
 {
-    if (__atomic_load_n(&aborted, __ATOMIC_ACQUIRE))
-        return 0;
-    pthread_mutex_lock(&mu);
-    RETURN(g.init);
+    uint64_t id;
+    return ident_load(&id) == PMI2_SUCCESS;
 }
 
 /* PMI2_Abort sends the abort and exits at once, as Slurm's library does.
@@ -570,24 +591,29 @@ EXPORT int PMI2_Job_GetId(char jobid[], int jobid_size)
     RETURN(PMI2_SUCCESS);
 }
 
+/* PMI2_Job_GetRank and PMI2_Info_GetSize do not wait for mu (ident). */
 EXPORT int PMI2_Job_GetRank(int *rank)
 {
-    LOCK();
-    NEED_INIT();
+    uint64_t id;
+    int rc = ident_load(&id);
+    if (rc != PMI2_SUCCESS)
+        return rc;
     if (rank == NULL)
-        RETURN(PMI2_ERR_INVALID_ARG);
-    *rank = g.rank;
-    RETURN(PMI2_SUCCESS);
+        return PMI2_ERR_INVALID_ARG;
+    *rank = (int)(uint32_t)id;
+    return PMI2_SUCCESS;
 }
 
 EXPORT int PMI2_Info_GetSize(int *size)
 {
-    LOCK();
-    NEED_INIT();
+    uint64_t id;
+    int rc = ident_load(&id);
+    if (rc != PMI2_SUCCESS)
+        return rc;
     if (size == NULL)
-        RETURN(PMI2_ERR_INVALID_ARG);
-    *size = g.size;
-    RETURN(PMI2_SUCCESS);
+        return PMI2_ERR_INVALID_ARG;
+    *size = (int)((id & ~IDENT_INIT) >> 32);
+    return PMI2_SUCCESS;
 }
 
 EXPORT int PMI2_Job_Connect(const char jobid[], PMI2_Connect_comm_t *conn)

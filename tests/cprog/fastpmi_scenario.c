@@ -21,9 +21,11 @@
  *   fastpmi_scenario agmany     5 iallgathers (the third a zero-copy view)
  *                               outstanding, waited for oldest first;
  *                               prints "r=<rank> agmany ok"
- *   fastpmi_scenario abortthread  rank 1's second thread aborts while its
- *                               main thread waits in a fence rank 0 never
- *                               enters (rank 0 sleeps 20 s)
+ *   fastpmi_scenario abortthread  rank 1's second thread (a watchdog: it
+ *                               calls PMI2_Initialized, PMI2_Job_GetRank
+ *                               and PMI2_Info_GetSize first) aborts while
+ *                               its main thread waits in a fence rank 0
+ *                               never enters (rank 0 sleeps 20 s)
  *   fastpmi_scenario abortexit  every rank aborts; an atexit handler calls
  *                               PMI2_Finalize and prints "atexit rc=<rc>"
  *   fastpmi_scenario skipfailed rank 0 waits for a key nobody puts while
@@ -134,10 +136,16 @@ static void after_abort(void)
     fflush(stdout);
 }
 
+/* aborter is a watchdog: it asks who it is, as one does before it
+ * aborts a hung call, while the main thread waits in the fence. */
 static void *aborter(void *arg)
 {
     (void)arg;
     sleep(1);
+    int rank = -1, size = -1;
+    if (!PMI2_Initialized() || PMI2_Job_GetRank(&rank) != PMI2_SUCCESS || PMI2_Info_GetSize(&size) != PMI2_SUCCESS ||
+        rank != me || size != 2)
+        fprintf(stderr, "fastpmi_scenario: rank %d: the watchdog read rank %d of %d\n", me, rank, size);
     PMI2_Abort(1, "scenario abortthread");
     return NULL;
 }

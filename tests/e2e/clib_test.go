@@ -545,9 +545,9 @@ func TestNetnsSlurmCLib(t *testing.T) {
 
 // libfastpmi at the edges of its promises, each a scenario mode: any
 // number of outstanding iallgathers waited for oldest first; allgathers
-// of the largest values, NUL bytes included, on every transport; an abort
-// from a thread while another waits in a fence ends the job at once; an
-// atexit handler calling the library after an abort does not hang; after
+// of the largest values, NUL bytes included, on every transport; a
+// watchdog thread learns its rank and aborts while another waits in a
+// fence, which ends the job at once; an atexit handler calling the library after an abort does not hang; after
 // the deadlock check failed an epoch a rank never entered, its next fence
 // synchronises (the epoch numbers the agent expects); over-long names are
 // refused locally rather than sent in a frame the agent refuses; a request
@@ -566,12 +566,24 @@ func TestCLibEdges(t *testing.T) {
 		}
 	})
 	t.Run("abortthread", func(t *testing.T) {
-		start := time.Now()
-		r := run(t, job{args: append(shm(false), "-n", "2", prog("fastpmi_scenario"), "abortthread"), timeout: 40 * time.Second})
-		r.wantCode(t, 1)
-		r.wantMessage(t, `rank 1 called abort with exit code 1: scenario abortthread`)
-		if d := time.Since(start); d > 12*time.Second {
-			t.Errorf("the abort took %v: it waited for the fence\n%s", d, r)
+		// The watchdog thread learns who it is (PMI2_Initialized,
+		// PMI2_Job_GetRank, PMI2_Info_GetSize) and aborts while the main
+		// thread holds the library in the fence, on either transport.
+		for _, tr := range []string{"shm", "pmi2"} {
+			args := libArgs(t, false, tr)
+			if tr == "pmi2" {
+				args = append(args, "--no-shm")
+			}
+			start := time.Now()
+			r := run(t, job{args: append(args, "-n", "2", prog("fastpmi_scenario"), "abortthread"), timeout: 40 * time.Second})
+			r.wantCode(t, 1)
+			r.wantMessage(t, `rank 1 called abort with exit code 1: scenario abortthread`)
+			if d := time.Since(start); d > 12*time.Second {
+				t.Errorf("%s: the abort took %v: it waited for the fence\n%s", tr, d, r)
+			}
+			if strings.Contains(r.stderr, "the watchdog read") {
+				t.Errorf("%s: the watchdog did not learn its rank\n%s", tr, r)
+			}
 		}
 	})
 	t.Run("abortexit", func(t *testing.T) {
