@@ -3,10 +3,10 @@
  *
  *   shm        FASTPMI_SHM_FD names the node's segment (pmirun): every
  *              operation goes through the segment's rings; fenced keys
- *              and allgather results are read in place. Node attributes
- *              and spawn, which the segment protocol does not carry, go
- *              over the PMI_FD socket beside it (bound to this rank by the
- *              agent, no handshake needed).
+ *              and allgather results are read in place. job-connect and
+ *              job-disconnect, which the segment protocol does not carry,
+ *              go over the PMI_FD socket beside it (bound to this rank by
+ *              the agent, no handshake needed).
  *   pmi2       PMI_FD or PMI_PORT only (Hydra, Slurm, pmirun --shm=false),
  *              or a segment that was refused (corrupt, foreign, another
  *              layout version): the PMI-2 text protocol; extensions are
@@ -558,14 +558,32 @@ EXPORT int PMI2_Job_Spawn(int count, const char *cmds[], int argcs[], const char
             }
         }
     }
-    struct fpmi_treq *r;
-    int rc = tcall("spawn", &r);
-    if (rc != PMI2_SUCCESS)
-        RETURN(rc);
-    const char *j = fpmi_msg_get(&r->resp, "jobid", NULL);
+    struct fpmi_treq *r = NULL;
+    const char *j = NULL, *e = NULL;
+    size_t jn = 0;
+    if (g.kind == T_SHM) {
+        /* The segment carries the same request, framed, in one message,
+         * answered with the new job's id: no PMI_FD needed (pmirun
+         * --pmi-port gives none). */
+        uint16_t st;
+        if (fpmi_buf_finish(&wb) != 0) {
+            seterr("spawn request too long");
+            RETURN(PMI2_FAIL);
+        }
+        int c = fpmi_shm_call(g.shm, FPMI_OP_SPAWN, 0, wb.p, wb.n, NULL, 0, &st, &j, &jn, g.err, sizeof g.err);
+        if (c != 0) { /* refused by the agent (1): PMI2_ERR_OTHER, as tcall */
+            seterr("spawn: %s", g.err);
+            RETURN(c == 1 ? PMI2_ERR_OTHER : PMI2_FAIL);
+        }
+    } else {
+        int rc = tcall("spawn", &r);
+        if (rc != PMI2_SUCCESS)
+            RETURN(rc);
+        j = fpmi_msg_get(&r->resp, "jobid", &jn);
+        e = fpmi_msg_get(&r->resp, "errcodes", NULL);
+    }
     if (jobId != NULL && jobIdSize > 0)
-        copy_out(jobId, jobIdSize, j ? j : "", j ? strlen(j) : 0);
-    const char *e = fpmi_msg_get(&r->resp, "errcodes", NULL);
+        copy_out(jobId, jobIdSize, j ? j : "", j ? jn : 0);
     if (errors != NULL) {
         int total = 0;
         for (int c = 0; c < count; c++)

@@ -261,7 +261,8 @@ func TestCLibConformance(t *testing.T) {
 }
 
 // Abort through either ends the job alike; PMI2_Job_Spawn through the
-// library starts the children and returns their job id.
+// library starts the children and returns their job id, with PMI_FD or
+// over the segment alone (--pmi-port).
 func TestCLibAbortAndSpawn(t *testing.T) {
 	goRun := run(t, job{args: []string{"-n", "3", prog("conform"), "abort"}, timeout: 40 * time.Second})
 	cRun := run(t, job{args: append(libArgs(t, false, "shm"), "-n", "3", prog("fastpmi_scenario"), "abort"), timeout: 40 * time.Second})
@@ -269,22 +270,25 @@ func TestCLibAbortAndSpawn(t *testing.T) {
 		r.wantCode(t, 1)
 		r.wantMessage(t, `rank 0 called abort with exit code 1: scenario abort`)
 	}
-	r := run(t, job{args: append(libArgs(t, false, "shm"), "-n", "2", prog("fastpmi_scenario"), "spawn")})
-	r.wantCode(t, 0)
-	var rc int
-	var jobid string
-	found := false
-	for _, l := range lines(r.stdout) {
-		if _, err := fmt.Sscanf(l, "r=0 spawn rc=%d jobid=%s", &rc, &jobid); err == nil || strings.HasPrefix(l, "r=0 spawn rc=") {
-			found = true
-			fmt.Sscanf(l, "r=0 spawn rc=%d", &rc)
+	// Over the segment alone: with --pmi-port the rank has no PMI_FD.
+	for _, extra := range [][]string{nil, {"--pmi-port"}} {
+		r := run(t, job{args: append(append(libArgs(t, false, "shm"), extra...), "-n", "2", prog("fastpmi_scenario"), "spawn")})
+		r.wantCode(t, 0)
+		var rc int
+		var jobid string
+		found := false
+		for _, l := range lines(r.stdout) {
+			if _, err := fmt.Sscanf(l, "r=0 spawn rc=%d jobid=%s", &rc, &jobid); err == nil || strings.HasPrefix(l, "r=0 spawn rc=") {
+				found = true
+				fmt.Sscanf(l, "r=0 spawn rc=%d", &rc)
+			}
 		}
-	}
-	if !found {
-		t.Fatalf("no spawn line\n%s", r)
-	}
-	if rc != 0 || !strings.HasSuffix(jobid, "-1") {
-		t.Errorf("spawn through libfastpmi: rc=%d jobid=%q, want 0 and the run's job 1\n%s", rc, jobid, r)
+		if !found {
+			t.Fatalf("%v: no spawn line\n%s", extra, r)
+		}
+		if rc != 0 || !strings.HasSuffix(jobid, "-1") {
+			t.Errorf("%v: spawn through libfastpmi: rc=%d jobid=%q, want 0 and the run's job 1\n%s", extra, rc, jobid, r)
+		}
 	}
 }
 
