@@ -91,6 +91,18 @@ static uint64_t ident;
  * a call may hold until the job ends. */
 static int aborted;
 
+/* forked is set (atomically, by a pthread_atfork handler PMI2_Init
+ * registers) in a child forked after PMI2_Init. The segment's rings and
+ * counters are the parent's: a request the child pushed would overwrite
+ * the parent's and end the job as a broken protocol. The child's next
+ * call moves it to the text protocol on the PMI_FD socket it shares with
+ * the parent, as Slurm's library's child shares it (leave_segment). */
+static int forked;
+
+static void on_fork_child(void) { __atomic_store_n(&forked, 1, __ATOMIC_RELAXED); }
+
+static int leave_segment(void);
+
 struct PMIX_Request_s {
     int allgather;
     int detached;           /* started by PMIX_Iallgather or PMIX_KVS_Ifence (tell_waiting) */
@@ -148,6 +160,8 @@ static void seterr(const char *fmt, ...)
     do {                                                                                                               \
         if (!g.init)                                                                                                   \
             RETURN(PMI2_ERR_INIT);                                                                                     \
+        if (__atomic_load_n(&forked, __ATOMIC_RELAXED) && g.kind == T_SHM && leave_segment() != PMI2_SUCCESS)          \
+            RETURN(PMI2_FAIL);                                                                                         \
     } while (0)
 
 /* env_int reads a decimal from -1 to 2^30 (no sign but '-', no spaces):
@@ -313,6 +327,26 @@ static int init_text(int fd)
     return PMI2_SUCCESS;
 }
 
+/* leave_segment moves a child forked after PMI2_Init (forked) from the
+ * parent's segment to the text protocol on PMI_FD, which the agent has
+ * bound to the rank (no handshake) and which answers fastpmi's extensions.
+ * The segment stays mapped: views the parent made stay readable. Without
+ * PMI_FD (pmirun --pmi-port) the child has no channel of its own, and
+ * every call fails. */
+static int leave_segment(void)
+{
+    if (g.text == NULL) {
+        seterr("process %d was forked after PMI2_Init: the segment is its parent's, and without PMI_FD it has no "
+               "connection of its own",
+               (int)getpid());
+        return PMI2_FAIL;
+    }
+    g.kind = T_TEXT;
+    g.ext = 1;
+    g.pending = NULL; /* the parent's allgathers, completed in the parent */
+    return PMI2_SUCCESS;
+}
+
 /* ---- PMI-2 API --------------------------------------------------------- */
 
 EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
@@ -414,6 +448,11 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
     if (g.jobid[0] == '\0')
         set_jobid("job");
     g.init = 1;
+    if (g.kind == T_SHM) {
+        static int registered; /* under mu */
+        if (!registered)
+            registered = pthread_atfork(NULL, NULL, on_fork_child) == 0;
+    }
     __atomic_store_n(&ident, IDENT_INIT | (uint64_t)(uint32_t)g.size << 32 | (uint32_t)g.rank, __ATOMIC_RELAXED);
     if (spawned)
         *spawned = g.spawned;
@@ -490,9 +529,9 @@ EXPORT int PMI2_Abort(int flag, const char msg[])
     if (msg == NULL)
         msg = "";
     if (first && g.init) {
-        if (g.kind == T_SHM) {
+        if (g.kind == T_SHM && !__atomic_load_n(&forked, __ATOMIC_RELAXED)) {
             fpmi_shm_abort(g.shm, 1, msg);
-        } else if (g.kind == T_TEXT) {
+        } else if (g.kind != T_SINGLETON && g.text != NULL) {
             struct fpmi_buf b = {0};
             fpmi_buf_start(&b, "abort");
             fpmi_buf_pairs(&b, "isworld", flag ? "TRUE" : "FALSE");

@@ -47,12 +47,17 @@
  *                               for, then waited for and tested again (a
  *                               request no longer outstanding: refused);
  *                               then a fence: "r=<rank> waittwice ok"
+ *   fastpmi_scenario fork       after a put and a fence a child is forked
+ *                               that reads a job attribute and the next
+ *                               rank's key; then the parent reads one and
+ *                               fences: "r=<rank> fork ok"
  *
  * A failed call prints to stderr and exits 1. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <slurm/pmi2.h>
@@ -284,6 +289,35 @@ static int waittwice(int size)
     return 0;
 }
 
+/* forked: see the top ("fork"). */
+static int forked(int size)
+{
+    char key[32], val[PMI2_MAX_VALLEN + 1];
+    int found = 0, len, st;
+    snprintf(key, sizeof key, "fk-%d", me);
+    check(PMI2_KVS_Put(key, "before-fork"), "PMI2_KVS_Put (fork)");
+    check(PMI2_KVS_Fence(), "PMI2_KVS_Fence (fork)");
+    fflush(stdout);
+    pid_t p = fork();
+    if (p == 0) {
+        snprintf(key, sizeof key, "fk-%d", (me + 1) % size);
+        if (PMI2_Info_GetJobAttr("universeSize", val, sizeof val, &found) != PMI2_SUCCESS || !found ||
+            PMI2_KVS_Get(NULL, PMI2_ID_NULL, key, val, sizeof val, &len) != PMI2_SUCCESS ||
+            strcmp(val, "before-fork") != 0)
+            _exit(1);
+        _exit(0);
+    }
+    if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        check(-1, "fork: the child's calls");
+    check(PMI2_Info_GetJobAttr("PMI_process_mapping", val, sizeof val, &found), "PMI2_Info_GetJobAttr (fork)");
+    if (!found || strncmp(val, "(vector", 7) != 0)
+        check(-1, "fork: the parent's job attribute");
+    check(PMI2_KVS_Fence(), "PMI2_KVS_Fence (fork)");
+    printf("r=%d fork ok\n", me);
+    check(PMI2_Finalize(), "PMI2_Finalize");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int spawned, size, appnum, found, rc;
@@ -324,6 +358,8 @@ int main(int argc, char **argv)
         return detached(size);
     if (strcmp(mode, "waittwice") == 0)
         return waittwice(size);
+    if (strcmp(mode, "fork") == 0)
+        return forked(size);
     if (strcmp(mode, "skipfailed") == 0) {
         int len;
         setvbuf(stdout, NULL, _IONBF, 0);

@@ -554,7 +554,8 @@ func TestNetnsSlurmCLib(t *testing.T) {
 // fence, which ends the job at once; an atexit handler calling the library after an abort does not hang; after
 // the deadlock check failed an epoch a rank never entered, its next fence
 // synchronises (the epoch numbers the agent expects); over-long names are
-// refused locally rather than sent in a frame the agent refuses; a request
+// refused locally rather than sent in a frame the agent refuses; a child
+// forked after PMI2_Init may call it, and its parent goes on; a request
 // waited for already is refused (PMI2_ERR_INVALID_ARG).
 func TestCLibEdges(t *testing.T) {
 	shm := func(san bool) []string { return libArgs(t, san, "shm") }
@@ -623,6 +624,11 @@ func TestCLibEdges(t *testing.T) {
 		// A rank working after PMIX_Iallgather is not stuck; one in
 		// PMIX_Wait is.
 		scenarioOK(t, true, 3, "detached")
+	})
+	t.Run("fork", func(t *testing.T) {
+		// A child forked after PMI2_Init calls the library without
+		// touching its parent's segment (the text protocol on PMI_FD).
+		scenarioOK(t, true, 2, "fork")
 	})
 	t.Run("waittwice", func(t *testing.T) {
 		// A request waited for already is refused, not freed again.
