@@ -47,6 +47,11 @@
  *                               for, then waited for and tested again (a
  *                               request no longer outstanding: refused);
  *                               then a fence: "r=<rank> waittwice ok"
+ *   fastpmi_scenario nodelay    the library's TCP connections (PMI_PORT)
+ *                               have TCP_NODELAY (a request written while
+ *                               another awaits its answer is not held for
+ *                               the server's delayed ack): "r=<rank> nodelay
+ *                               ok tcp=<connections found>"
  *   fastpmi_scenario fork       after a put and a fence a child is forked
  *                               that reads a job attribute and the next
  *                               rank's key; then the parent reads one and
@@ -57,6 +62,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -289,6 +297,27 @@ static int waittwice(int size)
     return 0;
 }
 
+/* nodelay: see the top. */
+static int nodelay(void)
+{
+    int tcp = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        struct sockaddr_storage a;
+        socklen_t al = sizeof a;
+        int type, on = 0;
+        socklen_t tl = sizeof type, ol = sizeof on;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM ||
+            getsockname(fd, (struct sockaddr *)&a, &al) != 0 || (a.ss_family != AF_INET && a.ss_family != AF_INET6))
+            continue;
+        tcp++;
+        if (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, &ol) != 0 || !on)
+            check(-1, "nodelay: a TCP connection without TCP_NODELAY");
+    }
+    printf("r=%d nodelay ok tcp=%d\n", me, tcp);
+    check(PMI2_Finalize(), "PMI2_Finalize");
+    return 0;
+}
+
 /* forked: see the top ("fork"). */
 static int forked(int size)
 {
@@ -360,6 +389,8 @@ int main(int argc, char **argv)
         return waittwice(size);
     if (strcmp(mode, "fork") == 0)
         return forked(size);
+    if (strcmp(mode, "nodelay") == 0)
+        return nodelay();
     if (strcmp(mode, "skipfailed") == 0) {
         int len;
         setvbuf(stdout, NULL, _IONBF, 0);

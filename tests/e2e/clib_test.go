@@ -555,7 +555,8 @@ func TestNetnsSlurmCLib(t *testing.T) {
 // the deadlock check failed an epoch a rank never entered, its next fence
 // synchronises (the epoch numbers the agent expects); over-long names are
 // refused locally rather than sent in a frame the agent refuses; a child
-// forked after PMI2_Init may call it, and its parent goes on; a request
+// forked after PMI2_Init may call it, and its parent goes on; a PMI_PORT
+// connection has TCP_NODELAY; a request
 // waited for already is refused (PMI2_ERR_INVALID_ARG).
 func TestCLibEdges(t *testing.T) {
 	shm := func(san bool) []string { return libArgs(t, san, "shm") }
@@ -624,6 +625,18 @@ func TestCLibEdges(t *testing.T) {
 		// A rank working after PMIX_Iallgather is not stuck; one in
 		// PMIX_Wait is.
 		scenarioOK(t, true, 3, "detached")
+	})
+	t.Run("nodelay", func(t *testing.T) {
+		// Over PMI_PORT (--pmi-port --no-shm) the connection has
+		// TCP_NODELAY: PMIX_Wait's notice written behind an outstanding
+		// ifence is not held 40 ms for the agent's delayed ack.
+		r := run(t, job{args: append(libArgs(t, true, "pmi2"), "--pmi-port", "--no-shm", "-n", "2", prog("fastpmi_scenario"), "nodelay")})
+		r.wantCode(t, 0)
+		for rank := range 2 {
+			if want := fmt.Sprintf("r=%d nodelay ok tcp=1", rank); !slices.Contains(lines(r.stdout), want) {
+				t.Errorf("no line %q\n%s", want, r)
+			}
+		}
 	})
 	t.Run("fork", func(t *testing.T) {
 		// A child forked after PMI2_Init calls the library without
