@@ -406,9 +406,10 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
         /* The segment does not say which rank this process is: PMI_RANK
          * and MPI_LOCALRANKID do. Without them the defaults (rank 0, its
          * ring) would be another rank's, so the launcher is asked over
-         * PMI_FD instead. */
+         * PMI_FD (or PMI_PORT) instead. */
         if (!env_set("PMI_RANK") || !env_set("MPI_LOCALRANKID"))
-            fpmi_errf(refused, sizeof refused, "PMI_RANK or MPI_LOCALRANKID is not set, and the segment alone does not say which rank this is");
+            fpmi_errf(refused, sizeof refused,
+                      "PMI_RANK or MPI_LOCALRANKID is not set, and the segment alone does not say which rank this is");
         else if ((g.shm = fpmi_shm_open(shmfd, local, g.size, pmifd, g.err, sizeof g.err)) == NULL)
             memcpy(refused, g.err, sizeof refused);
         close(shmfd); /* the mapping keeps the memory */
@@ -416,7 +417,7 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
             g.kind = T_SHM;
             if (pmifd >= 0)
                 g.text = fpmi_text_open(pmifd);
-        } else if (pmifd < 0) {
+        } else if (pmifd < 0 && !env_set("PMI_PORT")) { /* no text protocol to fall back to */
             fprintf(stderr, "libfastpmi: rank %d: shared memory refused (%s)\n", g.rank, refused);
             RETURN(PMI2_FAIL);
         }

@@ -306,7 +306,8 @@ func segmentFile(t *testing.T, hdr []byte, size int) string {
 }
 
 // A corrupt or foreign segment is refused with a clear message and the
-// library falls back to the text protocol; with FASTPMI_TRANSPORT=shm it
+// library falls back to the text protocol (on PMI_FD, or PMI_PORT under
+// --pmi-port); with FASTPMI_TRANSPORT=shm it
 // refuses to start instead. The sanitized build reads the bad headers.
 func TestCLibBadSegment(t *testing.T) {
 	magic := binary.LittleEndian.AppendUint64(nil, shm.Magic)
@@ -325,16 +326,19 @@ func TestCLibBadSegment(t *testing.T) {
 			// The rank's FASTPMI_SHM_FD is replaced by a descriptor of the
 			// bad file before the program starts.
 			wrap := []string{"/bin/sh", "-c", `exec 9<>"$0"; FASTPMI_SHM_FD=9 exec "$@"`, c.file, prog("pmi2_test")}
-			args := append(libArgs(t, true, ""), "-n", "2")
-			r := run(t, job{args: append(args, wrap...), env: []string{"PMI2_TEST_ALARM=30"}})
-			r.wantCode(t, 0)
-			r.wantPMI2(t, 2, 1, false)
-			if !regexp.MustCompile(`libfastpmi: rank \d: shared memory refused \(.*` + c.msg + `.*\); using the PMI-2 text protocol`).MatchString(r.stderr) {
-				t.Errorf("no message that the segment was refused for %s\n%s", c.msg, r)
+			// With PMI_FD, and with PMI_PORT (--pmi-port gives no PMI_FD).
+			for _, extra := range [][]string{nil, {"--pmi-port"}} {
+				args := append(append(libArgs(t, true, ""), extra...), "-n", "2")
+				r := run(t, job{args: append(args, wrap...), env: []string{"PMI2_TEST_ALARM=30"}})
+				r.wantCode(t, 0)
+				r.wantPMI2(t, 2, 1, false)
+				if !regexp.MustCompile(`libfastpmi: rank \d: shared memory refused \(.*` + c.msg + `.*\); using the PMI-2 text protocol`).MatchString(r.stderr) {
+					t.Errorf("%v: no message that the segment was refused for %s\n%s", extra, c.msg, r)
+				}
 			}
 
-			args = append(libArgs(t, true, "shm"), "-n", "2")
-			r = run(t, job{args: append(args, wrap...), env: []string{"PMI2_TEST_ALARM=30"}})
+			args := append(libArgs(t, true, "shm"), "-n", "2")
+			r := run(t, job{args: append(args, wrap...), env: []string{"PMI2_TEST_ALARM=30"}})
 			if r.code == 0 {
 				t.Errorf("FASTPMI_TRANSPORT=shm started on a bad segment\n%s", r)
 			}
