@@ -610,10 +610,11 @@ EXPORT int PMI2_Job_Spawn(int count, const char *cmds[], int argcs[], const char
     struct fpmi_treq *r = NULL;
     const char *j = NULL, *e = NULL;
     size_t jn = 0;
-    if (g.kind == T_SHM) {
-        /* The segment carries the same request, framed, in one message,
-         * answered with the new job's id: no PMI_FD needed (pmirun
-         * --pmi-port gives none). */
+    if (g.kind == T_SHM && g.text == NULL) {
+        /* Without PMI_FD (pmirun --pmi-port) the segment carries the same
+         * request, framed, in one message, answered with the new job's
+         * id. PMI_FD is preferred: a ring message is at most half the
+         * ring (8 KiB by default), a frame 64 KiB. */
         uint16_t st;
         if (fpmi_buf_finish(&wb) != 0) {
             seterr("spawn request too long");

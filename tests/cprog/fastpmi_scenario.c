@@ -13,8 +13,9 @@
  *                               /bin/true at its end ("r=0 spawn rc=0 job=N",
  *                               N the part of the job id after its last '-')
  *   fastpmi_scenario abort      rank 0 aborts after init (the others wait)
- *   fastpmi_scenario spawn      rank 0 spawns 2 copies of /bin/true and
- *                               prints the return code and error text
+ *   fastpmi_scenario spawn [N]  rank 0 spawns 2 copies of /bin/true (with
+ *                               an argument of N bytes, default 1) and
+ *                               prints the return code and job id
  *   fastpmi_scenario threads    4 threads get every rank's key 200 times
  *                               while the main thread runs allgathers;
  *                               prints "r=<rank> threads ok"
@@ -431,11 +432,18 @@ int main(int argc, char **argv)
         if (me == 0) {
             const char *cmds[] = {"/bin/true"};
             int argcs[] = {1}, maxprocs[] = {2}, nkeys[] = {0}, errors[2] = {0, 0};
-            const char *args[] = {"x", NULL};
+            /* "spawn N": the argument is N bytes long (a request larger
+             * than a shared-memory ring message). */
+            int n = argc > 2 ? atoi(argv[2]) : 1;
+            char *x = malloc((size_t)n + 1);
+            memset(x, 'x', (size_t)n);
+            x[n] = '\0';
+            const char *args[] = {x, NULL};
             const char **argvs[] = {args};
             char jobid[64] = "";
             rc = PMI2_Job_Spawn(1, cmds, argcs, argvs, maxprocs, nkeys, NULL, 0, NULL, jobid, sizeof jobid, errors);
             printf("r=%d spawn rc=%d jobid=%s\n", me, rc, jobid);
+            free(x);
         }
         check(PMI2_Finalize(), "PMI2_Finalize");
         return 0;

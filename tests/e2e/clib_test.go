@@ -270,9 +270,15 @@ func TestCLibAbortAndSpawn(t *testing.T) {
 		r.wantCode(t, 1)
 		r.wantMessage(t, `rank 0 called abort with exit code 1: scenario abort`)
 	}
-	// Over the segment alone: with --pmi-port the rank has no PMI_FD.
-	for _, extra := range [][]string{nil, {"--pmi-port"}} {
-		r := run(t, job{args: append(append(libArgs(t, false, "shm"), extra...), "-n", "2", prog("fastpmi_scenario"), "spawn")})
+	// Over the segment alone: with --pmi-port the rank has no PMI_FD. A
+	// request larger than a ring message (9000 bytes) goes on PMI_FD.
+	for _, c := range []struct{ opts, mode []string }{
+		{nil, []string{"spawn"}},
+		{[]string{"--pmi-port"}, []string{"spawn"}},
+		{nil, []string{"spawn", "9000"}},
+	} {
+		extra := append(append([]string{}, c.opts...), c.mode...)
+		r := run(t, job{args: append(append(append(libArgs(t, false, "shm"), c.opts...), "-n", "2", prog("fastpmi_scenario")), c.mode...)})
 		r.wantCode(t, 0)
 		var rc int
 		var jobid string
