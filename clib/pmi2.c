@@ -766,6 +766,14 @@ static int put_locked(const char *key, const char *value, int hint)
     struct fpmi_treq *r;
     switch (g.kind) {
     case T_SHM:
+        /* fastpmi's agent refuses a key of the launcher's (PMI_ prefix):
+         * on the text protocol with rc≠0, on the segment, where a put has
+         * no answer, as a broken protocol that ends the job. Refused here
+         * as the text protocol answers it. */
+        if (strncmp(key, "PMI_", 4) == 0) {
+            seterr("put %s: keys beginning PMI_ are the launcher's", key);
+            return PMI2_ERR_OTHER;
+        }
         if (fpmi_shm_put(g.shm, key, value, strlen(value), hint, g.err, sizeof g.err) != 0) {
             seterr("put: %s", g.err);
             return PMI2_FAIL;

@@ -5,7 +5,8 @@
  * buffer, a name published twice, looked up into a small buffer, looked
  * up and withdrawn when nobody published it, a node attribute read as
  * an integer array, a job attribute that is no integer list read as one,
- * ring values cut to a small buffer. Rank 0 prints; every rank
+ * a put of a key the launcher keeps (PMI_ prefix), ring values cut to a
+ * small buffer. Rank 0 prints; every rank
  * takes part in the fences. Built against Slurm's header and library. */
 #include <stdio.h>
 #include <string.h>
@@ -50,6 +51,7 @@ int main(void)
         found = -1;
         rc = PMI2_Info_GetJobAttrIntArray("PMI_process_mapping", ints, 4, &n, &found);
         printf("intarray of a non-list rc=%d found=%d\n", rc, found);
+        printf("put of a launcher's key rc=%d\n", PMI2_KVS_Put("PMI_codes", "x"));
     }
     {
         int pos, n;
