@@ -1267,8 +1267,11 @@ static int get_locked(int src, const char *key, char *value, int maxvalue, int *
          * call; anything else is asked of the agent. */
         if (fpmi_shm_lookup(g.shm, key, strlen(key), &v, &n) == 1)
             break;
+        /* The segment takes a source rank in [-1, size), -1 unknown; the
+         * agent ends the job for any other. The text protocol takes any
+         * and treats one out of range as unknown: so does this. */
         unsigned char s[4];
-        uint32_t u = (uint32_t)src;
+        uint32_t u = (uint32_t)(src < -1 || src >= g.size ? -1 : src);
         uint16_t st;
         memcpy(s, &u, 4);
         if (fpmi_shm_call(g.shm, FPMI_OP_GET, wait ? FPMI_GET_WAIT : 0, s, 4, key, strlen(key), &st, &v, &n, g.err,

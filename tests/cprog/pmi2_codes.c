@@ -2,7 +2,8 @@
  * their edges, one line each, so that the same binary run with Slurm's
  * library and with libfastpmi can be compared line for line: a job id
  * cut to a small buffer, a key nobody put, a value cut to a small
- * buffer, a name published twice, looked up into a small buffer, looked
+ * buffer, a key nobody put asked of a rank the job does not have, a
+ * name published twice, looked up into a small buffer, looked
  * up and withdrawn when nobody published it, a node attribute read as
  * an integer array, a job attribute that is no integer list read as one,
  * a put of a key the launcher keeps (PMI_ prefix), ring values cut to a
@@ -33,6 +34,8 @@ int main(void)
         len = 0;
         rc = PMI2_KVS_Get(NULL, PMI2_ID_NULL, "codes-missing", val, sizeof val, &len);
         printf("get missing rc=%d\n", rc);
+        rc = PMI2_KVS_Get(NULL, 99, "codes-missing", val, sizeof val, &len);
+        printf("get missing from rank 99 rc=%d\n", rc);
         len = 0;
         rc = PMI2_KVS_Get(NULL, 0, "codes-key", small, sizeof small, &len);
         printf("get cut rc=%d vallen=%d '%.3s'\n", rc, len, small);

@@ -426,16 +426,17 @@ func runOther(argv []string, env ...string) (string, error) {
 // The same program gives the same return codes and results with Slurm's
 // library and with libfastpmi, on either transport, at the edges where
 // they differed: buffers too small for a job id, a value, a port or ring
-// values (cut, and a success), a key or a name nobody put or published, a
-// name published twice (PMI2_ERR_OTHER, a refusal), an attribute that is
+// values (cut, and a success), a key or a name nobody put or published
+// (asked of a rank the job does not have too: over shared memory the agent
+// would end the job for it), a name published twice (PMI2_ERR_OTHER, a refusal), an attribute that is
 // no integer list read as one (PMI2_ERR_OTHER), a put of a key the
 // launcher keeps (PMI2_ERR_OTHER; over shared memory the agent would end
 // the job for it).
 func TestCLibReturnCodes(t *testing.T) {
 	slurm := run(t, job{args: []string{"--no-shm", "-n", "2", prog("pmi2_codes")}})
 	slurm.wantCode(t, 0)
-	if len(lines(slurm.stdout)) != 13 || !strings.Contains(slurm.stdout, "publish again rc=14") {
-		t.Fatalf("Slurm's library: %d lines, want 13\n%s", len(lines(slurm.stdout)), slurm)
+	if len(lines(slurm.stdout)) != 14 || !strings.Contains(slurm.stdout, "publish again rc=14") {
+		t.Fatalf("Slurm's library: %d lines, want 14\n%s", len(lines(slurm.stdout)), slurm)
 	}
 	for _, tr := range []string{"shm", "pmi2"} {
 		args := libArgs(t, false, tr)
