@@ -78,6 +78,7 @@ static struct {
     struct PMIX_Request_s *live;    /* requests handed out and not yet waited for, newest first */
     uintptr_t handles;              /* the last request handle handed out */
     char err[512];
+    int errset; /* seterr ran in the current call (cleared by LOCK) */
 } g;
 
 /* ident publishes PMI2_Init's result to the calls that do not wait for mu
@@ -142,19 +143,52 @@ static void seterr(const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     memcpy(g.err, msg, sizeof msg);
+    g.errset = 1;
     if (getenv("FASTPMI_DEBUG") != NULL)
         fprintf(stderr, "libfastpmi: rank %d: %s\n", g.rank, g.err);
 }
 
+/* rc_text says what a return code means, for the reason of a call that
+ * failed without one of its own (an argument refused before sending). */
+static const char *rc_text(int rc)
+{
+    switch (rc) {
+    case PMI2_ERR_INIT:
+        return "PMI2_ERR_INIT: not initialised (before PMI2_Init, or after PMI2_Finalize)";
+    case PMI2_ERR_NOMEM:
+        return "PMI2_ERR_NOMEM: out of memory";
+    case PMI2_ERR_INVALID_ARG:
+        return "PMI2_ERR_INVALID_ARG: an argument is NULL or out of range";
+    case PMI2_ERR_INVALID_KEY:
+        return "PMI2_ERR_INVALID_KEY: the key is NULL or empty";
+    case PMI2_ERR_INVALID_KEY_LENGTH:
+        return "PMI2_ERR_INVALID_KEY_LENGTH: the key or name is too long";
+    case PMI2_ERR_INVALID_VAL:
+        return "PMI2_ERR_INVALID_VAL: the value is NULL, or its buffer has no room";
+    case PMI2_ERR_INVALID_VAL_LENGTH:
+        return "PMI2_ERR_INVALID_VAL_LENGTH: the value is too long";
+    case PMI2_ERR_INVALID_LENGTH:
+        return "PMI2_ERR_INVALID_LENGTH: the name or port is too long";
+    default:
+        return "failed";
+    }
+}
+
+/* LOCK takes mu for an entry point; RETURN releases it, and a failure
+ * without a reason of its own gets rc_text's, named by the entry point
+ * (seen with FASTPMI_DEBUG). */
 #define LOCK()                                                                                                         \
     do {                                                                                                               \
         if (__atomic_load_n(&aborted, __ATOMIC_ACQUIRE))                                                               \
             return PMI2_FAIL;                                                                                          \
         pthread_mutex_lock(&mu);                                                                                       \
+        g.errset = 0;                                                                                                  \
     } while (0)
 #define RETURN(rc)                                                                                                     \
     do {                                                                                                               \
         int rc_ = (rc);                                                                                                \
+        if (rc_ != PMI2_SUCCESS && !g.errset)                                                                          \
+            seterr("%s: %s", __func__, rc_text(rc_));                                                                  \
         pthread_mutex_unlock(&mu);                                                                                     \
         return rc_;                                                                                                    \
     } while (0)

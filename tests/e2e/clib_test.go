@@ -567,7 +567,8 @@ func TestNetnsSlurmCLib(t *testing.T) {
 // fence, which ends the job at once; an atexit handler calling the library after an abort does not hang; after
 // the deadlock check failed an epoch a rank never entered, its next fence
 // synchronises (the epoch numbers the agent expects); over-long names are
-// refused locally rather than sent in a frame the agent refuses; a child
+// refused locally rather than sent in a frame the agent refuses, and
+// FASTPMI_DEBUG says so; a child
 // forked after PMI2_Init may call it, and its parent goes on; a PMI_PORT
 // connection has TCP_NODELAY; a request
 // waited for already is refused (PMI2_ERR_INVALID_ARG).
@@ -634,6 +635,17 @@ func TestCLibEdges(t *testing.T) {
 		scenarioOK(t, false, 3, "agbig")
 	})
 	t.Run("longname", func(t *testing.T) { scenarioOK(t, true, 2, "longname") })
+	t.Run("debug", func(t *testing.T) {
+		// FASTPMI_DEBUG=1 says why each call failed, a refusal before
+		// sending (the over-long names) too.
+		r := run(t, job{args: append(shm(false), "--env", "FASTPMI_DEBUG=1", "-n", "1", prog("fastpmi_scenario"), "longname")})
+		r.wantCode(t, 0)
+		for _, f := range []string{"PMI2_Info_GetNodeAttr", "PMI2_Info_GetJobAttr", "PMI2_Nameserv_publish", "PMI2_Nameserv_lookup"} {
+			if !regexp.MustCompile(`libfastpmi: rank 0: ` + f + `: PMI2_ERR_INVALID_(KEY_)?LENGTH: .* too long`).MatchString(r.stderr) {
+				t.Errorf("no reason for %s's failure\n%s", f, r)
+			}
+		}
+	})
 	t.Run("detached", func(t *testing.T) {
 		// A rank working after PMIX_Iallgather is not stuck; one in
 		// PMIX_Wait is.
