@@ -1597,9 +1597,11 @@ EXPORT int PMI2_Nameserv_publish(const char service_name[], const struct MPID_In
         RETURN(PMI2_ERR_INVALID_LENGTH);
     if (g.kind == T_SHM)
         RETURN(names_shm(FPMI_OP_PUBLISH, service_name, port, NULL, 0));
-    if (g.kind == T_SINGLETON) { /* a name service of its own, as the Go client's */
-        if (*kv_find(&g.names, service_name) != NULL)
-            RETURN(PMI2_FAIL); /* published already */
+    if (g.kind == T_SINGLETON) { /* a name service of its own, as the Go client's; refusals as a launcher's */
+        if (*kv_find(&g.names, service_name) != NULL) {
+            seterr("%s: published already", service_name);
+            RETURN(PMI2_ERR_OTHER);
+        }
         RETURN(kv_set(&g.names, service_name, port, strlen(port)));
     }
     fpmi_buf_start(&wb, "name-publish");
@@ -1624,8 +1626,10 @@ EXPORT int PMI2_Nameserv_lookup(const char service_name[], const struct MPID_Inf
         RETURN(names_shm(FPMI_OP_LOOKUP, service_name, NULL, port, portLen));
     if (g.kind == T_SINGLETON) {
         struct kv *e = *kv_find(&g.names, service_name);
-        if (e == NULL)
-            RETURN(PMI2_FAIL);
+        if (e == NULL) {
+            seterr("%s: not published", service_name);
+            RETURN(PMI2_ERR_OTHER);
+        }
         (void)copy_out(port, portLen, e->val, strlen(e->val)); /* cut to fit, as the text path */
         RETURN(PMI2_SUCCESS);
     }
@@ -1639,9 +1643,10 @@ EXPORT int PMI2_Nameserv_lookup(const char service_name[], const struct MPID_Inf
     const char *v = fpmi_msg_get(&r->resp, "port", &n);
     if (v == NULL)
         v = fpmi_msg_get(&r->resp, "value", &n);
-    if (v == NULL) {
+    if (v == NULL) { /* not found, as Slurm's library says it */
         fpmi_treq_free(r);
-        RETURN(PMI2_FAIL);
+        seterr("%s: name-lookup-response without a port", service_name);
+        RETURN(PMI2_ERR_OTHER);
     }
     (void)copy_out(port, portLen, v, n); /* cut to fit, and a success, as Slurm's library does */
     fpmi_treq_free(r);
@@ -1661,8 +1666,10 @@ EXPORT int PMI2_Nameserv_unpublish(const char service_name[], const struct MPID_
         RETURN(names_shm(FPMI_OP_UNPUBLISH, service_name, NULL, NULL, 0));
     if (g.kind == T_SINGLETON) {
         struct kv **p = kv_find(&g.names, service_name), *e = *p;
-        if (e == NULL)
-            RETURN(PMI2_FAIL);
+        if (e == NULL) {
+            seterr("%s: not published", service_name);
+            RETURN(PMI2_ERR_OTHER);
+        }
         *p = e->next;
         free(e->key);
         free(e->val);

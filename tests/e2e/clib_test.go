@@ -431,7 +431,7 @@ func runOther(argv []string, env ...string) (string, error) {
 // would end the job for it), a name published twice (PMI2_ERR_OTHER, a refusal), an attribute that is
 // no integer list read as one (PMI2_ERR_OTHER), a put of a key the
 // launcher keeps (PMI2_ERR_OTHER; over shared memory the agent would end
-// the job for it).
+// the job for it). A singleton's name service refuses alike.
 func TestCLibReturnCodes(t *testing.T) {
 	slurm := run(t, job{args: []string{"--no-shm", "-n", "2", prog("pmi2_codes")}})
 	slurm.wantCode(t, 0)
@@ -447,6 +447,16 @@ func TestCLibReturnCodes(t *testing.T) {
 		ours.wantCode(t, 0)
 		if ours.stdout != slurm.stdout {
 			t.Errorf("libfastpmi over %s and Slurm's library disagree\n--- Slurm's:\n%s--- libfastpmi:\n%s", tr, slurm.stdout, ours.stdout)
+		}
+	}
+	// A singleton's own name service refuses as a launcher's does.
+	out, err := runOther([]string{prog("pmi2_codes")}, "LD_LIBRARY_PATH="+filepath.Join(binDir, "lib"))
+	if err != nil {
+		t.Fatalf("pmi2_codes as a singleton: %v", err)
+	}
+	for _, want := range []string{"publish again rc=14", "lookup missing rc=14", "unpublish missing rc=14"} {
+		if !slices.Contains(lines(out), want) {
+			t.Errorf("as a singleton: no line %q\n%s", want, out)
 		}
 	}
 }
