@@ -105,6 +105,7 @@ static int forked;
 static void on_fork_child(void) { __atomic_store_n(&forked, 1, __ATOMIC_RELAXED); }
 
 static int leave_segment(void);
+static int serialize(void);
 
 struct PMIX_Request_s {
     int allgather;
@@ -525,6 +526,12 @@ EXPORT int PMI2_Finalize(void)
          * the process ends. */
         break;
     case T_TEXT:
+        /* A server other than fastpmi's must not get finalize while a
+         * collective is outstanding (PMIX_KVS_Ifence, PMIX_Iallgather not
+         * waited for): Hydra's proxy fails the job writing the fence's
+         * answer to a rank that finalized. Those complete first. */
+        if ((rc = serialize()) != PMI2_SUCCESS)
+            break;
         fpmi_buf_start(&wb, "finalize");
         rc = tcall("finalize", &r);
         fpmi_treq_free(r);

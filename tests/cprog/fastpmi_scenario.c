@@ -53,6 +53,10 @@
  *                               another awaits its answer is not held for
  *                               the server's delayed ack): "r=<rank> nodelay
  *                               ok tcp=<connections found>"
+ *   fastpmi_scenario finpending rank 0 starts an ifence and an iallgather
+ *                               and finalizes without waiting for them;
+ *                               the others fence and allgather:
+ *                               "r=<rank> finpending ok"
  *   fastpmi_scenario fork       after a put and a fence a child is forked
  *                               that reads a job attribute and the next
  *                               rank's key; then the parent reads one and
@@ -319,6 +323,23 @@ static int nodelay(void)
     return 0;
 }
 
+/* finpending: see the top. */
+static int finpending(int size)
+{
+    char *buf = calloc((size_t)size, PMIX_MAX_VALLEN);
+    if (me == 0) {
+        PMIX_Request q[2];
+        check(PMIX_KVS_Ifence(&q[0]), "PMIX_KVS_Ifence (finpending)");
+        check(PMIX_Iallgather("fp", buf, &q[1]), "PMIX_Iallgather (finpending)");
+    } else {
+        check(PMI2_KVS_Fence(), "PMI2_KVS_Fence (finpending)");
+        check(PMIX_Allgather("fp", buf), "PMIX_Allgather (finpending)");
+    }
+    check(PMI2_Finalize(), "PMI2_Finalize (finpending)");
+    printf("r=%d finpending ok\n", me);
+    return 0;
+}
+
 /* forked: see the top ("fork"). */
 static int forked(int size)
 {
@@ -390,6 +411,8 @@ int main(int argc, char **argv)
         return waittwice(size);
     if (strcmp(mode, "fork") == 0)
         return forked(size);
+    if (strcmp(mode, "finpending") == 0)
+        return finpending(size);
     if (strcmp(mode, "nodelay") == 0)
         return nodelay();
     if (strcmp(mode, "skipfailed") == 0) {

@@ -500,6 +500,17 @@ func TestCLibHydra(t *testing.T) {
 			}
 		}
 	}
+	// A rank that finalizes with an ifence and an iallgather outstanding:
+	// Hydra gets finalize once they are done.
+	out, err = hydraRun(prog("fastpmi_scenario"), "finpending")
+	if err != nil {
+		t.Fatalf("fastpmi_scenario finpending under Hydra: %v", err)
+	}
+	for r := range 4 {
+		if want := fmt.Sprintf("r=%d finpending ok", r); !slices.Contains(lines(out), want) {
+			t.Errorf("under Hydra no line %q\n%s", want, out)
+		}
+	}
 	// The largest values, binary ones included, through Hydra's KVS
 	// (hex-encoded, cut into keys Hydra takes).
 	out, err = hydraRun(prog("fastpmi_scenario"), "agbig")
@@ -578,7 +589,8 @@ func TestNetnsSlurmCLib(t *testing.T) {
 // the deadlock check failed an epoch a rank never entered, its next fence
 // synchronises (the epoch numbers the agent expects); over-long names are
 // refused locally rather than sent in a frame the agent refuses, and
-// FASTPMI_DEBUG says so; a child
+// FASTPMI_DEBUG says so; a rank may finalize with collectives outstanding;
+// a child
 // forked after PMI2_Init may call it, and its parent goes on; a PMI_PORT
 // connection has TCP_NODELAY; a request
 // waited for already is refused (PMI2_ERR_INVALID_ARG).
@@ -673,6 +685,7 @@ func TestCLibEdges(t *testing.T) {
 			}
 		}
 	})
+	t.Run("finpending", func(t *testing.T) { scenarioOK(t, true, 3, "finpending") })
 	t.Run("fork", func(t *testing.T) {
 		// A child forked after PMI2_Init calls the library without
 		// touching its parent's segment (the text protocol on PMI_FD).
