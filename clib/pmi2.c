@@ -387,7 +387,14 @@ static int leave_segment(void)
     }
     g.kind = T_TEXT;
     g.ext = 1;
-    g.pending = NULL; /* the parent's allgathers, completed in the parent */
+    /* The requests outstanding at the fork are the parent's collectives,
+     * which only the segment completes: waiting for one here fails. */
+    g.pending = NULL;
+    for (struct PMIX_Request_s *q = g.live; q != NULL; q = q->live_next)
+        if (!q->done) {
+            q->done = 1;
+            q->rc = PMI2_FAIL;
+        }
     return PMI2_SUCCESS;
 }
 

@@ -59,8 +59,13 @@
  *                               "r=<rank> finpending ok"
  *   fastpmi_scenario fork       after a put and a fence a child is forked
  *                               that reads a job attribute and the next
- *                               rank's key; then the parent reads one and
- *                               fences: "r=<rank> fork ok"
+ *                               rank's key; on shm an ifence is
+ *                               outstanding, which the child fails to wait
+ *                               for (the segment alone completes it; on a
+ *                               shared socket the child would take the
+ *                               parent's answer, as with Slurm's library);
+ *                               then the parent waits for it, reads a job
+ *                               attribute and fences: "r=<rank> fork ok"
  *
  * A failed call prints to stderr and exits 1. */
 #include <pthread.h>
@@ -348,18 +353,24 @@ static int forked(int size)
     snprintf(key, sizeof key, "fk-%d", me);
     check(PMI2_KVS_Put(key, "before-fork"), "PMI2_KVS_Put (fork)");
     check(PMI2_KVS_Fence(), "PMI2_KVS_Fence (fork)");
+    PMIX_Request q = NULL;
+    int onshm = strcmp(PMIX_Transport(), "shm") == 0;
+    if (onshm)
+        check(PMIX_KVS_Ifence(&q), "PMIX_KVS_Ifence (fork)");
     fflush(stdout);
     pid_t p = fork();
     if (p == 0) {
         snprintf(key, sizeof key, "fk-%d", (me + 1) % size);
         if (PMI2_Info_GetJobAttr("universeSize", val, sizeof val, &found) != PMI2_SUCCESS || !found ||
             PMI2_KVS_Get(NULL, PMI2_ID_NULL, key, val, sizeof val, &len) != PMI2_SUCCESS ||
-            strcmp(val, "before-fork") != 0)
+            strcmp(val, "before-fork") != 0 || (onshm && PMIX_Wait(q) == PMI2_SUCCESS))
             _exit(1);
         _exit(0);
     }
     if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
         check(-1, "fork: the child's calls");
+    if (onshm)
+        check(PMIX_Wait(q), "PMIX_Wait (fork)");
     check(PMI2_Info_GetJobAttr("PMI_process_mapping", val, sizeof val, &found), "PMI2_Info_GetJobAttr (fork)");
     if (!found || strncmp(val, "(vector", 7) != 0)
         check(-1, "fork: the parent's job attribute");
