@@ -121,7 +121,8 @@ int fpmi_shm_start_allgather(struct fpmi_shm *s, const void *val, size_t n, int 
                              size_t errlen);
 int fpmi_shm_will_wait(struct fpmi_shm *s, uint32_t epoch, char *err, size_t errlen);
 /* fpmi_shm_done reports whether collective epoch completed (1) or not yet
- * (0, only when wait is 0), or -1 if it failed or the agent is gone. */
+ * (0, only when wait is 0), -2 if the agent failed it (a deadlock, say;
+ * its reason in err), or -1 if the exchange failed (the agent is gone). */
 int fpmi_shm_done(struct fpmi_shm *s, uint32_t epoch, int wait, char *err, size_t errlen);
 /* fpmi_shm_result gives global rank g's value of allgather epoch in
  * place; -1 if g is out of range or the entry is not that epoch's. */

@@ -280,6 +280,11 @@ static int tcall(const char *cmd, struct fpmi_treq **out)
     return PMI2_SUCCESS;
 }
 
+/* shm_rc is the code of a failed fpmi_shm_call (c, 1 or -1): a request
+ * the agent refused is PMI2_ERR_OTHER, as tcall returns for the text
+ * protocol's (and Slurm's library for any), a failed exchange PMI2_FAIL. */
+static int shm_rc(int c) { return c == 1 ? PMI2_ERR_OTHER : PMI2_FAIL; }
+
 /* tcall_found runs a request answered with found=TRUE|FALSE and value
  * (info-getnodeattr, info-getjobattr): the value into value[valuelen]. */
 static int tcall_found(const char *cmd, char *value, int valuelen, int *found)
@@ -669,9 +674,9 @@ EXPORT int PMI2_Job_Spawn(int count, const char *cmds[], int argcs[], const char
             RETURN(PMI2_FAIL);
         }
         int c = fpmi_shm_call(g.shm, FPMI_OP_SPAWN, 0, wb.p, wb.n, NULL, 0, &st, &j, &jn, g.err, sizeof g.err);
-        if (c != 0) { /* refused by the agent (1): PMI2_ERR_OTHER, as tcall */
+        if (c != 0) {
             seterr("spawn: %s", g.err);
-            RETURN(c == 1 ? PMI2_ERR_OTHER : PMI2_FAIL);
+            RETURN(shm_rc(c));
         }
     } else {
         int rc = tcall("spawn", &r);
@@ -1062,9 +1067,9 @@ static int q_done(struct PMIX_Request_s *q, int wait, int *rc)
     switch (g.kind) {
     case T_SHM: {
         int d = fpmi_shm_done(g.shm, q->epoch, wait, g.err, sizeof g.err);
-        if (d < 0) {
+        if (d < 0) { /* the agent failed it (-2): PMI2_ERR_OTHER, as a refusal */
             seterr("collective %u: %s", q->epoch, g.err);
-            *rc = PMI2_FAIL;
+            *rc = d == -2 ? PMI2_ERR_OTHER : PMI2_FAIL;
             return 1;
         }
         return d;
@@ -1082,10 +1087,10 @@ static int q_done(struct PMIX_Request_s *q, int wait, int *rc)
                 return 1;
             }
         }
-        if (q->tr->rc != 0) {
+        if (q->tr->rc != 0) { /* a wire code: PMI2_ERR_OTHER, as tcall */
             const char *m = fpmi_msg_get(&q->tr->resp, "errmsg", NULL);
             seterr("%s failed (rc=%d): %s", q->tr->cmd, q->tr->rc, m ? m : "");
-            *rc = q->tr->rc;
+            *rc = PMI2_ERR_OTHER;
         }
         return 1;
     default:
@@ -1322,10 +1327,11 @@ static int get_locked(int src, const char *key, char *value, int maxvalue, int *
         uint32_t u = (uint32_t)(src < -1 || src >= g.size ? -1 : src);
         uint16_t st;
         memcpy(s, &u, 4);
-        if (fpmi_shm_call(g.shm, FPMI_OP_GET, wait ? FPMI_GET_WAIT : 0, s, 4, key, strlen(key), &st, &v, &n, g.err,
-                          sizeof g.err) != 0) {
+        int c = fpmi_shm_call(g.shm, FPMI_OP_GET, wait ? FPMI_GET_WAIT : 0, s, 4, key, strlen(key), &st, &v, &n,
+                              g.err, sizeof g.err);
+        if (c != 0) {
             seterr("get %s: %s", key, g.err);
-            return PMI2_FAIL;
+            return shm_rc(c);
         }
         if (st == FPMI_STATUS_NOT_FOUND) { /* PMI2_ERR_OTHER, as Slurm's library */
             seterr("get %s: not found", key);
@@ -1410,10 +1416,11 @@ static int node_attr_locked(const char *name, char *value, int valuelen, int *fo
         uint16_t st;
         const char *v;
         size_t n;
-        if (fpmi_shm_call(g.shm, FPMI_OP_GET_NODE_ATTR, waitfor ? FPMI_GET_WAIT : 0, name, strlen(name), NULL, 0, &st,
-                          &v, &n, g.err, sizeof g.err) != 0) {
+        int c = fpmi_shm_call(g.shm, FPMI_OP_GET_NODE_ATTR, waitfor ? FPMI_GET_WAIT : 0, name, strlen(name), NULL, 0,
+                              &st, &v, &n, g.err, sizeof g.err);
+        if (c != 0) {
             seterr("node attribute %s: %s", name, g.err);
-            return PMI2_FAIL;
+            return shm_rc(c);
         }
         if (st == FPMI_STATUS_OK) {
             *found = 1;
@@ -1461,10 +1468,10 @@ EXPORT int PMI2_Info_PutNodeAttr(const char name[], const char value[])
         size_t n;
         memcpy(pair, name, nl);
         memcpy(pair + nl, value, vl);
-        if (fpmi_shm_call(g.shm, FPMI_OP_PUT_NODE_ATTR, 0, h, 2, pair, nl + vl, &st, &v, &n, g.err, sizeof g.err) !=
-            0) {
+        int c = fpmi_shm_call(g.shm, FPMI_OP_PUT_NODE_ATTR, 0, h, 2, pair, nl + vl, &st, &v, &n, g.err, sizeof g.err);
+        if (c != 0) {
             seterr("node attribute %s: %s", name, g.err);
-            RETURN(PMI2_FAIL);
+            RETURN(shm_rc(c));
         }
         RETURN(PMI2_SUCCESS);
     }
@@ -1488,10 +1495,11 @@ static int job_attr_locked(const char *name, char *value, int valuelen, int *fou
         uint16_t st;
         const char *v;
         size_t n;
-        if (fpmi_shm_call(g.shm, FPMI_OP_JOB_ATTR, 0, name, strlen(name), NULL, 0, &st, &v, &n, g.err,
-                          sizeof g.err) != 0) {
+        int c = fpmi_shm_call(g.shm, FPMI_OP_JOB_ATTR, 0, name, strlen(name), NULL, 0, &st, &v, &n, g.err,
+                              sizeof g.err);
+        if (c != 0) {
             seterr("job attribute %s: %s", name, g.err);
-            return PMI2_FAIL;
+            return shm_rc(c);
         }
         if (st == FPMI_STATUS_OK) {
             *found = 1;
@@ -1587,9 +1595,9 @@ static int names_shm(uint16_t op, const char *name, const char *port, char *out,
     } else {
         rc = fpmi_shm_call(g.shm, op, 0, name, nl, NULL, 0, &st, &v, &n, g.err, sizeof g.err);
     }
-    if (rc != 0) { /* refused by the agent (1): PMI2_ERR_OTHER, as tcall */
+    if (rc != 0) {
         seterr("%s: %s", name, g.err);
-        return rc == 1 ? PMI2_ERR_OTHER : PMI2_FAIL;
+        return shm_rc(rc);
     }
     if (st != FPMI_STATUS_OK) { /* refused by the agent: as tcall */
         seterr("%s: not published", name);
@@ -1720,9 +1728,10 @@ EXPORT int PMIX_Ring(const char value[], int *rank, int *ranks, char left[], cha
         uint16_t st;
         const char *p;
         size_t n;
-        if (fpmi_shm_call(g.shm, FPMI_OP_RING, 0, value, vn, NULL, 0, &st, &p, &n, g.err, sizeof g.err) != 0) {
+        int c = fpmi_shm_call(g.shm, FPMI_OP_RING, 0, value, vn, NULL, 0, &st, &p, &n, g.err, sizeof g.err);
+        if (c != 0) {
             seterr("ring: %s", g.err);
-            RETURN(PMI2_FAIL);
+            RETURN(shm_rc(c));
         }
         uint32_t pos, size, ln;
         if (n < 12)

@@ -529,8 +529,10 @@ int fpmi_shm_done(struct fpmi_shm *s, uint32_t epoch, int wait, char *err, size_
     if (drain(s, err, errlen) != 0)
         return -1;
     for (int i = 0; i < ERR_EPOCHS; i++)
-        if (s->errs[i].used && s->errs[i].epoch == epoch)
-            return fail(err, errlen, "%s", s->errs[i].msg);
+        if (s->errs[i].used && s->errs[i].epoch == epoch) {
+            fail(err, errlen, "%s", s->errs[i].msg);
+            return -2;
+        }
     return 1;
 }
 

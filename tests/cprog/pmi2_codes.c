@@ -7,7 +7,7 @@
  * up and withdrawn when nobody published it, a node attribute read as
  * an integer array, a job attribute that is no integer list read as one,
  * a put of a key the launcher keeps (PMI_ prefix), ring values cut to a
- * small buffer. Rank 0 prints; every rank
+ * small buffer, a fence the launcher fails. Rank 0 prints; every rank
  * takes part in the fences. Built against Slurm's header and library. */
 #include <stdio.h>
 #include <string.h>
@@ -63,6 +63,17 @@ int main(void)
         rc = PMIX_Ring(val, &pos, &n, left, right, sizeof left);
         if (rank == 0)
             printf("ring cut rc=%d pos=%d size=%d '%s' '%s'\n", rc, pos, n, left, right);
+    }
+    /* A fence the launcher fails: rank 1 waits for a node attribute
+     * nobody puts while the others fence (fastpmi's agent fails both as
+     * a deadlock). */
+    if (rank == 1) {
+        int found;
+        PMI2_Info_GetNodeAttr("codes-never", val, sizeof val, &found, 1);
+    } else {
+        rc = PMI2_KVS_Fence();
+        if (rank == 0)
+            printf("failed fence rc=%d\n", rc);
     }
     PMI2_KVS_Fence();
     PMI2_Finalize();

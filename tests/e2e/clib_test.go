@@ -431,12 +431,13 @@ func runOther(argv []string, env ...string) (string, error) {
 // would end the job for it), a name published twice (PMI2_ERR_OTHER, a refusal), an attribute that is
 // no integer list read as one (PMI2_ERR_OTHER), a put of a key the
 // launcher keeps (PMI2_ERR_OTHER; over shared memory the agent would end
-// the job for it). A singleton's name service refuses alike.
+// the job for it), a fence the agent fails as a deadlock (PMI2_ERR_OTHER).
+// A singleton's name service refuses alike.
 func TestCLibReturnCodes(t *testing.T) {
 	slurm := run(t, job{args: []string{"--no-shm", "-n", "2", prog("pmi2_codes")}})
 	slurm.wantCode(t, 0)
-	if len(lines(slurm.stdout)) != 14 || !strings.Contains(slurm.stdout, "publish again rc=14") {
-		t.Fatalf("Slurm's library: %d lines, want 14\n%s", len(lines(slurm.stdout)), slurm)
+	if len(lines(slurm.stdout)) != 15 || !strings.Contains(slurm.stdout, "publish again rc=14") {
+		t.Fatalf("Slurm's library: %d lines, want 15\n%s", len(lines(slurm.stdout)), slurm)
 	}
 	for _, tr := range []string{"shm", "pmi2"} {
 		args := libArgs(t, false, tr)
