@@ -99,7 +99,8 @@ static int aborted;
  * counters are the parent's: a request the child pushed would overwrite
  * the parent's and end the job as a broken protocol. The child's next
  * call moves it to the text protocol on the PMI_FD socket it shares with
- * the parent, as Slurm's library's child shares it (leave_segment). */
+ * the parent, as Slurm's library's child shares it (leave_segment). The
+ * rank stays the parent's: the child's PMI2_Finalize finalizes nothing. */
 static int forked;
 
 static void on_fork_child(void) { __atomic_store_n(&forked, 1, __ATOMIC_RELAXED); }
@@ -505,7 +506,7 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
     if (g.jobid[0] == '\0')
         set_jobid("job");
     g.init = 1;
-    if (g.kind == T_SHM) {
+    if (g.kind != T_SINGLETON) {
         static int registered; /* under mu */
         if (!registered)
             registered = pthread_atfork(NULL, NULL, on_fork_child) == 0;
@@ -525,6 +526,18 @@ EXPORT int PMI2_Init(int *spawned, int *size, int *rank, int *appnum)
 EXPORT int PMI2_Finalize(void)
 {
     LOCK();
+    if (g.init && __atomic_load_n(&forked, __ATOMIC_RELAXED)) {
+        /* A child forked after PMI2_Init: the rank is its parent's to
+         * finalize (a finalize from here would end the parent's use of
+         * it); the child only stops using the library. */
+        if (g.text != NULL) {
+            fpmi_text_close(g.text); /* the child's copy of the descriptor */
+            g.text = NULL;
+        }
+        g.init = 0;
+        __atomic_store_n(&ident, 0, __ATOMIC_RELAXED);
+        RETURN(PMI2_SUCCESS);
+    }
     NEED_INIT();
     int rc = PMI2_SUCCESS;
     struct fpmi_treq *r;

@@ -64,8 +64,10 @@
  *                               for (the segment alone completes it; on a
  *                               shared socket the child would take the
  *                               parent's answer, as with Slurm's library);
- *                               then the parent waits for it, reads a job
- *                               attribute and fences: "r=<rank> fork ok"
+ *                               then it finalizes (the rank stays its
+ *                               parent's), and the parent waits for the
+ *                               ifence, reads a job attribute and fences:
+ *                               "r=<rank> fork ok"
  *
  * A failed call prints to stderr and exits 1. */
 #include <pthread.h>
@@ -363,7 +365,8 @@ static int forked(int size)
         snprintf(key, sizeof key, "fk-%d", (me + 1) % size);
         if (PMI2_Info_GetJobAttr("universeSize", val, sizeof val, &found) != PMI2_SUCCESS || !found ||
             PMI2_KVS_Get(NULL, PMI2_ID_NULL, key, val, sizeof val, &len) != PMI2_SUCCESS ||
-            strcmp(val, "before-fork") != 0 || (onshm && PMIX_Wait(q) == PMI2_SUCCESS))
+            strcmp(val, "before-fork") != 0 || (onshm && PMIX_Wait(q) == PMI2_SUCCESS) ||
+            PMI2_Finalize() != PMI2_SUCCESS)
             _exit(1);
         _exit(0);
     }
