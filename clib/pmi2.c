@@ -73,7 +73,7 @@ static struct {
     int nag;   /* T_TEXT without extensions: allgathers emulated so far */
     struct kv *kvs, *nodeattrs, *names; /* T_SINGLETON: process-local */
     struct tview *views[2];     /* T_TEXT, and T_SHM views copied out: the last two */
-    int nviews;
+    unsigned nviews;            /* copies made; stored atomically, read by PMIX_View_get without mu */
     struct PMIX_Request_s *pending; /* T_SHM: allgathers not yet waited for, oldest first */
     struct PMIX_Request_s *live;    /* requests handed out and not yet waited for, newest first */
     uintptr_t handles;              /* the last request handle handed out */
@@ -1978,13 +1978,18 @@ static void view_done(struct PMIX_Request_s *q, int rc)
         tview_free(tv);
         return;
     }
+    q->outview->epoch = q->epoch;
     if (tv != NULL) {
-        /* Keep the last two views, as the segment keeps two epochs. */
-        tview_free(g.views[g.nviews % 2]);
-        g.views[g.nviews++ % 2] = tv;
+        /* Keep the last two copies, as the segment keeps two epochs. A
+         * copy's view has the copy's number (from 1) for its epoch, by
+         * which PMIX_View_get tells one freed since. */
+        unsigned n = g.nviews;
+        tview_free(g.views[n % 2]);
+        g.views[n % 2] = tv;
+        __atomic_store_n(&g.nviews, n + 1, __ATOMIC_RELEASE);
+        q->outview->epoch = n + 1;
     }
     q->outview->priv = tv;
-    q->outview->epoch = q->epoch;
     q->outview->size = g.size;
 }
 
@@ -2011,6 +2016,10 @@ EXPORT int PMIX_View_get(const PMIX_View *view, int rank, const char **value, in
     if (view == NULL || value == NULL || len == NULL || rank < 0 || rank >= view->size)
         return PMI2_ERR_INVALID_ARG;
     if (view->priv != NULL) {
+        /* A copy: readable while it is one of the last two made (view_done);
+         * an older one is freed, and the view stale, as in place. */
+        if (__atomic_load_n(&g.nviews, __ATOMIC_ACQUIRE) - view->epoch >= 2)
+            return PMI2_FAIL;
         const struct tview *tv = view->priv;
         *value = tv->vals[rank] ? tv->vals[rank] : "";
         *len = (int)tv->lens[rank];

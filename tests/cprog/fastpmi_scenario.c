@@ -53,6 +53,9 @@
  *                               another awaits its answer is not held for
  *                               the server's delayed ack): "r=<rank> nodelay
  *                               ok tcp=<connections found>"
+ *   fastpmi_scenario staleview  three zero-copy allgathers: the first's
+ *                               view is stale (PMIX_View_get fails), the
+ *                               last two read: "r=<rank> staleview ok"
  *   fastpmi_scenario finpending rank 0 starts an ifence and an iallgather
  *                               and finalizes without waiting for them;
  *                               the others fence and allgather:
@@ -330,6 +333,27 @@ static int nodelay(void)
     return 0;
 }
 
+/* staleview: see the top. */
+static int staleview(void)
+{
+    PMIX_View v[3];
+    const char *got;
+    int len;
+    check(PMIX_Allgather_view("va", 2, &v[0]), "PMIX_Allgather_view (staleview)");
+    check(PMIX_Allgather_view("vb", 2, &v[1]), "PMIX_Allgather_view (staleview)");
+    check(PMIX_Allgather_view("vc", 2, &v[2]), "PMIX_Allgather_view (staleview)");
+    if (PMIX_View_get(&v[0], 0, &got, &len) == PMI2_SUCCESS)
+        check(-1, "staleview: a view two collectives old was read");
+    for (int i = 1; i < 3; i++) {
+        check(PMIX_View_get(&v[i], 0, &got, &len), "PMIX_View_get (staleview)");
+        if (len != 2 || got[0] != 'v' || got[1] != "abc"[i])
+            check(-1, "staleview: the value");
+    }
+    printf("r=%d staleview ok\n", me);
+    check(PMI2_Finalize(), "PMI2_Finalize");
+    return 0;
+}
+
 /* finpending: see the top. */
 static int finpending(int size)
 {
@@ -427,6 +451,8 @@ int main(int argc, char **argv)
         return forked(size);
     if (strcmp(mode, "finpending") == 0)
         return finpending(size);
+    if (strcmp(mode, "staleview") == 0)
+        return staleview();
     if (strcmp(mode, "nodelay") == 0)
         return nodelay();
     if (strcmp(mode, "skipfailed") == 0) {

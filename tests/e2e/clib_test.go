@@ -591,6 +591,7 @@ func TestNetnsSlurmCLib(t *testing.T) {
 // synchronises (the epoch numbers the agent expects); over-long names are
 // refused locally rather than sent in a frame the agent refuses, and
 // FASTPMI_DEBUG says so; a rank may finalize with collectives outstanding;
+// a stale view fails to read;
 // a child
 // forked after PMI2_Init may call it, and its parent goes on; a PMI_PORT
 // connection has TCP_NODELAY; a request
@@ -687,6 +688,11 @@ func TestCLibEdges(t *testing.T) {
 		}
 	})
 	t.Run("finpending", func(t *testing.T) { scenarioOK(t, true, 3, "finpending") })
+	t.Run("staleview", func(t *testing.T) {
+		// A view older than the rule allows fails to read, in place or
+		// a copy (the text protocol's), instead of reading freed memory.
+		scenarioOK(t, true, 2, "staleview")
+	})
 	t.Run("fork", func(t *testing.T) {
 		// A child forked after PMI2_Init calls the library without
 		// touching its parent's segment (the text protocol on PMI_FD).
