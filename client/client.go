@@ -145,6 +145,9 @@ type transport interface {
 	abort(code int, msg string) error
 	finalize(ctx context.Context) error
 	maxValue() int
+	// maxPut is the longest key and value a put (and a node
+	// attribute's value) may carry where this transport stores them.
+	maxPut() (key, val int)
 }
 
 // Client is one rank's connection to its node agent.
@@ -237,22 +240,31 @@ func (c *Client) begin(op string) error {
 // Put stores key=value for other ranks. With HintNone or Dense it is
 // visible to every rank after the next fence; with Sparse it is visible at
 // once, to the ranks of this node only (see Sparse).
+//
+// Keys take 1 to 64 bytes and values up to 1024 (pmiwire.KeyLenMax,
+// pmiwire.ValLenMax; a longer value fails with ErrTooLarge). Under a
+// PMI-2 server other than fastpmi's (Hydra, Slurm) the limits are one
+// byte less, what MPICH's and Slurm's PMI2_MAX_KEYLEN and PMI2_MAX_VALLEN
+// hold with the terminating NUL, and under one that is not Slurm's either
+// (Hydra) a value may not hold a ';': such a server would cut the value
+// or lose the key and still report the put done.
 func (c *Client) Put(key string, value []byte, hint Hint) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.begin("put"); err != nil {
 		return err
 	}
-	if key == "" || len(key) > 64 {
-		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: want 1 to 64 bytes", key)}
+	kmax, vmax := c.t.maxPut()
+	if key == "" || len(key) > kmax {
+		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: want 1 to %d bytes", key, kmax)}
 	}
 	if strings.IndexByte(key, 0) >= 0 || bytes.IndexByte(value, 0) >= 0 {
 		// PMI carries no NUL byte in a key or value (Allgather and Ring
 		// do: they encode what they must).
 		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: a NUL byte in the key or value", key)}
 	}
-	if len(value) > c.t.maxValue() {
-		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("%d bytes (limit %d): %w", len(value), c.t.maxValue(), ErrTooLarge)}
+	if len(value) > vmax {
+		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: %d bytes (limit %d): %w", key, len(value), vmax, ErrTooLarge)}
 	}
 	return c.fail("put", c.t.put(key, value, hint))
 }
@@ -376,15 +388,15 @@ func (c *Client) JobAttr(ctx context.Context, key string) (string, bool, error) 
 // PutNodeAttr sets a node attribute: a value the ranks of this node, and
 // only they, read with NodeAttr (PMI-2's info-putnodeattr; MPICH shares
 // its node's shared-memory handles this way). A second put replaces the
-// value.
+// value. The value's limits are Put's.
 func (c *Client) PutNodeAttr(ctx context.Context, key, value string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.begin("node attribute"); err != nil {
 		return err
 	}
-	if len(value) > c.t.maxValue() {
-		return &Error{Op: "node attribute " + key, Rank: c.info.Rank, Err: ErrTooLarge}
+	if _, vmax := c.t.maxPut(); len(value) > vmax {
+		return &Error{Op: "node attribute " + key, Rank: c.info.Rank, Err: fmt.Errorf("%d bytes (limit %d): %w", len(value), vmax, ErrTooLarge)}
 	}
 	return c.fail("node attribute "+key, c.t.putNodeAttr(ctx, key, value))
 }

@@ -72,6 +72,8 @@ func newShmTransport(info *Info, fdEnv string) (*shmTransport, error) {
 
 func (t *shmTransport) maxValue() int { return t.seg.Params().MaxValue }
 
+func (t *shmTransport) maxPut() (key, val int) { return pmiwire.KeyLenMax, t.maxValue() }
+
 // push sends a request, waiting for ring space if the agent is behind.
 func (t *shmTransport) push(h shm.Header, payload []byte) error {
 	p := t.r.Requests()

@@ -33,6 +33,8 @@ func newSingleton() *singleton {
 
 func (s *singleton) maxValue() int { return pmiwire.ValLenMax }
 
+func (s *singleton) maxPut() (key, val int) { return pmiwire.KeyLenMax, pmiwire.ValLenMax }
+
 func (s *singleton) put(key string, val []byte, _ Hint) error {
 	s.kvs[key] = append([]byte(nil), val...)
 	return nil

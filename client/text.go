@@ -46,6 +46,9 @@ type textTransport struct {
 	// otherwise Ring is put/fence/get (ringByKVS), nRing its calls.
 	nativeRing bool
 	nRing      int
+	// unescapes: the server reads ";;" in a value as ';' (fastpmi,
+	// Slurm); Hydra ends the value at the first ';' (storable).
+	unescapes bool
 }
 
 // textReq is one outstanding request.
@@ -147,11 +150,35 @@ func (t *textTransport) handshake() error {
 	}
 	// The ring command is fastpmi's and Slurm's (PMIX_Ring); Hydra aborts
 	// the whole job on it. Elsewhere Ring is a put, a fence and two gets.
-	t.nativeRing = t.ext || os.Getenv("SLURM_STEP_ID") != ""
+	slurm := os.Getenv("SLURM_STEP_ID") != ""
+	t.nativeRing = t.ext || slurm
+	t.unescapes = t.ext || slurm
 	return nil
 }
 
 func (t *textTransport) maxValue() int { return t.vmax }
+
+// maxPut: a PMI-2 server other than fastpmi's keeps a key and a value in
+// buffers of PMI2_MAX_KEYLEN (64) and PMI2_MAX_VALLEN (1024) bytes, the
+// NUL included: Hydra stores a 1024-byte value as its first 1023 bytes
+// and a 64-byte key under its first 63, where no get finds it, and
+// answers the put rc=0.
+func (t *textTransport) maxPut() (key, val int) {
+	if t.ext {
+		return pmiwire.KeyLenMax, t.vmax
+	}
+	return pmiwire.KeyLenMax - 1, pmiwire.ValLenMax - 1
+}
+
+// storable refuses a value the server would cut short without saying
+// so: one holding a ';' where the server does not read the escape ";;"
+// (Hydra stores "a;b" as "a"). maxPut bounds its length.
+func (t *textTransport) storable(val string) error {
+	if !t.unescapes && strings.IndexByte(val, ';') >= 0 {
+		return errors.New("a ';' in the value, which this launcher's PMI-2 server takes for its end")
+	}
+	return nil
+}
 
 // send writes one request with a fresh thrid and records it outstanding.
 func (t *textTransport) send(cmd string, pairs ...pmiwire.Pair) (*textReq, error) {
@@ -280,7 +307,11 @@ func (t *textTransport) call(ctx context.Context, cmd string, pairs ...pmiwire.P
 }
 
 func (t *textTransport) put(key string, val []byte, hint Hint) error {
-	pairs := []pmiwire.Pair{{Key: "key", Val: key}, {Key: "value", Val: string(val)}}
+	v := string(val)
+	if err := t.storable(v); err != nil {
+		return fmt.Errorf("key %q: %w", key, err)
+	}
+	pairs := []pmiwire.Pair{{Key: "key", Val: key}, {Key: "value", Val: v}}
 	if t.ext && hint != HintNone {
 		pairs = append(pairs, pmiwire.Pair{Key: "fastpmi-hint", Val: hint.Wire()})
 	}
@@ -567,6 +598,9 @@ func foundValue(r *textReq, err error) (string, bool, error) {
 }
 
 func (t *textTransport) putNodeAttr(ctx context.Context, key, val string) error {
+	if err := t.storable(val); err != nil {
+		return err
+	}
 	_, err := t.call(ctx, "info-putnodeattr", pmiwire.Pair{Key: "key", Val: key}, pmiwire.Pair{Key: "value", Val: val})
 	return err
 }
@@ -580,6 +614,9 @@ func (t *textTransport) nodeAttr(ctx context.Context, key string, wait bool) (st
 }
 
 func (t *textTransport) publish(ctx context.Context, name, port string) error {
+	if err := t.storable(port); err != nil {
+		return fmt.Errorf("port: %w", err)
+	}
 	_, err := t.call(ctx, "name-publish", pmiwire.Pair{Key: "name", Val: name}, pmiwire.Pair{Key: "port", Val: port})
 	return err
 }

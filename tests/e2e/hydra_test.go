@@ -85,3 +85,25 @@ func TestGoClientBinaryAllgather(t *testing.T) {
 		}
 	}
 }
+
+// A put at the edges of PMI's limits: a 1024-byte value, a 64-byte key,
+// a value holding a ';'. fastpmi's agent keeps all three, over shared
+// memory and over the text protocol; Hydra's PMI-2 server would keep a
+// 1023-byte prefix of the value, lose the key and cut the value at its
+// ';', each time answering the put rc=0, so under Hydra the Go client
+// refuses each put itself (the value with ErrTooLarge). kvsprog fails if
+// a put it was not refused reads back other than it was put.
+func TestGoClientPutEdges(t *testing.T) {
+	want := "kvsprog edges: value1024=refused key64=refused semicolon=refused\n"
+	if out := hydra(t, 2, prog("kvsprog"), "-pattern", "edges", "-fence"); !strings.Contains(out, want) {
+		t.Errorf("under Hydra: want %q in\n%s", want, out)
+	}
+	want = "kvsprog edges: value1024=kept key64=kept semicolon=kept\n"
+	for _, args := range [][]string{nil, {"--no-shm"}} {
+		r := run(t, job{args: append(args, "-n", "2", prog("kvsprog"), "-pattern", "edges", "-fence")})
+		r.wantCode(t, 0)
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("want %q in\n%s", want, r)
+		}
+	}
+}

@@ -29,6 +29,12 @@
 //	            key the others ask for 1 s later; then it waits in an Ifence while the
 //	            others wait for a key nobody puts, which every rank must
 //	            see fail as a deadlock
+//	edges       every rank puts a 1024-byte value, a 64-byte key and a
+//	            value holding a ';'; after a fence each rank reads its
+//	            right neighbour's, every one either refused by Put (the
+//	            value with ErrTooLarge) or read back as it was put; rank 0
+//	            prints "kvsprog edges: value1024=kept|refused key64=...
+//	            semicolon=..."
 //
 // With -fence the ranks fence between their puts and gets (PMI's
 // put/fence/get); without it they get with WaitForPut (fence-less). With
@@ -175,6 +181,10 @@ func run(pattern, hintName string, fence, src bool) error {
 		if err := detached(ctx, c, hint); err != nil {
 			return err
 		}
+	case "edges":
+		if err := edges(ctx, c); err != nil {
+			return err
+		}
 	case "missing":
 		start := time.Now()
 		for _, key := range []string{"no-such-key", "-NONEXIST-KEY"} {
@@ -278,6 +288,56 @@ func detached(ctx context.Context, c *client.Client, hint client.Hint) error {
 	}
 	if err == nil || !strings.Contains(err.Error(), "deadlock") {
 		return fmt.Errorf("rank %d: everyone waiting: %v, want a deadlock", me, err)
+	}
+	return nil
+}
+
+// edges is the pattern of that name (see the top).
+func edges(ctx context.Context, c *client.Client) error {
+	me, n := c.Rank(), c.Size()
+	cases := []struct {
+		name     string
+		key      func(r int) string
+		val      func(r int) []byte
+		tooLarge bool // refused with ErrTooLarge, if refused
+	}{
+		{"value1024", func(r int) string { return fmt.Sprintf("edge-value-%d", r) },
+			func(r int) []byte { return []byte(strings.Repeat(string(rune('a'+r%26)), 1024)) }, true},
+		{"key64", func(r int) string { return fmt.Sprintf("edge-key-%055d", r) },
+			func(r int) []byte { return fmt.Appendf(nil, "key64-of-%d", r) }, false},
+		{"semicolon", func(r int) string { return fmt.Sprintf("edge-semicolon-%d", r) },
+			func(r int) []byte { return fmt.Appendf(nil, "a;b;;c;%d", r) }, false},
+	}
+	kept := make([]bool, len(cases))
+	for i, tc := range cases {
+		if len(tc.key(me)) > 64 {
+			return fmt.Errorf("rank %d: %s: key of %d bytes", me, tc.name, len(tc.key(me)))
+		}
+		err := c.Put(tc.key(me), tc.val(me), client.HintNone)
+		if err != nil && tc.tooLarge && !errors.Is(err, client.ErrTooLarge) {
+			return fmt.Errorf("rank %d: %s refused: %v, want ErrTooLarge", me, tc.name, err)
+		}
+		kept[i] = err == nil
+	}
+	if err := c.Fence(ctx); err != nil {
+		return err
+	}
+	nb := (me + 1) % n
+	var line []string
+	for i, tc := range cases {
+		outcome := "refused"
+		if kept[i] {
+			outcome = "kept"
+			v, err := c.Get(ctx, tc.key(nb), client.FromRank(nb))
+			if err != nil || string(v) != string(tc.val(nb)) {
+				return fmt.Errorf("rank %d: %s put by rank %d: read %d bytes %.20q (%v), put %d bytes %.20q",
+					me, tc.name, nb, len(v), v, err, len(tc.val(nb)), tc.val(nb))
+			}
+		}
+		line = append(line, tc.name+"="+outcome)
+	}
+	if me == 0 {
+		fmt.Printf("kvsprog edges: %s\n", strings.Join(line, " "))
 	}
 	return nil
 }
