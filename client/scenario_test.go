@@ -33,6 +33,7 @@ var scenarios = map[string]func(context.Context, *rankEnv) error{
 	"limits":      scenarioLimits,
 	"singleton":   scenarioSingleton,
 	"abort":       scenarioAbort,
+	"held":        scenarioHeld,
 }
 
 // value is rank r's contribution to round tag: distinct per rank and
@@ -109,6 +110,46 @@ func scenarioOutstanding(ctx context.Context, e *rankEnv) error {
 		if err := checkValues(tag, r.Values(), tag, e.n); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// scenarioHeld runs many collectives, every kind and way of waiting,
+// each result read: what the client holds of them stays bounded (it
+// held a request and its response for every collective ever started
+// over the text protocol), and a request waited for again long after
+// it completed is still done.
+func scenarioHeld(ctx context.Context, e *rankEnv) error {
+	const rounds = 200
+	first := e.c.Ifence()
+	for i := range rounds {
+		tag := fmt.Sprintf("held%d", i)
+		if err := e.c.Fence(ctx); err != nil {
+			return err
+		}
+		vals, err := e.c.Allgather(ctx, value(tag, e.me))
+		if err != nil {
+			return err
+		}
+		if err := checkValues(tag, vals, tag, e.n); err != nil {
+			return err
+		}
+		r := e.c.Iallgather(value(tag+"i", e.me))
+		if err := r.Wait(ctx); err != nil {
+			return err
+		}
+		if err := checkValues(tag+"i", r.Values(), tag+"i", e.n); err != nil {
+			return err
+		}
+		if err := e.c.Ifence().Wait(ctx); err != nil {
+			return err
+		}
+	}
+	if err := first.Wait(ctx); err != nil || !first.Test() {
+		return fmt.Errorf("the first fence, waited for after %d more collectives: %v, done %v", 4*rounds, err, first.Test())
+	}
+	if n := client.Held(e.c); n > 4 {
+		return fmt.Errorf("%d collectives held after %d, all read", n, 4*rounds+1)
 	}
 	return nil
 }

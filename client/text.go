@@ -37,7 +37,10 @@ type textTransport struct {
 
 	next    uint32
 	pending []*textReq // outstanding requests, oldest first
-	colls   map[uint32]*textReq
+	// colls are the collectives by request id, from their start until
+	// forget drops them; nColl counts the collectives started.
+	colls map[uint32]*textReq
+	nColl int
 
 	ext  bool // agent answers fastpmi extensions
 	nAg  int  // allgathers started (fallback key names)
@@ -61,6 +64,10 @@ type textReq struct {
 	vals   [][]byte // allgather result
 	agNum  int      // fallback allgather: its number, to name keys
 	onDone func(*textReq)
+	// coll is a collective's number (textTransport.nColl); read says
+	// its result was handed over (values), which lets forget drop it.
+	coll int
+	read bool
 }
 
 func newTextTransport(info *Info) (*textTransport, error) {
@@ -332,8 +339,33 @@ func (t *textTransport) startFence(detached bool) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	t.colls[r.id] = r
+	t.started(r)
 	return r.id, nil
+}
+
+// started records collective r and forgets those it outlives.
+func (t *textTransport) started(r *textReq) {
+	t.nColl++
+	r.coll = t.nColl
+	t.colls[r.id] = r
+	t.forget()
+}
+
+// forget drops the collectives that completed and that no Wait, Test or
+// Values needs any more: a fence that succeeded (done reports a dropped
+// id done), an allgather whose values were read once two more
+// collectives have started (the lifetime of a shared-memory view). A
+// failed collective stays, so that every Wait on it returns its error;
+// so does an allgather never read, as shared memory keeps a copy of one.
+func (t *textTransport) forget() {
+	for id, r := range t.colls {
+		if !r.done || r.err != nil {
+			continue
+		}
+		if r.cmd == "kvs-fence" && r.agNum == 0 || r.read && t.nColl-r.coll >= 2 {
+			delete(t.colls, id)
+		}
+	}
 }
 
 func (t *textTransport) startAllgather(val []byte, detached bool) (uint32, error) {
@@ -374,7 +406,7 @@ func (t *textTransport) startAllgather(val []byte, detached bool) (uint32, error
 				r.vals[i] = b
 			}
 		}
-		t.colls[r.id] = r
+		t.started(r)
 		return r.id, nil
 	}
 	// Plain PMI-2: put, fence now; the gets follow when the fence is
@@ -387,14 +419,14 @@ func (t *textTransport) startAllgather(val []byte, detached bool) (uint32, error
 		return 0, err
 	}
 	r.agNum = t.nAg
-	t.colls[r.id] = r
+	t.started(r)
 	return r.id, nil
 }
 
 func (t *textTransport) done(id uint32) (bool, error) {
 	r := t.colls[id]
 	if r == nil {
-		return true, fmt.Errorf("unknown request %d", id)
+		return true, nil // forgotten: it completed and succeeded
 	}
 	if !r.done {
 		return false, nil
@@ -505,6 +537,7 @@ func (t *textTransport) values(id uint32) Values {
 	if r == nil || r.vals == nil {
 		return Values{}
 	}
+	r.read = true
 	return Values{n: len(r.vals), vals: r.vals}
 }
 
