@@ -460,7 +460,11 @@ func (c *Client) Abort(code int, msg string) error {
 	return c.fail("abort", c.t.abort(code, msg))
 }
 
-// Finalize ends this rank's use of PMI. It is idempotent.
+// Finalize ends this rank's use of PMI. It is idempotent. A collective
+// still outstanding (an Ifence or Iallgather not waited for) may be
+// waited for after it, and its Values read; over the PMI-2 text protocol
+// Finalize first waits for such collectives to complete, since their
+// answers come on the connection it closes.
 func (c *Client) Finalize() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

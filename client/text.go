@@ -689,8 +689,41 @@ func (t *textTransport) abort(code int, msg string) error {
 	return err
 }
 
+// finalize first completes this rank's collectives still outstanding (an
+// Ifence or Iallgather never waited for), telling the agent it waits:
+// the server answers them on the connection finalize closes, and Hydra's
+// proxy, writing an answer to a rank whose connection closed, ends the
+// whole job (mpiexec exits 255, the ranks' output lost). Their results
+// then stay for a Wait after Finalize, as over shared memory; a fallback
+// allgather's values are fetched now, by gets the server takes only
+// before finalize.
 func (t *textTransport) finalize(ctx context.Context) error {
-	_, err := t.call(ctx, "finalize")
+	err := t.settle(ctx)
+	if err == nil {
+		_, err = t.call(ctx, "finalize")
+	}
 	t.nc.Close()
 	return err
+}
+
+// settle waits until every collective started has completed.
+func (t *textTransport) settle(ctx context.Context) error {
+	told := false
+	for id, r := range t.colls {
+		for {
+			if done, _ := t.done(id); done {
+				break
+			}
+			if !told {
+				if err := t.block(id); err != nil {
+					return err
+				}
+				told = true
+			}
+			if err := t.dispatch(ctx); err != nil {
+				return fmt.Errorf("wait for the outstanding %s: %w", r.cmd, err)
+			}
+		}
+	}
+	return nil
 }

@@ -107,3 +107,26 @@ func TestGoClientPutEdges(t *testing.T) {
 		}
 	}
 }
+
+// A rank may finalize with an Iallgather and an Ifence it has not waited
+// for, and wait for them afterwards. Over the text protocol Finalize
+// closed the PMI connection before their answers came: a Wait then read
+// a closed connection, and under Hydra the proxy, writing the answer to
+// that connection, ended the job (mpiexec exit 255, the ranks' output
+// lost).
+func TestGoClientFinalizeOutstanding(t *testing.T) {
+	wantLines := func(t *testing.T, out string) {
+		t.Helper()
+		for r := range 3 {
+			if want := fmt.Sprintf("kvsprog finalize: rank %d ok\n", r); !strings.Contains(out, want) {
+				t.Errorf("want %q in\n%s", want, out)
+			}
+		}
+	}
+	wantLines(t, hydra(t, 3, prog("kvsprog"), "-pattern", "finalize"))
+	for _, args := range [][]string{nil, {"--no-shm"}} {
+		r := run(t, job{args: append(args, "-n", "3", prog("kvsprog"), "-pattern", "finalize")})
+		r.wantCode(t, 0)
+		wantLines(t, r.stdout)
+	}
+}

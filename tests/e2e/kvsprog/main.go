@@ -35,6 +35,10 @@
 //	            value with ErrTooLarge) or read back as it was put; rank 0
 //	            prints "kvsprog edges: value1024=kept|refused key64=...
 //	            semicolon=..."
+//	finalize    every rank starts an Iallgather and an Ifence and
+//	            finalizes without waiting for them (the last rank 300 ms
+//	            late, so that the others' finalize comes first), then
+//	            waits for both and checks the allgather's values
 //
 // With -fence the ranks fence between their puts and gets (PMI's
 // put/fence/get); without it they get with WaitForPut (fence-less). With
@@ -185,6 +189,8 @@ func run(pattern, hintName string, fence, src bool) error {
 		if err := edges(ctx, c); err != nil {
 			return err
 		}
+	case "finalize":
+		return finalizeOutstanding(ctx, c)
 	case "missing":
 		start := time.Now()
 		for _, key := range []string{"no-such-key", "-NONEXIST-KEY"} {
@@ -339,5 +345,32 @@ func edges(ctx context.Context, c *client.Client) error {
 	if me == 0 {
 		fmt.Printf("kvsprog edges: %s\n", strings.Join(line, " "))
 	}
+	return nil
+}
+
+// finalizeOutstanding is the pattern "finalize" (see the top).
+func finalizeOutstanding(ctx context.Context, c *client.Client) error {
+	me, n := c.Rank(), c.Size()
+	if me == n-1 {
+		time.Sleep(300 * time.Millisecond)
+	}
+	ag := c.Iallgather(fmt.Appendf(nil, "fin-%d", me))
+	f := c.Ifence()
+	if err := c.Finalize(); err != nil {
+		return fmt.Errorf("rank %d: finalize with an allgather and a fence outstanding: %w", me, err)
+	}
+	if err := ag.Wait(ctx); err != nil {
+		return fmt.Errorf("rank %d: allgather waited for after finalize: %w", me, err)
+	}
+	if err := f.Wait(ctx); err != nil {
+		return fmt.Errorf("rank %d: fence waited for after finalize: %w", me, err)
+	}
+	vals := ag.Values()
+	for r := range n {
+		if got, want := string(vals.At(r)), fmt.Sprintf("fin-%d", r); got != want {
+			return fmt.Errorf("rank %d: allgather value of rank %d = %q, want %q", me, r, got, want)
+		}
+	}
+	fmt.Printf("kvsprog finalize: rank %d ok\n", me)
 	return nil
 }
