@@ -238,8 +238,9 @@ func (c *Client) begin(op string) error {
 }
 
 // Put stores key=value for other ranks. With HintNone or Dense it is
-// visible to every rank after the next fence; with Sparse it is visible at
-// once, to the ranks of this node only (see Sparse).
+// visible to every rank after the next fence; with Sparse it is visible
+// without a fence, at once to the ranks of this node and to other nodes'
+// ranks when their Get fetches it (see Sparse).
 //
 // Keys take 1 to 64 bytes and values up to 1024 (pmiwire.KeyLenMax,
 // pmiwire.ValLenMax; a longer value fails with ErrTooLarge). Under a
