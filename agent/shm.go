@@ -342,7 +342,7 @@ func (a *Agent) shmReply(t *turn, r *Reply) {
 		}
 		h = shm.Header{Op: shm.OpError, Epoch: uint32(r.Epoch), Flags: shm.StatusError}
 		payload = []byte(r.Err.Error())
-	case r.Kind == ReplyName && op == shm.OpLookup && errors.Is(r.Err, ErrNameNotFound):
+	case r.Kind == ReplyName && (op == shm.OpLookup || op == shm.OpUnpublish) && errors.Is(r.Err, ErrNameNotFound):
 		h.Flags = shm.StatusNotFound
 	case r.Err != nil:
 		h.Flags, payload = shm.StatusError, []byte(r.Err.Error())

@@ -429,7 +429,8 @@ func (c *Client) Publish(ctx context.Context, name, port string) error {
 	return c.fail("publish "+name, c.t.publish(ctx, name, port))
 }
 
-// Unpublish withdraws name.
+// Unpublish withdraws name. It fails with ErrNotFound if name is not
+// published.
 func (c *Client) Unpublish(ctx context.Context, name string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -439,7 +440,8 @@ func (c *Client) Unpublish(ctx context.Context, name string) error {
 	return c.fail("unpublish "+name, c.t.unpublish(ctx, name))
 }
 
-// Lookup returns the port published under name.
+// Lookup returns the port published under name. It fails with
+// ErrNotFound if no job of the run has published it.
 func (c *Client) Lookup(ctx context.Context, name string) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -60,13 +60,13 @@ func TestHeldBounded(t *testing.T) { forEach(t, "held", 1, 3) }
 // TestSingleton runs a rank with no launcher environment at all: the
 // singleton scenario, and those of the others a singleton must pass too
 // (allgathers outstanding, each result its own; misuse; what it holds
-// of its collectives stays bounded).
+// of its collectives stays bounded; names).
 func TestSingleton(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, scenario := range []string{"singleton", "outstanding", "misuse", "held"} {
+	for _, scenario := range []string{"singleton", "outstanding", "misuse", "held", "names"} {
 		cmd := exec.Command(exe)
 		for _, kv := range os.Environ() {
 			k, _, _ := strings.Cut(kv, "=")

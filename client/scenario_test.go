@@ -432,8 +432,8 @@ func scenarioNames(ctx context.Context, e *rankEnv) error {
 	if err := e.c.Unpublish(ctx, name(e.me)); err != nil {
 		return err
 	}
-	if err := e.c.Unpublish(ctx, name(e.me)); err == nil {
-		return errors.New("unpublishing a name twice succeeded")
+	if err := e.c.Unpublish(ctx, name(e.me)); !errors.Is(err, client.ErrNotFound) {
+		return fmt.Errorf("unpublishing %s twice: %v, want ErrNotFound", name(e.me), err)
 	}
 	if err := e.c.Fence(ctx); err != nil {
 		return err

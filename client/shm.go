@@ -391,7 +391,10 @@ func (t *shmTransport) publish(ctx context.Context, name, port string) error {
 }
 
 func (t *shmTransport) unpublish(ctx context.Context, name string) error {
-	_, _, err := t.call(ctx, shm.OpUnpublish, 0, []byte(name))
+	h, _, err := t.call(ctx, shm.OpUnpublish, 0, []byte(name))
+	if err == nil && h.Flags == shm.StatusNotFound {
+		return ErrNotFound
+	}
 	return err
 }
 

@@ -655,16 +655,28 @@ func (t *textTransport) publish(ctx context.Context, name, port string) error {
 }
 
 func (t *textTransport) unpublish(ctx context.Context, name string) error {
-	_, err := t.call(ctx, "name-unpublish", pmiwire.Pair{Key: "name", Val: name})
+	return t.notPublished(t.call(ctx, "name-unpublish", pmiwire.Pair{Key: "name", Val: name}))
+}
+
+// notPublished reads the answer r to a name-unpublish or name-lookup:
+// one refused because the name is not published is ErrNotFound.
+// fastpmi's agent says so in its errmsg; Hydra's name server refuses
+// only that, with rc=1 and "service_<name>_not_found" or no message.
+func (t *textTransport) notPublished(r *textReq, err error) error {
+	switch {
+	case r == nil || err == nil: // not answered, or found
+		return err
+	case !t.ext:
+		return fmt.Errorf("%w (%v)", ErrNotFound, err)
+	case strings.Contains(err.Error(), "not published"):
+		return ErrNotFound
+	}
 	return err
 }
 
 func (t *textTransport) lookup(ctx context.Context, name string) (string, error) {
 	r, err := t.call(ctx, "name-lookup", pmiwire.Pair{Key: "name", Val: name})
-	if err != nil {
-		if strings.Contains(err.Error(), "not published") {
-			return "", ErrNotFound
-		}
+	if err := t.notPublished(r, err); err != nil {
 		return "", err
 	}
 	if p, ok := r.resp.Get("port"); ok {

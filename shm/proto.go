@@ -22,8 +22,8 @@ const (
 	OpRing      uint16 = 6  // payload: the value; response: RingPayload
 	OpJobAttr   uint16 = 7  // payload: key
 	OpPublish   uint16 = 8  // payload: name, port (PairPayload)
-	OpUnpublish uint16 = 9  // payload: name
-	OpLookup    uint16 = 10 // payload: name
+	OpUnpublish uint16 = 9  // payload: name; StatusNotFound if it is not published
+	OpLookup    uint16 = 10 // payload: name; response: the port, or StatusNotFound
 	OpAbort     uint16 = 11 // payload: code, message (AbortPayload); no response
 	OpFinalize  uint16 = 12 // response when done
 	OpError     uint16 = 13 // agent → rank: collective Epoch failed; payload: message

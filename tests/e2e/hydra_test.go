@@ -130,3 +130,12 @@ func TestGoClientFinalizeOutstanding(t *testing.T) {
 		wantLines(t, r.stdout)
 	}
 }
+
+// A lookup and an unpublish of a name nobody published fail with
+// ErrNotFound under Hydra too, whose name server refuses them with rc=1
+// and no message or "service_<name>_not_found".
+func TestGoClientNamesUnderHydra(t *testing.T) {
+	if out := hydra(t, 2, prog("kvsprog"), "-pattern", "names"); !strings.Contains(out, "kvsprog ok: names, 2 ranks") {
+		t.Errorf("under Hydra:\n%s", out)
+	}
+}

@@ -35,6 +35,8 @@
 //	            value with ErrTooLarge) or read back as it was put; rank 0
 //	            prints "kvsprog edges: value1024=kept|refused key64=...
 //	            semicolon=..."
+//	names       a lookup and an unpublish of a name nobody published
+//	            fail with ErrNotFound
 //	finalize    every rank starts an Iallgather and an Ifence and
 //	            finalizes without waiting for them (the last rank 300 ms
 //	            late, so that the others' finalize comes first), then
@@ -191,6 +193,14 @@ func run(pattern, hintName string, fence, src bool) error {
 		}
 	case "finalize":
 		return finalizeOutstanding(ctx, c)
+	case "names":
+		name := fmt.Sprintf("unpublished-%d", me)
+		if p, err := c.Lookup(ctx, name); !errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("rank %d: lookup of a name nobody published: %q, %v; want ErrNotFound", me, p, err)
+		}
+		if err := c.Unpublish(ctx, name); !errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("rank %d: unpublish of a name nobody published: %v; want ErrNotFound", me, err)
+		}
 	case "missing":
 		start := time.Now()
 		for _, key := range []string{"no-such-key", "-NONEXIST-KEY"} {
