@@ -542,7 +542,11 @@ func (c *Client) cutShort(op string, err error) error {
 	return &Error{Op: op, Rank: c.info.Rank, Err: err}
 }
 
-// Test reports whether the request has completed, without blocking.
+// Test reports whether the request has completed, without blocking,
+// progressing every outstanding request meanwhile. While another
+// goroutine's call holds the client (calls are serialised: a Wait, a
+// Fence, a waiting Get) Test does not wait for it to end and reports
+// false, not yet known to be done.
 func (r Request) Test() bool {
 	if r.c == nil {
 		return false
@@ -551,7 +555,9 @@ func (r Request) Test() bool {
 		return true
 	}
 	c := r.c
-	c.mu.Lock()
+	if !c.mu.TryLock() {
+		return false
+	}
 	defer c.mu.Unlock()
 	_ = c.t.poll()
 	done, _ := c.t.done(r.id)

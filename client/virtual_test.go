@@ -196,6 +196,51 @@ func TestVirtualCancel(t *testing.T) {
 	}
 }
 
+// agentView reads the requests of local rank 0 of a virtual segment that
+// no agent serves, as the agent would, for tests that check what the
+// client sends.
+type agentView struct {
+	t *testing.T
+	a *shm.Agent
+}
+
+// request is what the tests compare of one.
+type request struct {
+	op, flags uint16
+	epoch     uint32
+}
+
+// next returns the rank's next request other than its hello, waiting
+// for it at most 5 s.
+func (v agentView) next() request {
+	v.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m, err := v.a.Requests(0).Peek()
+		if err == nil {
+			r := request{m.Op, m.Flags, m.Epoch}
+			v.a.Requests(0).Release()
+			if r.op == shm.OpHello {
+				continue
+			}
+			return r
+		}
+		if !errors.Is(err, shm.ErrEmpty) || time.Now().After(deadline) {
+			v.t.Fatalf("no request: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// want fails the test unless the rank's next request is op with flags
+// for epoch.
+func (v agentView) want(op, flags uint16, epoch uint32) {
+	v.t.Helper()
+	if r := v.next(); r != (request{op, flags, epoch}) {
+		v.t.Fatalf("request %+v, want %s flags %d epoch %d", r, shm.OpName(op), flags, epoch)
+	}
+}
+
 // TestDetachedWaitsAreTold checks what the agent's deadlock check learns
 // over shared memory: Iallgather and Ifence start detached collectives,
 // Fence does not; a Wait that must wait says so first (an OpBlock naming
@@ -206,37 +251,7 @@ func TestDetachedWaitsAreTold(t *testing.T) {
 	seg, clients := newVirtualRanks(t, 1)
 	c := clients[0]
 	a := seg.Agent()
-	type req struct {
-		op, flags uint16
-		epoch     uint32
-	}
-	// next returns the rank's next request other than its hello,
-	// waiting for it at most 5 s.
-	next := func() req {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			m, err := a.Requests(0).Peek()
-			if err == nil {
-				r := req{m.Op, m.Flags, m.Epoch}
-				a.Requests(0).Release()
-				if r.op == shm.OpHello {
-					continue
-				}
-				return r
-			}
-			if !errors.Is(err, shm.ErrEmpty) || time.Now().After(deadline) {
-				t.Fatalf("no request: %v", err)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	want := func(op, flags uint16, epoch uint32) {
-		t.Helper()
-		if r := next(); r != (req{op, flags, epoch}) {
-			t.Fatalf("request %+v, want %s flags %d epoch %d", r, shm.OpName(op), flags, epoch)
-		}
-	}
+	want := agentView{t, a}.want
 	short := func() context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		t.Cleanup(cancel)
@@ -267,4 +282,37 @@ func TestDetachedWaitsAreTold(t *testing.T) {
 	want(shm.OpBlock, 0, 2)
 	a.Publish(2) // lets it go on (it then fails: the test wrote no results)
 	<-done
+}
+
+// TestTestDoesNotBlock: Test reports at once while another goroutine
+// waits for the request (it waited for that Wait to end, which here is
+// never: the test publishes the fence only once Test has answered).
+func TestTestDoesNotBlock(t *testing.T) {
+	seg, clients := newVirtualRanks(t, 1)
+	c := clients[0]
+	v := agentView{t, seg.Agent()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := c.Ifence()
+	v.want(shm.OpFence, shm.CollDetached, 1)
+	waited := make(chan error, 1)
+	go func() { waited <- f.Wait(ctx) }()
+	v.want(shm.OpBlock, 0, 1) // the Wait has the client and sleeps
+	tested := make(chan bool, 1)
+	go func() { tested <- f.Test() }()
+	select {
+	case done := <-tested:
+		if done {
+			t.Fatal("Test reports an unpublished fence done")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Test blocked while another goroutine waits for the request")
+	}
+	seg.Agent().Publish(1)
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	if !f.Test() {
+		t.Fatal("Test reports a completed fence not done")
+	}
 }
