@@ -53,10 +53,10 @@ func newShmTransport(info *Info, fdEnv string) (*shmTransport, error) {
 		return nil, err
 	}
 	p := seg.Params()
-	if info.LocalRank < 0 || info.LocalRank >= p.LocalRanks || p.WorldSize != info.Size {
+	if info.Rank < 0 || info.Rank >= info.Size || info.LocalRank < 0 || info.LocalRank >= p.LocalRanks || p.WorldSize != info.Size {
 		seg.Close()
-		return nil, fmt.Errorf("map segment: local rank %d of %d, job of %d; segment has %d local ranks of %d",
-			info.LocalRank, info.LocalSize, info.Size, p.LocalRanks, p.WorldSize)
+		return nil, fmt.Errorf("map segment: rank %d (PMI_RANK) of %d (PMI_SIZE), local rank %d (MPI_LOCALRANKID) of %d; segment has %d local ranks of %d",
+			info.Rank, info.Size, info.LocalRank, info.LocalSize, p.LocalRanks, p.WorldSize)
 	}
 	seg.SetWaiter(shm.NewWaiter(p.LocalRanks + 1))
 	t := &shmTransport{info: info, seg: seg, r: seg.Rank(info.LocalRank), errs: make(map[uint32]string)}

@@ -139,3 +139,14 @@ func TestGoClientNamesUnderHydra(t *testing.T) {
 		t.Errorf("under Hydra:\n%s", out)
 	}
 }
+
+// A rank whose PMI_RANK is not one of the job's (a wrapper script's
+// mistake) is refused at Init over shared memory, where the client takes
+// its rank from the environment; it was rank 7 of 2.
+func TestGoClientRankOutOfRange(t *testing.T) {
+	r := run(t, job{args: []string{"-n", "2", "env", "PMI_RANK=7", prog("jobinfo")}})
+	r.wantCode(t, 1)
+	if want := "rank 7 (PMI_RANK) of 2 (PMI_SIZE)"; !strings.Contains(r.stderr, want) {
+		t.Errorf("want %q on stderr\n%s", want, r)
+	}
+}
