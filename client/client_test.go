@@ -68,18 +68,65 @@ func TestSingleton(t *testing.T) {
 	}
 	for _, scenario := range []string{"singleton", "outstanding", "misuse", "held", "names"} {
 		cmd := exec.Command(exe)
-		for _, kv := range os.Environ() {
-			k, _, _ := strings.Cut(kv, "=")
-			if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") || strings.HasPrefix(k, "MPI_") || k == "FASTPMI_SHM_FD" {
-				continue
-			}
-			cmd.Env = append(cmd.Env, kv)
-		}
-		cmd.Env = append(cmd.Env, envScenario+"="+scenario, envTransport+"=singleton")
+		cmd.Env = append(launcherless(), envScenario+"="+scenario, envTransport+"=singleton")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Errorf("%s as a singleton: %v\n%s", scenario, err, out)
 		}
+	}
+}
+
+// launcherless is this process's environment without any launcher's
+// variables, for a rank started by the test itself.
+func launcherless() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") || strings.HasPrefix(k, "MPI_") || k == "FASTPMI_SHM_FD" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// TestInitBadEnvironment: a launcher variable naming a descriptor that is
+// not what it says fails Init with an error naming the variable.
+func TestInitBadEnvironment(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	regular, err := os.CreateTemp(t.TempDir(), "not-a-segment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer regular.Close()
+	if _, err := regular.WriteString("not a segment\n"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		env   string
+		extra *os.File // the child's descriptor 3
+		want  string
+	}{
+		{"shm fd a regular file", "FASTPMI_SHM_FD=3", regular, "init: FASTPMI_SHM_FD=3: map segment: file of 14 bytes cannot hold a segment"},
+		{"shm fd closed", "FASTPMI_SHM_FD=999", nil, "init: FASTPMI_SHM_FD=999: map segment: "},
+		{"shm fd no number", "FASTPMI_SHM_FD=x", nil, `init: read FASTPMI_SHM_FD="x": not a descriptor`},
+		{"pmi fd a regular file", "PMI_FD=3", regular, "init: use PMI_FD 3: "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := exec.Command(exe)
+			cmd.Env = append(launcherless(), envScenario+"=kvs", envTransport+"=shm", "PMI_RANK=0", "PMI_SIZE=1", c.env)
+			if c.extra != nil {
+				cmd.ExtraFiles = []*os.File{c.extra}
+			}
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), c.want) {
+				t.Errorf("%s: %v, want a failed Init saying %q\n%s", c.env, err, c.want, out)
+			}
+		})
 	}
 }
 

@@ -50,7 +50,7 @@ func newShmTransport(info *Info, fdEnv string) (*shmTransport, error) {
 	}
 	seg, err := shm.Open(uintptr(fd))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("FASTPMI_SHM_FD=%d: %w", fd, err)
 	}
 	p := seg.Params()
 	if info.Rank < 0 || info.Rank >= info.Size || info.LocalRank < 0 || info.LocalRank >= p.LocalRanks || p.WorldSize != info.Size {
