@@ -271,7 +271,11 @@ func (c *Client) Put(key string, value []byte, hint Hint) error {
 }
 
 // Fence waits until every rank has entered the fence; afterwards every
-// put made before it is visible to Get.
+// put made before it is visible to Get. If ctx ends first, the rank has
+// entered the fence all the same: the fence completes once the others
+// enter it, and the rank's next fence or allgather is the collective
+// after it, not this one again (to wait again after a timeout, use
+// Ifence and Wait).
 func (c *Client) Fence(ctx context.Context) error {
 	return c.ifence(false).Wait(ctx)
 }
@@ -330,7 +334,9 @@ func (c *Client) Get(ctx context.Context, key string, opts ...GetOption) ([]byte
 }
 
 // Allgather contributes value and returns every rank's value, indexed by
-// rank. On shared memory the result is read in place (see Values).
+// rank. On shared memory the result is read in place (see Values). If
+// ctx ends first, the value is contributed all the same, as Fence's
+// entry is (to wait again after a timeout, use Iallgather and Wait).
 func (c *Client) Allgather(ctx context.Context, value []byte) (Values, error) {
 	r := c.iallgather(value, false)
 	if err := r.Wait(ctx); err != nil {
@@ -492,7 +498,8 @@ type Request struct {
 var ErrNoRequest = errors.New("zero Request")
 
 // Wait blocks until the request completes or ctx ends, progressing every
-// outstanding request meanwhile.
+// outstanding request meanwhile. A Wait that ctx ended leaves the request
+// outstanding: it may be waited for again.
 func (r Request) Wait(ctx context.Context) error {
 	if r.c == nil {
 		return ErrNoRequest
