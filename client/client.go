@@ -271,26 +271,33 @@ func (c *Client) Put(key string, value []byte, hint Hint) error {
 }
 
 // Fence waits until every rank has entered the fence; afterwards every
-// put made before it is visible to Get. If ctx ends first, the rank has
-// entered the fence all the same: the fence completes once the others
+// put made before it is visible to Get. A ctx already ended when Fence
+// is called keeps the rank out of the fence; if ctx ends while Fence
+// waits, the rank has entered the fence all the same: the fence completes once the others
 // enter it, and the rank's next fence or allgather is the collective
 // after it, not this one again (to wait again after a timeout, use
 // Ifence and Wait).
 func (c *Client) Fence(ctx context.Context) error {
-	return c.ifence(false).Wait(ctx)
+	return c.ifence(ctx, false).Wait(ctx)
 }
 
 // Ifence starts a fence and returns at once; Wait completes it. Several
 // fences and allgathers may be outstanding; every rank must start its
 // collectives in the same order. Until Wait, the agent knows this rank
 // may still put keys, and does not count it as stuck.
-func (c *Client) Ifence() Request { return c.ifence(true) }
+func (c *Client) Ifence() Request { return c.ifence(context.Background(), true) }
 
-func (c *Client) ifence(detached bool) Request {
+// ifence starts a fence unless ctx has already ended (a call that is
+// not made takes no effect: the rank does not enter the fence).
+func (c *Client) ifence(ctx context.Context, detached bool) Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := Request{c: c, op: "fence", detached: detached}
 	if r.err = c.begin("fence"); r.err != nil {
+		return r
+	}
+	if err := ctx.Err(); err != nil {
+		r.err = &Error{Op: "fence", Rank: c.info.Rank, Err: err}
 		return r
 	}
 	r.id, r.err = c.t.startFence(detached)
@@ -338,7 +345,7 @@ func (c *Client) Get(ctx context.Context, key string, opts ...GetOption) ([]byte
 // ctx ends first, the value is contributed all the same, as Fence's
 // entry is (to wait again after a timeout, use Iallgather and Wait).
 func (c *Client) Allgather(ctx context.Context, value []byte) (Values, error) {
-	r := c.iallgather(value, false)
+	r := c.iallgather(ctx, value, false)
 	if err := r.Wait(ctx); err != nil {
 		return Values{}, err
 	}
@@ -348,13 +355,20 @@ func (c *Client) Allgather(ctx context.Context, value []byte) (Values, error) {
 // Iallgather starts an allgather and returns at once; Wait completes it
 // and Values returns the result. As with Ifence, the agent does not
 // count this rank as stuck until Wait.
-func (c *Client) Iallgather(value []byte) Request { return c.iallgather(value, true) }
+func (c *Client) Iallgather(value []byte) Request {
+	return c.iallgather(context.Background(), value, true)
+}
 
-func (c *Client) iallgather(value []byte, detached bool) Request {
+// iallgather starts an allgather unless ctx has already ended, as ifence.
+func (c *Client) iallgather(ctx context.Context, value []byte, detached bool) Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := Request{c: c, op: "allgather", detached: detached}
 	if r.err = c.begin("allgather"); r.err != nil {
+		return r
+	}
+	if err := ctx.Err(); err != nil {
+		r.err = &Error{Op: "allgather", Rank: c.info.Rank, Err: err}
 		return r
 	}
 	if len(value) > c.t.maxValue() {

@@ -561,7 +561,8 @@ func scenarioSkipFailed(ctx context.Context, e *rankEnv) error {
 // put was sent and the agent ended the job); a negative FromRank (an
 // unknown rank, where shared memory sent it and the job ended); a call
 // whose context is already cancelled is not made (it took effect and
-// reported the cancellation); a second Init in a launched rank (it closed
+// reported the cancellation), a Fence or an Allgather neither (the rank
+// entered the collective); a second Init in a launched rank (it closed
 // descriptors the program had opened since).
 func scenarioMisuse(ctx context.Context, e *rankEnv) error {
 	if err := e.c.Put("k\x00", []byte("v"), client.HintNone); err == nil {
@@ -583,6 +584,23 @@ func scenarioMisuse(ctx context.Context, e *rankEnv) error {
 		return fmt.Errorf("publish after the cancelled one (which must not have taken effect): %w", err)
 	}
 	if err := e.c.Unpublish(ctx, name); err != nil {
+		return err
+	}
+	if e.me%2 == 0 {
+		// Only the even ranks: had they entered the fence and the
+		// allgather, the collectives below would not line up.
+		if err := e.c.Fence(cancelled); !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("fence with a cancelled context: %v, want context.Canceled", err)
+		}
+		if _, err := e.c.Allgather(cancelled, []byte("never")); !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("allgather with a cancelled context: %v, want context.Canceled", err)
+		}
+	}
+	vals, err := e.c.Allgather(ctx, value("misuse", e.me))
+	if err != nil {
+		return fmt.Errorf("allgather after the cancelled calls (which must not have taken effect): %w", err)
+	}
+	if err := checkValues("allgather after the cancelled calls", vals, "misuse", e.n); err != nil {
 		return err
 	}
 	if e.mode != "singleton" {
