@@ -45,13 +45,15 @@ type textTransport struct {
 	ext  bool // agent answers fastpmi extensions
 	nAg  int  // allgathers started (fallback key names)
 	vmax int
-	// nativeRing: the launcher serves the ring command (fastpmi, Slurm);
-	// otherwise Ring is put/fence/get (ringByKVS), nRing its calls.
-	nativeRing bool
-	nRing      int
-	// unescapes: the server reads ";;" in a value as ';' (fastpmi,
-	// Slurm); Hydra ends the value at the first ';' (storable).
-	unescapes bool
+	// hydra: the server is neither fastpmi's nor Slurm's (Hydra's, which
+	// names none of its kind). Its PMI-2 has no ring command, on which
+	// it would end the whole job (Ring is put/fence/get: ringByKVS, nRing
+	// its calls), and no abort command, on which mpiexec fails with exit
+	// code 255 (abort sends PMI-1's, which Hydra reads on the same
+	// connection); it ends a value at its first ';', where the others
+	// read the escape ";;" (storable).
+	hydra bool
+	nRing int
 }
 
 // textReq is one outstanding request.
@@ -155,11 +157,7 @@ func (t *textTransport) handshake() error {
 			t.info.JobID = j
 		}
 	}
-	// The ring command is fastpmi's and Slurm's (PMIX_Ring); Hydra aborts
-	// the whole job on it. Elsewhere Ring is a put, a fence and two gets.
-	slurm := os.Getenv("SLURM_STEP_ID") != ""
-	t.nativeRing = t.ext || slurm
-	t.unescapes = t.ext || slurm
+	t.hydra = !t.ext && os.Getenv("SLURM_STEP_ID") == ""
 	return nil
 }
 
@@ -181,7 +179,7 @@ func (t *textTransport) maxPut() (key, val int) {
 // so: one holding a ';' where the server does not read the escape ";;"
 // (Hydra stores "a;b" as "a"). maxPut bounds its length.
 func (t *textTransport) storable(val string) error {
-	if !t.unescapes && strings.IndexByte(val, ';') >= 0 {
+	if t.hydra && strings.IndexByte(val, ';') >= 0 {
 		return errors.New("a ';' in the value, which this launcher's PMI-2 server takes for its end")
 	}
 	return nil
@@ -568,7 +566,7 @@ func (t *textTransport) get(ctx context.Context, key string, o getOpts) ([]byte,
 }
 
 func (t *textTransport) ring(ctx context.Context, val []byte) (RingResult, error) {
-	if !t.nativeRing {
+	if t.hydra {
 		return t.ringByKVS(ctx, val)
 	}
 	v := string(val)
@@ -697,6 +695,14 @@ func (t *textTransport) spawn(ctx context.Context, req *pmiwire.Spawn) (string, 
 }
 
 func (t *textTransport) abort(code int, msg string) error {
+	if t.hydra {
+		t.wbuf = pmiwire.AppendV1(t.wbuf[:0], "abort", pmiwire.Pair{Key: "exitcode", Val: strconv.Itoa(code)},
+			pmiwire.Pair{Key: "error_msg", Val: msg})
+		if _, err := t.nc.Write(t.wbuf); err != nil {
+			return fmt.Errorf("send abort: %w", err)
+		}
+		return nil
+	}
 	_, err := t.send("abort", pmiwire.Pair{Key: "isworld", Val: "TRUE"}, pmiwire.Pair{Key: "exitcode", Val: strconv.Itoa(code)}, pmiwire.Pair{Key: "msg", Val: msg})
 	return err
 }

@@ -150,3 +150,24 @@ func TestGoClientRankOutOfRange(t *testing.T) {
 		t.Errorf("want %q on stderr\n%s", want, r)
 	}
 }
+
+// A rank's Abort(7, ...) ends the job with exit code 7 under Hydra as
+// under pmirun. Hydra's PMI-2 has no abort command: the one the client
+// sent made mpiexec fail ('Unrecognized PMI command: abort', exit 255);
+// it now sends PMI-1's, as MPICH's MPI_Abort does.
+func TestGoClientAbortUnderHydra(t *testing.T) {
+	mpiexec, err := exec.LookPath("mpiexec.hydra")
+	if err != nil {
+		t.Fatalf("mpiexec.hydra not found (%v): %s", err, installHint)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mpiexec, "-n", "2", prog("kvsprog"), "-pattern", "abort")
+	cmd.Env = callerEnv(nil)
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 7 {
+		t.Errorf("mpiexec exit code %d (%v), want 7\n%s", code, err, out)
+	}
+	r := run(t, job{args: []string{"--no-shm", "-n", "2", prog("kvsprog"), "-pattern", "abort"}})
+	r.wantCode(t, 7)
+}

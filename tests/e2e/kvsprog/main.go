@@ -35,6 +35,8 @@
 //	            value with ErrTooLarge) or read back as it was put; rank 0
 //	            prints "kvsprog edges: value1024=kept|refused key64=...
 //	            semicolon=..."
+//	abort       the last rank aborts the job with code 7; the others
+//	            wait for a key nobody puts until the job ends
 //	names       a lookup and an unpublish of a name nobody published
 //	            fail with ErrNotFound
 //	finalize    every rank starts an Iallgather and an Ifence and
@@ -193,6 +195,16 @@ func run(pattern, hintName string, fence, src bool) error {
 		}
 	case "finalize":
 		return finalizeOutstanding(ctx, c)
+	case "abort":
+		if me == n-1 {
+			if err := c.Abort(7, "kvsprog aborts"); err != nil {
+				return fmt.Errorf("rank %d: abort: %w", me, err)
+			}
+			time.Sleep(time.Minute)
+			return fmt.Errorf("rank %d: still running a minute after its abort", me)
+		}
+		_, err := c.Get(ctx, "never-put", client.WaitForPut())
+		return fmt.Errorf("rank %d: a get of a key nobody puts, waiting for the abort to end the job: %v", me, err)
 	case "names":
 		name := fmt.Sprintf("unpublished-%d", me)
 		if p, err := c.Lookup(ctx, name); !errors.Is(err, client.ErrNotFound) {
