@@ -92,7 +92,11 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Info describes this rank and its job.
 type Info struct {
-	Rank, Size           int
+	Rank, Size int
+	// LocalRank and LocalSize place the rank among its node's ranks:
+	// MPI_LOCALRANKID and MPI_LOCALNRANKS, or, under a launcher that
+	// sets neither (Slurm), the job's PMI_process_mapping, as MPICH
+	// reads it.
 	LocalRank, LocalSize int
 	Appnum               int
 	JobID                string

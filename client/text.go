@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
+	"github.com/fastpmi/fastpmi/ring"
 )
 
 // textTransport speaks PMI-2 on PMI_FD (or PMI_PORT), so the client runs
@@ -158,6 +159,37 @@ func (t *textTransport) handshake() error {
 		}
 	}
 	t.hydra = !t.ext && os.Getenv("SLURM_STEP_ID") == ""
+	if os.Getenv("MPI_LOCALRANKID") == "" || os.Getenv("MPI_LOCALNRANKS") == "" {
+		return t.placeLocal(ctx)
+	}
+	return nil
+}
+
+// placeLocal sets this rank's local rank and size, for a launcher that
+// does not set MPI_LOCALRANKID and MPI_LOCALNRANKS (Slurm sets neither),
+// as MPICH finds them: the ranks that the job's PMI_process_mapping
+// places on this rank's node, in rank order. Without a mapping every
+// rank is taken to share one node.
+func (t *textTransport) placeLocal(ctx context.Context) error {
+	t.info.LocalRank, t.info.LocalSize = t.info.Rank, t.info.Size
+	m, ok, err := t.jobAttr(ctx, "PMI_process_mapping")
+	if err != nil || !ok {
+		return err
+	}
+	nodes, err := ring.ParseProcessMapping(m, t.info.Size)
+	if err != nil {
+		return fmt.Errorf("find this rank's node: %w", err)
+	}
+	t.info.LocalRank, t.info.LocalSize = 0, 0
+	for r, n := range nodes {
+		if n != nodes[t.info.Rank] {
+			continue
+		}
+		if r < t.info.Rank {
+			t.info.LocalRank++
+		}
+		t.info.LocalSize++
+	}
 	return nil
 }
 

@@ -171,3 +171,19 @@ func TestGoClientAbortUnderHydra(t *testing.T) {
 	r := run(t, job{args: []string{"--no-shm", "-n", "2", prog("kvsprog"), "-pattern", "abort"}})
 	r.wantCode(t, 7)
 }
+
+// Under a launcher that sets no MPI_LOCALRANKID and MPI_LOCALNRANKS
+// (Slurm's srun sets neither; here pmirun's ranks over PMI-2 with both
+// unset) the Go client places the rank on its node from the job's
+// PMI_process_mapping, as MPICH does: 5 ranks over 2 nodes in blocks
+// are 3 and 2 local ranks, where Info said every rank shared one node.
+func TestGoClientLocalRankFromMapping(t *testing.T) {
+	r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "--no-shm", "-n", "5",
+		"env", "-u", "MPI_LOCALRANKID", "-u", "MPI_LOCALNRANKS", prog("kvsprog"), "-pattern", "local"}})
+	r.wantCode(t, 0)
+	for rank, want := range []string{"0 of 3", "1 of 3", "2 of 3", "0 of 2", "1 of 2"} {
+		if line := fmt.Sprintf("kvsprog local: rank %d local %s\n", rank, want); !strings.Contains(r.stdout, line) {
+			t.Errorf("want %q in\n%s", line, r)
+		}
+	}
+}

@@ -37,6 +37,8 @@
 //	            semicolon=..."
 //	abort       the last rank aborts the job with code 7; the others
 //	            wait for a key nobody puts until the job ends
+//	local       every rank prints "kvsprog local: rank R local L of N"
+//	            (Info's LocalRank and LocalSize)
 //	names       a lookup and an unpublish of a name nobody published
 //	            fail with ErrNotFound
 //	finalize    every rank starts an Iallgather and an Ifence and
@@ -205,6 +207,9 @@ func run(pattern, hintName string, fence, src bool) error {
 		}
 		_, err := c.Get(ctx, "never-put", client.WaitForPut())
 		return fmt.Errorf("rank %d: a get of a key nobody puts, waiting for the abort to end the job: %v", me, err)
+	case "local":
+		info := c.Info()
+		fmt.Printf("kvsprog local: rank %d local %d of %d\n", me, info.LocalRank, info.LocalSize)
 	case "names":
 		name := fmt.Sprintf("unpublished-%d", me)
 		if p, err := c.Lookup(ctx, name); !errors.Is(err, client.ErrNotFound) {
