@@ -358,7 +358,11 @@ func (c *Client) Allgather(ctx context.Context, value []byte) (Values, error) {
 
 // Iallgather starts an allgather and returns at once; Wait completes it
 // and Values returns the result. As with Ifence, the agent does not
-// count this rank as stuck until Wait.
+// count this rank as stuck until Wait. One exception: over shared memory
+// the collectives in flight take turns in two input slots, so an
+// Iallgather started while the collective two before it (this rank's
+// fence or allgather before the last) is still outstanding waits until
+// that one completes, telling the agent it waits; it takes no context.
 func (c *Client) Iallgather(value []byte) Request {
 	return c.iallgather(context.Background(), value, true)
 }
