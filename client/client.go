@@ -75,6 +75,11 @@ var (
 	ErrInitialized = errors.New("PMI already initialized in this process")
 )
 
+// tooLarge is the error of a value of n bytes over limit.
+func tooLarge(n, limit int) error {
+	return fmt.Errorf("%d bytes (limit %d): %w", n, limit, ErrTooLarge)
+}
+
 // launcherTaken is set by the first Init that takes the launcher's
 // connection: the descriptors its environment names are that client's
 // from then on (closed with it), and another Init must not touch them.
@@ -269,7 +274,7 @@ func (c *Client) Put(key string, value []byte, hint Hint) error {
 		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: a NUL byte in the key or value", key)}
 	}
 	if len(value) > vmax {
-		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: %d bytes (limit %d): %w", key, len(value), vmax, ErrTooLarge)}
+		return &Error{Op: "put", Rank: c.info.Rank, Err: fmt.Errorf("key %q: %w", key, tooLarge(len(value), vmax))}
 	}
 	return c.fail("put", c.t.put(key, value, hint))
 }
@@ -380,7 +385,7 @@ func (c *Client) iallgather(ctx context.Context, value []byte, detached bool) Re
 		return r
 	}
 	if len(value) > c.t.maxValue() {
-		r.err = &Error{Op: "allgather", Rank: c.info.Rank, Err: fmt.Errorf("%d bytes (limit %d): %w", len(value), c.t.maxValue(), ErrTooLarge)}
+		r.err = &Error{Op: "allgather", Rank: c.info.Rank, Err: tooLarge(len(value), c.t.maxValue())}
 		return r
 	}
 	r.id, r.err = c.t.startAllgather(value, detached)
@@ -397,7 +402,7 @@ func (c *Client) Ring(ctx context.Context, value []byte) (RingResult, error) {
 		return RingResult{}, err
 	}
 	if len(value) > c.t.maxValue() {
-		return RingResult{}, &Error{Op: "ring", Rank: c.info.Rank, Err: ErrTooLarge}
+		return RingResult{}, &Error{Op: "ring", Rank: c.info.Rank, Err: tooLarge(len(value), c.t.maxValue())}
 	}
 	res, err := c.t.ring(ctx, value)
 	return res, c.fail("ring", err)
@@ -425,7 +430,7 @@ func (c *Client) PutNodeAttr(ctx context.Context, key, value string) error {
 		return err
 	}
 	if _, vmax := c.t.maxPut(); len(value) > vmax {
-		return &Error{Op: "node attribute " + key, Rank: c.info.Rank, Err: fmt.Errorf("%d bytes (limit %d): %w", len(value), vmax, ErrTooLarge)}
+		return &Error{Op: "node attribute " + key, Rank: c.info.Rank, Err: tooLarge(len(value), vmax)}
 	}
 	return c.fail("node attribute "+key, c.t.putNodeAttr(ctx, key, value))
 }

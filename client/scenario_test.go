@@ -644,6 +644,9 @@ func scenarioLimits(ctx context.Context, e *rankEnv) error {
 	if err := tooLarge("ring", err); err != nil {
 		return err
 	}
+	if want := "ring: 1025 bytes (limit 1024)"; !strings.Contains(err.Error(), want) {
+		return fmt.Errorf("ring of %d bytes: %q does not say %q", len(big), err, want)
+	}
 	if err := e.c.Put(strings.Repeat("k", 65), []byte("v"), client.HintNone); err == nil {
 		return errors.New("put of a 65-byte key succeeded")
 	}
