@@ -42,6 +42,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fastpmi/fastpmi/internal/sys"
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
 
@@ -74,6 +75,25 @@ var (
 	// serves one client.
 	ErrInitialized = errors.New("PMI already initialized in this process")
 )
+
+// launcherFile returns a duplicate of the descriptor that the launcher
+// variable name=val names, so that trying it takes nothing from the
+// program when it is not what the variable says: a variable inherited
+// by a process a rank started may name a descriptor the program opened
+// itself (Init closed it, stdout say, and the program's own error went
+// nowhere). taken closes the launcher's descriptor once the client has
+// what it needs from the duplicate.
+func launcherFile(name, val string) (f *os.File, taken func(), err error) {
+	fd, err := strconv.Atoi(val)
+	if err != nil || fd < 0 {
+		return nil, nil, fmt.Errorf("read %s=%q: not a descriptor", name, val)
+	}
+	f, err = sys.DupFile(fd, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s=%d: %w", name, fd, err)
+	}
+	return f, func() { os.NewFile(uintptr(fd), name).Close() }, nil
+}
 
 // tooLarge is the error of a value of n bytes over limit.
 func tooLarge(n, limit int) error {

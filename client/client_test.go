@@ -3,10 +3,12 @@ package client_test
 import (
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fastpmi/fastpmi/client"
 	"github.com/fastpmi/fastpmi/launch"
 )
 
@@ -112,9 +114,9 @@ func TestInitBadEnvironment(t *testing.T) {
 		want  string
 	}{
 		{"shm fd a regular file", "FASTPMI_SHM_FD=3", regular, "init: FASTPMI_SHM_FD=3: map segment: file of 14 bytes cannot hold a segment"},
-		{"shm fd closed", "FASTPMI_SHM_FD=999", nil, "init: FASTPMI_SHM_FD=999: map segment: "},
+		{"shm fd closed", "FASTPMI_SHM_FD=999", nil, "init: FASTPMI_SHM_FD=999: duplicate descriptor 999: bad file descriptor"},
 		{"shm fd no number", "FASTPMI_SHM_FD=x", nil, `init: read FASTPMI_SHM_FD="x": not a descriptor`},
-		{"pmi fd a regular file", "PMI_FD=3", regular, "init: use PMI_FD 3: "},
+		{"pmi fd a regular file", "PMI_FD=3", regular, "init: PMI_FD=3: "},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(exe)
@@ -125,6 +127,31 @@ func TestInitBadEnvironment(t *testing.T) {
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), c.want) {
 				t.Errorf("%s: %v, want a failed Init saying %q\n%s", c.env, err, c.want, out)
+			}
+		})
+	}
+}
+
+// TestInitLeavesStrayDescriptors: a launcher variable naming a
+// descriptor that is not what it says (inherited by a process a rank
+// started, it names a file that process opened) fails Init and leaves
+// the descriptor the program's; Init closed it.
+func TestInitLeavesStrayDescriptors(t *testing.T) {
+	for _, v := range []string{"FASTPMI_SHM_FD", "PMI_FD"} {
+		t.Run(v, func(t *testing.T) {
+			f, err := os.CreateTemp(t.TempDir(), "the-program's")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			client.ForgetLauncher()
+			t.Cleanup(client.ForgetLauncher)
+			t.Setenv(v, strconv.Itoa(int(f.Fd())))
+			if _, err := client.Init(); err == nil {
+				t.Fatalf("Init with %s naming a regular file succeeded", v)
+			}
+			if _, err := f.WriteString("still the program's\n"); err != nil {
+				t.Errorf("the program's file after a failed Init: %v", err)
 			}
 		})
 	}

@@ -19,3 +19,7 @@ func Held(c *Client) int {
 	}
 	return 0
 }
+
+// ForgetLauncher lets the next Init take the launcher's variables again,
+// for the tests that call Init in the test process itself.
+func ForgetLauncher() { launcherTaken.Store(false) }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/clientseam"
@@ -44,14 +43,16 @@ type shmTransport struct {
 }
 
 func newShmTransport(info *Info, fdEnv string) (*shmTransport, error) {
-	fd, err := strconv.Atoi(fdEnv)
-	if err != nil || fd < 0 {
-		return nil, fmt.Errorf("read FASTPMI_SHM_FD=%q: not a descriptor", fdEnv)
-	}
-	seg, err := shm.Open(uintptr(fd))
+	f, taken, err := launcherFile("FASTPMI_SHM_FD", fdEnv)
 	if err != nil {
-		return nil, fmt.Errorf("FASTPMI_SHM_FD=%d: %w", fd, err)
+		return nil, err
 	}
+	seg, err := shm.OpenFile(f)
+	f.Close() // the mapping keeps the memory
+	if err != nil {
+		return nil, fmt.Errorf("FASTPMI_SHM_FD=%s: %w", fdEnv, err)
+	}
+	taken()
 	p := seg.Params()
 	if info.Rank < 0 || info.Rank >= info.Size || info.LocalRank < 0 || info.LocalRank >= p.LocalRanks || p.WorldSize != info.Size {
 		seg.Close()

@@ -76,16 +76,16 @@ type textReq struct {
 func newTextTransport(info *Info) (*textTransport, error) {
 	var nc net.Conn
 	if fdEnv := os.Getenv("PMI_FD"); fdEnv != "" {
-		fd, err := strconv.Atoi(fdEnv)
-		if err != nil || fd < 0 {
-			return nil, fmt.Errorf("read PMI_FD=%q: not a descriptor", fdEnv)
+		f, taken, err := launcherFile("PMI_FD", fdEnv)
+		if err != nil {
+			return nil, err
 		}
-		f := os.NewFile(uintptr(fd), "pmi")
 		nc, err = net.FileConn(f)
 		f.Close()
 		if err != nil {
-			return nil, fmt.Errorf("use PMI_FD %d: %w", fd, err)
+			return nil, fmt.Errorf("PMI_FD=%s: %w", fdEnv, err)
 		}
+		taken()
 	} else {
 		var err error
 		nc, err = net.DialTimeout("tcp", os.Getenv("PMI_PORT"), 10*time.Second)
