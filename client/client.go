@@ -415,6 +415,9 @@ func (c *Client) iallgather(ctx context.Context, value []byte, detached bool) Re
 
 // Ring exchanges value with the ring neighbours: it returns this rank's
 // ring position and size and the values of the ranks before and after it.
+// If ctx ends while Ring waits, the rank has entered the ring all the
+// same: its neighbours get its value, its own result is lost, and a Ring
+// before that ring has completed fails ("entered ring 1 twice").
 func (c *Client) Ring(ctx context.Context, value []byte) (RingResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
