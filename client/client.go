@@ -19,7 +19,8 @@
 //
 // Lifetimes. Init returns a client bound to the process's PMI connection
 // (a second Init under a launcher fails with ErrInitialized); Finalize
-// ends it (further calls fail with ErrFinalized). A Values from
+// ends it (further calls fail with ErrFinalized, but a collective started
+// before it may still be waited for and read). A Values from
 // Allgather is a view into shared memory that stays valid until this rank
 // starts its second collective (fence or allgather) after the one that
 // produced it: fences and allgathers share one epoch sequence and results
