@@ -344,7 +344,8 @@ type getOpts struct {
 }
 
 // FromRank tells Get which rank put the key, so the agent can fetch it
-// straight from that rank's node. A negative r says nothing (unknown).
+// straight from that rank's node. An r that is no rank of the job
+// (negative, or not below Size) says nothing (unknown).
 func FromRank(r int) GetOption { return func(o *getOpts) { o.src = max(r, -1) } }
 
 // WaitForPut makes Get wait (bounded by its context) for a key that has
@@ -357,6 +358,9 @@ func (c *Client) Get(ctx context.Context, key string, opts ...GetOption) ([]byte
 	o := getOpts{src: -1}
 	for _, f := range opts {
 		f(&o)
+	}
+	if o.src >= c.info.Size {
+		o.src = -1 // the agent takes only a rank of the job
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -558,8 +558,9 @@ func scenarioSkipFailed(ctx context.Context, e *rankEnv) error {
 
 // scenarioMisuse: calls a program gets wrong fail with an error and the
 // job goes on: a NUL byte in a put's key or value (on shared memory the
-// put was sent and the agent ended the job); a negative FromRank (an
-// unknown rank, where shared memory sent it and the job ended); a call
+// put was sent and the agent ended the job); a FromRank of no rank of
+// the job, negative or too large (an unknown rank, where shared memory
+// sent it and the job ended); a call
 // whose context is already cancelled is not made (it took effect and
 // reported the cancellation), a Fence or an Allgather neither (the rank
 // entered the collective); a second Init in a launched rank (it closed
@@ -571,8 +572,10 @@ func scenarioMisuse(ctx context.Context, e *rankEnv) error {
 	if err := e.c.Put("k", []byte("a\x00b"), client.HintNone); err == nil {
 		return errors.New("a put whose value holds a NUL byte succeeded")
 	}
-	if _, err := e.c.Get(ctx, "nope", client.FromRank(-5)); !errors.Is(err, client.ErrNotFound) {
-		return fmt.Errorf("get from rank -5: %v, want ErrNotFound", err)
+	for _, r := range []int{-5, e.n, e.n + 100} {
+		if _, err := e.c.Get(ctx, "nope", client.FromRank(r)); !errors.Is(err, client.ErrNotFound) {
+			return fmt.Errorf("get from rank %d of %d: %v, want ErrNotFound", r, e.n, err)
+		}
 	}
 	name := fmt.Sprintf("misuse-%d", e.me)
 	cancelled, cancel := context.WithCancel(ctx)
