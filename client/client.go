@@ -514,14 +514,16 @@ func (c *Client) Lookup(ctx context.Context, name string) (string, error) {
 }
 
 // Abort asks the launcher to end the whole job with code. The caller
-// should exit afterwards.
+// should exit afterwards. Only the first 1024 bytes of msg are sent
+// (pmiwire.ValLenMax, as libfastpmi sends): a longer message neither fits
+// a shared-memory request nor a PMI-2 message the agent reads.
 func (c *Client) Abort(code int, msg string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.begin("abort"); err != nil {
 		return err
 	}
-	return c.fail("abort", c.t.abort(code, msg))
+	return c.fail("abort", c.t.abort(code, msg[:min(len(msg), pmiwire.ValLenMax)]))
 }
 
 // Finalize ends this rank's use of PMI. It is idempotent. A collective
