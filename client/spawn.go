@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
 )
@@ -55,18 +56,45 @@ func (c *Client) SpawnMultiple(ctx context.Context, cmds []SpawnCmd, preput map[
 
 // spawnRequest checks cmds and builds the wire request; map-valued
 // fields go in key order, so the same call always sends the same bytes.
+// No field may hold a NUL byte: PMI carries none, and no program can be
+// started with one in its path or arguments.
 func spawnRequest(cmds []SpawnCmd, preput map[string]string) (*pmiwire.Spawn, error) {
 	if len(cmds) == 0 {
 		return nil, errors.New("no command")
 	}
 	req := &pmiwire.Spawn{Preput: sortedPairs(preput)}
+	if err := noNUL("preput", req.Preput); err != nil {
+		return nil, err
+	}
 	for i, c := range cmds {
 		if c.Prog == "" || c.Procs < 1 {
 			return nil, fmt.Errorf("command %d: program %q with %d processes: want a program and at least 1 process", i, c.Prog, c.Procs)
 		}
-		req.Cmds = append(req.Cmds, pmiwire.SpawnCmd{Exe: c.Prog, MaxProcs: c.Procs, Args: c.Args, Info: sortedPairs(c.Info)})
+		cmd := pmiwire.SpawnCmd{Exe: c.Prog, MaxProcs: c.Procs, Args: c.Args, Info: sortedPairs(c.Info)}
+		if strings.IndexByte(c.Prog, 0) >= 0 {
+			return nil, fmt.Errorf("command %d: a NUL byte in program %q", i, c.Prog)
+		}
+		for j, a := range c.Args {
+			if strings.IndexByte(a, 0) >= 0 {
+				return nil, fmt.Errorf("command %d: a NUL byte in argument %d %q", i, j, a)
+			}
+		}
+		if err := noNUL(fmt.Sprintf("command %d: info", i), cmd.Info); err != nil {
+			return nil, err
+		}
+		req.Cmds = append(req.Cmds, cmd)
 	}
 	return req, nil
+}
+
+// noNUL refuses pairs with a NUL byte in a key or value.
+func noNUL(what string, ps []pmiwire.Pair) error {
+	for _, p := range ps {
+		if strings.IndexByte(p.Key, 0) >= 0 || strings.IndexByte(p.Val, 0) >= 0 {
+			return fmt.Errorf("%s: a NUL byte in %q=%q", what, p.Key, p.Val)
+		}
+	}
+	return nil
 }
 
 func sortedPairs(m map[string]string) []pmiwire.Pair {

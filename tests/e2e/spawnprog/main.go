@@ -5,8 +5,9 @@
 //
 // The parent job's rank 0 spawns N copies of itself (with -multi: N
 // copies as command 0 and one more as command 1, in one SpawnMultiple),
-// with the pre-put key PARENT = "from-<parent job id>", after a spawn the
-// launcher must refuse (an empty info key). Every child checks
+// with the pre-put key PARENT = "from-<parent job id>", after two spawns
+// that must be refused (an empty info key, a NUL byte in an argument).
+// Every child checks
 // what it was given — Spawned, its size, Appnum by command, the pre-put
 // key readable before any fence, a job id of its own — exchanges a key
 // with the other children through its own KVS, and publishes
@@ -295,6 +296,12 @@ func parent(ctx context.Context, c *client.Client, n int, multi bool) error {
 	bad := client.SpawnCmd{Prog: os.Args[0], Procs: 1, Info: map[string]string{"": "x"}}
 	if _, err := c.Spawn(ctx, bad, nil); err == nil {
 		return errors.New("a spawn with an empty info key succeeded")
+	}
+	// So is one no program can be started with (a NUL byte in an
+	// argument): it ended the whole run ('fork/exec: invalid argument').
+	nul := client.SpawnCmd{Prog: os.Args[0], Args: []string{"a\x00b"}, Procs: 1}
+	if _, err := c.Spawn(ctx, nul, nil); err == nil {
+		return errors.New("a spawn with a NUL byte in an argument succeeded")
 	}
 	pre := map[string]string{"PARENT": "from-" + info.JobID}
 	cmd := client.SpawnCmd{Prog: os.Args[0], Args: os.Args[1:], Procs: n}
