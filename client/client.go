@@ -481,11 +481,15 @@ func (c *Client) NodeAttr(ctx context.Context, key string, wait bool) (value str
 }
 
 // Publish publishes name → port for other jobs' and ranks' Lookup.
+// Neither may be empty.
 func (c *Client) Publish(ctx context.Context, name, port string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.begin("publish"); err != nil {
 		return err
+	}
+	if name == "" || port == "" {
+		return &Error{Op: "publish " + name, Rank: c.info.Rank, Err: fmt.Errorf("name %q, port %q: want both", name, port)}
 	}
 	return c.fail("publish "+name, c.t.publish(ctx, name, port))
 }

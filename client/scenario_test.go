@@ -414,6 +414,14 @@ func scenarioNames(ctx context.Context, e *rankEnv) error {
 	if err := e.c.Publish(ctx, name(e.me), "again"); err == nil {
 		return errors.New("publishing a name twice succeeded")
 	}
+	// An empty name or port is refused on every path (over shared
+	// memory it was published).
+	if err := e.c.Publish(ctx, "", "p"); err == nil {
+		return errors.New("publishing an empty name succeeded")
+	}
+	if err := e.c.Publish(ctx, "empty-port-"+strconv.Itoa(e.me), ""); err == nil {
+		return errors.New("publishing an empty port succeeded")
+	}
 	if err := e.c.Fence(ctx); err != nil {
 		return err
 	}
