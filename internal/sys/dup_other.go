@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !unix
 
 package sys
 
@@ -7,7 +7,7 @@ import (
 	"os"
 )
 
-// DupFile needs fcntl(F_DUPFD_CLOEXEC), which this build does not reach.
+// DupFile needs fcntl(F_DUPFD_CLOEXEC), a Unix call.
 func DupFile(fd int, name string) (*os.File, error) {
 	return nil, fmt.Errorf("duplicate descriptor %d: %w", fd, ErrNotSupported)
 }
