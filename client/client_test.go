@@ -1,8 +1,10 @@
 package client_test
 
 import (
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,6 +131,47 @@ func TestInitBadEnvironment(t *testing.T) {
 				t.Errorf("%s: %v, want a failed Init saying %q\n%s", c.env, err, c.want, out)
 			}
 		})
+	}
+}
+
+// TestInitSilentLauncher: a launcher that never answers PMI-2's init
+// fails Init after its 30 s bound with an error saying so, where it said
+// only "PMI-2 init: context deadline exceeded".
+func TestInitSilentLauncher(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for Init's 30 s bound")
+	}
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "launcher"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	conn, err := net.Dial("unix", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	silent, err := l.Accept() // never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	f, err := conn.(*net.UnixConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(exe)
+	cmd.Env = append(launcherless(), envScenario+"=kvs", envTransport+"=text", "PMI_FD=3")
+	cmd.ExtraFiles = []*os.File{f}
+	out, err := cmd.CombinedOutput()
+	if want := "init: PMI-2 init: no answer on PMI_FD=3 in 30s"; err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("%v, want a failed Init saying %q\n%s", err, want, out)
 	}
 }
 

@@ -73,9 +73,14 @@ type textReq struct {
 	read bool
 }
 
+// handshakeTimeout bounds the launcher's answers to init and fullinit.
+const handshakeTimeout = 30 * time.Second
+
 func newTextTransport(info *Info) (*textTransport, error) {
 	var nc net.Conn
+	via := "PMI_PORT=" + os.Getenv("PMI_PORT") // the launcher's connection, for errors
 	if fdEnv := os.Getenv("PMI_FD"); fdEnv != "" {
+		via = "PMI_FD=" + fdEnv
 		f, taken, err := launcherFile("PMI_FD", fdEnv)
 		if err != nil {
 			return nil, err
@@ -97,6 +102,9 @@ func newTextTransport(info *Info) (*textTransport, error) {
 	t.dec.FrameLimit = pmiwire.MaxFrame
 	if err := t.handshake(); err != nil {
 		nc.Close()
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer on %s in %v (%w)", via, handshakeTimeout, err)
+		}
 		return nil, fmt.Errorf("PMI-2 init: %w", err)
 	}
 	info.Transport = "pmi2"
@@ -105,7 +113,7 @@ func newTextTransport(info *Info) (*textTransport, error) {
 }
 
 func (t *textTransport) handshake() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
 	if _, err := t.nc.Write([]byte("cmd=init pmi_version=2 pmi_subversion=0\n")); err != nil {
 		return err
