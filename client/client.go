@@ -273,7 +273,8 @@ func (c *Client) begin(op string) error {
 // ranks when their Get fetches it (see Sparse).
 //
 // Keys take 1 to 64 bytes and values up to 1024 (pmiwire.KeyLenMax,
-// pmiwire.ValLenMax; a longer value fails with ErrTooLarge). Under a
+// pmiwire.ValLenMax; a longer value fails with ErrTooLarge), neither
+// holding a NUL byte (Allgather and Ring carry any bytes). Under a
 // PMI-2 server other than fastpmi's (Hydra, Slurm) the limits are one
 // byte less, what MPICH's and Slurm's PMI2_MAX_KEYLEN and PMI2_MAX_VALLEN
 // hold with the terminating NUL, and under one that is not Slurm's either
