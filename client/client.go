@@ -87,11 +87,11 @@ var (
 func launcherFile(name, val string) (f *os.File, taken func(), err error) {
 	fd, err := strconv.Atoi(val)
 	if err != nil || fd < 0 {
-		return nil, nil, fmt.Errorf("read %s=%q: not a descriptor", name, val)
+		return nil, nil, untouched{fmt.Errorf("read %s=%q: not a descriptor", name, val)}
 	}
 	f, err = sys.DupFile(fd, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s=%d: %w", name, fd, err)
+		return nil, nil, untouched{fmt.Errorf("%s=%d: %w", name, fd, err)}
 	}
 	return f, func() { os.NewFile(uintptr(fd), name).Close() }, nil
 }
@@ -100,6 +100,15 @@ func launcherFile(name, val string) (f *os.File, taken func(), err error) {
 func tooLarge(n, limit int) error {
 	return fmt.Errorf("%d bytes (limit %d): %w", n, limit, ErrTooLarge)
 }
+
+// untouched is an Init failure that left the launcher's descriptors and
+// variables as they were (the descriptor a variable names was refused,
+// or PMI_PORT could not be reached): the launcher's connection is not
+// taken, and a later Init tries it again rather than fail with
+// ErrInitialized.
+type untouched struct{ error }
+
+func (u untouched) Unwrap() error { return u.error }
 
 // launcherTaken is set by the first Init that takes the launcher's
 // connection: the descriptors its environment names are that client's
@@ -235,6 +244,9 @@ func Init() (*Client, error) {
 		c.t = newSingleton()
 	}
 	if err != nil {
+		if errors.As(err, new(untouched)) {
+			launcherTaken.Store(false) // another Init may try them
+		}
 		return nil, &Error{Op: "init", Rank: info.Rank, Err: err}
 	}
 	return c, nil

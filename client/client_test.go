@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -178,7 +179,8 @@ func TestInitSilentLauncher(t *testing.T) {
 // TestInitLeavesStrayDescriptors: a launcher variable naming a
 // descriptor that is not what it says (inherited by a process a rank
 // started, it names a file that process opened) fails Init and leaves
-// the descriptor the program's; Init closed it.
+// the descriptor the program's; Init closed it. Such an Init takes
+// nothing, so another may try again.
 func TestInitLeavesStrayDescriptors(t *testing.T) {
 	for _, v := range []string{"FASTPMI_SHM_FD", "PMI_FD"} {
 		t.Run(v, func(t *testing.T) {
@@ -195,6 +197,11 @@ func TestInitLeavesStrayDescriptors(t *testing.T) {
 			}
 			if _, err := f.WriteString("still the program's\n"); err != nil {
 				t.Errorf("the program's file after a failed Init: %v", err)
+			}
+			// Nothing was taken: a second Init tries again (it said
+			// ErrInitialized, though no Init had succeeded).
+			if _, err := client.Init(); err == nil || errors.Is(err, client.ErrInitialized) {
+				t.Errorf("a second Init after one that took nothing: %v, want its own failure", err)
 			}
 		})
 	}

@@ -50,7 +50,7 @@ func newShmTransport(info *Info, fdEnv string) (*shmTransport, error) {
 	seg, err := shm.OpenFile(f)
 	f.Close() // the mapping keeps the memory
 	if err != nil {
-		return nil, fmt.Errorf("FASTPMI_SHM_FD=%s: %w", fdEnv, err)
+		return nil, untouched{fmt.Errorf("FASTPMI_SHM_FD=%s: %w", fdEnv, err)}
 	}
 	taken()
 	p := seg.Params()

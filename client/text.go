@@ -88,14 +88,14 @@ func newTextTransport(info *Info) (*textTransport, error) {
 		nc, err = net.FileConn(f)
 		f.Close()
 		if err != nil {
-			return nil, fmt.Errorf("PMI_FD=%s: %w", fdEnv, err)
+			return nil, untouched{fmt.Errorf("PMI_FD=%s: %w", fdEnv, err)}
 		}
 		taken()
 	} else {
 		var err error
 		nc, err = net.DialTimeout("tcp", os.Getenv("PMI_PORT"), 10*time.Second)
 		if err != nil {
-			return nil, fmt.Errorf("connect to PMI_PORT: %w", err)
+			return nil, untouched{fmt.Errorf("connect to PMI_PORT: %w", err)}
 		}
 	}
 	t := &textTransport{info: info, nc: nc, rbuf: make([]byte, 64<<10), colls: make(map[uint32]*textReq), vmax: pmiwire.ValLenMax}
