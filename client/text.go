@@ -46,8 +46,9 @@ type textTransport struct {
 	ext  bool // agent answers fastpmi extensions
 	nAg  int  // allgathers started (fallback key names)
 	vmax int
-	// hydra: the server is neither fastpmi's nor Slurm's (Hydra's, which
-	// names none of its kind). Its PMI-2 has no ring command, on which
+	// hydra: the server is neither fastpmi's (fastpmi=1 in fullinit) nor
+	// Slurm's (SLURM_STEP_ID): Hydra's, which does not name itself. Its
+	// PMI-2 has no ring command, on which
 	// it would end the whole job (Ring is put/fence/get: ringByKVS, nRing
 	// its calls), and no abort command, on which mpiexec fails with exit
 	// code 255 (abort sends PMI-1's, which Hydra reads on the same
