@@ -36,7 +36,9 @@
 //	            prints "kvsprog edges: value1024=kept|refused key64=...
 //	            semicolon=..."
 //	abort       the last rank aborts the job with code 7; the others
-//	            wait for a key nobody puts until the job ends
+//	            wait, making no PMI call, until the job ends (a get
+//	            Hydra's mpiexec is asked while it cleans up after the
+//	            abort fails its own assertion, exit 255)
 //	local       every rank prints "kvsprog local: rank R local L of N"
 //	            (Info's LocalRank and LocalSize)
 //	names       a lookup and an unpublish of a name nobody published
@@ -205,8 +207,8 @@ func run(pattern, hintName string, fence, src bool) error {
 			time.Sleep(time.Minute)
 			return fmt.Errorf("rank %d: still running a minute after its abort", me)
 		}
-		_, err := c.Get(ctx, "never-put", client.WaitForPut())
-		return fmt.Errorf("rank %d: a get of a key nobody puts, waiting for the abort to end the job: %v", me, err)
+		<-ctx.Done()
+		return fmt.Errorf("rank %d: still running %v after the job began, waiting for the abort to end it", me, 30*time.Second)
 	case "local":
 		info := c.Info()
 		fmt.Printf("kvsprog local: rank %d local %d of %d\n", me, info.LocalRank, info.LocalSize)
