@@ -316,10 +316,10 @@ func (c *Client) Put(key string, value []byte, hint Hint) error {
 // Fence waits until every rank has entered the fence; afterwards every
 // put made before it is visible to Get. A ctx already ended when Fence
 // is called keeps the rank out of the fence; if ctx ends while Fence
-// waits, the rank has entered the fence all the same: the fence completes once the others
-// enter it, and the rank's next fence or allgather is the collective
-// after it, not this one again (to wait again after a timeout, use
-// Ifence and Wait).
+// waits, the rank has entered the fence all the same: the fence
+// completes once the others enter it, and the rank's next fence or
+// allgather is the collective after it, not this one again (to wait
+// again after a timeout, use Ifence and Wait).
 func (c *Client) Fence(ctx context.Context) error {
 	return c.ifence(ctx, false).Wait(ctx)
 }
@@ -388,9 +388,10 @@ func (c *Client) Get(ctx context.Context, key string, opts ...GetOption) ([]byte
 }
 
 // Allgather contributes value and returns every rank's value, indexed by
-// rank. On shared memory the result is read in place (see Values). If
-// ctx ends first, the value is contributed all the same, as Fence's
-// entry is (to wait again after a timeout, use Iallgather and Wait).
+// rank. On shared memory the result is read in place (see Values). As
+// with Fence, a ctx already ended keeps the rank out of the allgather,
+// and one that ends while Allgather waits leaves the value contributed
+// all the same (to wait again after a timeout, use Iallgather and Wait).
 func (c *Client) Allgather(ctx context.Context, value []byte) (Values, error) {
 	r := c.iallgather(ctx, value, false)
 	if err := r.Wait(ctx); err != nil {
