@@ -334,8 +334,14 @@ func (r *rootNode) runJob(ctx context.Context, agents []agentProc) {
 		r.links.Go(func() { r.exits <- bootExit{i, a.wait()} }) // exits holds one per agent
 		started++
 	}
-	for _, a := range agents[started:] {
-		a.kill() // one not started may hold a connection (daemon mode)
+	if started < len(agents) {
+		// Those started wait for a table that will not come and cannot
+		// be told to end (none said hello yet): all end now, as when
+		// accept fails; one not started may hold a connection (daemon
+		// mode).
+		for _, a := range agents {
+			a.kill()
+		}
 	}
 	r.rec.Mark("agents started", -1)
 	if started == len(agents) && !r.accept(ctx, r.ln, len(r.conns)) { // answers a spawner only on failure; FrameReady does on success

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -648,6 +649,32 @@ func TestDaemonSIGTERM(t *testing.T) {
 	r2.wantAllreduce(t, 4)
 	if code := p.d[0].stop(t, 10*time.Second); code != 0 {
 		t.Errorf("idle pmid --daemon exited %d after SIGTERM, want 0", code)
+	}
+}
+
+// A job whose second daemon is not there (stopped, restarting) fails at
+// once, naming it, and the first daemon's node ends with it. Before,
+// pmirun said so at once but waited 10 s more, while the node it had
+// submitted to the first daemon waited for the agents' table.
+func TestDaemonDown(t *testing.T) {
+	secret := newSecret(t)
+	d := startDaemon(t, nil, "127.0.0.1:0", secret)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	r := run(t, job{args: []string{"--daemons", d.addr + "," + down, "--secret-file", secret, "-n", "4", prog("mpi_allreduce")}})
+	r.wantCode(t, 1)
+	r.wantMessage(t, `^pmirun: start agent of node 1 on `+regexp.QuoteMeta(down)+`: connect to daemon: .*connection refused`)
+	r.wantFaster(t, 5*time.Second)
+	deadline := time.Now().Add(2 * time.Second)
+	for st := d.status(t, secret); len(st.Jobs) > 0; st = d.status(t, secret) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first daemon still runs the job 2 s after pmirun ended: %+v", st.Jobs)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
