@@ -250,6 +250,11 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	if cfg.Bootstrap == "ssh" || cfg.Bootstrap == "daemon" {
 		spec.LauncherEnv = launcherEnv()
 	}
+	if cfg.Bootstrap == "daemon" {
+		if mask, err := sys.Umask(); err == nil {
+			spec.Umask = &mask
+		}
+	}
 	at := make([]int, K)
 	for i := range at {
 		at[i] = i

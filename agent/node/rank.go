@@ -195,7 +195,7 @@ func (n *Node) startRank(r, li int) (*rankProc, error) {
 	}
 	var proc *sys.Child
 	env, path := dedupEnv(renv), n.paths[ai]
-	err = sys.StartWith(sys.ForkAttr{CPUs: cpus, TimerSlack: n.slack}, func() error {
+	err = sys.StartWith(sys.ForkAttr{CPUs: cpus, TimerSlack: n.slack, Umask: n.spec.Umask}, func() error {
 		var err error
 		if !n.shells[ai].Load() {
 			proc, err = sys.StartChild(path, append([]string{app.Prog}, app.Args...), env, n.wdir(ai), files, sys.RankProcAttr())
@@ -265,7 +265,13 @@ func (n *Node) outFile(r int, pattern string, stderr bool) (*os.File, error) {
 	if !filepath.IsAbs(name) && n.spec.Wdir != "" {
 		name = filepath.Join(n.spec.Wdir, name)
 	}
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+	// Made with the ranks' umask (a daemon's job's is pmirun's), as the
+	// ranks would make it.
+	var f *os.File
+	err := sys.StartWith(sys.ForkAttr{Umask: n.spec.Umask}, func() (err error) {
+		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+		return err
+	})
 	if err != nil {
 		// %v: a missing directory is not a missing program (exit 127).
 		return nil, fmt.Errorf("output file of rank %d: %v", r, err)

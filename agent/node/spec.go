@@ -59,6 +59,10 @@ type Spec struct {
 	// pmirun's. Nil = the agent's own environment.
 	LauncherEnv []string `json:"launcher_env,omitempty"`
 	Label       bool     `json:"label"` // Prefix "[%r] " when Prefix is ""
+	// Umask, for a daemon's nodes, is pmirun's file mode creation mask,
+	// the ranks' as it is of ranks started any other way (srun's too):
+	// the daemon's own is whatever started it. Nil = the agent's own.
+	Umask *int `json:"umask,omitempty"`
 	// EnvNone passes none of the launch environment to the ranks but the
 	// variables named in EnvKeep (-genvnone, -genvlist).
 	EnvNone bool     `json:"env_none,omitempty"`
@@ -319,6 +323,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Bind != "" && !slices.Contains(bindUnits, s.Bind) || s.MapBy != "" && !slices.Contains(bindUnits, s.MapBy) {
 		return fmt.Errorf("binding %q, mapping %q: want core, hwthread or socket", s.Bind, s.MapBy)
+	}
+	if s.Umask != nil && (*s.Umask < 0 || *s.Umask > 0o777) {
+		return fmt.Errorf("umask %#o: want 0 to 0777", *s.Umask)
 	}
 	if s.TimerSlack < TimerSlackOff || s.TimerSlack > MaxTimerSlack {
 		return fmt.Errorf("timer slack %v: want %v (auto), %v (off) or a duration up to %v", s.TimerSlack, TimerSlackAuto, TimerSlackOff, MaxTimerSlack)

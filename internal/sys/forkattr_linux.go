@@ -3,18 +3,37 @@
 package sys
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// StartWith runs start — which forks a process — on a thread that has
-// the attributes a asks for, so that the child has them from its first
-// instruction, and gives the thread back its own afterwards. A thread
-// whose own could not be restored dies with the calling goroutine rather
-// than serve others.
+// forkMask keeps StartWith's forks out while one of them has the
+// process's umask set for its child (ForkAttr.Umask): those hold it
+// exclusively, every other holds it shared. Forks made otherwise (not
+// ranks) may see such a umask.
+var forkMask sync.RWMutex
+
+// StartWith runs start — which forks a process, or makes a file with
+// a Umask alone — on a thread that has the attributes a asks for, so
+// that the child has them from its first instruction, and gives the
+// thread back its own afterwards. A thread whose own could not be
+// restored dies with the calling goroutine rather than serve others.
 func StartWith(a ForkAttr, start func() error) error {
+	if a.Umask != nil {
+		forkMask.Lock()
+		defer forkMask.Unlock()
+		defer unix.Umask(unix.Umask(*a.Umask))
+	} else {
+		forkMask.RLock()
+		defer forkMask.RUnlock()
+	}
 	if a.zero() {
 		return start()
 	}
@@ -51,4 +70,25 @@ func StartWith(a ForkAttr, start func() error) error {
 		defer func() { keep(unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(old), 0, 0, 0)) }()
 	}
 	return start()
+}
+
+// Umask reads the process's file mode creation mask from
+// /proc/self/status (Linux 4.7), where umask(2) would change it to read
+// it.
+func Umask() (int, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, fmt.Errorf("read umask: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if v, ok := bytes.CutPrefix(sc.Bytes(), []byte("Umask:")); ok {
+			m, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 8, 12)
+			if err != nil {
+				return 0, fmt.Errorf("read umask: %q in /proc/self/status: %w", v, err)
+			}
+			return int(m), nil
+		}
+	}
+	return 0, fmt.Errorf("read umask: no Umask in /proc/self/status: %w", ErrNotSupported)
 }

@@ -3,6 +3,7 @@
 package sys
 
 import (
+	"fmt"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -68,5 +69,33 @@ func TestStartWith(t *testing.T) {
 	}
 	if want := strconv.Itoa(before) + "\n"; out.String() != want {
 		t.Errorf("child of a zero ForkAttr read %q, want the thread's own %q", out.String(), want)
+	}
+}
+
+// A child started by StartWith with a Umask has it, and the process has
+// its own back afterwards, which Umask reads without changing it.
+func TestStartWithUmask(t *testing.T) {
+	before, err := Umask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask := 0o077
+	if before == mask {
+		mask = 0o027
+	}
+	cmd := exec.Command("sh", "-c", "umask")
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := StartWith(ForkAttr{Umask: &mask}, cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%04o\n", mask); out.String() != want {
+		t.Errorf("child's umask %q, want %q", out.String(), want)
+	}
+	if after, err := Umask(); err != nil || after != before {
+		t.Errorf("process's umask after StartWith: %#o (%v), want its own %#o", after, err, before)
 	}
 }

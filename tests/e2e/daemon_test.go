@@ -678,6 +678,40 @@ func TestDaemonDown(t *testing.T) {
 	}
 }
 
+// umaskWrap is a command prefix that runs its command under umask mask.
+func umaskWrap(mask string) []string {
+	return []string{"sh", "-c", "umask " + mask + ` && exec "$@"`, "sh"}
+}
+
+// A daemon's ranks, and the output files it makes for them, have the
+// umask of the pmirun that submitted the job, as ranks started by pmirun,
+// by its agents or by srun have. Before, they had the daemon's (0022):
+// a user's 'umask 077' left the files the ranks made readable by all.
+func TestDaemonUmask(t *testing.T) {
+	secret := newSecret(t)
+	var addrs []string
+	for range 2 {
+		addrs = append(addrs, startDaemon(t, umaskWrap("022"), "127.0.0.1:0", secret).addr)
+	}
+	dir := t.TempDir()
+	r := run(t, job{args: []string{"--daemons", strings.Join(addrs, ","), "--secret-file", secret, "-n", "2", "-l", "sh", "-c", "umask; touch made.$PMI_RANK"},
+		wrap: umaskWrap("077"), dir: dir})
+	r.wantCode(t, 0)
+	r.wantLines(t, map[string]int{"[0] 0077": 1, "[1] 0077": 1})
+	r = run(t, job{args: []string{"--daemons", strings.Join(addrs, ","), "--secret-file", secret, "-n", "2", "-o", "out.%r", "true"},
+		wrap: umaskWrap("077"), dir: dir})
+	r.wantCode(t, 0)
+	for _, f := range []string{"made.0", "made.1", "out.0", "out.1"} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := st.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s: mode %04o, want 0600 (pmirun's umask 077)", f, perm)
+		}
+	}
+}
+
 // The issue's setting: 2 daemons in 2 test hosts, pmirun in the first,
 // 20 concurrent jobs of MPICH and libpmi2 programs.
 func TestNetnsDaemons(t *testing.T) {
