@@ -314,7 +314,7 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 	if run.dtr != nil {
 		run.dtr.Close()
 	}
-	run.out.Wait(2 * time.Second)
+	run.out.Linger() // the agents' and daemons' output, as a node's (Node.Close)
 	if cfg.Verbose {
 		r.printCounters()
 	}
@@ -899,10 +899,19 @@ func (r *rootNode) reap(agents []agentProc) {
 			r.gone[e.i] = true
 			pending--
 		case <-deadline:
+			said := false
 			for i, a := range agents {
-				if !r.gone[i] {
-					a.kill()
+				if r.gone[i] {
+					continue
 				}
+				if _, ok := a.(*daemonAgent); ok && !said {
+					// Its output may wait for pmirun's stdout (pmirun |
+					// less): what it still holds is dropped, which only
+					// pmirun can say (the daemon's word on it would wait
+					// behind that output).
+					said = r.run.out.SayStalled(r.cfg.NetTimeout)
+				}
+				a.kill()
 			}
 			deadline = nil
 		}

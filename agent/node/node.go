@@ -899,16 +899,7 @@ func (n *Node) Close() {
 	}
 	n.closePMIx() // before the agent: its requests fail, none is left to the agent's end
 	n.ag.Close()
-	cut := n.out.Wait(outputLinger)
-	switch stalled := n.out.Stalled(); {
-	case stalled == "stdout":
-		n.out.err.writeLines(fmt.Appendf(nil, "pmirun: stopped forwarding the ranks' output: its stdout took none of it for %v\n", outputLinger))
-	case stalled != "":
-		// stderr takes nothing: nothing more can be said there.
-	case len(cut) > 0:
-		n.out.err.writeLines(fmt.Appendf(nil, "pmirun: stopped forwarding the output of %s: processes they started still held it %v after they ended\n",
-			rankList(cut), outputLinger))
-	}
+	n.out.Linger()
 	// Every rank is judged (Live is 0): the goroutines still running are
 	// disconnect timers of ranks already reported. Stop them, taking what
 	// they send meanwhile.

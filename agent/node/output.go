@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -243,6 +244,35 @@ func (o *Output) Wait(d time.Duration) (cut []int) {
 	}
 	slices.Sort(cut)
 	return cut
+}
+
+// Linger is Wait(outputLinger) once the last rank ended, with what it
+// gave up said on the launcher's stderr: a stream that took nothing for
+// that long, or the ranks whose output their processes still held. A
+// node's Output lingers so (Node.Close), and pmirun's for the output of
+// its agents and daemons.
+func (o *Output) Linger() {
+	cut := o.Wait(outputLinger)
+	switch stalled := o.Stalled(); {
+	case stalled == "stdout":
+		o.SayStalled(outputLinger)
+	case stalled != "":
+		// stderr takes nothing: nothing more can be said there.
+	case len(cut) > 0:
+		o.err.writeLines(fmt.Appendf(nil, "pmirun: stopped forwarding the output of %s: processes they started still held it %v after they ended\n",
+			rankList(cut), outputLinger))
+	}
+}
+
+// SayStalled says on the launcher's stderr that the ranks' output still
+// on its way is given up, if the launcher's stdout is what holds it up
+// (Stalled): it took none of it for d. It reports whether it said so.
+func (o *Output) SayStalled(d time.Duration) bool {
+	if o.Stalled() != "stdout" {
+		return false
+	}
+	o.err.writeLines(fmt.Appendf(nil, "pmirun: stopped forwarding the ranks' output: its stdout took none of it for %v\n", d))
+	return true
 }
 
 // Stalled names the launcher's stream, "stdout" or "stderr", in which a
