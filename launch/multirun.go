@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -277,7 +278,14 @@ func (run *multiRun) daemonTransport() (netio.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	run.dtr, err = daemon.NewTransport(secret, run.cfg.Logger)
+	// It only dials, and a dial that fails is said once, naming the
+	// daemon and the secret file (daemonDialErr): netio's own log of it
+	// is for --verbose.
+	var log *slog.Logger
+	if run.cfg.Verbose {
+		log = run.cfg.Logger
+	}
+	run.dtr, err = daemon.NewTransport(secret, log)
 	return run.dtr, err
 }
 

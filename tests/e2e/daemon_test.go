@@ -330,6 +330,11 @@ func TestDaemonJobs(t *testing.T) {
 		}
 		r.wantMessage(t, `authentication`)
 		r.wantMessage(t, `the daemon does not take the secret of --secret-file `+regexp.QuoteMeta(j.args[3]))
+		// Said once: netio's log of each refused dial (a WARN line for
+		// each of the three) is for --verbose.
+		if n := strings.Count(r.stderr, "\n"); n != 1 {
+			t.Errorf("stderr has %d lines, want pmirun's one\n%s", n, r)
+		}
 	})
 	t.Run("insecure secret file", func(t *testing.T) {
 		j := p.job("-n", "2", "true")
