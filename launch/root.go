@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -859,7 +860,13 @@ func (r *rootNode) deadlock() {
 // srun runs every node's agent, "every node lost: srun exit status 1".
 func (r *rootNode) lostBy(i int, err error) string {
 	why := "exited"
-	if err != nil {
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee) && sys.ExitSignal(ee.ProcessState) > 0:
+		// As a rank's end is said, not Go's "signal: killed".
+		sig := sys.ExitSignal(ee.ProcessState)
+		why = fmt.Sprintf("killed by signal %d (%s)", sig, signalName(sig))
+	case err != nil:
 		why = err.Error()
 	}
 	if r.step {

@@ -126,6 +126,18 @@ func OutputPipe() (r, w *os.File, err error) {
 // SignalName names a signal number ("killed", "terminated", ...).
 func SignalName(sig int) string { return unix.SignalName(syscall.Signal(sig)) }
 
+// ExitSignal is the signal that ended the process of ps, or 0 if it
+// exited (or ps is nil).
+func ExitSignal(ps *os.ProcessState) int {
+	if ps == nil {
+		return 0
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return int(ws.Signal())
+	}
+	return 0
+}
+
 // SignalNumber returns the number of a signal value.
 func SignalNumber(s os.Signal) int {
 	if ss, ok := s.(syscall.Signal); ok {

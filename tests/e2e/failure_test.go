@@ -280,3 +280,13 @@ func TestFailedJobEndsWhatEndedRanksLeft(t *testing.T) {
 		r.wantMessage(t, `rank 1 (on node 1 \(127\.0\.0\.1\) )?exited with code 3`)
 	}
 }
+
+// A node whose agent is killed (a rank of its own that kills its
+// parent, the OOM killer) is said lost as a rank's end is said: 'agent
+// killed by signal 9 (SIGKILL)', not Go's 'agent signal: killed'.
+func TestAgentKilledSaid(t *testing.T) {
+	r := run(t, job{args: []string{"--bootstrap", "loopback", "--nodes", "2", "-n", "4", "sh", "-c", `[ $PMI_RANK = 3 ] && kill -9 $PPID; sleep 30`},
+		timeout: 30 * time.Second})
+	r.wantCode(t, 1)
+	r.wantMessage(t, `^pmirun: node 1 \(127\.0\.0\.1\) lost: agent killed by signal 9 \(SIGKILL\)$`)
+}
