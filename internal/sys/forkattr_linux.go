@@ -15,10 +15,17 @@ import (
 )
 
 // forkMask keeps StartWith's forks out while one of them has the
-// process's umask set for its child (ForkAttr.Umask): those hold it
-// exclusively, every other holds it shared. Forks made otherwise (not
-// ranks) may see such a umask.
+// process's umask set for its child (ForkAttr.Umask other than the
+// process's own): those hold it exclusively, every other holds it
+// shared, so forks asking for the process's own umask (a daemon's
+// user's, most often) still run several at once. Forks made otherwise
+// (not ranks) may see such a umask.
 var forkMask sync.RWMutex
+
+// ownUmask is the process's own umask, read once under forkMask held
+// shared (so never while a StartWith has it changed): StartWith is the
+// only code that changes it, and it puts it back.
+var ownUmask = sync.OnceValues(Umask)
 
 // StartWith runs start — which forks a process, or makes a file with
 // a Umask alone — on a thread that has the attributes a asks for, so
@@ -26,12 +33,13 @@ var forkMask sync.RWMutex
 // thread back its own afterwards. A thread whose own could not be
 // restored dies with the calling goroutine rather than serve others.
 func StartWith(a ForkAttr, start func() error) error {
-	if a.Umask != nil {
+	forkMask.RLock()
+	if own, err := ownUmask(); a.Umask != nil && (err != nil || own != *a.Umask) {
+		forkMask.RUnlock()
 		forkMask.Lock()
 		defer forkMask.Unlock()
 		defer unix.Umask(unix.Umask(*a.Umask))
 	} else {
-		forkMask.RLock()
 		defer forkMask.RUnlock()
 	}
 	if a.zero() {

@@ -99,3 +99,25 @@ func TestStartWithUmask(t *testing.T) {
 		t.Errorf("process's umask after StartWith: %#o (%v), want its own %#o", after, err, before)
 	}
 }
+
+// TestStartWithOwnUmaskShared: a fork asking for the process's own umask
+// (a daemon's job of the daemon's user) changes nothing process-wide, so
+// it runs beside other forks instead of keeping them all out.
+func TestStartWithOwnUmaskShared(t *testing.T) {
+	own, err := Umask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forkMask.RLock() // a fork going on
+	defer forkMask.RUnlock()
+	done := make(chan error, 1)
+	go func() { done <- StartWith(ForkAttr{Umask: &own}, func() error { return nil }) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("StartWith with the process's own umask waited for the fork going on")
+	}
+}
