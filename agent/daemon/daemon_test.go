@@ -203,3 +203,51 @@ func TestDaemonJobLogNamesNodeOnce(t *testing.T) {
 		}
 	}
 }
+
+// A submission from a pmirun of another fastpmi build, whose spec has a
+// field this daemon does not know, is refused naming the field and the
+// builds, not run without what the field asked for.
+func TestServerRefusesUnknownSpecField(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	s, err := New(Config{Listen: "127.0.0.1:0", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	tr, err := NewTransport(secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	qctx, qcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer qcancel()
+	c, err := tr.Dial(qctx, s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	spec := &node.Spec{JobID: "j", Size: 1, Nodes: [][]int{{0}}, Usize: -1, Apps: []node.App{{Prog: "true", Size: 1}},
+		KillGrace: time.Second, DisconnectGrace: time.Second, Root: "127.0.0.1:1", Secret: secret, TreeWidth: 2, NetTimeout: time.Second}
+	payload := bytes.Replace(node.Encode(Submit{Spec: spec}), []byte(`"spec":{`), []byte(`"spec":{"ranks_nice":5,`), 1)
+	if err := c.Send(qctx, netio.Frame{Type: FrameSubmit, Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Recv(qctx)
+	var ex Exit
+	if err != nil || f.Type != FrameExit || node.Decode(f.Payload, &ex) != nil {
+		t.Fatalf("answer: type %#x %q (%v), want an Exit", f.Type, f.Payload, err)
+	}
+	for _, want := range []string{"daemon refused the job", `unknown field "ranks_nice"`, "another fastpmi build"} {
+		if !strings.Contains(ex.Err, want) {
+			t.Errorf("refusal %q does not say %q", ex.Err, want)
+		}
+	}
+}

@@ -262,7 +262,7 @@ func (s *Server) check(sub *Submit) error {
 // submit runs one node of a job to its end.
 func (s *Server) submit(jctx context.Context, c netio.Conn, payload []byte) {
 	var sub Submit
-	if err := node.Decode(payload, &sub); err != nil {
+	if err := node.DecodeSpec(payload, &sub); err != nil {
 		s.refuse(c, err.Error())
 		return
 	}

@@ -1,13 +1,16 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/internal/version"
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/perf"
 	"github.com/fastpmi/fastpmi/pmiwire"
@@ -188,6 +191,24 @@ func Encode(v any) []byte {
 func Decode(b []byte, v any) error {
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("decode %T: %w", v, err)
+	}
+	return nil
+}
+
+// DecodeSpec decodes b, which carries a job spec (an agent's spec line,
+// a daemon's submission), into v, refusing a field this build does not
+// know: it comes from a pmirun of another fastpmi build, and asks for
+// something (a umask, an environment mode) that this agent would
+// otherwise leave out of the job without a word.
+func DecodeSpec(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	err := d.Decode(v)
+	if err != nil && strings.Contains(err.Error(), "unknown field") {
+		return fmt.Errorf("job spec: %w, which this agent's build does not know (%s): pmirun is of another fastpmi build; run pmirun and pmid of one build", err, version.String("pmid"))
+	}
+	if err != nil {
+		return fmt.Errorf("job spec: %w", err)
 	}
 	return nil
 }

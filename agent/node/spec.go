@@ -398,8 +398,8 @@ func ReadSpec(br *bufio.Reader) (*Spec, error) {
 		return nil, fmt.Errorf("read job spec: %w", err)
 	}
 	var s Spec
-	if err := json.Unmarshal(line, &s); err != nil {
-		return nil, fmt.Errorf("read job spec: %w", err)
+	if err := DecodeSpec(line, &s); err != nil {
+		return nil, err
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("job spec: %w", err)
