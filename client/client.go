@@ -110,6 +110,13 @@ type untouched struct{ error }
 
 func (u untouched) Unwrap() error { return u.error }
 
+// refused is the shared-memory transport's refusal of the segment or of
+// the rank's place in it, made before it sent the agent anything: the
+// launcher's text protocol may still serve the rank.
+type refused struct{ error }
+
+func (r refused) Unwrap() error { return r.error }
+
 // launcherTaken is set by the first Init that takes the launcher's
 // connection: the descriptors its environment names are that client's
 // from then on (closed with it), and another Init must not touch them.
@@ -200,7 +207,10 @@ type Client struct {
 
 // Init connects to the node agent named by the environment: shared memory
 // (FASTPMI_SHM_FD) if present, else PMI-2 on PMI_FD or PMI_PORT, else a
-// singleton.
+// singleton. A segment that is refused (corrupt, foreign, or not saying
+// which rank this is: PMI_RANK and MPI_LOCALRANKID) falls back to PMI-2,
+// said on stderr, as libfastpmi does. FASTPMI_TRANSPORT=shm makes Init
+// fail instead; FASTPMI_TRANSPORT=pmi2 ignores the segment.
 func Init() (*Client, error) {
 	env := os.Getenv
 	info := Info{Size: 1, LocalSize: 1, JobID: "singleton"}
@@ -234,10 +244,35 @@ func Init() (*Client, error) {
 	if launched && launcherTaken.Swap(true) {
 		return nil, &Error{Op: "init", Rank: info.Rank, Err: ErrInitialized}
 	}
+	// FASTPMI_TRANSPORT, as libfastpmi reads it: shm refuses to start
+	// without the segment, pmi2 ignores it.
+	want, shmFD, text := env("FASTPMI_TRANSPORT"), env("FASTPMI_SHM_FD"), env("PMI_FD") != "" || env("PMI_PORT") != ""
+	if want == "pmi2" {
+		shmFD = ""
+	}
 	switch {
-	case env("FASTPMI_SHM_FD") != "":
-		c.t, err = newShmTransport(&c.info, env("FASTPMI_SHM_FD"))
-	case env("PMI_FD") != "" || env("PMI_PORT") != "":
+	case want != "" && want != "shm" && want != "pmi2":
+		err = untouched{fmt.Errorf("FASTPMI_TRANSPORT=%s: want shm or pmi2", want)}
+	case shmFD != "":
+		c.t, err = newShmTransport(&c.info, shmFD, env("PMI_RANK") != "" && env("MPI_LOCALRANKID") != "")
+		var r refused
+		switch {
+		case !errors.As(err, &r):
+		case want == "shm":
+			err = fmt.Errorf("FASTPMI_TRANSPORT=shm but the segment was refused: %w", r.error)
+		case text:
+			// As libfastpmi: the launcher's text protocol still serves
+			// the rank (and says which rank it is), and the user learns
+			// why it is the slower path.
+			if c.t, err = newTextTransport(&c.info); err != nil {
+				err = fmt.Errorf("%w (shared memory was refused: %v)", err, r.error)
+			} else {
+				fmt.Fprintf(os.Stderr, "fastpmi client: rank %d: shared memory refused (%v); using the PMI-2 text protocol\n", c.info.Rank, r.error)
+			}
+		}
+	case want == "shm":
+		err = untouched{errors.New("FASTPMI_TRANSPORT=shm but the launcher gave no segment (FASTPMI_SHM_FD)")}
+	case text:
 		c.t, err = newTextTransport(&c.info)
 	default:
 		c.info = Info{Size: 1, LocalSize: 1, JobID: "singleton", Transport: "singleton", Extensions: true}

@@ -123,7 +123,7 @@ func TestInitBadEnvironment(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := exec.Command(exe)
-			cmd.Env = append(launcherless(), envScenario+"=kvs", envTransport+"=shm", "PMI_RANK=0", "PMI_SIZE=1", c.env)
+			cmd.Env = append(launcherless(), envScenario+"=kvs", envTransport+"=shm", "PMI_RANK=0", "PMI_SIZE=1", "MPI_LOCALRANKID=0", c.env)
 			if c.extra != nil {
 				cmd.ExtraFiles = []*os.File{c.extra}
 			}

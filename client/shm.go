@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/fastpmi/fastpmi/internal/clientseam"
@@ -42,22 +43,35 @@ type shmTransport struct {
 	virtual bool
 }
 
-func newShmTransport(info *Info, fdEnv string) (*shmTransport, error) {
+// newShmTransport maps the segment FASTPMI_SHM_FD=fdEnv names and takes
+// this rank's place in it; placed says the environment gave that place
+// (PMI_RANK and MPI_LOCALRANKID), which the segment itself does not say.
+// A refused segment or place is a refused error: nothing was sent to the
+// agent, and the launcher's text protocol may serve the rank instead.
+func newShmTransport(info *Info, fdEnv string, placed bool) (*shmTransport, error) {
 	f, taken, err := launcherFile("FASTPMI_SHM_FD", fdEnv)
 	if err != nil {
-		return nil, err
+		if _, nan := strconv.Atoi(fdEnv); nan != nil {
+			return nil, err // a launcher's variable that is no number: no fallback, as libfastpmi
+		}
+		return nil, refused{err}
+	}
+	if !placed {
+		// The defaults would be rank 0 and its ring, another rank's.
+		f.Close()
+		return nil, refused{untouched{errors.New("PMI_RANK or MPI_LOCALRANKID is not set, and the segment alone does not say which rank this is")}}
 	}
 	seg, err := shm.OpenFile(f)
 	f.Close() // the mapping keeps the memory
 	if err != nil {
-		return nil, untouched{fmt.Errorf("FASTPMI_SHM_FD=%s: %w", fdEnv, err)}
+		return nil, refused{untouched{fmt.Errorf("FASTPMI_SHM_FD=%s: %w", fdEnv, err)}}
 	}
 	taken()
 	p := seg.Params()
 	if info.Rank < 0 || info.Rank >= info.Size || info.LocalRank < 0 || info.LocalRank >= p.LocalRanks || p.WorldSize != info.Size {
 		seg.Close()
-		return nil, fmt.Errorf("map segment: rank %d (PMI_RANK) of %d (PMI_SIZE), local rank %d (MPI_LOCALRANKID) of %d; segment has %d local ranks of %d",
-			info.Rank, info.Size, info.LocalRank, info.LocalSize, p.LocalRanks, p.WorldSize)
+		return nil, refused{fmt.Errorf("map segment: rank %d (PMI_RANK) of %d (PMI_SIZE), local rank %d (MPI_LOCALRANKID) of %d; segment has %d local ranks of %d",
+			info.Rank, info.Size, info.LocalRank, info.LocalSize, p.LocalRanks, p.WorldSize)}
 	}
 	seg.SetWaiter(shm.NewWaiter(p.LocalRanks + 1))
 	t := &shmTransport{info: info, seg: seg, r: seg.Rank(info.LocalRank), errs: make(map[uint32]string)}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -126,11 +127,12 @@ func (t *textTransport) handshake() error {
 	if rc, _ := m.Get("rc"); m.Cmd != "response_to_init" || (rc != "" && rc != "0") {
 		return fmt.Errorf("launcher refused PMI-2: %s %v", m.Cmd, m.Pairs)
 	}
-	id := os.Getenv("PMI_ID")
-	if id == "" {
-		id = strconv.Itoa(t.info.Rank)
+	// pmirank: PMI_ID, else PMI_RANK, else none, so that a launcher that
+	// knows the connection's rank (pmirun's PMI_FD) says it.
+	pairs := []pmiwire.Pair{{Key: "threaded", Val: "FALSE"}}
+	if id := cmp.Or(os.Getenv("PMI_ID"), os.Getenv("PMI_RANK")); id != "" {
+		pairs = append([]pmiwire.Pair{{Key: "pmirank", Val: id}}, pairs...)
 	}
-	pairs := []pmiwire.Pair{{Key: "pmirank", Val: id}, {Key: "threaded", Val: "FALSE"}}
 	if j := os.Getenv("PMI_JOBID"); j != "" {
 		pairs = append([]pmiwire.Pair{{Key: "pmijobid", Val: j}}, pairs...)
 	}

@@ -187,3 +187,56 @@ func TestGoClientLocalRankFromMapping(t *testing.T) {
 		}
 	}
 }
+
+// The Go client treats a segment as libfastpmi does (TestCLibBadSegment,
+// TestCLibNoRankEnv): a foreign one, or one whose rank the environment
+// does not say, is refused with the reason on stderr and the rank falls
+// back to PMI-2 on its PMI_FD, keeping its own rank; FASTPMI_TRANSPORT=shm
+// fails Init instead, =pmi2 ignores the segment. Before, a bad segment
+// failed Init although PMI_FD could serve the rank, and a rank without
+// PMI_RANK and MPI_LOCALRANKID took rank 0's place in the segment.
+func TestGoClientSegmentFallback(t *testing.T) {
+	foreign := segmentFile(t, []byte("not a fastpmi segment"), 1<<16)
+	badSeg := []string{"/bin/sh", "-c", `exec 9<>"$0"; FASTPMI_SHM_FD=9 exec "$@"`, foreign, prog("jobinfo")}
+	noRank := []string{"env", "-u", "PMI_RANK", "-u", "MPI_LOCALRANKID", prog("jobinfo")}
+	for _, c := range []struct {
+		name      string
+		transport string
+		argv      []string
+		refusal   string // the reason said on each rank's fallback; "" = none
+	}{
+		{"foreign", "", badSeg, "bad magic"},
+		{"norank", "", noRank, "PMI_RANK or MPI_LOCALRANKID is not set"},
+		{"pmi2", "pmi2", []string{prog("jobinfo")}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := run(t, job{args: append([]string{"--env", "FASTPMI_TRANSPORT=" + c.transport, "-n", "3"}, c.argv...)})
+			r.wantCode(t, 0)
+			for rank := range 3 {
+				line := fmt.Sprintf("jobinfo rank=%d size=3 ", rank)
+				if !strings.Contains(r.stdout, line) || strings.Count(r.stdout, "transport=pmi2") != 3 {
+					t.Errorf("want %q and every rank on transport=pmi2\n%s", line, r)
+				}
+				said := regexp.MustCompile(fmt.Sprintf(`fastpmi client: rank %d: shared memory refused \(.*%s.*\); using the PMI-2 text protocol`, rank, regexp.QuoteMeta(c.refusal)))
+				if c.refusal != "" && !said.MatchString(r.stderr) {
+					t.Errorf("rank %d did not say why it left the segment (%s)\n%s", rank, c.refusal, r)
+				}
+			}
+			if c.refusal == "" && strings.Contains(r.stderr, "refused") {
+				t.Errorf("a refusal said with FASTPMI_TRANSPORT=pmi2\n%s", r)
+			}
+		})
+	}
+	t.Run("shm", func(t *testing.T) {
+		for _, argv := range [][]string{badSeg, noRank} {
+			r := run(t, job{args: append([]string{"--env", "FASTPMI_TRANSPORT=shm", "-n", "2"}, argv...)})
+			if r.code == 0 || !strings.Contains(r.stderr, "FASTPMI_TRANSPORT=shm but the segment was refused") {
+				t.Errorf("FASTPMI_TRANSPORT=shm on a refused segment: want a failed Init saying so\n%s", r)
+			}
+		}
+		r := run(t, job{args: []string{"--env", "FASTPMI_TRANSPORT=bogus", "-n", "1", prog("jobinfo")}})
+		if r.code == 0 || !strings.Contains(r.stderr, "FASTPMI_TRANSPORT=bogus: want shm or pmi2") {
+			t.Errorf("FASTPMI_TRANSPORT=bogus: want a failed Init naming it\n%s", r)
+		}
+	})
+}
