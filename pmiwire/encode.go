@@ -1,6 +1,7 @@
 package pmiwire
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,8 +95,8 @@ func appendV1Token(dst []byte, s string, key bool) []byte {
 // documented escape; callers should avoid it, since MPICH does not
 // un-escape); '=' and ';' in a key are replaced by '_'. A body longer than
 // MaxFrame cannot be announced by the header: the frame is then replaced by
-// "cmd=<name>;rc=-1;errmsg=response too long;" so that the peer still gets a
-// well-framed answer.
+// "cmd=<name>;rc=-1;errmsg=response too long (N bytes, ...);" so that the
+// peer still gets a well-framed answer that says why.
 func AppendV2(dst []byte, cmd string, pairs ...Pair) []byte {
 	start := len(dst)
 	dst = append(dst, "      cmd="...)
@@ -119,7 +120,7 @@ func AppendV2(dst []byte, cmd string, pairs ...Pair) []byte {
 			cmd = "error-response"
 		}
 		return AppendV2(dst[:start], cmd, Pair{Key: "rc", Val: strconv.Itoa(RCFail)},
-			Pair{Key: "errmsg", Val: "response too long"})
+			Pair{Key: "errmsg", Val: fmt.Sprintf("response too long (%d bytes, over the %d a PMI-2 frame holds)", n, MaxFrame)})
 	}
 	hdr := strconv.AppendInt(dst[start:start], int64(n), 10)
 	for i := len(hdr); i < 6; i++ {

@@ -137,7 +137,7 @@ func TestAppendV2TooLong(t *testing.T) {
 	if !bytes.HasPrefix(out, prefix) {
 		t.Fatalf("prefix lost: %q", out[:10])
 	}
-	want := "50    cmd=spawn-response;rc=-1;errmsg=response too long;"
+	want := "103   cmd=spawn-response;rc=-1;errmsg=response too long (1000032 bytes, over the 999999 a PMI-2 frame holds);"
 	if string(out[len(prefix):]) != want {
 		t.Fatalf("got %q want %q", out[len(prefix):], want)
 	}
