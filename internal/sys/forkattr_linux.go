@@ -3,10 +3,7 @@
 package sys
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -84,19 +81,13 @@ func StartWith(a ForkAttr, start func() error) error {
 // /proc/self/status (Linux 4.7), where umask(2) would change it to read
 // it.
 func Umask() (int, error) {
-	b, err := os.ReadFile("/proc/self/status")
+	v, err := statusField(0, "Umask")
 	if err != nil {
 		return 0, fmt.Errorf("read umask: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if v, ok := bytes.CutPrefix(sc.Bytes(), []byte("Umask:")); ok {
-			m, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 8, 12)
-			if err != nil {
-				return 0, fmt.Errorf("read umask: %q in /proc/self/status: %w", v, err)
-			}
-			return int(m), nil
-		}
+	m, err := strconv.ParseUint(v, 8, 12)
+	if err != nil {
+		return 0, fmt.Errorf("read umask: %q in /proc/self/status: %w", v, err)
 	}
-	return 0, fmt.Errorf("read umask: no Umask in /proc/self/status: %w", ErrNotSupported)
+	return int(m), nil
 }

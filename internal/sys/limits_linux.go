@@ -243,24 +243,34 @@ func RaiseFileLimit(want uint64) (uint64, error) {
 // Threads returns the number of threads of process pid (0: this one),
 // from the Threads line of its /proc status.
 func Threads(pid int) (int, error) {
+	v, err := statusField(pid, "Threads")
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("read Threads %q of /proc status: %w", v, err)
+	}
+	return n, nil
+}
+
+// statusField returns the value of field name ("Threads", "Umask",
+// "VmHWM") of process pid's /proc status (0: this one), spaces trimmed.
+func statusField(pid int, name string) (string, error) {
 	path := "/proc/self/status"
 	if pid != 0 {
 		path = "/proc/" + strconv.Itoa(pid) + "/status"
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				return 0, fmt.Errorf("%s: Threads %q: %w", path, v, err)
-			}
-			return n, nil
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			return strings.TrimSpace(v), nil
 		}
 	}
-	return 0, fmt.Errorf("%s: no Threads line", path)
+	return "", fmt.Errorf("%s: no %s line: %w", path, name, ErrNotSupported)
 }
 
 // EphemeralPorts returns the range the kernel picks local ports from for

@@ -3,11 +3,10 @@
 package sys
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,22 +14,15 @@ import (
 // PeakRSS is this process's peak resident set size in bytes (VmHWM in
 // /proc/self/status).
 func PeakRSS() (int64, error) {
-	b, err := os.ReadFile("/proc/self/status")
+	v, err := statusField(0, "VmHWM")
 	if err != nil {
 		return 0, fmt.Errorf("read peak RSS: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := bytes.Fields(sc.Bytes())
-		if len(f) == 3 && string(f[0]) == "VmHWM:" && string(f[2]) == "kB" {
-			kb, err := strconv.ParseInt(string(f[1]), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("read peak RSS: %q: %w", f[1], err)
-			}
-			return kb << 10, nil
-		}
+	kb, err := strconv.ParseInt(strings.TrimSuffix(v, " kB"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read peak RSS: VmHWM %q: %w", v, err)
 	}
-	return 0, fmt.Errorf("read peak RSS: no VmHWM in /proc/self/status")
+	return kb << 10, nil
 }
 
 // FileMemory is the memory f holds (fstat's blocks): for a memfd, the
