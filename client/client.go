@@ -681,9 +681,10 @@ func (r Request) Test() bool {
 	return done
 }
 
-// Values returns an allgather's result once Wait succeeded.
+// Values returns an allgather's result once Wait succeeded; a fence's
+// is empty.
 func (r Request) Values() Values {
-	if r.c == nil || r.err != nil {
+	if r.c == nil || r.err != nil || r.op != "allgather" {
 		return Values{}
 	}
 	r.c.mu.Lock()

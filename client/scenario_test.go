@@ -627,6 +627,16 @@ func scenarioMisuse(ctx context.Context, e *rankEnv) error {
 			return fmt.Errorf("the second Init touched a descriptor of the program's: %w", err)
 		}
 	}
+	// A fence has no values, on every transport (over shared memory
+	// Values read the fence's epoch as an allgather's: one empty value
+	// per rank).
+	f := e.c.Ifence()
+	if err := f.Wait(ctx); err != nil {
+		return err
+	}
+	if n := f.Values().Len(); n != 0 {
+		return fmt.Errorf("a fence's Values has %d values, want none", n)
+	}
 	return e.c.Fence(ctx) // the job goes on
 }
 
