@@ -190,7 +190,7 @@ func (run *multiRun) newJob(spec *node.Spec, at []int, rec *perf.Recorder) (*roo
 	r := &rootNode{
 		run: run, cfg: run.cfg, spec: spec, hosts: hosts, at: at, rec: rec, tr: run.tr, ln: ln, codec: run.codec,
 		conns: make([]netio.Conn, K), in: make(chan node.FrameIn, 256), exits: make(chan bootExit, K), notices: make(chan bootExit, K),
-		done: make([]bool, K), contributed: make([]uint64, K), gone: make([]bool, K), lost: make([]bool, K), counters: make([]map[string]int64, K),
+		done: make([]bool, K), contributed: make([]uint64, K), gone: make([]bool, K), lost: make([]bool, K), ended: make([]bool, K), counters: make([]map[string]int64, K),
 		lastRx: make([]time.Time, K), sigs: sigs,
 		quit: make(chan struct{}),
 	}

@@ -68,6 +68,7 @@ type rootNode struct {
 	contributed []uint64
 	gone        []bool // the node's bootstrap process exited
 	lost        []bool // the node was declared lost (silent, its link failed): not waited for
+	ended       []bool // the node's link delivered its end (FrameIn.Err)
 	counters    []map[string]int64
 	lastRx      []time.Time
 	killed      bool
@@ -747,10 +748,7 @@ func (r *rootNode) loop(ctx context.Context, started int) {
 			r.frame(fi)
 		case e := <-r.exits:
 			exited++
-			r.gone[e.i] = true
-			if !r.done[e.i] && !r.run.failed() && !r.killed {
-				r.run.fail(&JobError{Code: 1, Msg: r.lostBy(e.i, e.err)})
-			}
+			r.agentExited(e)
 		case nt := <-r.notices:
 			if !r.done[nt.i] && !r.killed {
 				r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s lost: %v", r.nodeName(nt.i), nt.err)})
@@ -855,6 +853,50 @@ func (r *rootNode) deadlock() {
 	r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("deadlock: every live rank of the job waits and no put can come (%s)", strings.Join(what, ", "))})
 }
 
+// agentExited takes the end of a node's bootstrap process: a node that
+// ended before it was done fails the job, in the agent's words if it
+// sent any before it ended (drainLink).
+func (r *rootNode) agentExited(e bootExit) {
+	r.gone[e.i] = true
+	r.drainLink(e.i)
+	if !r.done[e.i] && !r.run.failed() && !r.killed {
+		r.run.fail(&JobError{Code: 1, Msg: r.lostBy(e.i, e.err)})
+	}
+}
+
+// linkDrain bounds drainLink's wait for a link's end after its agent
+// exited: the kernel closes the agent's end as the process ends.
+const linkDrain = time.Second
+
+// drainLink serves the frames that arrive until node i's link has ended,
+// its agent having exited: what the agent sent before it exited (the
+// reason it gives, a rank's start failure) comes before the link's end,
+// and is the job's failure rather than "lost: agent exit status 1"
+// (where a goroutine's wake-up put the exit first, half the time). Not
+// for srun's exit (r.step), which is every node's.
+func (r *rootNode) drainLink(i int) {
+	if r.step || r.conns[i] == nil || r.ended[i] {
+		return
+	}
+	t := time.NewTimer(linkDrain)
+	defer t.Stop()
+	for {
+		select {
+		case fi := <-r.in:
+			if fi.From == i && fi.Err != nil {
+				// The end itself: the exit, which caused it, is what the
+				// caller says.
+				r.ended[i] = true
+				r.lost[i] = !r.done[i]
+				return
+			}
+			r.frame(fi)
+		case <-t.C:
+			return
+		}
+	}
+}
+
 // lostBy says what the end of bootstrap process i (err: how it ended)
 // did to the job: "node 1 (n2) lost: agent exit status 1", or, where one
 // srun runs every node's agent, "every node lost: srun exit status 1".
@@ -935,6 +977,7 @@ func (r *rootNode) nodeName(i int) string {
 func (r *rootNode) frame(fi node.FrameIn) {
 	i := fi.From
 	if fi.Err != nil {
+		r.ended[i] = true
 		if !r.done[i] && !r.run.failed() && !r.killed {
 			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s lost: %v", r.nodeName(i), fi.Err)})
 		}

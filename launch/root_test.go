@@ -2,13 +2,18 @@ package launch
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fastpmi/fastpmi/agent"
+	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/netio/netiotest"
+	"github.com/fastpmi/fastpmi/perf"
 )
 
 // A node whose link is gone logs the first failed send only: pmirun
@@ -39,5 +44,31 @@ func TestRootSendAfterCloseNotLogged(t *testing.T) {
 	r.send(0, netio.Frame{Type: 1})
 	if logged.Len() > 0 {
 		t.Errorf("a send on the links closeLinks closed was logged:\n%s", logged.String())
+	}
+}
+
+// An agent that reports why it ends (its rank could not start) and exits
+// fails the job with its reason, whichever of its exit and its last
+// frames the root learns of first: the frames it sent before it exited
+// come before its link's end. The exit, when first, was said instead
+// ('node 1 (h1) lost: agent exit status 1') and the reason came after it
+// as "also".
+func TestAgentExitAfterItsReason(t *testing.T) {
+	var stderr bytes.Buffer
+	run := newMultiRun(Config{Stderr: &stderr, Stdout: io.Discard}, []string{"h0", "h1"}, nil, 0)
+	r := &rootNode{run: run, spec: &node.Spec{JobID: "j"}, hosts: []string{"h0", "h1"}, at: []int{0, 1},
+		conns: []netio.Conn{nil, netiotest.ClosedConn(t)}, in: make(chan node.FrameIn, 4),
+		done: make([]bool, 2), gone: make([]bool, 2), lost: make([]bool, 2), ended: make([]bool, 2),
+		lastRx: make([]time.Time, 2), rec: perf.NewRecorder()}
+	failed := agent.Event{Kind: agent.EventStartFailed, Rank: 1, Code: 2, Msg: "create shared memory: file too large"}
+	r.in <- node.FrameIn{From: 1, Frame: netio.Frame{Type: node.FrameEvent, Payload: node.Encode(failed)}}
+	r.in <- node.FrameIn{From: 1, Err: io.EOF}
+	r.agentExited(bootExit{1, errors.New("exit status 1")}) // the exit taken first
+	e := run.jobError()
+	if e == nil || !strings.Contains(e.Msg, "file too large") || strings.Contains(e.Msg, "lost") {
+		t.Fatalf("job failure %+v, want the agent's reason, not its loss", e)
+	}
+	if !r.ended[1] || !r.gone[1] {
+		t.Errorf("node 1: link ended %v, process gone %v; want both", r.ended[1], r.gone[1])
 	}
 }
