@@ -205,10 +205,10 @@ func DecodeSpec(b []byte, v any) error {
 	d.DisallowUnknownFields()
 	err := d.Decode(v)
 	if err != nil && strings.Contains(err.Error(), "unknown field") {
-		return fmt.Errorf("job spec: %w, which this agent's build does not know (%s): pmirun is of another fastpmi build; run pmirun and pmid of one build", err, version.String("pmid"))
+		return fmt.Errorf("decode %T: %w, which this agent's build does not know (%s): pmirun is of another fastpmi build; run pmirun and pmid of one build", v, err, version.String("pmid"))
 	}
 	if err != nil {
-		return fmt.Errorf("job spec: %w", err)
+		return fmt.Errorf("decode %T: %w", v, err) // as Decode
 	}
 	return nil
 }

@@ -399,7 +399,7 @@ func ReadSpec(br *bufio.Reader) (*Spec, error) {
 	}
 	var s Spec
 	if err := DecodeSpec(line, &s); err != nil {
-		return nil, fmt.Errorf("read %w", err) // "read job spec: ..."
+		return nil, fmt.Errorf("read job spec: %w", err)
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("job spec: %w", err)
