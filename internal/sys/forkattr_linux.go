@@ -24,6 +24,14 @@ var forkMask sync.RWMutex
 // only code that changes it, and it puts it back.
 var ownUmask = sync.OnceValues(Umask)
 
+// isOwnUmask reports whether mask is the process's own umask; called
+// with forkMask held shared, and only for a fork that asks for a umask
+// (a daemon's job), so other processes never read it.
+func isOwnUmask(mask int) bool {
+	own, err := ownUmask()
+	return err == nil && own == mask
+}
+
 // StartWith runs start — which forks a process, or makes a file with
 // a Umask alone — on a thread that has the attributes a asks for, so
 // that the child has them from its first instruction, and gives the
@@ -31,7 +39,7 @@ var ownUmask = sync.OnceValues(Umask)
 // restored dies with the calling goroutine rather than serve others.
 func StartWith(a ForkAttr, start func() error) error {
 	forkMask.RLock()
-	if own, err := ownUmask(); a.Umask != nil && (err != nil || own != *a.Umask) {
+	if a.Umask != nil && !isOwnUmask(*a.Umask) {
 		forkMask.RUnlock()
 		forkMask.Lock()
 		defer forkMask.Unlock()
