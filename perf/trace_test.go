@@ -33,14 +33,7 @@ func TestTracerTrace(t *testing.T) {
 	far.MarkAt(PhaseRankExit, 1, far.Start().Add(4*time.Millisecond))
 	r.Merge(NodeInfo{Node: 1, Host: "h1", Offset: 10 * time.Millisecond, Err: 20 * time.Microsecond}, far.Events())
 
-	var buf bytes.Buffer
-	if err := r.WriteChromeTrace(&buf); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := perftest.Check(buf.Bytes())
-	if err != nil {
-		t.Fatalf("trace fails the format check: %v\n%s", err, buf.String())
-	}
+	tr := checkedTrace(t, r)
 
 	find := func(pid, tid int, name string) perftest.Event {
 		t.Helper()
@@ -164,14 +157,7 @@ func TestTraceFencesFromMarks(t *testing.T) {
 	r.MarkAt(PhaseFenceEnter, 1, ms(3))
 	r.Request("kvs-fence", 1, ms(3), ms(5), ms(5.5))
 	r.MarkAt(PhaseFenceDone, 1, ms(5))
-	var buf bytes.Buffer
-	if err := r.WriteChromeTrace(&buf); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := perftest.Check(buf.Bytes())
-	if err != nil {
-		t.Fatalf("trace fails the format check: %v\n%s", err, buf.String())
-	}
+	tr := checkedTrace(t, r)
 	fences := tr.Named(SliceFence)
 	if len(fences) != 2 || fences[0].Tid != 1 || fences[0].Ts != 3000 || fences[1].Ts != 4000 {
 		t.Fatalf("fence slices %v, want two on rank 0 from 3 ms and 4 ms", fences)
@@ -198,14 +184,7 @@ func TestSpawnedJobsTrace(t *testing.T) {
 	r.Merge(NodeInfo{Node: 0, Job: 2, Offset: 5 * time.Millisecond, Local: true}, child().Events())
 	r.Merge(NodeInfo{Node: 0, Job: 1, Offset: 3 * time.Millisecond, Local: true}, child().Events())
 
-	var buf bytes.Buffer
-	if err := r.WriteChromeTrace(&buf); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := perftest.Check(buf.Bytes())
-	if err != nil {
-		t.Fatalf("trace fails the format check: %v\n%s", err, buf.String())
-	}
+	tr := checkedTrace(t, r)
 	want := map[int]string{2: "node 0 (in pmirun)", 3: "job 1 node 0 (in pmirun)", 4: "job 2 node 0 (in pmirun)"}
 	for pid, name := range want {
 		if tr.Processes[pid] != name {
@@ -221,4 +200,19 @@ func TestSpawnedJobsTrace(t *testing.T) {
 	if s := r.Summary(1); s.Forked != 1 {
 		t.Errorf("summary counts %d forks, want the command line's job's 1", s.Forked)
 	}
+}
+
+// checkedTrace writes r's Chrome trace and returns it parsed, failing t
+// if the trace fails the format check.
+func checkedTrace(t *testing.T, r *Recorder) *perftest.Trace {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := r.WriteChromeTrace(&buf); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := perftest.Check(buf.Bytes())
+	if err != nil {
+		t.Fatalf("trace fails the format check: %v\n%s", err, buf.String())
+	}
+	return tr
 }
