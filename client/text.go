@@ -28,8 +28,10 @@ import (
 // allgather, put hints and waiting gets are native; elsewhere allgather is
 // a put of the hex-encoded value (in parts a server's value limit takes,
 // putParts), a fence and a get of every rank's parts,
-// a waiting get polls, and Ring (unless the launcher is Slurm, whose
-// PMI-2 serves it) is a put, a fence and the two neighbours' gets.
+// a waiting get polls (backing off to pollMax), Ring (unless the
+// launcher is Slurm, whose PMI-2 serves it) is a put, a fence and the two
+// neighbours' gets, and under Hydra a get before the rank's first fence
+// fails without asking (fenced).
 type textTransport struct {
 	info *Info
 	nc   net.Conn
@@ -57,7 +59,20 @@ type textTransport struct {
 	// read the escape ";;" (storable).
 	hydra bool
 	nRing int
+	// fenced: a kvs-fence was sent. Hydra's PMI-2 server ends the whole
+	// job on a kvs-get from a rank that has not fenced yet (it looks up
+	// the rank's fence epoch and asserts), so get asks it only after.
+	fenced bool
 }
+
+// A waiting get polls a launcher that cannot park it: the first retry
+// after pollFirst, each next one twice as late, at most pollMax apart,
+// so that ranks waiting long (64 of them on the launcher's one thread)
+// cost it a few requests a second each rather than a thousand.
+const (
+	pollFirst = time.Millisecond
+	pollMax   = 32 * time.Millisecond
+)
 
 // textReq is one outstanding request.
 type textReq struct {
@@ -238,6 +253,9 @@ func (t *textTransport) send(cmd string, pairs ...pmiwire.Pair) (*textReq, error
 		return nil, fmt.Errorf("send %s: %w", cmd, err)
 	}
 	t.pending = append(t.pending, r)
+	if cmd == "kvs-fence" {
+		t.fenced = true
+	}
 	return r, nil
 }
 
@@ -587,6 +605,10 @@ func (t *textTransport) get(ctx context.Context, key string, o getOpts) ([]byte,
 	if o.wait && t.ext {
 		pairs = append(pairs, pmiwire.Pair{Key: "fastpmi-wait", Val: "TRUE"})
 	}
+	if t.hydra && !t.fenced {
+		return nil, errors.New("Hydra's PMI-2 server ends the whole job on a get before the rank's first fence; fence first")
+	}
+	pause := pollFirst
 	for {
 		r, err := t.call(ctx, "kvs-get", pairs...)
 		if err != nil {
@@ -603,8 +625,9 @@ func (t *textTransport) get(ctx context.Context, key string, o getOpts) ([]byte,
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(time.Millisecond):
+		case <-time.After(pause):
 		}
+		pause = min(2*pause, pollMax)
 	}
 }
 

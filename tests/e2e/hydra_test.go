@@ -33,6 +33,25 @@ func hydra(t *testing.T, n int, argv ...string) string {
 	return string(out)
 }
 
+// TestGoClientGetBeforeFence: Hydra's PMI-2 server ends the whole job on
+// a kvs-get from a rank that has not fenced yet (mpiexec's "fn_kvs_get
+// ... assert (idx != -1) failed"); under it the Go client refuses such a
+// get itself, saying so, and the job goes on. Under pmirun the same gets
+// are answered: not found, and the waiting ones (every rank waits) ended
+// by the agent's deadlock check.
+func TestGoClientGetBeforeFence(t *testing.T) {
+	out := hydra(t, 2, prog("kvsprog"), "-pattern", "unfenced")
+	for _, want := range []string{"kvsprog unfenced: get=refused wait=refused\n", "kvsprog ok: unfenced, 2 ranks\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("under Hydra: want %q in:\n%s", want, out)
+		}
+	}
+	r := run(t, job{args: []string{"-n", "2", prog("kvsprog"), "-pattern", "unfenced"}})
+	if want := "kvsprog unfenced: get=not-found wait=deadlock\n"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("under pmirun: want exit 0 and %q\n%v", want, r)
+	}
+}
+
 // Under Hydra the Go client learns the job's id (not "singleton"), and
 // Ring and Allgather work (Hydra has neither: the client falls back to
 // put/fence/get instead of making Hydra abort the job), the allgather

@@ -43,6 +43,15 @@
 //	            (Info's LocalRank and LocalSize)
 //	names       a lookup and an unpublish of a name nobody published
 //	            fail with ErrNotFound
+//	unfenced    before any fence, every rank gets its right neighbour's
+//	            key without waiting, then with WaitForPut (50 ms): each
+//	            either not found (the first), cut short or ended by
+//	            fastpmi's deadlock check (the second, every rank waiting)
+//	            or refused with the client's reason ("fence first": under
+//	            Hydra, whose PMI-2 server ends the job on a get before
+//	            the rank's first fence); rank 0 prints "kvsprog
+//	            unfenced: get=not-found|refused
+//	            wait=cut-short|deadlock|refused"
 //	finalize    every rank starts an Iallgather and an Ifence and
 //	            finalizes without waiting for them (the last rank 300 ms
 //	            late, so that the others' finalize comes first), then
@@ -219,6 +228,10 @@ func run(pattern, hintName string, fence, src bool) error {
 		}
 		if err := c.Unpublish(ctx, name); !errors.Is(err, client.ErrNotFound) {
 			return fmt.Errorf("rank %d: unpublish of a name nobody published: %v; want ErrNotFound", me, err)
+		}
+	case "unfenced":
+		if err := unfenced(ctx, c); err != nil {
+			return err
 		}
 	case "missing":
 		start := time.Now()
@@ -401,5 +414,41 @@ func finalizeOutstanding(ctx context.Context, c *client.Client) error {
 		}
 	}
 	fmt.Printf("kvsprog finalize: rank %d ok\n", me)
+	return nil
+}
+
+// unfenced is the pattern of that name (see the top).
+func unfenced(ctx context.Context, c *client.Client) error {
+	me, n := c.Rank(), c.Size()
+	key := fmt.Sprintf("unfenced-%d", (me+1)%n)
+	outcome := func(err error, found string) (string, error) {
+		switch {
+		case err == nil:
+			return "", fmt.Errorf("rank %d: get %s before any fence found a value", me, key)
+		case errors.Is(err, client.ErrNotFound) && found == "not-found",
+			errors.Is(err, context.DeadlineExceeded) && found == "cut-short":
+			return found, nil
+		case strings.Contains(err.Error(), "fence first"):
+			return "refused", nil
+		case found == "cut-short" && strings.Contains(err.Error(), "deadlock: every live rank waits"):
+			return "deadlock", nil
+		}
+		return "", fmt.Errorf("rank %d: get %s before any fence: %w", me, key, err)
+	}
+	_, err := c.Get(ctx, key, client.FromRank((me+1)%n))
+	get, err := outcome(err, "not-found")
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = c.Get(wctx, key, client.FromRank((me+1)%n), client.WaitForPut())
+	wait, err := outcome(err, "cut-short")
+	if err != nil {
+		return err
+	}
+	if me == 0 {
+		fmt.Printf("kvsprog unfenced: get=%s wait=%s\n", get, wait)
+	}
 	return nil
 }
