@@ -70,6 +70,11 @@ static struct {
     int rank, size, appnum, spawned;
     char jobid[256];
     int ext;   /* T_TEXT: the launcher answers fastpmi's extensions */
+    /* T_TEXT: the launcher is Hydra (neither fastpmi's nor Slurm's), whose
+     * PMI-2 server ends the whole job on a kvs-get from a rank that has
+     * not fenced yet (it asserts the rank's fence epoch exists): until
+     * fenced, get_locked refuses rather than ask. */
+    int hydra, fenced;
     int nag;   /* T_TEXT without extensions: allgathers emulated so far */
     struct kv *kvs, *nodeattrs, *names; /* T_SINGLETON: process-local */
     struct tview *views[2];     /* T_TEXT, and T_SHM views copied out: the last two */
@@ -365,6 +370,7 @@ static int init_text(int fd)
     g.appnum = appnum ? atoi(appnum) : 0;
     g.spawned = fpmi_msg_get(&r->resp, "spawner-jobid", NULL) != NULL;
     g.ext = ext != NULL && strcmp(ext, "1") == 0;
+    g.hydra = !g.ext && getenv("SLURM_STEP_ID") == NULL;
     fpmi_treq_free(r);
     fpmi_buf_start(&wb, "job-getid");
     if (tcall("job-getid", &r) == PMI2_SUCCESS) {
@@ -909,6 +915,7 @@ static int start_fence(struct PMIX_Request_s *q)
             seterr("fence: %s", g.err);
             return PMI2_FAIL;
         }
+        g.fenced = 1;
         return PMI2_SUCCESS;
     default:
         return PMI2_SUCCESS;
@@ -1055,6 +1062,7 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
                 return rc;
             fpmi_buf_start(&wb, "kvs-fence");
             q->tr = fpmi_text_send(g.text, &wb, "kvs-fence", g.err, sizeof g.err);
+            g.fenced |= q->tr != NULL;
         }
         if (q->tr == NULL) {
             seterr("allgather: %s", g.err);
@@ -1315,6 +1323,14 @@ EXPORT int PMI2_KVS_Fence(void)
     RETURN(wait_locked(q));
 }
 
+/* A waiting get polls a launcher that cannot park it: the first retry
+ * after POLL_FIRST_US, each next one twice as late, at most POLL_MAX_US
+ * apart, so that ranks waiting long cost the launcher a few requests a
+ * second each rather than a thousand (the Go client's pollFirst and
+ * pollMax). */
+#define POLL_FIRST_US 1000
+#define POLL_MAX_US 32000
+
 static int get_locked(int src, const char *key, char *value, int maxvalue, int *vallen, int wait)
 {
     if (key == NULL || *key == '\0')
@@ -1353,7 +1369,12 @@ static int get_locked(int src, const char *key, char *value, int maxvalue, int *
         break;
     }
     case T_TEXT:
-        for (;;) {
+        if (g.hydra && !g.fenced) {
+            seterr("get %s: Hydra's PMI-2 server ends the whole job on a get before the rank's first fence; fence first",
+                   key);
+            return PMI2_ERR_OTHER;
+        }
+        for (useconds_t pause = POLL_FIRST_US;; pause = pause * 2 < POLL_MAX_US ? pause * 2 : POLL_MAX_US) {
             fpmi_buf_start(&wb, "kvs-get");
             fpmi_buf_pairs(&wb, "jobid", "");
             fpmi_buf_pairi(&wb, "srcid", src);
@@ -1374,7 +1395,7 @@ static int get_locked(int src, const char *key, char *value, int maxvalue, int *
                 seterr("get %s: not found", key);
                 return PMI2_ERR_OTHER;
             }
-            usleep(1000); /* a foreign launcher cannot park the get: poll */
+            usleep(pause); /* a foreign launcher cannot park the get: poll */
         }
         break;
     default: {

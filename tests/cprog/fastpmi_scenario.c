@@ -56,6 +56,15 @@
  *   fastpmi_scenario staleview  three zero-copy allgathers: the first's
  *                               view is stale (PMIX_View_get fails), the
  *                               last two read: "r=<rank> staleview ok"
+ *   fastpmi_scenario unfenced   before any fence, a get of the next rank's
+ *                               key, then a waiting get of it (nobody
+ *                               puts it): "r=<rank> unfenced get=<rc>
+ *                               wait=<rc>"; both fail: not found, and
+ *                               under fastpmi the waiting gets end as a
+ *                               deadlock; under Hydra, whose PMI-2 server
+ *                               ends the job on a get before the rank's
+ *                               first fence, the library refuses both.
+ *                               Then a fence and finalize
  *   fastpmi_scenario finpending rank 0 starts an ifence and an iallgather
  *                               and finalizes without waiting for them;
  *                               the others fence and allgather:
@@ -407,6 +416,20 @@ static int forked(int size)
     return 0;
 }
 
+/* unfenced: gets before the rank's first fence (see the top). */
+static int unfenced(int size)
+{
+    char key[64], val[PMI2_MAX_VALLEN + 1];
+    int len;
+    snprintf(key, sizeof key, "unfenced-%d", (me + 1) % size);
+    int get = PMI2_KVS_Get(NULL, (me + 1) % size, key, val, sizeof val, &len);
+    int wait = PMIX_KVS_Get_wait(NULL, (me + 1) % size, key, val, sizeof val, &len);
+    printf("r=%d unfenced get=%d wait=%d\n", me, get, wait);
+    check(PMI2_KVS_Fence(), "PMI2_KVS_Fence (unfenced)");
+    check(PMI2_Finalize(), "PMI2_Finalize");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int spawned, size, appnum, found, rc;
@@ -451,6 +474,8 @@ int main(int argc, char **argv)
         return forked(size);
     if (strcmp(mode, "finpending") == 0)
         return finpending(size);
+    if (strcmp(mode, "unfenced") == 0)
+        return unfenced(size);
     if (strcmp(mode, "staleview") == 0)
         return staleview();
     if (strcmp(mode, "nodelay") == 0)

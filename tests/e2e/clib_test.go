@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fastpmi/fastpmi/pmiwire"
 	"github.com/fastpmi/fastpmi/shm"
 )
 
@@ -464,6 +466,9 @@ func TestCLibReturnCodes(t *testing.T) {
 
 // Under Debian's Hydra (no segment): the text protocol, with the
 // extensions emulated by put/fence/get.
+// pmi2ErrOther is PMI2_ERR_OTHER, Slurm's code for a key not found.
+const pmi2ErrOther = 14
+
 func TestCLibHydra(t *testing.T) {
 	hydra, err := exec.LookPath("mpiexec.hydra")
 	if err != nil {
@@ -510,6 +515,25 @@ func TestCLibHydra(t *testing.T) {
 	for r := range 4 {
 		if want := fmt.Sprintf("r=%d finpending ok", r); !slices.Contains(lines(out), want) {
 			t.Errorf("under Hydra no line %q\n%s", want, out)
+		}
+	}
+	// Gets before the rank's first fence: Hydra's PMI-2 server ends the
+	// whole job on one (mpiexec fails its own assertion); the library
+	// refuses them itself, and the job goes on. Under pmirun the same
+	// gets find nothing, and the waiting ones end as a deadlock.
+	out, err = hydraRun(prog("fastpmi_scenario"), "unfenced")
+	if err != nil {
+		t.Fatalf("fastpmi_scenario unfenced under Hydra: %v", err)
+	}
+	for r := range 4 {
+		if want := fmt.Sprintf("r=%d unfenced get=%d wait=%d", r, pmi2ErrOther, pmi2ErrOther); !slices.Contains(lines(out), want) {
+			t.Errorf("under Hydra no line %q\n%s", want, out)
+		}
+	}
+	res := run(t, job{args: append(libArgs(t, false, "pmi2"), "-n", "4", prog("fastpmi_scenario"), "unfenced")})
+	for r := range 4 {
+		if want := fmt.Sprintf("r=%d unfenced get=%d wait=%d", r, pmi2ErrOther, pmi2ErrOther); res.code != 0 || !slices.Contains(lines(res.stdout), want) {
+			t.Errorf("under pmirun: want exit 0 and the line %q\n%v", want, res)
 		}
 	}
 	// The largest values, binary ones included, through Hydra's KVS
@@ -720,6 +744,109 @@ func scenarioOK(t *testing.T, san bool, size int, mode string) {
 			if !slices.Contains(lines(r.stdout), fmt.Sprintf("r=%d %s ok", rank, mode)) {
 				t.Errorf("%s: rank %d did not report\n%s", tr, rank, r)
 			}
+		}
+	}
+}
+
+// TestCLibWaitingGetBacksOff: a waiting get under a launcher that cannot
+// park it (Slurm's PMI-2 server, played here on a real socket: it finds
+// the key only 300 ms after the first waiting get asked) polls it ever
+// less often: at most 20 requests in those 300 ms, where a poll every
+// millisecond made about 300.
+func TestCLibWaitingGetBacksOff(t *testing.T) {
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "launcher"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rank, err := net.Dial("unix", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	f, err := rank.(*net.UnixConn).File()
+	rank.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog("fastpmi_scenario"), "unfenced")
+	cmd.Env = callerEnv([]string{"PMI_FD=3", "PMI_RANK=0", "PMI_SIZE=1", "SLURM_STEP_ID=0",
+		"LD_LIBRARY_PATH=" + filepath.Join(binDir, "lib")})
+	cmd.ExtraFiles = []*os.File{f}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	polls := make(chan int, 1)
+	go func() { polls <- playSlurm(srv, 300*time.Millisecond) }()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("fastpmi_scenario unfenced: %v\n%s%s", err, out.String(), errb.String())
+	}
+	srv.Close()
+	if want := fmt.Sprintf("r=0 unfenced get=%d wait=0", pmi2ErrOther); !strings.Contains(out.String(), want) {
+		t.Errorf("want %q in:\n%s%s", want, out.String(), errb.String())
+	}
+	if n := <-polls; n < 2 || n > 20 {
+		t.Errorf("the waiting get asked the launcher %d times in 300 ms, want 2 to 20", n)
+	}
+}
+
+// playSlurm answers one rank's PMI-2 requests as a launcher without
+// fastpmi's extensions does, until the connection ends: a kvs-get finds
+// nothing until late after the first one that waits (the second), then
+// a value. It returns how many kvs-gets the waiting get made.
+func playSlurm(c net.Conn, late time.Duration) int {
+	var d pmiwire.Decoder
+	var out []byte
+	gets, polls := 0, 0
+	var first time.Time
+	for {
+		m, ok, err := d.Next()
+		if err != nil {
+			return polls
+		}
+		if !ok {
+			if _, err := d.Fill(c); err != nil {
+				return polls
+			}
+			continue
+		}
+		if m.Cmd == "init" { // PMI-1's line, before PMI-2's frames
+			out = pmiwire.AppendV1(out[:0], "response_to_init", pmiwire.Pair{Key: "rc", Val: "0"},
+				pmiwire.Pair{Key: "pmi_version", Val: "2"}, pmiwire.Pair{Key: "pmi_subversion", Val: "0"})
+		} else {
+			pairs := []pmiwire.Pair{{Key: "rc", Val: "0"}}
+			switch m.Cmd {
+			case "fullinit":
+				pairs = append(pairs, pmiwire.Pair{Key: "rank", Val: "0"}, pmiwire.Pair{Key: "size", Val: "1"},
+					pmiwire.Pair{Key: "appnum", Val: "0"})
+			case "kvs-get":
+				gets++
+				found := "FALSE"
+				if gets > 1 {
+					polls++
+					if first.IsZero() {
+						first = time.Now()
+					} else if time.Since(first) > late {
+						found = "TRUE"
+						pairs = append(pairs, pmiwire.Pair{Key: "value", Val: "late"})
+					}
+				}
+				pairs = append(pairs, pmiwire.Pair{Key: "found", Val: found})
+			}
+			out = pmiwire.AppendV2(out[:0], m.Cmd+"-response", pairs...)
+		}
+		if _, err := c.Write(out); err != nil {
+			return polls
 		}
 	}
 }
