@@ -952,6 +952,8 @@ static void ag_key(char *key, size_t cap, int agnum, int r, int p)
         snprintf(key, cap, "fastpmi-ag-%d-%d-%d", agnum, r, p);
 }
 
+static int put_parted(int agnum, const char *v, size_t n);
+static int get_parted(int agnum, int r, char *buf, size_t *n, const char *what);
 static int q_done(struct PMIX_Request_s *q, int wait, int *rc);
 static int finish(struct PMIX_Request_s *q);
 static struct tview *tview_new(void);
@@ -1039,25 +1041,10 @@ static int start_allgather(struct PMIX_Request_s *q, const char *v, size_t n)
                 fpmi_buf_pairs(&wb, "fastpmi-detached", "TRUE");
             q->tr = fpmi_text_send(g.text, &wb, "fastpmi-allgather", g.err, sizeof g.err);
         } else {
-            /* Plain PMI-2: put the hex-encoded value, fence; the gets
-             * follow when the fence is done. The hex (twice the value's
-             * length) is cut into parts a server's value limit takes
-             * (AG_PART hex digits a key); the first says how many. */
-            char *hex = tohex(v, n);
-            if (hex == NULL)
-                return PMI2_ERR_NOMEM;
+            /* Plain PMI-2: put the value (put_parted), fence; the gets
+             * follow when the fence is done. */
             q->agnum = ++g.nag;
-            int parts = n == 0 ? 1 : (int)((2 * n + AG_PART - 1) / AG_PART), rc = PMI2_SUCCESS;
-            for (int p = 0; p < parts && rc == PMI2_SUCCESS; p++) {
-                char key[64], val[PMI2_MAX_VALLEN + 1];
-                size_t off = (size_t)p * AG_PART, len = 2 * n - off < AG_PART ? 2 * n - off : AG_PART;
-                int m = p == 0 ? snprintf(val, sizeof val, "%d.", parts) : 0;
-                memcpy(val + m, hex + off, len);
-                val[m + len] = '\0';
-                ag_key(key, sizeof key, q->agnum, g.rank, p);
-                rc = put_locked(key, val, PMIX_HINT_NONE);
-            }
-            free(hex);
+            int rc = put_parted(q->agnum, v, n);
             if (rc != PMI2_SUCCESS)
                 return rc;
             fpmi_buf_start(&wb, "kvs-fence");
@@ -1199,53 +1186,90 @@ static int finish(struct PMIX_Request_s *q)
         return PMI2_SUCCESS;
     }
     for (int r = 0; r < g.size; r++) {
-        /* The parts' hex, gathered: at most PMI2_MAX_VALLEN bytes of value. */
-        char hex[2 * PMI2_MAX_VALLEN + 1], buf[PMI2_MAX_VALLEN + 1];
-        size_t hn = 0;
-        int parts = 1;
-        for (int p = 0; p < parts; p++) {
-            char key[64];
-            struct fpmi_treq *t;
-            ag_key(key, sizeof key, q->agnum, r, p);
-            fpmi_buf_start(&wb, "kvs-get");
-            fpmi_buf_pairs(&wb, "jobid", "");
-            fpmi_buf_pairi(&wb, "srcid", r);
-            fpmi_buf_pairs(&wb, "key", key);
-            int rc = tcall("kvs-get", &t);
-            if (rc != PMI2_SUCCESS)
-                return rc;
-            size_t vn = 0;
-            const char *v = fpmi_msg_get(&t->resp, "value", &vn);
-            const char *f = fpmi_msg_get(&t->resp, "found", NULL);
-            int ok = v != NULL && (f == NULL || strcmp(f, "TRUE") == 0);
-            if (ok && p == 0) { /* "<parts>.<hex>" */
-                char *dot = memchr(v, '.', vn);
-                parts = dot == NULL ? 0 : atoi(v);
-                ok = parts >= 1 && parts <= (2 * PMI2_MAX_VALLEN + AG_PART - 1) / AG_PART;
-                if (ok) {
-                    vn -= (size_t)(dot + 1 - v);
-                    v = dot + 1;
-                }
-            }
-            ok = ok && hn + vn < sizeof hex;
-            if (ok) {
-                memcpy(hex + hn, v, vn);
-                hn += vn;
-            }
-            fpmi_treq_free(t);
-            if (!ok) {
-                seterr("allgather value of rank %d missing or malformed (part %d)", r, p);
-                return PMI2_FAIL;
-            }
-        }
-        if (hn / 2 > PMI2_MAX_VALLEN || unhex(hex, hn, buf) != 0) {
-            seterr("allgather value of rank %d malformed", r);
-            return PMI2_FAIL;
-        }
-        int rc = deliver(q, r, buf, hn / 2);
+        char buf[PMI2_MAX_VALLEN + 1];
+        size_t n;
+        int rc = get_parted(q->agnum, r, buf, &n, "allgather");
+        if (rc == PMI2_SUCCESS)
+            rc = deliver(q, r, buf, n);
         if (rc != PMI2_SUCCESS)
             return rc;
     }
+    return PMI2_SUCCESS;
+}
+
+/* put_parted puts v[n] as rank g.rank's value of emulated collective
+ * agnum (an allgather, or a ring under Hydra) for a launcher without
+ * fastpmi's extensions: hex-encoded (the wire carries no NUL byte, Hydra
+ * ends a value at its first ';'), cut into parts a server's value limit
+ * takes (AG_PART hex digits a key), the first saying how many. */
+static int put_parted(int agnum, const char *v, size_t n)
+{
+    char *hex = tohex(v, n);
+    if (hex == NULL)
+        return PMI2_ERR_NOMEM;
+    int parts = n == 0 ? 1 : (int)((2 * n + AG_PART - 1) / AG_PART), rc = PMI2_SUCCESS;
+    for (int p = 0; p < parts && rc == PMI2_SUCCESS; p++) {
+        char key[64], val[PMI2_MAX_VALLEN + 1];
+        size_t off = (size_t)p * AG_PART, len = 2 * n - off < AG_PART ? 2 * n - off : AG_PART;
+        int m = p == 0 ? snprintf(val, sizeof val, "%d.", parts) : 0;
+        memcpy(val + m, hex + off, len);
+        val[m + len] = '\0';
+        ag_key(key, sizeof key, agnum, g.rank, p);
+        rc = put_locked(key, val, PMIX_HINT_NONE);
+    }
+    free(hex);
+    return rc;
+}
+
+/* get_parted reads rank r's value of emulated collective agnum (put by
+ * put_parted, after a fence) into buf, at most PMI2_MAX_VALLEN bytes, and
+ * its length into *n; what names the collective in an error. */
+static int get_parted(int agnum, int r, char *buf, size_t *n, const char *what)
+{
+    /* The parts' hex, gathered. */
+    char hex[2 * PMI2_MAX_VALLEN + 1];
+    size_t hn = 0;
+    int parts = 1;
+    for (int p = 0; p < parts; p++) {
+        char key[64];
+        struct fpmi_treq *t;
+        ag_key(key, sizeof key, agnum, r, p);
+        fpmi_buf_start(&wb, "kvs-get");
+        fpmi_buf_pairs(&wb, "jobid", "");
+        fpmi_buf_pairi(&wb, "srcid", r);
+        fpmi_buf_pairs(&wb, "key", key);
+        int rc = tcall("kvs-get", &t);
+        if (rc != PMI2_SUCCESS)
+            return rc;
+        size_t vn = 0;
+        const char *v = fpmi_msg_get(&t->resp, "value", &vn);
+        const char *f = fpmi_msg_get(&t->resp, "found", NULL);
+        int ok = v != NULL && (f == NULL || strcmp(f, "TRUE") == 0);
+        if (ok && p == 0) { /* "<parts>.<hex>" */
+            char *dot = memchr(v, '.', vn);
+            parts = dot == NULL ? 0 : atoi(v);
+            ok = parts >= 1 && parts <= (2 * PMI2_MAX_VALLEN + AG_PART - 1) / AG_PART;
+            if (ok) {
+                vn -= (size_t)(dot + 1 - v);
+                v = dot + 1;
+            }
+        }
+        ok = ok && hn + vn < sizeof hex;
+        if (ok) {
+            memcpy(hex + hn, v, vn);
+            hn += vn;
+        }
+        fpmi_treq_free(t);
+        if (!ok) {
+            seterr("%s value of rank %d missing or malformed (part %d)", what, r, p);
+            return PMI2_FAIL;
+        }
+    }
+    if (hn / 2 > PMI2_MAX_VALLEN || unhex(hex, hn, buf) != 0) {
+        seterr("%s value of rank %d malformed", what, r);
+        return PMI2_FAIL;
+    }
+    *n = hn / 2;
     return PMI2_SUCCESS;
 }
 
@@ -1780,6 +1804,30 @@ EXPORT int PMIX_Ring(const char value[], int *rank, int *ranks, char left[], cha
         /* Cut to fit, and a success, as Slurm's library and the singleton. */
         (void)copy_out(left, maxvalue, p + 12, ln);
         (void)copy_out(right, maxvalue, p + 12 + ln, n - 12 - ln);
+        RETURN(PMI2_SUCCESS);
+    }
+    if (g.hydra) {
+        /* Hydra's PMI-2 has no ring command, on which it ends the whole
+         * job: a put, a fence and the two neighbours' gets, as the Go
+         * client does. The position is the rank. */
+        int agnum = ++g.nag, rc = put_parted(agnum, value, vn);
+        struct fpmi_treq *f = NULL;
+        if (rc == PMI2_SUCCESS) {
+            fpmi_buf_start(&wb, "kvs-fence");
+            rc = tcall("kvs-fence", &f);
+            g.fenced |= rc == PMI2_SUCCESS;
+            fpmi_treq_free(f);
+        }
+        char buf[PMI2_MAX_VALLEN + 1];
+        size_t n;
+        if (rc == PMI2_SUCCESS && (rc = get_parted(agnum, (g.rank + g.size - 1) % g.size, buf, &n, "ring")) == PMI2_SUCCESS)
+            (void)copy_out(left, maxvalue, buf, n); /* cut to fit, as above */
+        if (rc == PMI2_SUCCESS && (rc = get_parted(agnum, (g.rank + 1) % g.size, buf, &n, "ring")) == PMI2_SUCCESS)
+            (void)copy_out(right, maxvalue, buf, n);
+        if (rc != PMI2_SUCCESS)
+            RETURN(rc);
+        *rank = g.rank;
+        *ranks = g.size;
         RETURN(PMI2_SUCCESS);
     }
     fpmi_buf_start(&wb, "ring");

@@ -6,7 +6,6 @@
  * with libfastpmi.
  *
  *   fastpmi_scenario            the scenario
- *   fastpmi_scenario noring     without the ring (Hydra 4.0.2 has none)
  *   fastpmi_scenario nowait     without the get-with-wait of the next
  *                               rank's sparse key (visible on its node only)
  *   fastpmi_scenario withspawn  the scenario, and rank 0 spawns 2 copies of
@@ -435,9 +434,8 @@ int main(int argc, char **argv)
     int spawned, size, appnum, found, rc;
     char key[64], val[PMI2_MAX_VALLEN + 1];
     const char *mode = argc > 1 ? argv[1] : "";
-    int noring = 0, nowait = 0, withspawn = 0;
+    int nowait = 0, withspawn = 0;
     for (int i = 1; i < argc; i++) {
-        noring |= strcmp(argv[i], "noring") == 0;
         nowait |= strcmp(argv[i], "nowait") == 0;
         withspawn |= strcmp(argv[i], "withspawn") == 0;
     }
@@ -625,7 +623,7 @@ int main(int argc, char **argv)
     }
 
     /* ring */
-    if (!noring) {
+    {
         int pos, n;
         char left[PMI2_MAX_VALLEN + 1], right[PMI2_MAX_VALLEN + 1];
         snprintf(val, sizeof val, "ring-%d", me);
