@@ -181,6 +181,9 @@ int fpmi_text_call(struct fpmi_text *t, struct fpmi_buf *b, const char *cmd, str
  * it may be called without the API's mutex and waits at most a second
  * for a frame another thread is writing. */
 int fpmi_text_write(struct fpmi_text *t, struct fpmi_buf *b);
+/* fpmi_text_write_raw is fpmi_text_write of bytes already framed (a PMI-1
+ * line to Hydra). */
+int fpmi_text_write_raw(struct fpmi_text *t, const char *p, size_t n);
 /* fpmi_text_notify writes a request that has no response (fastpmi-block)
  * with a thrid of its own that no request waits for: an error response
  * the server might send is then unexpected, not taken for another's. */

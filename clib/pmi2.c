@@ -613,6 +613,20 @@ EXPORT int PMI2_Abort(int flag, const char msg[])
     if (first && g.init) {
         if (g.kind == T_SHM && !__atomic_load_n(&forked, __ATOMIC_RELAXED)) {
             fpmi_shm_abort(g.shm, 1, msg);
+        } else if (g.kind == T_TEXT && g.hydra && g.text != NULL) {
+            /* Hydra's PMI-2 has no abort command (mpiexec ends the job
+             * with 255 on one, the message lost); it reads PMI-1's on the
+             * same connection, as the Go client sends it. A PMI-1 value
+             * holds no space or LF: '_' instead, as Slurm does. */
+            char line[PMI2_MAX_VALLEN + 64];
+            int n = snprintf(line, sizeof line, "cmd=abort exitcode=1 error_msg=%.*s", PMI2_MAX_VALLEN, msg);
+            if (n > (int)sizeof line - 2)
+                n = (int)sizeof line - 2;
+            for (char *c = line + strlen("cmd=abort exitcode=1 error_msg="); c < line + n; c++)
+                if (*c == ' ' || *c == '\n' || *c == '\r')
+                    *c = '_';
+            line[n++] = '\n';
+            fpmi_text_write_raw(g.text, line, (size_t)n);
         } else if (g.kind != T_SINGLETON && g.text != NULL) {
             struct fpmi_buf b = {0};
             fpmi_buf_start(&b, "abort");

@@ -222,6 +222,13 @@ int fpmi_text_write(struct fpmi_text *t, struct fpmi_buf *b)
 {
     if (t == NULL || fpmi_buf_finish(b) != 0)
         return -1;
+    return fpmi_text_write_raw(t, b->p, b->n);
+}
+
+int fpmi_text_write_raw(struct fpmi_text *t, const char *p, size_t n)
+{
+    if (t == NULL)
+        return -1;
     /* A frame being written by another thread is finished first: wait for
      * it, at most a second (a peer that stopped reading). */
     struct timespec until;
@@ -229,7 +236,7 @@ int fpmi_text_write(struct fpmi_text *t, struct fpmi_buf *b)
     until.tv_sec++;
     if (pthread_mutex_timedlock(&t->wmu, &until) != 0)
         return -1;
-    int rc = write_all(t->fd, b->p, b->n);
+    int rc = write_all(t->fd, p, n);
     pthread_mutex_unlock(&t->wmu);
     return rc;
 }

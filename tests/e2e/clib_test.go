@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -420,7 +421,7 @@ func runOther(argv []string, env ...string) (string, error) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%v\n%s%s", err, out.String(), errb.String())
+		return out.String(), fmt.Errorf("%w\n%s%s", err, out.String(), errb.String())
 	}
 	return out.String(), nil
 }
@@ -538,6 +539,14 @@ func TestCLibHydra(t *testing.T) {
 		if want := fmt.Sprintf("r=%d unfenced get=%d wait=%d", r, pmi2ErrOther, pmi2ErrOther); res.code != 0 || !slices.Contains(lines(res.stdout), want) {
 			t.Errorf("under pmirun: want exit 0 and the line %q\n%v", want, res)
 		}
+	}
+	// PMI2_Abort: Hydra's PMI-2 has no abort command (mpiexec ends the
+	// job with 255, "Unrecognized PMI command: abort"); the library
+	// sends PMI-1's, which Hydra takes: the job ends with the abort's 1.
+	_, err = hydraRun(prog("fastpmi_scenario"), "abortexit")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || strings.Contains(err.Error(), "Unrecognized PMI command") {
+		t.Errorf("fastpmi_scenario abortexit under Hydra: %v, want exit status 1 from the abort", err)
 	}
 	// The largest values, binary ones included, through Hydra's KVS
 	// (hex-encoded, cut into keys Hydra takes).
