@@ -866,6 +866,12 @@ static int put_locked(const char *key, const char *value, int hint)
         }
         return PMI2_SUCCESS;
     case T_TEXT:
+        /* Hydra stores "a;b" as "a" and says nothing (it does not read
+         * the escape ";;"): refused, as the Go client refuses it. */
+        if (g.hydra && strchr(value, ';') != NULL) {
+            seterr("put %s: a ';' in the value, which this launcher's PMI-2 server takes for its end", key);
+            return PMI2_ERR_INVALID_VAL;
+        }
         fpmi_buf_start(&wb, "kvs-put");
         fpmi_buf_pairs(&wb, "key", key);
         fpmi_buf_pairs(&wb, "value", value);

@@ -6,6 +6,9 @@
  * with libfastpmi.
  *
  *   fastpmi_scenario            the scenario
+ *   fastpmi_scenario plain      the first values without the ';' the
+ *                               scenario puts to test the escape (Hydra
+ *                               keeps no ';': the library refuses them)
  *   fastpmi_scenario nowait     without the get-with-wait of the next
  *                               rank's sparse key (visible on its node only)
  *   fastpmi_scenario withspawn  the scenario, and rank 0 spawns 2 copies of
@@ -64,6 +67,10 @@
  *                               ends the job on a get before the rank's
  *                               first fence, the library refuses both.
  *                               Then a fence and finalize
+ *   fastpmi_scenario semicolon  a put of "a;b;c", a fence and a get of it:
+ *                               "r=<rank> semicolon put=<rc> get=<rc>
+ *                               val=<value>" (Hydra would keep "a":
+ *                               the library refuses the put there)
  *   fastpmi_scenario finpending rank 0 starts an ifence and an iallgather
  *                               and finalizes without waiting for them;
  *                               the others fence and allgather:
@@ -434,10 +441,11 @@ int main(int argc, char **argv)
     int spawned, size, appnum, found, rc;
     char key[64], val[PMI2_MAX_VALLEN + 1];
     const char *mode = argc > 1 ? argv[1] : "";
-    int nowait = 0, withspawn = 0;
+    int nowait = 0, withspawn = 0, plain = 0;
     for (int i = 1; i < argc; i++) {
         nowait |= strcmp(argv[i], "nowait") == 0;
         withspawn |= strcmp(argv[i], "withspawn") == 0;
+        plain |= strcmp(argv[i], "plain") == 0;
     }
 
     check(PMI2_Init(&spawned, &size, &me, &appnum), "PMI2_Init");
@@ -474,6 +482,17 @@ int main(int argc, char **argv)
         return finpending(size);
     if (strcmp(mode, "unfenced") == 0)
         return unfenced(size);
+    if (strcmp(mode, "semicolon") == 0) {
+        int len = 0;
+        snprintf(key, sizeof key, "semi-%d", me);
+        int put = PMI2_KVS_Put(key, "a;b;c");
+        check(PMI2_KVS_Fence(), "PMI2_KVS_Fence (semicolon)");
+        val[0] = '\0';
+        int get = PMI2_KVS_Get(NULL, me, key, val, sizeof val, &len);
+        printf("r=%d semicolon put=%d get=%d val=%s\n", me, put, get, get == PMI2_SUCCESS ? val : "");
+        check(PMI2_Finalize(), "PMI2_Finalize");
+        return 0;
+    }
     if (strcmp(mode, "staleview") == 0)
         return staleview();
     if (strcmp(mode, "nodelay") == 0)
@@ -537,7 +556,7 @@ int main(int argc, char **argv)
 
     /* put, fence, get of every rank's key */
     snprintf(key, sizeof key, "k-%d", me);
-    snprintf(val, sizeof val, "v-%d;x=y", me);
+    snprintf(val, sizeof val, plain ? "v-%d" : "v-%d;x=y", me);
     check(PMI2_KVS_Put(key, val), "PMI2_KVS_Put");
     check(PMI2_KVS_Fence(), "PMI2_KVS_Fence");
     get_all("get", "k", size, 0);

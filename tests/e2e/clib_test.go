@@ -488,7 +488,7 @@ func TestCLibHydra(t *testing.T) {
 	}
 	// PMIX_Ring too: Hydra has no ring command (it ends the job on one),
 	// the library makes the ring of a put, a fence and two gets.
-	out, err = hydraRun(prog("fastpmi_scenario"))
+	out, err = hydraRun(prog("fastpmi_scenario"), "plain")
 	if err != nil {
 		t.Fatalf("fastpmi_scenario under Hydra: %v", err)
 	}
@@ -496,6 +496,7 @@ func TestCLibHydra(t *testing.T) {
 	for r := range 4 {
 		for _, want := range []string{
 			fmt.Sprintf("r=%d init size=4 transport=pmi2", r),
+			fmt.Sprintf("r=%d get v-0,v-1,v-2,v-3", r),
 			fmt.Sprintf("r=%d ring pos=%d size=4 left=ring-%d right=ring-%d", r, r, (r+3)%4, (r+1)%4),
 			fmt.Sprintf("r=%d allgather ag-0,ag-1,ag-2,ag-3", r),
 			fmt.Sprintf("r=%d view zc-0,zc-1,zc-2,zc-3", r),
@@ -537,6 +538,21 @@ func TestCLibHydra(t *testing.T) {
 	res := run(t, job{args: append(libArgs(t, false, "pmi2"), "-n", "4", prog("fastpmi_scenario"), "unfenced")})
 	for r := range 4 {
 		if want := fmt.Sprintf("r=%d unfenced get=%d wait=%d", r, pmi2ErrOther, pmi2ErrOther); res.code != 0 || !slices.Contains(lines(res.stdout), want) {
+			t.Errorf("under pmirun: want exit 0 and the line %q\n%v", want, res)
+		}
+	}
+	// A value holding a ';': Hydra keeps what comes before it and says
+	// nothing; the library refuses the put (PMI2_ERR_INVALID_VAL, 6).
+	// Under pmirun the value is kept whole.
+	out, err = hydraRun(prog("fastpmi_scenario"), "semicolon")
+	for r := range 4 {
+		if want := fmt.Sprintf("r=%d semicolon put=6 get=%d val=", r, pmi2ErrOther); err != nil || !slices.Contains(lines(out), want) {
+			t.Errorf("under Hydra: %v, want the line %q\n%s", err, want, out)
+		}
+	}
+	res = run(t, job{args: append(libArgs(t, false, "pmi2"), "--no-shm", "-n", "2", prog("fastpmi_scenario"), "semicolon")})
+	for r := range 2 {
+		if want := fmt.Sprintf("r=%d semicolon put=0 get=0 val=a;b;c", r); res.code != 0 || !slices.Contains(lines(res.stdout), want) {
 			t.Errorf("under pmirun: want exit 0 and the line %q\n%v", want, res)
 		}
 	}
