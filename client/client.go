@@ -397,11 +397,16 @@ type getOpts struct {
 func FromRank(r int) GetOption { return func(o *getOpts) { o.src = max(r, -1) } }
 
 // WaitForPut makes Get wait (bounded by its context) for a key that has
-// not been put yet, instead of failing with ErrNotFound.
+// not been put yet, instead of failing with ErrNotFound. fastpmi's agent
+// parks such a get until the put; a PMI-2 server without the extension
+// (Hydra, Slurm) is asked again, at most every 32 ms once the wait is
+// long.
 func WaitForPut() GetOption { return func(o *getOpts) { o.wait = true } }
 
 // Get returns the value of key. It fails with ErrNotFound if the key is
-// not visible, unless WaitForPut is given.
+// not visible, unless WaitForPut is given. Under Hydra a Get before this
+// rank's first Fence (or collective) fails without asking: Hydra's PMI-2
+// server would end the whole job on it.
 func (c *Client) Get(ctx context.Context, key string, opts ...GetOption) ([]byte, error) {
 	o := getOpts{src: -1}
 	for _, f := range opts {
