@@ -191,6 +191,10 @@ type Agent struct {
 	seg       *shm.Segment // shared-memory segment served, or nil (also nil once closed)
 	shmDead   []bool       // local ranks whose request ring broke the protocol: not read again (shm.go)
 	ext       External     // the external front end (external.go), or nil; set once
+	// shmPending[i]: local rank i's shared-memory requests the core has
+	// not answered yet (counted by serveRingLocked, taken off by take),
+	// bounded as a text connection's are (MaxPendingPerConn).
+	shmPending []int
 	// answers holds the done callbacks of ServeGet and ServeRankData
 	// requests by the ID the core echoes in UpAnswer; answerSeq numbers
 	// them.
@@ -510,6 +514,9 @@ func (t *turn) take(a *Agent) {
 			delete(c.pending, r.Req.ID)
 			t.text = append(t.text, textOut{c: c, rq: rq, r: r, rank: a.ranks[r.Local].global})
 		case ViaShm:
+			if r.Local < len(a.shmPending) && a.shmPending[r.Local] > 0 {
+				a.shmPending[r.Local]--
+			}
 			t.shm = append(t.shm, r)
 		case ViaExternal:
 			t.ext = append(t.ext, r)

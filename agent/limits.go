@@ -24,8 +24,9 @@ const (
 	// the job's ranks on one agent.
 	MaxPutsPerNode     = 1 << 20
 	MaxPutBytesPerNode = 256 << 20
-	// MaxPendingPerConn bounds the requests one text connection may have
-	// waiting for an answer (waiting gets, collectives, names).
+	// MaxPendingPerConn bounds the requests one text connection, or one
+	// rank on shared memory, may have waiting for an answer (waiting
+	// gets, collectives, names).
 	MaxPendingPerConn = 4096
 	// MaxNameLen and MaxPortLen bound published service names and ports.
 	MaxNameLen = pmiwire.KVSNameMax

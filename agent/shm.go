@@ -102,6 +102,7 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 func (a *Agent) serveRingLocked(sa *shm.Agent, i int, t *turn) bool {
 	if a.shmDead == nil {
 		a.shmDead = make([]bool, len(a.ranks))
+		a.shmPending = make([]int, len(a.ranks))
 	}
 	if a.shmDead[i] {
 		return false
@@ -120,7 +121,9 @@ func (a *Agent) serveRingLocked(sa *shm.Agent, i int, t *turn) bool {
 			var op Op
 			var ref *shmRefusal
 			if op, err = a.shmOp(sa, i, m); err == nil && op != nil {
-				err = a.core.Step(op)
+				if err = a.chargeShmLocked(i, m.Op); err == nil {
+					err = a.core.Step(op)
+				}
 			} else if errors.As(err, &ref) {
 				// A request the rank may make, with an argument out of
 				// bounds: answered with an error.
@@ -141,6 +144,26 @@ func (a *Agent) serveRingLocked(sa *shm.Agent, i int, t *turn) bool {
 			return did
 		}
 	}
+}
+
+// chargeShmLocked counts a request of local rank i that the core will
+// answer, under Agent.mu, or refuses it when the rank already has
+// MaxPendingPerConn waiting, as the text path refuses a connection's: a
+// rank that parks gets or enters detached collectives without end would
+// otherwise grow the agent's memory without bound (on a daemon, at the
+// other jobs' expense). Nothing but the rank's requests is left in the
+// ring to answer its refusal, so it ends the job as a protocol error
+// naming the rank. Hello, block and abort get no answer.
+func (a *Agent) chargeShmLocked(i int, op uint16) error {
+	switch op {
+	case shm.OpHello, shm.OpBlock, shm.OpAbort:
+		return nil
+	}
+	if a.shmPending[i] >= MaxPendingPerConn {
+		return fmt.Errorf("%w: more than %d requests waiting for an answer", ErrQuota, MaxPendingPerConn)
+	}
+	a.shmPending[i]++
+	return nil
 }
 
 // Settle serves what rank global left in its shared-memory request ring

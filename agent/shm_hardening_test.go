@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -127,4 +128,31 @@ func TestShmHeaderRewritten(t *testing.T) {
 	if len(got) != 1 || !strings.HasPrefix(got[0], "-1: ") || !strings.Contains(got[0], "header") {
 		t.Fatalf("protocol errors %q, want one about the segment header", got)
 	}
+}
+
+// A rank on shared memory that leaves more requests waiting for an answer
+// than a text connection may (MaxPendingPerConn: here waiting gets of keys
+// nobody puts) is failed with a protocol error naming it, instead of
+// growing the agent's memory without bound (on a daemon, at every other
+// job's expense); the other rank is still served.
+func TestShmPendingLimit(t *testing.T) {
+	_, seg, ev := shmJob(t, 2)
+	r0 := &shmRank{t: t, r: seg.Rank(0)}
+	r1 := &shmRank{t: t, r: seg.Rank(1)}
+	r0.push(shm.OpHello, nil)
+	r1.push(shm.OpHello, nil)
+	for k := range MaxPendingPerConn + 1 {
+		r0.seq++
+		h := shm.Header{Op: shm.OpGet, Flags: shm.GetWait, Seq: r0.seq}
+		p := shm.AppendInt32(nil, -1, fmt.Sprintf("never-%d", k))
+		if err := r0.r.Requests().PushWait(h, p, 5*time.Second); err != nil {
+			t.Fatalf("push waiting get %d: %v", k, err)
+		}
+	}
+	got := ev.waitProtocolErrors(t, 5*time.Second)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "0: ") || !strings.Contains(got[0], "more than 4096 requests waiting for an answer") {
+		t.Fatalf("protocol errors %q, want one for rank 0 over the pending limit", got)
+	}
+	seq := r1.push(shm.OpJobAttr, []byte("no-such-attr"))
+	r1.expect(shm.OpJobAttr, seq, shm.StatusNotFound, "")
 }
