@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -616,5 +618,44 @@ func TestAgentIdleWaitSleepsAtOnce(t *testing.T) {
 	seg.SetWaiter(SpinWaiter(16))
 	if err := ag.Wait(0); !errors.Is(err, ErrTimeout) || ag.took {
 		t.Errorf("Wait after taking work: %v (took %v), want ErrTimeout and took cleared", err, ag.took)
+	}
+}
+
+// A party that rings a word without end (a rank bumping the doorbell and
+// calling FUTEX_WAKE in a loop, which any rank can) does not make its
+// sleeper spin with it: past stormWakes wake-ups in a row that found
+// nothing to do, the sleeper pauses stormPause before each new sleep, so
+// the storm costs it about one check per pause.
+func TestWaitUnderWakeStorm(t *testing.T) {
+	seg, err := Create(Params{LocalRanks: 1, WorldSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	ev := seg.doorbell()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				ev.wake()
+			}
+		}
+	})
+	checks := 0
+	ready := func() bool { checks++; return false }
+	const d = 300 * time.Millisecond
+	var p parker
+	err = Waiter{}.wait(ev, ready, &p, context.Background(), d)
+	close(stop)
+	wg.Wait()
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("wait under a storm: %v, want ErrTimeout", err)
+	}
+	if limit := 2*int(d/stormPause) + 2*stormWakes; checks > limit {
+		t.Errorf("a wait of %v checked its condition %d times under a wake storm, want at most %d", d, checks, limit)
 	}
 }

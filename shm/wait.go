@@ -23,6 +23,22 @@ const defaultSpins = 1 << 12
 // unavailable (non-Linux builds, or a kernel that answers ENOSYS).
 const pollInterval = 50 * time.Microsecond
 
+// stormWakes and stormPause bound what a storm of wake-ups costs a
+// sleeper: every futex word here lies in memory that every rank can
+// write, and a rank that bumps one and calls FUTEX_WAKE in a loop (a
+// runaway loop, a stray pointer) would otherwise have its sleeper — the
+// agent on the doorbell, a rank on its wake word — wake and re-check with
+// it, a CPU each. Wake-ups that find nothing to do are rare otherwise
+// (one per signal for a condition not yet true: a response ring's release
+// before its answer, an epoch before the one awaited), so after
+// stormWakes of them in a row each further sleep is preceded by a pause
+// of stormPause: the storm then costs the sleeper a check per pause, and
+// delays what it waits for by at most that.
+const (
+	stormWakes = 16
+	stormPause = time.Millisecond
+)
+
 // ctxSlice bounds one futex sleep of a wait with a context: a thread
 // asleep in the kernel cannot watch ctx.Done(), so it wakes this often to
 // check it. In-process sleepers watch ctx.Done() itself and need no bound.
@@ -335,7 +351,15 @@ func (w Waiter) wait(e event, ready func() bool, p *parker, ctx context.Context,
 	if timeout >= 0 {
 		deadline = time.Now().Add(timeout)
 	}
+	futile := 0 // wake-ups in a row that found ready() false (see stormWakes)
 	for {
+		if futile >= stormWakes {
+			pause := stormPause
+			if timeout >= 0 {
+				pause = min(pause, max(time.Until(deadline), 0))
+			}
+			time.Sleep(pause)
+		}
 		seen := e.word.Load()
 		e.sleepers.Add(1)
 		if ready() {
@@ -367,7 +391,10 @@ func (w Waiter) wait(e event, ready func() bool, p *parker, ctx context.Context,
 		}
 		e.sleepers.Add(^uint32(0))
 		switch {
-		case err == nil, errors.Is(err, sys.ErrTimedOut):
+		case err == nil:
+			futile++ // woken, or the word moved: counted futile unless ready below
+		case errors.Is(err, sys.ErrTimedOut):
+			futile = 0
 		case errors.Is(err, sys.ErrNotSupported):
 			futexMissing.Store(true)
 		default:
