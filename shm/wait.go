@@ -384,13 +384,15 @@ func (w Waiter) wait(e event, ready func() bool, p *parker, ctx context.Context,
 			}
 		}
 		var err error
-		if futexMissing.Load() {
+		polled := futexMissing.Load()
+		if polled {
 			time.Sleep(pollInterval) // the loop re-checks ready, the deadline and ctx
 		} else {
 			err = sys.FutexWait(futexAddr(e.word), seen, d)
 		}
 		e.sleepers.Add(^uint32(0))
 		switch {
+		case err == nil && polled:
 		case err == nil:
 			futile++ // woken, or the word moved: counted futile unless ready below
 		case errors.Is(err, sys.ErrTimedOut):
