@@ -55,11 +55,28 @@ func (a *Agent) AttachSegment(seg *shm.Segment) error {
 // Config.Sleeper, if there is one, which bounds the delay the same way.
 const shmIdleWake = 100 * time.Millisecond
 
+// shmStormSweeps and shmStormPause bound what a rank that wakes the agent
+// without a request costs it: the doorbell word and the ready marks lie
+// in memory every rank writes, and a rank ringing in a tight loop (a
+// runaway loop, a stray pointer) handed a parked agent back from its bed
+// at every ring, a CPU for the agent and one for the bed. A sweep that
+// finds nothing after a wake-up is rare otherwise (a mark whose request
+// an earlier sweep took), so after shmStormSweeps of them in a row the
+// agent pauses shmStormPause before each further sleep: the storm costs
+// it a sweep per pause and delays the other ranks' requests by at most
+// that. (A storm that finds the agent in Wait is bounded there, by shm's
+// own pause.)
+const (
+	shmStormSweeps = 16
+	shmStormPause  = time.Millisecond
+)
+
 func (a *Agent) serveShm(seg *shm.Segment) {
 	sa := seg.Agent()
 	var ready []int // local ranks with requests, per pass
 	sleeper := a.cfg.Sleeper
 	idle := false // the last Wait timed out with nothing to do
+	futile := 0   // sweeps in a row that a wake-up started and that found nothing
 	for {
 		if err := sa.CheckHeader(); err != nil {
 			// No rank can be blamed: every rank maps the header writable.
@@ -81,6 +98,11 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 			}
 		}
 		a.finishLocked(t)
+		if did {
+			futile = 0
+		} else if futile++; futile > shmStormSweeps {
+			time.Sleep(shmStormPause)
+		}
 		switch {
 		case did:
 			idle = false
@@ -92,6 +114,9 @@ func (a *Agent) serveShm(seg *shm.Segment) {
 			}
 		default:
 			idle = errors.Is(sa.Wait(shmIdleWake), shm.ErrTimeout)
+			if idle {
+				futile = 0 // a quiet 100 ms: no storm
+			}
 		}
 	}
 }

@@ -73,6 +73,7 @@ var cprogs = []struct {
 	{"pmix_spawn", []string{"gcc"}, nil, ""},  // with pkgConfig's flags
 	{"pmix_join", []string{"gcc"}, nil, ""},   // with pkgConfig's flags
 	{"exit_early", []string{"gcc"}, nil, ""},
+	{"shm_storm", []string{"gcc"}, nil, ""},
 }
 
 // pkgConfig names the pkg-config package whose compile and link flags a
