@@ -659,3 +659,38 @@ func TestWaitUnderWakeStorm(t *testing.T) {
 		t.Errorf("a wait of %v checked its condition %d times under a wake storm, want at most %d", d, checks, limit)
 	}
 }
+
+// A rank asleep in a wait with no bound (WaitEpoch(e, -1), or a client
+// call with context.Background()) is not lost when another rank stores 0
+// into the sleepers word its wake depends on (every rank maps the whole
+// segment writable): the agent's Publish, seeing no sleeper, wakes
+// nobody, and the sleeper finds the epoch at its next slice (ctxSlice)
+// instead of never.
+func TestWaitSurvivesZeroedSleepers(t *testing.T) {
+	seg, err := Create(Params{LocalRanks: 1, WorldSize: 1, FirstEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	seg.SetWaiter(Waiter{})
+	done := make(chan error, 1)
+	go func() { done <- seg.Rank(0).WaitEpoch(1, -1) }()
+	sleepers := seg.u32(offEpochSleepers)
+	for deadline := time.Now().Add(5 * time.Second); sleepers.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the rank never went to sleep")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // in the futex wait
+	sleepers.Store(0)                 // a stray store by another rank
+	seg.Agent().Publish(1)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("WaitEpoch: %v", err)
+		}
+	case <-time.After(ctxSlice + 2*time.Second):
+		t.Fatal("a rank whose sleepers word was zeroed slept through the epoch's publication")
+	}
+}

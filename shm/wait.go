@@ -39,9 +39,10 @@ const (
 	stormPause = time.Millisecond
 )
 
-// ctxSlice bounds one futex sleep of a wait with a context: a thread
-// asleep in the kernel cannot watch ctx.Done(), so it wakes this often to
-// check it. In-process sleepers watch ctx.Done() itself and need no bound.
+// ctxSlice bounds one futex sleep: a thread asleep in the kernel cannot
+// watch ctx.Done(), so it wakes this often to check it, and a wake-up
+// lost to a stray store into a sleepers word (see wait) costs at most
+// this. In-process sleepers watch ctx.Done() itself and need no bound.
 const ctxSlice = 100 * time.Millisecond
 
 // A Waiter decides how a party waits for a condition in shared memory:
@@ -378,11 +379,16 @@ func (w Waiter) wait(e event, ready func() bool, p *parker, ctx context.Context,
 				e.sleepers.Add(^uint32(0))
 				return err
 			}
-			d = bound(d, ctxSlice)
 			if dl, ok := ctx.Deadline(); ok {
 				d = bound(d, max(time.Until(dl), 0))
 			}
 		}
+		// Every sleep is a slice, even without a context or timeout: the
+		// sleepers word that makes a signaller wake us lies in memory
+		// every rank can write, and a stray 0 stored there while we
+		// sleep would otherwise cost the wake-up for good. A slice costs
+		// a check per ctxSlice, as libfastpmi's waits do.
+		d = bound(d, ctxSlice)
 		var err error
 		polled := futexMissing.Load()
 		if polled {
