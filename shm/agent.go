@@ -27,6 +27,11 @@ type Agent struct {
 
 	kvsN    int    // KVS entries inserted; only the agent goroutine touches it
 	kvsUsed uint64 // KVS arena bytes in use; likewise
+	// index is the agent's own copy of the KVS hash index (ownIndex),
+	// made on first use; indexFresh says the view laid the segment out,
+	// so the copy starts empty. Only the agent goroutine touches them.
+	index      []uint32
+	indexFresh bool
 
 	header []byte // the header fields as this view found them; see CheckHeader
 

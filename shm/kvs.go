@@ -17,7 +17,8 @@ import (
 // retry and can return values in place. Visibility in PMI's sense (a key
 // put before a fence is seen after it) comes from the entry's epoch tag
 // against the published epoch word: a rank sees only entries whose epoch
-// it has reached.
+// it has reached. The agent probes its own copy of the index (ownIndex),
+// never the shared one that ranks could have overwritten.
 
 // fnv1a is the 64-bit FNV-1a hash of b.
 func fnv1a(b []byte) uint64 {
@@ -34,12 +35,20 @@ func fnv1a(b []byte) uint64 {
 // (kvsBuckets if there is none). Every value read from shared memory is
 // bounds-checked, so a corrupted table yields "not found", never a fault;
 // the probe visits each bucket at most once.
-func (s *Segment) kvsFind(key []byte, h uint64) (off, empty uint64, found bool) {
+//
+// own, if not nil, is the agent's private copy of the index (Agent.index),
+// probed instead of the shared one.
+func (s *Segment) kvsFind(key []byte, h uint64, own []uint32) (off, empty uint64, found bool) {
 	mask := uint64(s.l.kvsBuckets - 1)
 	le := binary.LittleEndian
 	b := h & mask
 	for range s.l.kvsBuckets {
-		v := uint64(s.u32(s.l.kvsIndexOff + 4*b).Load()) // pairs with KVSPut's Store: the entry is complete
+		var v uint64
+		if own != nil {
+			v = uint64(own[b])
+		} else {
+			v = uint64(s.u32(s.l.kvsIndexOff + 4*b).Load()) // pairs with KVSPut's Store: the entry is complete
+		}
 		if v == 0 {
 			return 0, b, false
 		}
@@ -69,14 +78,15 @@ func (s *Segment) kvsKV(e []byte) (key, value []byte, ok bool) {
 	return s.mem[a : a+kl : a+kl], s.mem[a+kl : a+kl+vl : a+kl+vl], true
 }
 
-// kvsBucketOf returns the bucket that points at the entry at off, found by
-// probing from h as kvsFind does (kvsBuckets if none does).
-func (s *Segment) kvsBucketOf(off, h uint64) uint64 {
+// kvsBucketOf returns the bucket of the agent's index own that points at
+// the entry at off, found by probing from h as kvsFind does (kvsBuckets
+// if none does).
+func (s *Segment) kvsBucketOf(off, h uint64, own []uint32) uint64 {
 	mask := uint64(s.l.kvsBuckets - 1)
 	want := uint32((off-s.l.kvsEntryOff)/kvsEntryBytes + 1)
 	b := h & mask
 	for range s.l.kvsBuckets {
-		if s.u32(s.l.kvsIndexOff+4*b).Load() == want {
+		if own[b] == want {
 			return b
 		}
 		b = (b + 1) & mask
@@ -115,13 +125,41 @@ func (a *Agent) KVSReplace(key, value []byte, epoch uint32) error {
 // (it is not empty) and never match it (it names no entry).
 const kvsTombstone = ^uint32(0)
 
+// ownIndex returns the agent's private copy of the KVS hash index, made
+// on first use: from the segment's index for a view attached later, empty
+// for a segment this view laid out (whose index was empty before any rank
+// could write it). Ranks can write the shared index, the agent's copy
+// only the agent: a stray memset over the index must not make every
+// insert scan the whole of it, nor the table look full.
+func (a *Agent) ownIndex() []uint32 {
+	if a.index == nil {
+		s := a.s
+		a.index = make([]uint32, s.l.kvsBuckets)
+		if !a.indexFresh {
+			for b := range a.index {
+				a.index[b] = s.u32(s.l.kvsIndexOff + 4*uint64(b)).Load()
+			}
+		}
+	}
+	return a.index
+}
+
+// setBucket stores v into bucket b of the agent's index and of the
+// shared one. The shared Store publishes the entry and its arena bytes
+// written before it; it pairs with kvsFind's Load.
+func (a *Agent) setBucket(b uint64, v uint32) {
+	a.index[b] = v
+	a.s.u32(a.s.l.kvsIndexOff + 4*b).Store(v)
+}
+
 func (a *Agent) kvsPut(key, value []byte, epoch uint32, replace bool) error {
 	s := a.s
 	if len(key) > s.l.kvsKeyMax {
 		return ErrTooLarge
 	}
 	h := fnv1a(key)
-	old, empty, found := s.kvsFind(key, h)
+	own := a.ownIndex()
+	old, empty, found := s.kvsFind(key, h, own)
 	if found {
 		if !replace {
 			return ErrKeyExists
@@ -130,7 +168,7 @@ func (a *Agent) kvsPut(key, value []byte, epoch uint32, replace bool) error {
 			return nil // same value: nothing to publish
 		}
 		// The bucket that points at the old entry takes the new one.
-		empty = s.kvsBucketOf(old, h)
+		empty = s.kvsBucketOf(old, h, own)
 	}
 	need := alignUp(uint64(len(key)+len(value)), kvsDataAlign)
 	var err error
@@ -144,7 +182,7 @@ func (a *Agent) kvsPut(key, value []byte, epoch uint32, replace bool) error {
 		if found && empty < uint64(s.l.kvsBuckets) {
 			// The old value must not stay readable: withdraw the key, so
 			// ranks ask the agent for it.
-			s.u32(s.l.kvsIndexOff + 4*empty).Store(kvsTombstone)
+			a.setBucket(empty, kvsTombstone)
 		}
 		return err
 	}
@@ -161,7 +199,7 @@ func (a *Agent) kvsPut(key, value []byte, epoch uint32, replace bool) error {
 	le.PutUint32(e[kvsValLen:], uint32(len(value)))
 	le.PutUint32(e[kvsHash:], uint32(h))
 	le.PutUint64(e[kvsData:], at)
-	s.u32(s.l.kvsIndexOff + 4*empty).Store(uint32(n + 1)) // publishes the entry and its arena bytes; pairs with kvsFind's Load
+	a.setBucket(empty, uint32(n+1)) // publishes the entry and its arena bytes
 	a.kvsN++
 	a.kvsUsed += need
 	s.u32(offKVSCount).Store(uint32(a.kvsN))        // informational; no load depends on it for ordering
@@ -172,7 +210,7 @@ func (a *Agent) kvsPut(key, value []byte, epoch uint32, replace bool) error {
 // KVSGet returns the value stored for key, whatever its epoch, and the
 // epoch it was put in (the agent serving a get for another node).
 func (a *Agent) KVSGet(key []byte) (value []byte, epoch uint32, ok bool) {
-	off, _, found := a.s.kvsFind(key, fnv1a(key))
+	off, _, found := a.s.kvsFind(key, fnv1a(key), a.ownIndex())
 	if !found {
 		return nil, 0, false
 	}
@@ -187,7 +225,7 @@ func (a *Agent) KVSLen() int { return a.kvsN }
 // view stays valid until the segment is closed: entries never change.
 func (r *Rank) Lookup(key []byte) ([]byte, bool) {
 	pub := r.epoch.Load() // pairs with Publish: entries tagged up to pub are visible
-	off, _, found := r.s.kvsFind(key, fnv1a(key))
+	off, _, found := r.s.kvsFind(key, fnv1a(key), nil)
 	if !found {
 		return nil, false
 	}

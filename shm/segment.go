@@ -258,6 +258,7 @@ func (s *Segment) init(p Params) {
 		}
 	}
 	s.agent.load()
+	s.agent.indexFresh = true // the index is all zero, and nobody else has it yet
 	for _, r := range s.ranks {
 		r.load()
 	}

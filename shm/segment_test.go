@@ -694,3 +694,41 @@ func TestWaitSurvivesZeroedSleepers(t *testing.T) {
 		t.Fatal("a rank whose sleepers word was zeroed slept through the epoch's publication")
 	}
 }
+
+// A rank that overwrites the KVS hash index (a stray memset over its
+// mapping: every bucket non-empty) neither makes every later insert of
+// the agent scan the whole index nor fills its table: the agent probes
+// its own copy of the index, so its inserts stay short and succeed, and
+// ranks find the keys put after the damage.
+func TestKVSIndexOverwritten(t *testing.T) {
+	seg, err := Create(Params{LocalRanks: 1, KVSCapacity: 1 << 18, FirstEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	a, r := seg.Agent(), seg.Rank(0)
+	if err := a.KVSPut([]byte("before"), []byte("v"), 1); err != nil {
+		t.Fatal(err)
+	}
+	idx := seg.Bytes()[seg.l.kvsIndexOff : seg.l.kvsIndexOff+4*uint64(seg.l.kvsBuckets)]
+	for i := range idx {
+		idx[i] = 0xa5 // names no entry (past the capacity), and is never empty
+	}
+	const n = 2000
+	start := time.Now()
+	for i := range n {
+		if err := a.KVSPut([]byte(fmt.Sprintf("key-%d", i)), []byte("value"), 1); err != nil {
+			t.Fatalf("put %d after the index was overwritten: %v", i, err)
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("%d puts after the index was overwritten took %v: each scanned the index", n, d)
+	}
+	a.Publish(1)
+	if v, ok := r.Lookup([]byte("key-7")); !ok || string(v) != "value" {
+		t.Errorf("a rank's lookup of a key put after the damage: %q %v", v, ok)
+	}
+	if v, _, ok := a.KVSGet([]byte("key-1999")); !ok || string(v) != "value" {
+		t.Errorf("the agent's get of a key put after the damage: %q %v", v, ok)
+	}
+}
