@@ -151,3 +151,27 @@ func TestShmWakeStorm(t *testing.T) {
 	}
 	p.idle(t)
 }
+
+// A rank that posts waiting gets without end, never reading an answer,
+// ends its job with a message naming it once it has more requests waiting
+// than a text connection may (4,096), on one node and on daemons; before,
+// each one grew its agent's memory (a daemon's, at every job's expense)
+// until --timeout.
+func TestShmPendingFlood(t *testing.T) {
+	p := newDaemonPair(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"fork", []string{"-n", "2", prog("shmflood"), "-target", "1"}},
+		{"daemons", p.job("-n", "4", prog("shmflood"), "-target", "1").args},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, job{args: append([]string{"--timeout", "30s"}, tc.args...), timeout: 60 * time.Second})
+			r.wantCode(t, 1)
+			r.wantMessage(t, `^pmirun: rank 1 (on node 0 \(\S+\) )?broke the PMI protocol: quota exceeded: more than 4096 requests waiting for an answer$`)
+			r.wantFaster(t, scribbleBound)
+		})
+	}
+	p.idle(t)
+}

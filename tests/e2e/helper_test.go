@@ -144,6 +144,7 @@ func build(dir string) error {
 		{"tracerank", "./tests/e2e/tracerank"},
 		{"jobinfo", "./tests/e2e/jobinfo"},
 		{"scribbler", "./tests/e2e/scribbler"},
+		{"shmflood", "./tests/e2e/shmflood"},
 		{"pmibench", "./cmd/pmibench"},
 	} {
 		tags, env := []string{"-tags", "pmix"}, os.Environ()
