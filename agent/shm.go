@@ -257,7 +257,9 @@ func (r *shmRefusal) Error() string { return r.err.Error() }
 func shmReq(m *shm.Msg) Req { return Req{Via: ViaShm, ID: uint64(m.Op)<<32 | uint64(m.Seq)} }
 
 // shmOp decodes request m of local rank i into a core operation, under
-// Agent.mu. An error means the rank broke the protocol.
+// Agent.mu. An error means the rank broke the protocol. m's payload lies
+// in memory the rank may still write: each field is copied once, and the
+// copy is both what is checked and what is stored.
 func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 	if _, fin := a.core.RankStatus(i); fin && m.Op != shm.OpFinalize {
 		return nil, fmt.Errorf("request %d after finalize", m.Op)
@@ -271,10 +273,11 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		if err != nil {
 			return nil, fmt.Errorf("put: %w", err)
 		}
-		if _, err := checkPut(string(k), string(v)); err != nil {
+		key, val := string(k), string(v) // copied once: checked is stored (shmOp)
+		if _, err := checkPut(key, val); err != nil {
 			return nil, fmt.Errorf("put: %w", err)
 		}
-		return Put{Local: i, Req: req, Key: string(k), Val: string(v), Hint: hintFlag(m.Flags)}, nil
+		return Put{Local: i, Req: req, Key: key, Val: val, Hint: hintFlag(m.Flags)}, nil
 	case shm.OpFence:
 		if m.Epoch == 0 {
 			return nil, errors.New("fence for epoch 0")
@@ -310,10 +313,11 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		if err != nil {
 			return nil, fmt.Errorf("put node attribute: %w", err)
 		}
-		if _, err := checkNodeAttr(string(k), string(v)); err != nil {
+		key, val := string(k), string(v)
+		if _, err := checkNodeAttr(key, val); err != nil {
 			return nil, &shmRefusal{ReplyPutNodeAttr, err}
 		}
-		return PutNodeAttr{Local: i, Req: req, Key: string(k), Val: string(v)}, nil
+		return PutNodeAttr{Local: i, Req: req, Key: key, Val: val}, nil
 	case shm.OpGetNodeAttr:
 		// A name no put can make (checkNodeAttr) is not found, as over
 		// the text protocol.
@@ -323,19 +327,21 @@ func (a *Agent) shmOp(sa *shm.Agent, i int, m shm.Msg) (Op, error) {
 		if err != nil {
 			return nil, fmt.Errorf("publish: %w", err)
 		}
-		if err := checkName(string(name), string(port)); err != nil {
+		n, p := string(name), string(port)
+		if err := checkName(n, p); err != nil {
 			return nil, &shmRefusal{ReplyName, err}
 		}
-		return Name{Local: i, Req: req, Op: NamePublish, Name: string(name), Port: string(port)}, nil
+		return Name{Local: i, Req: req, Op: NamePublish, Name: n, Port: p}, nil
 	case shm.OpUnpublish, shm.OpLookup:
-		if err := checkName(string(m.Payload), ""); err != nil {
+		n := string(m.Payload)
+		if err := checkName(n, ""); err != nil {
 			return nil, &shmRefusal{ReplyName, err}
 		}
 		op := NameUnpublish
 		if m.Op == shm.OpLookup {
 			op = NameLookup
 		}
-		return Name{Local: i, Req: req, Op: op, Name: string(m.Payload)}, nil
+		return Name{Local: i, Req: req, Op: op, Name: n}, nil
 	case shm.OpAbort:
 		code, msg, err := shm.Int32(m.Payload)
 		if err != nil {
