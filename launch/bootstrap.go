@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -80,14 +81,20 @@ func (c *Config) hostList() ([]string, error) {
 		}
 		return c.Hosts, nil
 	case "slurm":
-		nl := os.Getenv("SLURM_JOB_NODELIST")
+		v := "SLURM_JOB_NODELIST"
+		nl := os.Getenv(v)
 		if nl == "" {
-			nl = os.Getenv("SLURM_NODELIST")
+			v = "SLURM_NODELIST"
+			nl = os.Getenv(v)
 		}
 		if nl == "" {
 			return nil, fmt.Errorf("bootstrap slurm: SLURM_JOB_NODELIST is not set (not inside an allocation?)")
 		}
-		return ExpandHostlist(nl)
+		hosts, err := ExpandHostlist(nl)
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap slurm: %s: %w", v, err)
+		}
+		return hosts, nil
 	}
 	return nil, fmt.Errorf("unknown bootstrap %q (want fork, loopback, netns, ssh or slurm)", c.Bootstrap)
 }
@@ -263,7 +270,14 @@ func firstAddr() string {
 }
 
 // ExpandHostlist expands a Slurm host list such as
-// "node[01-03,7],login,gpu[1-2]" into host names.
+// "node[01-03,7],login,gpu[1-2]" into host names. As Slurm's own
+// (scontrol show hostnames), an item may hold several bracket groups,
+// expanded as their product with the last varying fastest
+// ("rack[1-2]-n[01-02]": rack1-n01, rack1-n02, rack2-n01, rack2-n02), and
+// a number keeps the width of its range's first bound (n[08-10]: n08,
+// n09, n10). A bracket that is not closed, closed twice or nested is
+// refused, naming the item: srun would be asked for nodes that are not
+// the allocation's.
 func ExpandHostlist(s string) ([]string, error) {
 	var out []string
 	for len(s) > 0 {
@@ -288,35 +302,73 @@ func ExpandHostlist(s string) ([]string, error) {
 		if item == "" {
 			continue
 		}
-		open := strings.IndexByte(item, '[')
-		if open < 0 {
-			out = append(out, item)
-			continue
+		names, err := expandHostItem(item, maxHostlist-len(out))
+		if err != nil {
+			return nil, fmt.Errorf("expand host list: %w in %q", err, item)
 		}
-		close := strings.IndexByte(item, ']')
-		if close < open {
-			return nil, fmt.Errorf("expand host list: unbalanced brackets in %q", item)
-		}
-		prefix, suffix := item[:open], item[close+1:]
-		for _, r := range strings.Split(item[open+1:close], ",") {
-			lo, hi, isRange := strings.Cut(r, "-")
-			if !isRange {
-				hi = lo
-			}
-			a, err1 := strconv.Atoi(lo)
-			b, err2 := strconv.Atoi(hi)
-			if err1 != nil || err2 != nil || b < a || b-a > 1<<16 {
-				return nil, fmt.Errorf("expand host list: bad range %q in %q", r, item)
-			}
-			for v := a; v <= b; v++ {
-				out = append(out, fmt.Sprintf("%s%0*d%s", prefix, len(lo), v, suffix))
-			}
-		}
+		out = append(out, names...)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("expand host list: empty")
 	}
 	return out, nil
+}
+
+// maxHostlist bounds the names one host list expands to: more nodes than
+// any cluster has, fewer than a list such as "n[0-65535]x[0-65535]" would
+// make (2^32 names).
+const maxHostlist = 1 << 20
+
+// expandHostItem expands one item of a host list, PREFIX[RANGES]REST,
+// into at most limit names, REST expanded in turn.
+func expandHostItem(item string, limit int) ([]string, error) {
+	open := strings.IndexByte(item, '[')
+	if open < 0 {
+		if strings.IndexByte(item, ']') >= 0 {
+			return nil, errors.New("unbalanced brackets")
+		}
+		return []string{item}, nil
+	}
+	prefix := item[:open]
+	end := strings.IndexByte(item[open:], ']')
+	if end < 0 || strings.IndexByte(prefix, ']') >= 0 {
+		return nil, errors.New("unbalanced brackets")
+	}
+	end += open
+	inner := item[open+1 : end]
+	if strings.IndexByte(inner, '[') >= 0 {
+		return nil, errors.New("nested brackets")
+	}
+	rests, err := expandHostItem(item[end+1:], limit)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range strings.Split(inner, ",") {
+		lo, hi, isRange := strings.Cut(r, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || !digits(lo) || !digits(hi) || b < a {
+			return nil, fmt.Errorf("bad range %q", r)
+		}
+		if b-a >= limit || (b-a+1)*len(rests) > limit-len(out) {
+			return nil, fmt.Errorf("more than %d host names", maxHostlist)
+		}
+		for v := a; v <= b; v++ {
+			for _, rest := range rests {
+				out = append(out, fmt.Sprintf("%s%0*d%s", prefix, len(lo), v, rest))
+			}
+		}
+	}
+	return out, nil
+}
+
+// digits reports whether s is a decimal number without a sign.
+func digits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // ReadHostfile reads one host per line: "host", "host:slots", or Open

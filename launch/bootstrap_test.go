@@ -242,15 +242,24 @@ func TestExpandHostlist(t *testing.T) {
 		{"n1", "n1"},
 		{"node[01-03,7],login", "node01,node02,node03,node7,login"}, // padding per range, as Slurm
 		{"gpu[1-2]-ib,a", "gpu1-ib,gpu2-ib,a"},
+		{"n[08-10]", "n08,n09,n10"},
+		{"n[1-010]", "n1,n2,n3,n4,n5,n6,n7,n8,n9,n10"}, // the first bound's width
+		{"n[1-2],,m", "n1,n2,m"},
+		// Several bracket groups: their product, as scontrol show
+		// hostnames expands them (it was rack1-n[01-02], rack2-n[01-02]).
+		{"rack[1-2]-n[01-02]", "rack1-n01,rack1-n02,rack2-n01,rack2-n02"},
+		{"a[1-2]b[3-4],c", "a1b3,a1b4,a2b3,a2b4,c"},
+		{"n[1-2][3,5]", "n13,n15,n23,n25"},
 	} {
 		got, err := ExpandHostlist(tc.in)
 		if err != nil || strings.Join(got, ",") != tc.want {
 			t.Errorf("ExpandHostlist(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "n[3-1]", "n[a-b]", "n]1["} {
+	for _, bad := range []string{"", "n[3-1]", "n[a-b]", "n]1[", "n1]", "n[1-2]]", "n[1-3", "a]b[1]", "n[1-[2-3]]",
+		"n[+1-2]", "n[1--2]", "n[0-99999999999999999999]", "n[0-65535]x[0-65535]"} {
 		if got, err := ExpandHostlist(bad); err == nil {
-			t.Errorf("ExpandHostlist(%q) = %v, want an error", bad, got)
+			t.Errorf("ExpandHostlist(%q) = %d names (%.60q...), want an error", bad, len(got), strings.Join(got, ","))
 		}
 	}
 }
