@@ -372,7 +372,8 @@ func digits(s string) bool {
 }
 
 // ReadHostfile reads one host per line: "host", "host:slots", or Open
-// MPI's "host slots=N" (returned as host:N), skipping blank lines and #
+// MPI's "host slots=N" (returned as host:N; an IPv6 address as
+// [address]:N), skipping blank lines and #
 // comments. Anything else on a line is refused, naming the line: the
 // job would run otherwise than the file says.
 func ReadHostfile(path string) ([]string, error) {
@@ -390,8 +391,11 @@ func ReadHostfile(path string) ([]string, error) {
 		host := f[0]
 		for _, w := range f[1:] {
 			slots, ok := strings.CutPrefix(w, "slots=")
-			if !ok || strings.Contains(host, ":") {
+			if !ok || hasSlots(host) {
 				return nil, fmt.Errorf("read hostfile %s: line %d: %q after the host: want HOST, HOST:SLOTS or HOST slots=SLOTS", path, n+1, w)
+			}
+			if strings.Count(host, ":") > 1 && !strings.HasPrefix(host, "[") {
+				host = "[" + host + "]" // an IPv6 address: fd00::2 slots=4 is [fd00::2]:4
 			}
 			host += ":" + slots
 		}
@@ -401,6 +405,15 @@ func ReadHostfile(path string) ([]string, error) {
 		return nil, fmt.Errorf("read hostfile %s: no hosts", path)
 	}
 	return hosts, nil
+}
+
+// hasSlots reports whether a hostfile's host names its slots: HOST:SLOTS
+// or [IPV6ADDRESS]:SLOTS, not an IPv6 address alone.
+func hasSlots(host string) bool {
+	if strings.HasPrefix(host, "[") {
+		return strings.Contains(host, "]:")
+	}
+	return strings.Count(host, ":") == 1
 }
 
 // ReadDaemonFile reads daemon addresses for --daemons @FILE: one

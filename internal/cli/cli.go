@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -344,24 +345,65 @@ func envArg(args []string, i int, inline string, hasInline bool) (string, int, e
 	return v, i, nil
 }
 
-// addHosts appends hosts, each HOST or HOST:SLOTS.
+// addHosts appends hosts, each HOST or HOST:SLOTS; an IPv6 address is
+// HOST as it is (fd00::2) or in brackets ([fd00::2], [fd00::2]:4), as
+// ssh and URLs write it.
 func (p *parser) addHosts(hs []string) error {
 	for _, h := range hs {
-		name, slots, hasSlots := strings.Cut(h, ":")
-		if name == "" {
-			return fmt.Errorf("empty host name in %q", strings.Join(hs, ","))
-		}
-		n := 0
-		if hasSlots {
-			var err error
-			if n, err = strconv.Atoi(slots); err != nil || n < 1 {
-				return fmt.Errorf("host %q: want HOST or HOST:SLOTS with SLOTS at least 1", h)
+		name, slots, err := splitHost(h)
+		if err != nil {
+			if h == "" {
+				return fmt.Errorf("empty host name in %q", strings.Join(hs, ","))
 			}
+			return err
 		}
 		p.cfg.Hosts = append(p.cfg.Hosts, name)
-		p.cfg.Slots = append(p.cfg.Slots, n)
+		p.cfg.Slots = append(p.cfg.Slots, slots)
 	}
 	return nil
+}
+
+// splitHost splits HOST[:SLOTS] into the host and its slots (0 when
+// unsaid). A name that starts with '-' is refused: ssh would take it for
+// one of its options (-oProxyCommand=... runs a command here).
+func splitHost(h string) (string, int, error) {
+	name, slots, hasSlots := strings.Cut(h, ":")
+	switch {
+	case strings.HasPrefix(h, "["):
+		addr, rest, ok := strings.Cut(h[1:], "]")
+		if !ok || net.ParseIP(stripZone(addr)) == nil || (rest != "" && !strings.HasPrefix(rest, ":")) {
+			return "", 0, fmt.Errorf("host %q: want [IPV6ADDRESS] or [IPV6ADDRESS]:SLOTS", h)
+		}
+		name, slots, hasSlots = addr, strings.TrimPrefix(rest, ":"), rest != ""
+	case strings.Count(h, ":") > 1:
+		// An IPv6 address without brackets has no slots: the last
+		// group of fd00::1:4 is the address's.
+		if net.ParseIP(stripZone(h)) == nil {
+			return "", 0, fmt.Errorf("host %q: want HOST or HOST:SLOTS (an IPv6 address with slots in brackets: [ADDRESS]:SLOTS)", h)
+		}
+		name, slots, hasSlots = h, "", false
+	}
+	if name == "" {
+		return "", 0, fmt.Errorf("empty host name in %q", h)
+	}
+	if strings.HasPrefix(name, "-") {
+		return "", 0, fmt.Errorf("host %q: a host name cannot start with '-' (ssh would take it for an option)", name)
+	}
+	n := 0
+	if hasSlots {
+		var err error
+		if n, err = strconv.Atoi(slots); err != nil || n < 1 {
+			return "", 0, fmt.Errorf("host %q: want HOST or HOST:SLOTS with SLOTS at least 1", h)
+		}
+	}
+	return name, n, nil
+}
+
+// stripZone drops an IPv6 address's zone (fe80::1%eth0), which ParseIP
+// does not take.
+func stripZone(addr string) string {
+	a, _, _ := strings.Cut(addr, "%")
+	return a
 }
 
 // addEnv adds one KEY=VALUE for every rank.

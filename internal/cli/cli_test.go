@@ -279,3 +279,38 @@ func TestParseHostfile(t *testing.T) {
 		}
 	}
 }
+
+// An IPv6 address is a host, as it is or in brackets with its slots
+// ([ADDRESS]:SLOTS), on -hosts and in a hostfile; it was refused
+// ('host "fd00::1": want HOST or HOST:SLOTS with SLOTS at least 1'). A
+// host starting with '-' is refused: ssh took it for one of its options
+// (-oProxyCommand=... runs a command on this machine).
+func TestParseHostsIPv6AndDash(t *testing.T) {
+	cfg, err := Parse([]string{"-hosts", "fd00::1,[fd00::2]:3,[fe80::1%eth0],n1:2", "p"})
+	if err != nil || !reflect.DeepEqual(cfg.Hosts, []string{"fd00::1", "fd00::2", "fe80::1%eth0", "n1"}) || !reflect.DeepEqual(cfg.Slots, []int{0, 3, 0, 2}) {
+		t.Errorf("-hosts: hosts %q slots %v, %v", cfg.Hosts, cfg.Slots, err)
+	}
+	path := t.TempDir() + "/hosts"
+	os.WriteFile(path, []byte("fd00::1\nfd00::2 slots=4\n[fd00::3]:2\n[fd00::4] slots=5\n"), 0o644)
+	cfg, err = Parse([]string{"-f", path, "p"})
+	if err != nil || !reflect.DeepEqual(cfg.Hosts, []string{"fd00::1", "fd00::2", "fd00::3", "fd00::4"}) || !reflect.DeepEqual(cfg.Slots, []int{0, 4, 2, 5}) {
+		t.Errorf("hostfile: hosts %q slots %v, %v", cfg.Hosts, cfg.Slots, err)
+	}
+	for _, tc := range []struct{ hosts, want string }{
+		{"fd00::1:4x", `host "fd00::1:4x": want HOST or HOST:SLOTS (an IPv6 address with slots in brackets`},
+		{"[fd00::1]:0", `host "[fd00::1]:0": want HOST or HOST:SLOTS with SLOTS at least 1`},
+		{"[fd00::1", `host "[fd00::1": want [IPV6ADDRESS] or [IPV6ADDRESS]:SLOTS`},
+		{"[n1]:2", `host "[n1]:2": want [IPV6ADDRESS]`},
+		{"[fd00::1]x", `host "[fd00::1]x": want [IPV6ADDRESS]`},
+		{"n1,-oProxyCommand=touch x", `host "-oProxyCommand=touch x": a host name cannot start with '-'`},
+		{"-n1:2", `host "-n1": a host name cannot start with '-'`},
+	} {
+		if _, err := Parse([]string{"-hosts", tc.hosts, "p"}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("-hosts %s: %v, want an error with %q", tc.hosts, err, tc.want)
+		}
+	}
+	os.WriteFile(path, []byte("[fd00::1]:2 slots=3\n"), 0o644)
+	if _, err := Parse([]string{"-f", path, "p"}); err == nil || !strings.Contains(err.Error(), `line 1: "slots=3" after the host`) {
+		t.Errorf("hostfile [fd00::1]:2 slots=3: %v", err)
+	}
+}
