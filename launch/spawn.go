@@ -148,9 +148,24 @@ func readHostfile(path, wdir string) ([]string, error) {
 	}
 	hosts, err := ReadHostfile(path)
 	for i, h := range hosts {
-		hosts[i], _, _ = strings.Cut(h, ":")
+		hosts[i] = hostOf(h)
 	}
 	return hosts, err
+}
+
+// hostOf is the host of a hostfile's HOST:SLOTS: HOST, an IPv6 address
+// in brackets ([fd00::2]:4) or alone (fd00::2, whose last group is the
+// address's, not slots).
+func hostOf(h string) string {
+	if addr, ok := strings.CutPrefix(h, "["); ok {
+		addr, _, _ = strings.Cut(addr, "]")
+		return addr
+	}
+	if strings.Count(h, ":") > 1 {
+		return h
+	}
+	host, _, _ := strings.Cut(h, ":")
+	return host
 }
 
 // place assigns the request's ranks to the run's k nodes: each command's

@@ -331,3 +331,17 @@ func TestSpawnPlacement(t *testing.T) {
 		t.Errorf("fastpmi_nodes=node from a job on 2 nodes: %v", err)
 	}
 }
+
+// A spawn's hostfile names IPv6 addresses as -f does: alone, with
+// slots=N or in brackets with :SLOTS (its hosts were cut at the first
+// colon: fd00::2 became fd00).
+func TestSpawnHostfileIPv6(t *testing.T) {
+	hf := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hf, []byte("fd00::1\nfd00::2 slots=2\n[fd00::3]:4\nn1:2\nn2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := readHostfile(hf, "")
+	if want := []string{"fd00::1", "fd00::2", "fd00::3", "n1", "n2"}; err != nil || strings.Join(hosts, " ") != strings.Join(want, " ") {
+		t.Errorf("hosts %q, %v; want %q", hosts, err, want)
+	}
+}
