@@ -97,7 +97,10 @@ func (p *procAgent) start(r *rootNode, i int, out *node.Output) error {
 	cmd := p.cmd
 	spec := r.spec.Encode()
 	var pumpTo *os.File // the stdin node's pipe, filled by pumpAgentStdin
-	if i == r.spec.StdinNode() && r.cfg.Stdin != nil {
+	// srun's one process (r.step) feeds every node's agent its input
+	// (--input=all), and the agent of the stdin node reads past the spec.
+	stdinNode := i == r.spec.StdinNode() || r.step && r.spec.StdinNode() >= 0
+	if stdinNode && r.cfg.Stdin != nil {
 		// A pipe, not exec.Cmd's copier: waiting for the agent must not
 		// wait for a read of pmirun's input (a terminal) that never ends.
 		pr, pw, err := os.Pipe()

@@ -378,3 +378,26 @@ func TestRootListenAddr(t *testing.T) {
 		t.Error("sourceAddr of an unresolvable daemon is not empty")
 	}
 }
+
+// Under Slurm one srun feeds every node's agent (--input=all), so the
+// job's input reaches the rank that reads it on whichever node it runs:
+// it reached only a rank of node 0, and -i 2 on node 2 read nothing.
+func TestSlurmStdinRank(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	fakeTool(t, "srun")
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-3]")
+	for _, rank := range []int{0, 2} {
+		var stdout, stderr syncbuf.Buffer
+		cfg := Config{Bootstrap: "slurm", Size: 3, Prog: "sh", Args: []string{"-c", `read x; echo "$PMI_RANK:$x"`},
+			StdinRank: rank, Stdin: strings.NewReader("hello\n"), PmidPath: pmid, RootAddr: "127.0.0.1",
+			Stdout: &stdout, Stderr: &stderr, Timeout: time.Minute}
+		err := Run(context.Background(), cfg)
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		sort.Strings(lines)
+		want := []string{"0:", "1:", "2:"}
+		want[rank] += "hello"
+		if err != nil || strings.Join(lines, " ") != strings.Join(want, " ") {
+			t.Errorf("-i %d: %q, %v; want %q\nstderr:\n%s", rank, lines, err, want, stderr.String())
+		}
+	}
+}
