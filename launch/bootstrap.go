@@ -118,7 +118,10 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 			cmds = append(cmds, exec.CommandContext(ctx, "ip", "netns", "exec", ns, pmid, "--node", strconv.Itoa(i)))
 		}
 	case "ssh":
-		ssh := strings.Fields(c.sshCommand()) // never blank
+		ssh, err := splitWords(c.sshCommand()) // never blank
+		if err != nil {
+			return nil, err // refused by validate
+		}
 		for i, h := range hosts {
 			// The remote side is a shell command line: quote the path.
 			argv := append(slices.Clone(ssh[1:]), "-o", "BatchMode=yes", "-T", h, shellQuote(pmid), "--node", strconv.Itoa(i))
@@ -160,6 +163,85 @@ func (c *Config) sshCommand() string {
 		}
 	}
 	return "ssh"
+}
+
+// checkSSH refuses an ssh command (--ssh, FASTPMI_SSH) that cannot be
+// split into words, naming where it came from.
+func (c *Config) checkSSH() error {
+	if c.Bootstrap != "ssh" {
+		return nil
+	}
+	if _, err := splitWords(c.sshCommand()); err != nil {
+		from := "--ssh"
+		if strings.TrimSpace(c.SSH) == "" {
+			from = "FASTPMI_SSH"
+		}
+		return fmt.Errorf("invalid %s %q: %w", from, c.sshCommand(), err)
+	}
+	return nil
+}
+
+// splitWords splits an ssh command into words as a shell would, without
+// expanding anything: at blanks, but not within single or double quotes;
+// a backslash keeps the next character (within double quotes only a
+// backslash, a double quote, $ or a backquote). It split at every space,
+// so "ssh -o 'ProxyCommand ssh -W %h:%p gw'" gave ssh the word
+// "'ProxyCommand" and a key file's path with a space could not be given.
+func splitWords(s string) ([]string, error) {
+	var words []string
+	var w strings.Builder
+	inWord := false
+	var quote rune // ' or " while inside quotes
+	rs := []rune(s)
+	for i := 0; i < len(rs); i++ {
+		c := rs[i]
+		switch {
+		case quote == '\'':
+			if c == '\'' {
+				quote = 0
+			} else {
+				w.WriteRune(c)
+			}
+		case c == '\\':
+			if i+1 == len(rs) {
+				return nil, errors.New("a backslash ends it")
+			}
+			if quote == '"' && !strings.ContainsRune("\\\"$`", rs[i+1]) {
+				w.WriteRune(c)
+				continue
+			}
+			i++
+			w.WriteRune(rs[i])
+			inWord = true
+		case quote == '"':
+			if c == '"' {
+				quote = 0
+			} else {
+				w.WriteRune(c)
+			}
+		case c == '\'' || c == '"':
+			quote, inWord = c, true
+		case c == ' ' || c == '\t' || c == '\n':
+			if inWord {
+				words = append(words, w.String())
+				w.Reset()
+				inWord = false
+			}
+		default:
+			w.WriteRune(c)
+			inWord = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("unterminated %c quote", quote)
+	}
+	if inWord {
+		words = append(words, w.String())
+	}
+	if len(words) == 0 {
+		return nil, errors.New("no command")
+	}
+	return words, nil
 }
 
 // shellQuote quotes s as one word for a POSIX shell (ssh hands the remote

@@ -337,6 +337,49 @@ func TestSSHCommand(t *testing.T) {
 	}
 }
 
+// An ssh command is split into words as the shell splits it, quotes
+// and backslashes kept from it; it was split at every space, so
+// --ssh "ssh -o 'ProxyCommand ssh -W %h:%p gw'" gave ssh "'ProxyCommand".
+// A quote left open is refused before any agent starts.
+func TestSSHCommandWords(t *testing.T) {
+	for _, in := range []string{
+		`ssh -o 'ProxyCommand ssh -W %h:%p gw'`,
+		`ssh -i "/home/me/my keys/id" -p 2222`,
+		`/opt/my\ tools/ssh  -F cfg`,
+		`ssh -o "ProxyCommand=nc \"a b\" \x \$H"`,
+		`ssh -o 'a\b' x""y ''`,
+		"\tssh  -v ",
+	} {
+		got, err := splitWords(in)
+		// The shell's own split, each word on a line of its own.
+		out, serr := exec.Command("sh", "-c", "printf '%s\\n' "+in).Output()
+		want := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		if err != nil || serr != nil || strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("splitWords(%q) = %q, %v; the shell: %q, %v", in, got, err, want, serr)
+		}
+	}
+	c := Config{Bootstrap: "ssh", SSH: `ssh -o 'ProxyCommand ssh -W %h:%p gw'`, PmidPath: "pmid"}
+	cmds, err := c.agentCommands(context.Background(), []string{"n1"})
+	if err != nil || len(cmds) != 1 || cmds[0].Args[2] != "ProxyCommand ssh -W %h:%p gw" {
+		t.Errorf("agent command %q, %v", cmds[0].Args, err)
+	}
+	for ssh, want := range map[string]string{
+		`ssh -o 'ProxyCommand x`: `invalid --ssh "ssh -o 'ProxyCommand x": unterminated ' quote`,
+		`ssh -o "ProxyCommand x`: `invalid --ssh "ssh -o \"ProxyCommand x": unterminated " quote`,
+		`ssh -p 22 \`:            `invalid --ssh "ssh -p 22 \\": a backslash ends it`,
+	} {
+		c := Config{Bootstrap: "ssh", Hosts: []string{"n1"}, SSH: ssh, Size: 1, Prog: "true"}
+		if err := c.validate(); err == nil || err.Error() != want {
+			t.Errorf("--ssh %s: %v, want %q", ssh, err, want)
+		}
+	}
+	t.Setenv("FASTPMI_SSH", "ssh '")
+	c = Config{Bootstrap: "ssh", Hosts: []string{"n1"}, Size: 1, Prog: "true"}
+	if err := c.validate(); err == nil || !strings.HasPrefix(err.Error(), "invalid FASTPMI_SSH") {
+		t.Errorf("FASTPMI_SSH=\"ssh '\": %v", err)
+	}
+}
+
 // pmirun sends agents started over ssh its environment without its own
 // machine's variables.
 func TestLauncherEnv(t *testing.T) {

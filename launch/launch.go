@@ -143,7 +143,7 @@ type Config struct {
 	NetBackend string        // agent links: auto, uring, net
 	NetTimeout time.Duration // a silent agent link is dead after this
 	PmidPath   string        // pmid on the nodes; default: next to pmirun, else on PATH
-	SSH        string        // ssh command and its options, split at spaces; default FASTPMI_SSH, else "ssh"
+	SSH        string        // ssh command and its options, split into words as the shell splits them (splitWords); default FASTPMI_SSH, else "ssh"
 	RootAddr   string        // address agents dial pmirun at; default: first non-loopback address
 	// KVS is the policy for keys put without a hint (auto, dense,
 	// sparse), GetStrategy how a node fetches a key another node holds

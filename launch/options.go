@@ -223,6 +223,9 @@ func checkDir(dir string) error {
 
 // validateLinks checks the multi-node options whatever the bootstrap.
 func (c *Config) validateLinks() error {
+	if err := c.checkSSH(); err != nil {
+		return err
+	}
 	if c.TreeWidth < 0 {
 		return fmt.Errorf("invalid tree width %d", c.TreeWidth)
 	}
