@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/launch"
 )
@@ -364,9 +365,10 @@ func (p *parser) addHosts(hs []string) error {
 }
 
 // splitHost splits HOST[:SLOTS] into the host and its slots (0 when
-// unsaid). A name that starts with '-' is refused: ssh would take it for
+// unsaid), blanks around it dropped. A name that starts with '-' is refused: ssh would take it for
 // one of its options (-oProxyCommand=... runs a command here).
 func splitHost(h string) (string, int, error) {
+	h = strings.TrimSpace(h) // -hosts "a, b"
 	name, slots, hasSlots := strings.Cut(h, ":")
 	switch {
 	case strings.HasPrefix(h, "["):
@@ -388,6 +390,9 @@ func splitHost(h string) (string, int, error) {
 	}
 	if strings.HasPrefix(name, "-") {
 		return "", 0, fmt.Errorf("host %q: a host name cannot start with '-' (ssh would take it for an option)", name)
+	}
+	if !agent.HostOK(name) {
+		return "", 0, fmt.Errorf("host %q: a host name holds no blanks, control characters, commas or semicolons", name)
 	}
 	n := 0
 	if hasSlots {

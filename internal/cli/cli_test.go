@@ -284,11 +284,18 @@ func TestParseHostfile(t *testing.T) {
 // ([ADDRESS]:SLOTS), on -hosts and in a hostfile; it was refused
 // ('host "fd00::1": want HOST or HOST:SLOTS with SLOTS at least 1'). A
 // host starting with '-' is refused: ssh took it for one of its options
-// (-oProxyCommand=... runs a command on this machine).
+// (-oProxyCommand=... runs a command on this machine). So is one with
+// blanks or separators inside (ssh: 'hostname contains invalid
+// characters', after the agent was started); blanks around it go.
 func TestParseHostsIPv6AndDash(t *testing.T) {
 	cfg, err := Parse([]string{"-hosts", "fd00::1,[fd00::2]:3,[fe80::1%eth0],n1:2", "p"})
 	if err != nil || !reflect.DeepEqual(cfg.Hosts, []string{"fd00::1", "fd00::2", "fe80::1%eth0", "n1"}) || !reflect.DeepEqual(cfg.Slots, []int{0, 3, 0, 2}) {
 		t.Errorf("-hosts: hosts %q slots %v, %v", cfg.Hosts, cfg.Slots, err)
+	}
+	// Blanks around a host are dropped ("a, b" is a and b, not " b").
+	cfg, err = Parse([]string{"-hosts", "a, b:2 ,c", "p"})
+	if err != nil || !reflect.DeepEqual(cfg.Hosts, []string{"a", "b", "c"}) || !reflect.DeepEqual(cfg.Slots, []int{0, 2, 0}) {
+		t.Errorf("-hosts with blanks: hosts %q slots %v, %v", cfg.Hosts, cfg.Slots, err)
 	}
 	path := t.TempDir() + "/hosts"
 	os.WriteFile(path, []byte("fd00::1\nfd00::2 slots=4\n[fd00::3]:2\n[fd00::4] slots=5\n"), 0o644)
@@ -304,6 +311,9 @@ func TestParseHostsIPv6AndDash(t *testing.T) {
 		{"[fd00::1]x", `host "[fd00::1]x": want [IPV6ADDRESS]`},
 		{"n1,-oProxyCommand=touch x", `host "-oProxyCommand=touch x": a host name cannot start with '-'`},
 		{"-n1:2", `host "-n1": a host name cannot start with '-'`},
+		{"a,b;c", `host "b;c": a host name holds no blanks`},
+		{"a,b c:2", `host "b c": a host name holds no blanks`},
+		{"a,b\x01", `host "b\x01": a host name holds no blanks`},
 	} {
 		if _, err := Parse([]string{"-hosts", tc.hosts, "p"}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("-hosts %s: %v, want an error with %q", tc.hosts, err, tc.want)
