@@ -99,6 +99,43 @@ func (c *Config) hostList() ([]string, error) {
 	return nil, fmt.Errorf("unknown bootstrap %q (want fork, loopback, netns, ssh or slurm)", c.Bootstrap)
 }
 
+// slurmTasks is the allocation's tasks on each of its k nodes, from
+// SLURM_TASKS_PER_NODE ("2(x3),1": 2, 2, 2, 1), or nil when that is
+// unset, malformed or not of k nodes (inside a step it is the step's).
+func slurmTasks(k int) []int {
+	var tasks []int
+	for item := range strings.SplitSeq(os.Getenv("SLURM_TASKS_PER_NODE"), ",") {
+		n, times := item, "1"
+		if a, b, ok := strings.Cut(item, "(x"); ok {
+			n, times = a, strings.TrimSuffix(b, ")")
+			if times == b {
+				return nil
+			}
+		}
+		c, err1 := strconv.Atoi(n)
+		r, err2 := strconv.Atoi(times)
+		if err1 != nil || err2 != nil || c < 1 || r < 1 || r > k-len(tasks) {
+			return nil
+		}
+		for range r {
+			tasks = append(tasks, c)
+		}
+	}
+	if len(tasks) != k {
+		return nil
+	}
+	return tasks
+}
+
+// sum is the sum of xs.
+func sum(xs []int) int {
+	s := 0
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
 // agentCommands returns the command that starts each node's agent. For
 // slurm there is one command for every node.
 func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd, error) {

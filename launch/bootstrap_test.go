@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -441,6 +442,48 @@ func TestSlurmStdinRank(t *testing.T) {
 		want[rank] += "hello"
 		if err != nil || strings.Join(lines, " ") != strings.Join(want, " ") {
 			t.Errorf("-i %d: %q, %v; want %q\nstderr:\n%s", rank, lines, err, want, stderr.String())
+		}
+	}
+}
+
+// A job of the allocation's tasks runs them where Slurm allocated them
+// (SLURM_TASKS_PER_NODE), as srun and Hydra do: salloc -n 5 on nodes of
+// 4 CPUs holds 4 and 1 tasks, and pmirun spread the ranks 3 and 2, one
+// more on the second node than it has CPUs for the job. A job of
+// another size is spread evenly, as before.
+func TestSlurmTasksPerNode(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	fakeTool(t, "srun")
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-3]")
+	t.Setenv("SLURM_NTASKS", "6")
+	t.Setenv("SLURM_TASKS_PER_NODE", "4,1(x2)")
+	for _, c := range []struct {
+		size   int
+		cyclic bool
+		want   string
+	}{
+		{0, false, "0:0 1:0 2:0 3:0 4:1 5:2"}, // -n unsaid: SLURM_NTASKS
+		{6, false, "0:0 1:0 2:0 3:0 4:1 5:2"},
+		{6, true, "0:0 1:1 2:2 3:0 4:0 5:0"}, // srun's cyclic: a task each in turn while a node has some left
+		{3, false, "0:0 1:1 2:2"},
+	} {
+		var stdout, stderr syncbuf.Buffer
+		cfg := Config{Bootstrap: "slurm", Size: c.size, Cyclic: c.cyclic, Prog: "sh", Args: []string{"-c", `echo "$PMI_RANK:$SLURM_NODEID"`},
+			PmidPath: pmid, RootAddr: "127.0.0.1", Stdout: &stdout, Stderr: &stderr, Timeout: time.Minute}
+		err := Run(context.Background(), cfg)
+		lines := strings.Fields(stdout.String())
+		sort.Strings(lines)
+		if got := strings.Join(lines, " "); err != nil || got != c.want {
+			t.Errorf("-n %d cyclic %v: %s, %v; want %s\nstderr:\n%s", c.size, c.cyclic, got, err, c.want, stderr.String())
+		}
+	}
+	for v, want := range map[string][]int{
+		"2(x3),1": {2, 2, 2, 1}, "1(x4)": {1, 1, 1, 1}, "4,1,1,2": {4, 1, 1, 2},
+		"": nil, "2(x5)": nil, "2(x3)": nil, "2(x3": nil, "0(x4)": nil, "a,1,1,1": nil, "1,1,1,1,1": nil,
+	} {
+		t.Setenv("SLURM_TASKS_PER_NODE", v)
+		if got := slurmTasks(4); !slices.Equal(got, want) {
+			t.Errorf("SLURM_TASKS_PER_NODE=%s: %v, want %v", v, got, want)
 		}
 	}
 }

@@ -204,6 +204,15 @@ func runMulti(ctx context.Context, cfg Config, job *jobOut) error {
 			hosts[i], _, _ = strings.Cut(h, "=")
 		}
 	}
+	if cfg.Bootstrap == "slurm" && cfg.PPN == 0 {
+		// A job of the allocation's tasks runs them where Slurm put
+		// them, as srun and Hydra do: spread evenly, an allocation of
+		// 4 and 1 tasks (salloc -n 5 on nodes of 4 CPUs) got 3 and 2,
+		// a rank more than the second node has CPUs for.
+		if t := slurmTasks(len(hosts)); sum(t) == cfg.Size {
+			cfg.Slots = t
+		}
+	}
 	m, err := placement(cfg, len(hosts))
 	if err != nil {
 		return early(cfg, 2, err.Error())
