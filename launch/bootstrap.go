@@ -99,6 +99,32 @@ func (c *Config) hostList() ([]string, error) {
 	return nil, fmt.Errorf("unknown bootstrap %q (want fork, loopback, netns, ssh or slurm)", c.Bootstrap)
 }
 
+// inSlurmAllocation reports whether a job that names no bootstrap, hosts
+// or daemons runs inside a Slurm allocation (SLURM_JOB_ID and its node
+// list set) that holds another node than this one: its nodes are the
+// job's. An allocation of this node alone (SLURMD_NODENAME, else the
+// host's names) leaves the job forked here; so does --bootstrap fork.
+func (c *Config) inSlurmAllocation() bool {
+	if c.Bootstrap != "" || len(c.Hosts) > 0 || len(c.Daemons) > 0 || c.Virtual != "" || os.Getenv("SLURM_JOB_ID") == "" {
+		return false
+	}
+	nl := os.Getenv("SLURM_JOB_NODELIST")
+	if nl == "" {
+		nl = os.Getenv("SLURM_NODELIST")
+	}
+	if nl == "" {
+		return false
+	}
+	hosts, err := ExpandHostlist(nl)
+	if err != nil {
+		return true // the slurm bootstrap says what is wrong with it
+	}
+	if me := os.Getenv("SLURMD_NODENAME"); me != "" {
+		return slices.ContainsFunc(hosts, func(h string) bool { return h != me })
+	}
+	return !onlyThisMachine(hosts)
+}
+
 // slurmTasks is the allocation's tasks on each of its k nodes, from
 // SLURM_TASKS_PER_NODE ("2(x3),1": 2, 2, 2, 1), or nil when that is
 // unset, malformed or not of k nodes (inside a step it is the step's).

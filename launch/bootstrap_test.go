@@ -487,3 +487,66 @@ func TestSlurmTasksPerNode(t *testing.T) {
 		}
 	}
 }
+
+// A job that names no bootstrap or hosts inside a Slurm allocation of
+// other nodes (sbatch -N 2, salloc on a login node) runs on the
+// allocation's nodes, as Hydra and Open MPI's mpirun run it: it ran on
+// this machine alone, one rank without -n, and exited 0. An allocation
+// of this node alone, --bootstrap fork, or no allocation leave it here.
+func TestSlurmAllocationDetected(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	log := fakeTool(t, "srun")
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-2]")
+	t.Setenv("SLURM_NTASKS", "4")
+	t.Setenv("SLURMD_NODENAME", "")
+	os.Unsetenv("SLURMD_NODENAME")
+	for _, c := range []struct {
+		name      string
+		jobID     string
+		nodeName  string
+		bootstrap string
+		want      string
+	}{
+		{"batch script", "7", "n1", "", "0:0 1:0 2:1 3:1"},
+		{"salloc on a login node", "7", "", "", "0:0 1:0 2:1 3:1"},
+		{"allocation of this node", "7", "n1", "fork", "0: 1: 2: 3:"},
+		{"no allocation", "", "", "", "0:"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("SLURM_JOB_ID", c.jobID)
+			t.Setenv("SLURMD_NODENAME", c.nodeName)
+			os.Remove(log)
+			var stdout, stderr syncbuf.Buffer
+			cfg := Config{Bootstrap: c.bootstrap, Prog: "sh", Args: []string{"-c", `echo "$PMI_RANK:$SLURM_NODEID"`},
+				PmidPath: pmid, RootAddr: "127.0.0.1", Stdout: &stdout, Stderr: &stderr, Timeout: time.Minute}
+			if c.bootstrap == "fork" {
+				cfg.Size = 4
+			}
+			err := Run(context.Background(), cfg)
+			lines := strings.Fields(stdout.String())
+			sort.Strings(lines)
+			if got := strings.Join(lines, " "); err != nil || got != c.want {
+				t.Errorf("%s, %v; want %s\nstderr:\n%s", got, err, c.want, stderr.String())
+			}
+			_, err = os.Stat(log)
+			if srun := err == nil; srun != strings.Contains(c.want, ":1") {
+				t.Errorf("srun ran: %v", srun)
+			}
+		})
+	}
+	// An allocation of this node alone: the job is forked here.
+	t.Setenv("SLURM_JOB_ID", "7")
+	t.Setenv("SLURM_JOB_NODELIST", "n1")
+	t.Setenv("SLURMD_NODENAME", "n1")
+	if c := (Config{}); c.inSlurmAllocation() {
+		t.Error("an allocation of this node alone: slurm bootstrap")
+	}
+	t.Setenv("SLURMD_NODENAME", "")
+	t.Setenv("SLURM_JOB_NODELIST", "localhost")
+	if c := (Config{}); c.inSlurmAllocation() {
+		t.Error("an allocation of localhost alone: slurm bootstrap")
+	}
+	if c := (Config{Hosts: []string{"a"}}); c.inSlurmAllocation() {
+		t.Error("hosts given: slurm bootstrap")
+	}
+}

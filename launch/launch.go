@@ -195,6 +195,13 @@ func (c *Config) validate() error {
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
 	}
+	if c.inSlurmAllocation() {
+		// As Hydra and Open MPI's mpirun do: a job started inside an
+		// allocation of other nodes (sbatch -N 4, salloc on a login
+		// node) runs on them. It ran here alone, one rank without -n,
+		// and exited 0 having used none of them.
+		c.Bootstrap = "slurm"
+	}
 	if c.Size == 0 && len(c.Apps) == 0 {
 		c.Size = c.unsaidSize()
 	}

@@ -150,7 +150,7 @@ var flagTable = []*Flag{
 
 	// multi-node
 	{Names: []string{"--bootstrap", "-launcher"}, Arg: "B", Nargs: 1, Group: "multi-node", Choices: []string{"fork", "ssh", "slurm", "netns", "loopback"},
-		Help: "how agents start: fork (this machine, the default without hosts), ssh (the default with hosts), slurm (inside an allocation), netns (test hosts), loopback (several agents here)",
+		Help: "how agents start: fork (this machine, the default without hosts), ssh (the default with hosts), slurm (inside an allocation; the default in one that holds other nodes than this, as Hydra's), netns (test hosts), loopback (several agents here)",
 		set:  func(p *parser, v []string) error { p.cfg.Bootstrap = v[0]; return nil }},
 	{Names: []string{"--nodes"}, Arg: "K", Nargs: 1, Group: "multi-node",
 		Help: "number of agents for --bootstrap loopback",
