@@ -197,10 +197,13 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 		// agents (multiRun.hostd); only when they cannot host it does it
 		// get a step of its own, on a subset of the nodes: --overlap
 		// lets it run beside its parent's, which holds the nodes' CPUs.
+		// --export=ALL: the agents get pmirun's environment, as the
+		// other bootstraps' do, also where SLURM_EXPORT_ENV says NONE
+		// (sbatch --export=NONE leaves it so for the batch script).
 		n := strconv.Itoa(len(hosts))
 		cmds = append(cmds, exec.CommandContext(ctx, "srun", "--overlap", "--nodelist="+strings.Join(hosts, ","),
 			"--nodes="+n, "--ntasks="+n, "--ntasks-per-node=1",
-			"--mpi=none", "--input=all", "--kill-on-bad-exit=1", pmid, "--node", "slurm"))
+			"--mpi=none", "--input=all", "--kill-on-bad-exit=1", "--export=ALL", pmid, "--node", "slurm"))
 	}
 	return cmds, nil
 }

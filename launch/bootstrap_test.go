@@ -64,7 +64,7 @@ func TestBootstraps(t *testing.T) {
 		log  string // what the fake tool must have logged
 	}{
 		{"ssh", Config{Bootstrap: "ssh", Hosts: []string{"alpha", "beta", "gamma"}}, "ssh", "alpha\nbeta\ngamma\n"},
-		{"slurm", Config{Bootstrap: "slurm"}, "srun", "--overlap\n--nodelist=n1,n2,n3\n--ntasks=3\n--ntasks-per-node=1\n--mpi=none\n--input=all\n--kill-on-bad-exit=1\n"},
+		{"slurm", Config{Bootstrap: "slurm"}, "srun", "--overlap\n--nodelist=n1,n2,n3\n--ntasks=3\n--ntasks-per-node=1\n--mpi=none\n--input=all\n--kill-on-bad-exit=1\n--export=ALL\n"},
 		{"loopback", Config{Bootstrap: "loopback", Nodes: 3}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -548,5 +548,27 @@ func TestSlurmAllocationDetected(t *testing.T) {
 	}
 	if c := (Config{Hosts: []string{"a"}}); c.inSlurmAllocation() {
 		t.Error("hosts given: slurm bootstrap")
+	}
+}
+
+// The agents' srun step gets pmirun's environment whatever
+// SLURM_EXPORT_ENV says: 'sbatch --export=NONE' sets it to NONE for the
+// batch script, where srun then starts its tasks with the SLURM_*
+// variables alone, so the ranks lost the PATH, LD_LIBRARY_PATH and
+// module settings the script had made for pmirun.
+func TestSlurmExportsEnvironment(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	fakeTool(t, "srun")
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-2]")
+	t.Setenv("SLURM_EXPORT_ENV", "NONE")
+	t.Setenv("JOB_SETTING", "from-the-script")
+	var stdout, stderr syncbuf.Buffer
+	cfg := Config{Bootstrap: "slurm", Size: 2, Prog: "/bin/sh", Args: []string{"-c", `echo "$PMI_RANK:$JOB_SETTING"`},
+		PmidPath: pmid, RootAddr: "127.0.0.1", Stdout: &stdout, Stderr: &stderr, Timeout: time.Minute}
+	err := Run(context.Background(), cfg)
+	lines := strings.Fields(stdout.String())
+	sort.Strings(lines)
+	if got, want := strings.Join(lines, " "), "0:from-the-script 1:from-the-script"; err != nil || got != want {
+		t.Errorf("%s, %v; want %s\nstderr:\n%s", got, err, want, stderr.String())
 	}
 }
