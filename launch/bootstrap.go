@@ -200,10 +200,14 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 		// --export=ALL: the agents get pmirun's environment, as the
 		// other bootstraps' do, also where SLURM_EXPORT_ENV says NONE
 		// (sbatch --export=NONE leaves it so for the batch script).
+		// --cpu-bind=none: an agent is a task of one CPU to srun, which
+		// under task/affinity would bind it, and every rank it forks,
+		// to that CPU; unbound they have the job's CPUs on the node (as
+		// Open MPI's daemons are started).
 		n := strconv.Itoa(len(hosts))
 		cmds = append(cmds, exec.CommandContext(ctx, "srun", "--overlap", "--nodelist="+strings.Join(hosts, ","),
 			"--nodes="+n, "--ntasks="+n, "--ntasks-per-node=1",
-			"--mpi=none", "--input=all", "--kill-on-bad-exit=1", "--export=ALL", pmid, "--node", "slurm"))
+			"--mpi=none", "--input=all", "--kill-on-bad-exit=1", "--export=ALL", "--cpu-bind=none", pmid, "--node", "slurm"))
 	}
 	return cmds, nil
 }

@@ -64,7 +64,7 @@ func TestBootstraps(t *testing.T) {
 		log  string // what the fake tool must have logged
 	}{
 		{"ssh", Config{Bootstrap: "ssh", Hosts: []string{"alpha", "beta", "gamma"}}, "ssh", "alpha\nbeta\ngamma\n"},
-		{"slurm", Config{Bootstrap: "slurm"}, "srun", "--overlap\n--nodelist=n1,n2,n3\n--ntasks=3\n--ntasks-per-node=1\n--mpi=none\n--input=all\n--kill-on-bad-exit=1\n--export=ALL\n"},
+		{"slurm", Config{Bootstrap: "slurm"}, "srun", "--overlap\n--nodelist=n1,n2,n3\n--ntasks=3\n--ntasks-per-node=1\n--mpi=none\n--input=all\n--kill-on-bad-exit=1\n--export=ALL\n--cpu-bind=none\n"},
 		{"loopback", Config{Bootstrap: "loopback", Nodes: 3}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -570,5 +570,28 @@ func TestSlurmExportsEnvironment(t *testing.T) {
 	sort.Strings(lines)
 	if got, want := strings.Join(lines, " "), "0:from-the-script 1:from-the-script"; err != nil || got != want {
 		t.Errorf("%s, %v; want %s\nstderr:\n%s", got, err, want, stderr.String())
+	}
+}
+
+// The agents' srun step runs unbound (--cpu-bind=none), as Open MPI's
+// daemons' srun and other per-node daemons run: under task/affinity srun
+// bound each agent, a task of one CPU, to that CPU, and with it every
+// rank it forked (and -bind-to spread them over that one CPU), however
+// many CPUs the job holds on the node.
+func TestSlurmAgentsUnbound(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	fakeTool(t, "srun")
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-2]")
+	b, err := os.ReadFile("/proc/self/status")
+	mine := regexp.MustCompile(`(?m)^Cpus_allowed_list:\s*(\S+)$`).FindSubmatch(b)
+	if err != nil || mine == nil {
+		t.Fatalf("no Cpus_allowed_list: %v", err)
+	}
+	var stdout, stderr syncbuf.Buffer
+	cfg := Config{Bootstrap: "slurm", Size: 2, Prog: "/bin/sh", Args: []string{"-c", `sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status`},
+		PmidPath: pmid, RootAddr: "127.0.0.1", Stdout: &stdout, Stderr: &stderr, Timeout: time.Minute}
+	err = Run(context.Background(), cfg)
+	if got, want := strings.Fields(stdout.String()), []string{string(mine[1]), string(mine[1])}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("the ranks may use CPUs %q, %v; want %q, pmirun's\nstderr:\n%s", got, err, want, stderr.String())
 	}
 }
