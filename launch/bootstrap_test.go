@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -593,5 +594,27 @@ func TestSlurmAgentsUnbound(t *testing.T) {
 	err = Run(context.Background(), cfg)
 	if got, want := strings.Fields(stdout.String()), []string{string(mine[1]), string(mine[1])}; err != nil || !slices.Equal(got, want) {
 		t.Errorf("the ranks may use CPUs %q, %v; want %q, pmirun's\nstderr:\n%s", got, err, want, stderr.String())
+	}
+}
+
+// Under Slurm every node's agent is fed the job's input (--input=all),
+// and srun holds only so much of it that a task has not read: the agents
+// of the other nodes read none, so an input of more than a few pipes
+// (pmirun ... < data) stopped after the first 64 KiB here, and rank 0
+// waited for the rest until the job's timeout. They now read it and let
+// it go.
+func TestSlurmLargeStdin(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	fakeTool(t, "srun")
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-3]")
+	const size = 4 << 20
+	var stdout, stderr syncbuf.Buffer
+	cfg := Config{Bootstrap: "slurm", Size: 3, Prog: "/bin/sh", Args: []string{"-c", `if [ "$PMI_RANK" = 0 ]; then wc -c; fi`},
+		Stdin: bytes.NewReader(make([]byte, size)), PmidPath: pmid, RootAddr: "127.0.0.1",
+		Stdout: &stdout, Stderr: &stderr, Timeout: 20 * time.Second}
+	start := time.Now()
+	err := Run(context.Background(), cfg)
+	if got := strings.TrimSpace(stdout.String()); err != nil || got != strconv.Itoa(size) {
+		t.Errorf("rank 0 read %q bytes (%v after %v), want %d\nstderr:\n%s", got, err, time.Since(start).Round(time.Millisecond), size, stderr.String())
 	}
 }

@@ -168,8 +168,17 @@ func Main(name, guardExe string, args []string, stdin io.Reader, stdout, stderr 
 	ctx, stop := signal.NotifyContext(context.Background(), sys.SIGTERM, sys.SIGINT, sys.SIGHUP)
 	defer stop()
 	o := node.AgentOptions{Index: idx, Listen: *listen, Stdout: stdout, Stderr: stderr, Logger: log, Starter: starter}
-	if idx == spec.StdinNode() {
+	switch {
+	case idx == spec.StdinNode():
 		o.Stdin = br
+	case *nodeFlag == "slurm":
+		// srun feeds every node's agent the job's input (--input=all)
+		// and holds only so much of it as a task has not read: left
+		// unread here, it would stop the input of the node whose rank
+		// reads it. Like pmirun's pumps of the input, this goroutine is
+		// not waited for: it may be blocked in a read when the agent
+		// ends, and ends with the process.
+		go func() { _, _ = io.Copy(io.Discard, br) }()
 	}
 	// The command line's job's agents host the jobs the run spawns; an
 	// agent pmirun starts for a spawned job (when hosting could not be
