@@ -185,7 +185,16 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 		if err != nil {
 			return nil, err // refused by validate
 		}
+		local := localNames()
 		for i, h := range hosts {
+			if slices.ContainsFunc(local, func(l string) bool { return strings.EqualFold(h, l) }) {
+				// This machine's agent starts here, as Hydra starts
+				// its local host's proxy: ssh to itself needs an sshd
+				// here and a key it takes, which a login node or a
+				// workstation may not have.
+				cmds = append(cmds, exec.CommandContext(ctx, pmid, "--node", strconv.Itoa(i)))
+				continue
+			}
 			// The remote side is a shell command line: quote the path.
 			argv := append(slices.Clone(ssh[1:]), "-o", "BatchMode=yes", "-T", h, shellQuote(pmid), "--node", strconv.Itoa(i))
 			cmds = append(cmds, exec.CommandContext(ctx, ssh[0], argv...))

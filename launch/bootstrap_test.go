@@ -618,3 +618,29 @@ func TestSlurmLargeStdin(t *testing.T) {
 		t.Errorf("rank 0 read %q bytes (%v after %v), want %d\nstderr:\n%s", got, err, time.Since(start).Round(time.Millisecond), size, stderr.String())
 	}
 }
+
+// A host that is this machine among others (-hosts $(hostname),b) gets
+// its agent started here, as Hydra starts its local host's proxy: it was
+// started over ssh to this machine, which fails where no sshd runs here
+// ('ssh: connect to host ... port 22: Connection refused').
+func TestSSHThisMachineStartsHere(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	log := fakeTool(t, "ssh")
+	me, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, here := range []string{me, "localhost", "127.0.0.1"} {
+		os.Remove(log)
+		var stdout, stderr syncbuf.Buffer
+		cfg := Config{Bootstrap: "ssh", Hosts: []string{here, "beta"}, Size: 2, Prog: "/bin/sh", Args: []string{"-c", `echo "$PMI_RANK"`},
+			PmidPath: pmid, RootAddr: "127.0.0.1", Stdout: &stdout, Stderr: &stderr, Timeout: time.Minute}
+		err := Run(context.Background(), cfg)
+		lines := strings.Fields(stdout.String())
+		sort.Strings(lines)
+		b, _ := os.ReadFile(log)
+		if err != nil || strings.Join(lines, " ") != "0 1" || string(b) != "beta\n" {
+			t.Errorf("-hosts %s,beta: ranks %q, %v; ssh to %q, want beta alone\nstderr:\n%s", here, lines, err, b, stderr.String())
+		}
+	}
+}
