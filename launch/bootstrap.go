@@ -212,10 +212,14 @@ func (c *Config) agentCommands(ctx context.Context, hosts []string) ([]*exec.Cmd
 		// --cpu-bind=none: an agent is a task of one CPU to srun, which
 		// under task/affinity would bind it, and every rank it forks,
 		// to that CPU; unbound they have the job's CPUs on the node (as
-		// Open MPI's daemons are started).
+		// Open MPI's daemons are started). --cpus-per-task=1 said here,
+		// not taken from the batch script's SLURM_CPUS_PER_TASK and
+		// SLURM_TRES_PER_TASK, which srun from Slurm 23.11 refuses
+		// when they differ (sbatch -c 2); without --exact the step has
+		// the node's CPUs all the same.
 		n := strconv.Itoa(len(hosts))
 		cmds = append(cmds, exec.CommandContext(ctx, "srun", "--overlap", "--nodelist="+strings.Join(hosts, ","),
-			"--nodes="+n, "--ntasks="+n, "--ntasks-per-node=1",
+			"--nodes="+n, "--ntasks="+n, "--ntasks-per-node=1", "--cpus-per-task=1",
 			"--mpi=none", "--input=all", "--kill-on-bad-exit=1", "--export=ALL", "--cpu-bind=none", pmid, "--node", "slurm"))
 	}
 	return cmds, nil

@@ -65,7 +65,7 @@ func TestBootstraps(t *testing.T) {
 		log  string // what the fake tool must have logged
 	}{
 		{"ssh", Config{Bootstrap: "ssh", Hosts: []string{"alpha", "beta", "gamma"}}, "ssh", "alpha\nbeta\ngamma\n"},
-		{"slurm", Config{Bootstrap: "slurm"}, "srun", "--overlap\n--nodelist=n1,n2,n3\n--ntasks=3\n--ntasks-per-node=1\n--mpi=none\n--input=all\n--kill-on-bad-exit=1\n--export=ALL\n--cpu-bind=none\n"},
+		{"slurm", Config{Bootstrap: "slurm"}, "srun", "--overlap\n--nodelist=n1,n2,n3\n--ntasks=3\n--ntasks-per-node=1\n--cpus-per-task=1\n--mpi=none\n--input=all\n--kill-on-bad-exit=1\n--export=ALL\n--cpu-bind=none\n"},
 		{"loopback", Config{Bootstrap: "loopback", Nodes: 3}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -642,5 +642,28 @@ func TestSSHThisMachineStartsHere(t *testing.T) {
 		if err != nil || strings.Join(lines, " ") != "0 1" || string(b) != "beta\n" {
 			t.Errorf("-hosts %s,beta: ranks %q, %v; ssh to %q, want beta alone\nstderr:\n%s", here, lines, err, b, stderr.String())
 		}
+	}
+}
+
+// The agents' step names its CPUs per task itself: srun from Slurm 23.11
+// refuses a step that does not, where the batch script's
+// SLURM_CPUS_PER_TASK (sbatch -c 2) and SLURM_TRES_PER_TASK differ
+// ('srun: fatal: cpus_per_task set by two different environment
+// variables'), so every hybrid MPI+threads job failed to start.
+func TestSlurmCPUsPerTaskOwn(t *testing.T) {
+	pmid, _ := buildBinaries(t)
+	fakeTool(t, "srun")
+	t.Setenv("SLURM_JOB_NODELIST", "n[1-2]")
+	t.Setenv("SLURM_CPUS_PER_TASK", "2")
+	t.Setenv("SLURM_TRES_PER_TASK", "cpu:1")
+	var stdout, stderr syncbuf.Buffer
+	cfg := Config{Bootstrap: "slurm", Size: 2, Prog: "/bin/sh", Args: []string{"-c", `echo "$PMI_RANK:$SLURM_CPUS_PER_TASK"`},
+		PmidPath: pmid, RootAddr: "127.0.0.1", Stdout: &stdout, Stderr: &stderr, Timeout: time.Minute}
+	err := Run(context.Background(), cfg)
+	lines := strings.Fields(stdout.String())
+	sort.Strings(lines)
+	// The ranks still see the script's setting (OMP_NUM_THREADS from it).
+	if got, want := strings.Join(lines, " "), "0:2 1:2"; err != nil || got != want {
+		t.Errorf("%s, %v; want %s\nstderr:\n%s", got, err, want, stderr.String())
 	}
 }
