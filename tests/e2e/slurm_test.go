@@ -190,6 +190,36 @@ func TestNetnsSlurm(t *testing.T) {
 			r.wantRankLines(t, size, func(rank int) string { return fmt.Sprintf("[%d] %s", rank, cl.names[rank]) })
 		}
 	})
+	// Without --bootstrap inside the allocation, as Hydra and Open MPI's
+	// mpirun run it: the allocation's nodes, a rank each (it ran one
+	// rank on host 0 alone, exit 0).
+	t.Run("allocation detected", func(t *testing.T) {
+		j := s.job(cl, "net", "-l", "hostname")
+		j.args = j.args[2:] // no --bootstrap slurm
+		r := run(t, j)
+		r.wantCode(t, 0)
+		r.wantRankLines(t, hostCount, func(rank int) string { return fmt.Sprintf("[%d] %s", rank, cl.names[rank]) })
+	})
+	// The job's input reaches its stdin rank on any node (-i 2 read
+	// nothing), and all of it while the other nodes' agents, fed it by
+	// srun's --input=all too, leave it be (16 MiB stopped part way and
+	// waited for the job's timeout).
+	t.Run("stdin", func(t *testing.T) {
+		j := s.job(cl, "net", "-i", "2", "-n", "4", "-l", "sh", "-c", `read x; echo "$x"`)
+		j.stdin = strings.NewReader("hello\n")
+		r := run(t, j)
+		r.wantCode(t, 0)
+		r.wantRankLines(t, 4, func(rank int) string { return fmt.Sprintf("[%d] %s", rank, map[bool]string{true: "hello"}[rank == 2]) })
+		const size = 16 << 20
+		j = s.job(cl, "net", "-n", "4", "sh", "-c", `if [ "$PMI_RANK" = 0 ]; then wc -c; fi`)
+		j.stdin = strings.NewReader(strings.Repeat("x", size))
+		j.timeout = 20 * time.Second
+		r = run(t, j)
+		r.wantCode(t, 0)
+		if got := strings.TrimSpace(r.stdout); got != fmt.Sprint(size) {
+			t.Errorf("rank 0 read %q bytes, want %d\n%s", got, size, r)
+		}
+	})
 	// No pmid on the nodes: srun's step fails on every node, and pmirun
 	// says so (it said node 0's agent had exited).
 	t.Run("no pmid", func(t *testing.T) {
