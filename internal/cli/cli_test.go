@@ -29,6 +29,17 @@ func TestParseSpellings(t *testing.T) {
 	}
 }
 
+// Hydra's -launcher-exec (and -bootstrap-exec) name the command that
+// starts agents over ssh, as --ssh does: it was an unknown option.
+func TestParseLauncherExec(t *testing.T) {
+	for _, flag := range []string{"--ssh", "-launcher-exec", "--launcher-exec", "-bootstrap-exec"} {
+		cfg, err := Parse([]string{flag, "/opt/ssh/bin/ssh -F cfg", "-hosts", "a", "p"})
+		if err != nil || cfg.SSH != "/opt/ssh/bin/ssh -F cfg" {
+			t.Errorf("%s: ssh command %q, %v", flag, cfg.SSH, err)
+		}
+	}
+}
+
 func TestParseJob(t *testing.T) {
 	_, err := Parse([]string{"-n", "3", "-l", "-genv", "A", "1", "-genv", "B=2", "--env", "C=3",
 		"-wdir", "/tmp", "--timeout", "1.5", "-i", "all", "-hosts", "a:2,b", "-f", "/dev/null.missing", "x"})
