@@ -119,6 +119,32 @@ func TestAgentExitedBeforeConnecting(t *testing.T) {
 	}
 }
 
+// An agent started over ssh that exits before it connects says what to
+// check from its exit status: ssh's 255 (the host not reached or the
+// login refused), the remote shell's 127 (no pmid at that path there);
+// the message gave the status alone.
+func TestSSHExitHints(t *testing.T) {
+	fake, err := filepath.Abs("testdata/fake-ssh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKE_LOG", filepath.Join(t.TempDir(), "log"))
+	for _, c := range []struct{ ssh, pmid, want string }{
+		{`sh -c "exit 255" ssh`, "pmid", "agent of node 0 on alpha exited before connecting: exit status 255 (ssh could not reach alpha or log in there: see ssh's message)"},
+		{fake, "/nonexistent/pmid", "agent of node 0 on alpha exited before connecting: exit status 127 (no /nonexistent/pmid on alpha: see --pmid)"},
+		{fake, "/etc/passwd", "agent of node 0 on alpha exited before connecting: exit status 126 (/etc/passwd on alpha cannot be run: see --pmid)"},
+		{"false", "pmid", "agent of node 0 on alpha exited before connecting: exit status 1"},
+	} {
+		var stderr syncbuf.Buffer
+		cfg := Config{Bootstrap: "ssh", Hosts: []string{"alpha"}, SSH: c.ssh, PmidPath: c.pmid, RootAddr: "127.0.0.1",
+			Size: 1, Prog: "true", Stdout: &stderr, Stderr: &stderr, Timeout: time.Minute}
+		err := Run(context.Background(), cfg)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("ssh %s, pmid %s: %v, want %q\nstderr:\n%s", c.ssh, c.pmid, err, c.want, stderr.String())
+		}
+	}
+}
+
 // An agent that never connects (ssh to a host that does not answer
 // waits for the TCP timeout) fails the job once the connect timeout is
 // over, naming its node and host, and pmirun ends every agent then,

@@ -638,7 +638,7 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 			if r.step {
 				what = "srun, which runs every node's agent, exited before they connected"
 			}
-			r.startFailed(fmt.Errorf("%s: %s", what, why))
+			r.startFailed(fmt.Errorf("%s: %s%s", what, why, r.sshHint(e)))
 			return false
 		case <-actx.Done():
 			if ctx.Err() != nil {
@@ -672,6 +672,35 @@ func (r *rootNode) accept(ctx context.Context, ln netio.Listener, k int) bool {
 		r.links.Go(func() { node.Receive(c, i, r.in, r.quit) })
 	}
 	return true
+}
+
+// sshHint says what an agent started over ssh that exited before it
+// connected most likely met, from its exit status: ssh's own 255 (the
+// host not reached, or the login refused), or the remote shell's 127
+// and 126 (no pmid at that path there, or not one it can run). ssh's
+// and the shell's own words are on stderr; this names what to check.
+func (r *rootNode) sshHint(e bootExit) string {
+	var ee *exec.ExitError
+	if r.cfg.Bootstrap != "ssh" || !errors.As(e.err, &ee) {
+		return ""
+	}
+	host := r.hosts[e.i]
+	if slices.ContainsFunc(localNames(), func(l string) bool { return strings.EqualFold(host, l) }) {
+		return "" // started here, without ssh
+	}
+	pmid := r.cfg.PmidPath
+	if pmid == "" {
+		pmid = r.cfg.defaultAgent()
+	}
+	switch ee.ExitCode() {
+	case 255:
+		return fmt.Sprintf(" (ssh could not reach %s or log in there: see ssh's message)", host)
+	case 127:
+		return fmt.Sprintf(" (no %s on %s: see --pmid)", pmid, host)
+	case 126:
+		return fmt.Sprintf(" (%s on %s cannot be run: see --pmid)", pmid, host)
+	}
+	return ""
 }
 
 // connectTimeout bounds the wait for every agent's hello (a variable for
