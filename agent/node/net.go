@@ -608,13 +608,15 @@ func (a *agentNode) frame(fi FrameIn) {
 		}
 	case FrameTree:
 		m, err := tree.DecodeMsg(fi.Frame.Payload)
-		if err != nil {
-			a.log.Error("bad tree message", "from", fi.From, "err", err)
-			return
+		if err == nil && m.From != fi.From+1 { // tree node t is agent t-1; 0 is the root
+			err = fmt.Errorf("message from tree node %d on the link to tree node %d", m.From, fi.From+1)
 		}
-		r, err := a.tnode.Step(m)
+		var r tree.Ready
+		if err == nil {
+			r, err = a.tnode.Step(m)
+		}
 		if err != nil {
-			a.log.Error("tree", "err", err)
+			a.badMessage(fi.From, "tree", err)
 			return
 		}
 		a.ready(r)
@@ -622,12 +624,16 @@ func (a *agentNode) frame(fi FrameIn) {
 		a.kvsFrame(fi.From, fi.Frame.Payload)
 	case FrameRing:
 		m, err := ring.DecodeMessage(fi.Frame.Payload)
-		if err != nil {
-			a.log.Error("bad ring message", "from", fi.From, "err", err)
-			return
+		if err == nil && m.From != fi.From {
+			err = fmt.Errorf("message from node %d on the link to node %d", m.From, fi.From)
 		}
-		a.rec.Add("ring.msgs.recv", 1)
-		a.ringRecv(m)
+		if err == nil {
+			a.rec.Add("ring.msgs.recv", 1)
+			err = a.ringRecv(m)
+		}
+		if err != nil {
+			a.badMessage(fi.From, "ring", err)
+		}
 	default:
 		a.log.Warn("unexpected frame", "from", fi.From, "type", fi.Frame.Type)
 	}
@@ -755,7 +761,10 @@ func (a *agentNode) ringSend(epoch uint64, toLeft bool, value string, done func(
 	}
 	a.ringCB[ringSide(toLeft)][epoch] = done
 	if m.To == a.idx { // the ring closes on this node
-		a.ringRecv(m)
+		if err := a.ringRecv(m); err != nil {
+			a.log.Error("ring", "err", err)
+			a.failRing(err)
+		}
 	} else {
 		a.rec.Add("ring.msgs.sent", 1)
 		a.send(m.To, netio.Frame{Type: FrameRing, Epoch: m.Epoch, Payload: ring.AppendMessage(nil, m)})
@@ -765,18 +774,32 @@ func (a *agentNode) ringSend(epoch uint64, toLeft bool, value string, done func(
 	}
 }
 
-// ringRecv takes a neighbour's ring message. A bad one fails every ring
-// edge waiting and, through them, the ranks in the ring.
-func (a *agentNode) ringRecv(m ring.Message) {
+// ringRecv takes a neighbour's ring message (or this node's own, on a
+// ring that closes here). A bad one is refused with an error, and the
+// caller fails what waits for it.
+func (a *agentNode) ringRecv(m ring.Message) error {
 	side, deliver, err := a.rlink.Recv(m)
 	if err != nil {
-		a.log.Error("ring", "err", err)
-		a.failRing(err)
-		return
+		return err
 	}
 	if deliver {
 		a.ringDeliver(ringSide(side == ring.ToLeft), m.Epoch, m.Value)
 	}
+	return nil
+}
+
+// badMessage takes a tree or ring message from node from (-1: pmirun)
+// that does not decode or that its state machine refuses. The collective
+// it belonged to can never complete (its part is lost, and the peer's
+// state is not this node's), and with the heartbeats still coming nothing
+// else would end the wait: every collective that needs the link fails as
+// if it were lost, so the ranks waiting get an error naming the node
+// instead of waiting for ever, and later ones fail at once.
+func (a *agentNode) badMessage(from int, what string, err error) {
+	if a.dead == nil { // once: a broken peer may send many
+		a.log.Error("bad "+what+" message; failing the collectives", "from", from, "err", err)
+	}
+	a.failLink(from, fmt.Errorf("bad %s message: %w", what, err))
 }
 
 func (a *agentNode) ringDeliver(side int, epoch uint64, v string) {

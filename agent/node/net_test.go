@@ -13,6 +13,8 @@ import (
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/netio/netiotest"
 	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/ring"
+	"github.com/fastpmi/fastpmi/tree"
 )
 
 // The node side of the name service, driven by hand as the node's loop
@@ -104,5 +106,87 @@ func TestSendFailuresLoggedOnce(t *testing.T) {
 	}
 	if n := strings.Count(logged.String(), "level=WARN msg="); n != 1 {
 		t.Errorf("50 failed sends to pmirun: %d logged, want 1. Log:\n%s", n, logged.String())
+	}
+}
+
+// A peer's tree or ring message that does not decode, or that the state
+// machine refuses, fails what waits on the link with an error naming the
+// node, and later collectives at once: the heartbeats keep the link
+// alive, and nothing else would end the wait (the root's deadlock watch
+// does not cover a fence every rank entered).
+func TestBadPeerMessageFailsCollectives(t *testing.T) {
+	nodes := [][]int{{0}, {1}, {2}}
+	newNode := func(t *testing.T) *agentNode {
+		t.Helper()
+		a := &agentNode{spec: &Spec{NetTimeout: time.Second, Nodes: nodes, Size: 3, TreeWidth: 3},
+			rec: perf.NewRecorderFor(0, false), log: slog.New(slog.DiscardHandler),
+			fenceCB: map[uint64]func([]agent.KV, error){}, agCB: map[uint64]func([][]byte, error){},
+			names: map[uint64]nameWait{}, ringCB: [2]map[uint64]func(string, error){{}, {}},
+			kvs: kvsNet{places: map[uint64]func(error){}, fetches: map[uint64]fetchDone{}, outbox: map[int]*placeBatch{},
+				dialing: map[int][]netio.Frame{}, notify: make(chan struct{}, 1)}}
+		var err error
+		if a.topo, err = tree.NewTopology(len(nodes)+1, 3); err != nil {
+			t.Fatal(err)
+		}
+		a.lim = tree.JobLimits(3)
+		if a.tnode, err = tree.NewNode(tree.Config{Topology: a.topo, Node: a.idx + 1, Limits: a.lim}); err != nil {
+			t.Fatal(err)
+		}
+		if a.rmap, err = ring.FromNodes(nodes); err != nil {
+			t.Fatal(err)
+		}
+		if a.rlink, err = ring.NewLink(a.rmap, a.idx); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	goodDown := tree.AppendMsg(nil, tree.Msg{Kind: tree.Fence, Type: tree.Down, Epoch: 1, From: 0, To: 1})
+	for _, tc := range []struct {
+		name    string
+		from    int
+		typ     uint16
+		payload []byte
+		want    string
+	}{
+		{"tree garbage", -1, FrameTree, []byte("\x00garbage"), "link to pmirun lost: bad tree message: decode tree message"},
+		{"tree epoch never contributed", -1, FrameTree,
+			tree.AppendMsg(nil, tree.Msg{Kind: tree.Fence, Type: tree.Down, Epoch: 2, From: 0, To: 1}), "result before this node sent"},
+		{"tree from another link", 2, FrameTree, goodDown, "link to node 2 lost: bad tree message: message from tree node 0 on the link to tree node 3"},
+		{"ring garbage", 2, FrameRing, []byte("r"), "link to node 2 lost: bad ring message: decode ring message"},
+		{"ring out of sequence", 2, FrameRing, ring.AppendMessage(nil, ring.Message{Epoch: 7, From: 2, To: 0, Dir: ring.ToLeft,
+			Mode: ring.CountsFromMap, Offset: 0, Size: 3, HasSize: true}), "link to node 2 lost: bad ring message: ring link of node 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newNode(t)
+			var fenceErr, ringErr error
+			fenceDone, ringDone := false, false
+			a.fence(nil, func(_ []agent.KV, err error) { fenceErr, fenceDone = err, true })
+			a.ringSend(1, true, "v0", func(_ string, err error) { ringErr, ringDone = err, true })
+			a.frame(FrameIn{From: tc.from, Frame: netio.Frame{Type: tc.typ, Payload: tc.payload}})
+			if !fenceDone || !ringDone {
+				t.Fatalf("after a bad message from %d the fence (done %v) and the ring edge (done %v) still wait", tc.from, fenceDone, ringDone)
+			}
+			for _, err := range []error{fenceErr, ringErr} {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("collective failed with %v, want %q", err, tc.want)
+				}
+			}
+			var again error
+			a.fence(nil, func(_ []agent.KV, err error) { again = err })
+			if again == nil {
+				t.Error("a fence after the bad message did not fail")
+			}
+		})
+	}
+	// A good result from the parent still completes the fence.
+	a := newNode(t)
+	var got error = errors.New("not called")
+	a.fence(nil, func(_ []agent.KV, err error) { got = err })
+	empty, _ := tree.AppendKVs(nil, nil)
+	z, _ := netio.Compress(netio.CodecNone, nil, empty)
+	a.frame(FrameIn{From: -1, Frame: netio.Frame{Type: FrameTree, Payload: tree.AppendMsg(nil,
+		tree.Msg{Kind: tree.Fence, Type: tree.Down, Epoch: 1, From: 0, To: 1, Payload: z})}})
+	if got != nil {
+		t.Fatalf("good result: %v", got)
 	}
 }
