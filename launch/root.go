@@ -727,16 +727,20 @@ func (r *rootNode) notConnected(got int, d time.Duration) error {
 	return fmt.Errorf("%s did not connect within %v (%d of %d did)", what, d, got, len(r.conns))
 }
 
-func (r *rootNode) send(i int, f netio.Frame) {
+// send sends f to node i. A failure is logged (the first to each node)
+// and returned: a broken link also ends its reader, which fails the job,
+// so most callers need not look.
+func (r *rootNode) send(i int, f netio.Frame) error {
 	c := r.conns[i]
 	if c == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.NetTimeout)
 	defer cancel()
-	if err := c.Send(ctx, f); err != nil {
+	err := c.Send(ctx, f)
+	if err != nil {
 		if r.closed.Load() && errors.Is(err, netio.ErrClosed) {
-			return
+			return err
 		}
 		r.sendMu.Lock()
 		first := !r.sendFailed[i]
@@ -751,6 +755,7 @@ func (r *rootNode) send(i int, f netio.Frame) {
 			r.cfg.Logger.Warn("send to agent (further failures to this node are not logged)", "node", i, "err", err)
 		}
 	}
+	return err
 }
 
 // kill tells every agent to end its ranks.
@@ -1197,7 +1202,13 @@ func (r *rootNode) mergeTrace(i int, d *node.Done) {
 // once and broadcast.
 func (r *rootNode) ready(rd tree.Ready) {
 	for _, m := range rd.Msgs {
-		r.send(m.To-1, netio.Frame{Type: node.FrameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
+		err := r.send(m.To-1, netio.Frame{Type: node.FrameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
+		if errors.Is(err, netio.ErrFrameTooLarge) {
+			// Refused before anything went out: the link is fine, and
+			// the node would wait for the result for ever.
+			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%v epoch %d: the result, %d bytes, cannot go to %s: %v", m.Kind, m.Epoch, len(m.Payload), r.nodeName(m.To-1), err)})
+			return
+		}
 	}
 	for _, ev := range rd.Events {
 		if ev.Type != tree.EventGathered {

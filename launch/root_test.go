@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/fastpmi/fastpmi/netio"
 	"github.com/fastpmi/fastpmi/netio/netiotest"
 	"github.com/fastpmi/fastpmi/perf"
+	"github.com/fastpmi/fastpmi/tree"
 )
 
 // A node whose link is gone logs the first failed send only: pmirun
@@ -71,4 +73,57 @@ func TestAgentExitAfterItsReason(t *testing.T) {
 	if !r.ended[1] || !r.gone[1] {
 		t.Errorf("node 1: link ended %v, process gone %v; want both", r.ended[1], r.gone[1])
 	}
+}
+
+// A broadcast larger than a link's frames fails the job, naming the node
+// and the limit: the send is refused before anything goes out, the link
+// stays up, and the node would wait for the result for ever.
+func TestRootBroadcastOverFrameLimitFails(t *testing.T) {
+	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: bytes.Repeat([]byte{7}, 32), MaxFrameSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ln, err := tr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	accepted := make(chan netio.Conn, 1)
+	go func() {
+		c, _ := ln.Accept(ctx)
+		accepted <- c
+	}()
+	c, err := tr.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if peer := <-accepted; peer != nil {
+		defer peer.Close()
+	}
+	topo, err := tree.NewTopology(2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := tree.JobLimits(1)
+	tn, err := tree.NewNode(tree.Config{Topology: topo, Node: 0, Limits: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	run := newMultiRun(Config{Stderr: &stderr, Stdout: io.Discard}, []string{"h0"}, nil, netio.CodecNone)
+	r := &rootNode{run: run, cfg: Config{Logger: slog.New(slog.DiscardHandler), NetTimeout: time.Second},
+		spec: &node.Spec{JobID: "j"}, hosts: []string{"h0"}, at: []int{0},
+		conns: []netio.Conn{c}, done: make([]bool, 1), gone: make([]bool, 1), lost: make([]bool, 1), ended: make([]bool, 1),
+		lastRx: make([]time.Time, 1), rec: perf.NewRecorder(), tnode: tn, lim: lim, codec: netio.CodecNone}
+	puts, _ := tree.AppendKVs(nil, []tree.KV{{Key: []byte("big"), Value: bytes.Repeat([]byte("x"), 1000)}})
+	up := tree.AppendMsg(nil, tree.Msg{Kind: tree.Fence, Type: tree.Up, Epoch: 1, From: 1, To: 0, Payload: puts})
+	r.frame(node.FrameIn{From: 0, Frame: netio.Frame{Type: node.FrameTree, Epoch: 1, Payload: up}})
+	e := run.jobError()
+	if e == nil || !strings.Contains(e.Msg, "fence epoch 1: the result, ") || !strings.Contains(e.Msg, "cannot go to node 0 (h0)") ||
+		!strings.Contains(e.Msg, netio.ErrFrameTooLarge.Error()) {
+		t.Fatalf("job failure %+v, want the fence's result too large for node 0's link", e)
+	}
+	t.Log(e.Msg)
 }

@@ -299,18 +299,22 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table Table) e
 	return nil
 }
 
-func (a *agentNode) send(to int, f netio.Frame) {
+// send sends f to node to (-1: pmirun). A failure is logged (the first
+// on each link) and returned: a broken link also shows in its receive
+// loop, which fails what needs it, so most callers need not look.
+func (a *agentNode) send(to int, f netio.Frame) error {
 	c := a.ctl
 	if to >= 0 {
 		c = a.peers[to]
 	}
 	if c == nil {
 		a.log.Error("no link", "to", to, "type", f.Type)
-		return
+		return fmt.Errorf("no link to node %d", to)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.spec.NetTimeout)
 	defer cancel()
-	if err := c.Send(ctx, f); err != nil {
+	err := c.Send(ctx, f)
+	if err != nil {
 		if a.sendFails == nil {
 			a.sendFails = make(map[int]int)
 		}
@@ -320,6 +324,7 @@ func (a *agentNode) send(to int, f netio.Frame) {
 	}
 	a.rec.Add("net.frames.sent", 1)
 	a.rec.Add("net.bytes.sent", int64(len(f.Payload)))
+	return err
 }
 
 // lost ends the node's ranks when it gave pmirun up, and says so
@@ -558,14 +563,33 @@ probes:
 	d.Boot, _ = sys.BootID()
 }
 
+// nodeWord names node p (-1: pmirun) in messages.
+func nodeWord(p int) string {
+	if p < 0 {
+		return "pmirun"
+	}
+	return fmt.Sprintf("node %d", p)
+}
+
+// treeWhat names what a tree message of type t carries, in messages.
+func treeWhat(t tree.Type) string {
+	if t == tree.Up {
+		return "the contributions gathered here"
+	}
+	return "the result"
+}
+
 // failLink fails every collective that needs the link to node p (-1:
 // the root).
 func (a *agentNode) failLink(p int, err error) {
-	who := "pmirun"
-	if p >= 0 {
-		who = fmt.Sprintf("node %d", p)
-	}
-	e := fmt.Errorf("link to %s lost: %w", who, err)
+	who := nodeWord(p)
+	a.failAll(fmt.Errorf("link to %s lost: %w", who, err))
+}
+
+// failAll fails every collective, KVS operation and name request waiting
+// with e, and every later one (a.dead): the tree or a link they need is
+// gone.
+func (a *agentNode) failAll(e error) {
 	if a.dead == nil {
 		a.dead = e
 	}
@@ -644,7 +668,13 @@ func (a *agentNode) ready(r tree.Ready) {
 	for _, m := range r.Msgs {
 		to := m.To - 1 // tree node t is agent t-1; 0 is the root
 		a.rec.Add("tree.msgs.sent", 1)
-		a.send(to, netio.Frame{Type: FrameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
+		err := a.send(to, netio.Frame{Type: FrameTree, Epoch: m.Epoch, Payload: tree.AppendMsg(nil, m)})
+		if errors.Is(err, netio.ErrFrameTooLarge) {
+			// Nothing else would notice: the link is fine, and the
+			// epoch waits for this message for ever. The tree cannot
+			// go on without it.
+			a.failAll(fmt.Errorf("%v epoch %d: %s of %d bytes cannot go to %s: %w", m.Kind, m.Epoch, treeWhat(m.Type), len(m.Payload), nodeWord(to), err))
+		}
 	}
 	for _, ev := range r.Events {
 		if ev.Type != tree.EventDelivered {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -188,5 +189,65 @@ func TestBadPeerMessageFailsCollectives(t *testing.T) {
 		tree.Msg{Kind: tree.Fence, Type: tree.Down, Epoch: 1, From: 0, To: 1, Payload: z})}})
 	if got != nil {
 		t.Fatalf("good result: %v", got)
+	}
+}
+
+// A tree message larger than a link's frames fails the collective where
+// it is sent, saying so: the send is refused before anything goes out,
+// the link stays up, and the parent would wait for the message for ever.
+func TestTreeMessageOverFrameLimitFails(t *testing.T) {
+	secret := bytes.Repeat([]byte{7}, 32)
+	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: secret, MaxFrameSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ln, err := tr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	accepted := make(chan netio.Conn, 1)
+	go func() {
+		c, _ := ln.Accept(ctx)
+		accepted <- c
+	}()
+	ctl, err := tr.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := <-accepted; c != nil {
+		defer c.Close()
+	}
+	nodes := [][]int{{0}, {1}}
+	a := &agentNode{spec: &Spec{NetTimeout: time.Second, Nodes: nodes, Size: 2, TreeWidth: 2}, ctl: ctl,
+		rec: perf.NewRecorderFor(0, false), log: slog.New(slog.DiscardHandler),
+		fenceCB: map[uint64]func([]agent.KV, error){}, agCB: map[uint64]func([][]byte, error){},
+		names: map[uint64]nameWait{}, ringCB: [2]map[uint64]func(string, error){{}, {}},
+		kvs: kvsNet{places: map[uint64]func(error){}, fetches: map[uint64]fetchDone{}, outbox: map[int]*placeBatch{},
+			dialing: map[int][]netio.Frame{}, notify: make(chan struct{}, 1)}}
+	if a.topo, err = tree.NewTopology(len(nodes)+1, 2); err != nil {
+		t.Fatal(err)
+	}
+	a.lim = tree.JobLimits(2)
+	if a.tnode, err = tree.NewNode(tree.Config{Topology: a.topo, Node: 1, Limits: a.lim}); err != nil {
+		t.Fatal(err)
+	}
+	var got error
+	done := false
+	a.fence([]agent.KV{{Key: "big", Val: strings.Repeat("x", 1000)}}, func(_ []agent.KV, err error) { got, done = err, true })
+	if !done {
+		t.Fatal("a fence whose contribution is over the frame limit still waits")
+	}
+	if want := "fence epoch 1: the contributions gathered here of "; got == nil || !strings.Contains(got.Error(), want) ||
+		!errors.Is(got, netio.ErrFrameTooLarge) || !strings.Contains(got.Error(), "cannot go to pmirun") {
+		t.Fatalf("fence failed with %v, want %q ... cannot go to pmirun ... (ErrFrameTooLarge)", got, want)
+	}
+	t.Logf("fence: %v", got)
+	var again error
+	a.fence(nil, func(_ []agent.KV, err error) { again = err })
+	if again == nil {
+		t.Fatal("the next fence did not fail")
 	}
 }
