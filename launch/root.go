@@ -1149,6 +1149,9 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		}
 	case node.FrameTree:
 		m, err := tree.DecodeMsg(fi.Frame.Payload)
+		if err == nil && m.From != i+1 { // tree node t is the job's node t-1
+			err = fmt.Errorf("it claims to come from tree node %d, not %d", m.From, i+1)
+		}
 		if err != nil {
 			r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s sent a bad tree message: %v", r.nodeName(i), err)})
 			return

@@ -127,3 +127,32 @@ func TestRootBroadcastOverFrameLimitFails(t *testing.T) {
 	}
 	t.Log(e.Msg)
 }
+
+// A tree message is taken as its link's node's: one that claims another
+// node fails the job naming the node that sent it. It was taken as the
+// other node's contribution, and the real one then failed the job as a
+// duplicate, naming no one.
+func TestRootTreeMessageFromAnotherNode(t *testing.T) {
+	topo, err := tree.NewTopology(3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := tree.JobLimits(2)
+	tn, err := tree.NewNode(tree.Config{Topology: topo, Node: 0, Limits: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	run := newMultiRun(Config{Stderr: &stderr, Stdout: io.Discard}, []string{"h0", "h1"}, nil, netio.CodecNone)
+	r := &rootNode{run: run, cfg: Config{Logger: slog.New(slog.DiscardHandler), NetTimeout: time.Second},
+		spec: &node.Spec{JobID: "j"}, hosts: []string{"h0", "h1"}, at: []int{0, 1},
+		conns: []netio.Conn{nil, nil}, done: make([]bool, 2), gone: make([]bool, 2), lost: make([]bool, 2), ended: make([]bool, 2),
+		lastRx: make([]time.Time, 2), rec: perf.NewRecorder(), tnode: tn, lim: lim, codec: netio.CodecNone}
+	puts, _ := tree.AppendKVs(nil, nil)
+	forged := tree.AppendMsg(nil, tree.Msg{Kind: tree.Fence, Type: tree.Up, Epoch: 1, From: 1, To: 0, Payload: puts})
+	r.frame(node.FrameIn{From: 1, Frame: netio.Frame{Type: node.FrameTree, Epoch: 1, Payload: forged}})
+	e := run.jobError()
+	if e == nil || !strings.HasPrefix(e.Msg, "node 1 (h1) sent a bad tree message: it claims to come from tree node 1, not 2") {
+		t.Fatalf("job failure %+v, want node 1's bad tree message", e)
+	}
+}
