@@ -611,6 +611,15 @@ func (a *agentNode) failAll(e error) {
 
 func (a *agentNode) frame(fi FrameIn) {
 	switch fi.Frame.Type {
+	case FrameKill, FrameSignal, FrameName:
+		if fi.From >= 0 {
+			// pmirun's orders and answers: a peer agent has no say in
+			// them (as frameAfterDone).
+			a.log.Warn("unexpected frame from a peer agent", "from", fi.From, "type", fi.Frame.Type)
+			return
+		}
+	}
+	switch fi.Frame.Type {
 	case FrameHeartbeat:
 	case FrameKill:
 		var k Kill

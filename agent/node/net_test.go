@@ -251,3 +251,29 @@ func TestTreeMessageOverFrameLimitFails(t *testing.T) {
 		t.Fatal("the next fence did not fail")
 	}
 }
+
+// pmirun's orders and answers count only on pmirun's link: a peer
+// agent's kill, signal or name answer is refused (logged). A peer's kill
+// ended the node's ranks, and its name answer answered a rank's lookup.
+func TestPeerCannotOrder(t *testing.T) {
+	var logged bytes.Buffer
+	a := &agentNode{spec: &Spec{NetTimeout: time.Second}, log: slog.New(slog.NewTextHandler(&logged, nil)),
+		ops: make(chan func(), 8), names: make(map[uint64]nameWait)}
+	var answers []string
+	netUpstream{a}.Lookup("svc", 0, func(port string, err error) { answers = append(answers, fmt.Sprint(port, err)) })
+	(<-a.ops)()
+	// a.n is nil: a kill or signal acted on would panic here.
+	a.frame(FrameIn{From: 1, Frame: netio.Frame{Type: FrameKill, Payload: Encode(Kill{Code: 9, Msg: "forged"})}})
+	a.frame(FrameIn{From: 1, Frame: netio.Frame{Type: FrameSignal, Payload: Encode(Signal{Sig: 15})}})
+	a.frame(FrameIn{From: 1, Frame: netio.Frame{Type: FrameName, Payload: Encode(Name{ID: 1, Port: "forged"})}})
+	if len(answers) != 0 {
+		t.Fatalf("a peer's name frame answered the lookup: %q", answers)
+	}
+	if n := strings.Count(logged.String(), "unexpected frame from a peer agent"); n != 3 {
+		t.Errorf("%d refusals logged, want 3:\n%s", n, logged.String())
+	}
+	a.frame(FrameIn{From: -1, Frame: netio.Frame{Type: FrameName, Payload: Encode(Name{ID: 1, Port: "p"})}})
+	if fmt.Sprint(answers) != "[p<nil>]" {
+		t.Fatalf("pmirun's answer: %q", answers)
+	}
+}
