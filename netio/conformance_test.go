@@ -110,6 +110,7 @@ func TestConformance(t *testing.T) {
 		t.Run("RecvContext", func(t *testing.T) { testRecvContext(t, be) })
 		t.Run("SlowReceiver", func(t *testing.T) { testSlowReceiver(t, be) })
 		t.Run("Limits", func(t *testing.T) { testLimits(t, be) })
+		t.Run("EmptyFrameFlood", func(t *testing.T) { testEmptyFrameFlood(t, be) })
 	})
 }
 
@@ -624,6 +625,75 @@ func testSlowReceiver(t *testing.T, be string) {
 	}
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testEmptyFrameFlood: a peer that streams frames with no payload
+// (heartbeats) to a receiver that does not take them is held back like
+// any other: what the receiver holds is bounded by RecvQueue counting
+// the frames' headers too. The io_uring backend counted payload bytes
+// only, so it read such a stream for ever, queueing every frame.
+func testEmptyFrameFlood(t *testing.T, be string) {
+	cfg := func(c *Config) { c.RecvQueue = 1 << 20 }
+	st := newTestTransport(t, be, cfg)
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	accepted := make(chan Conn, 1)
+	go func() {
+		c, _ := ln.Accept(ctx)
+		accepted <- c
+	}()
+	// The peer: the net backend's connection, authenticated, then
+	// written to raw, in big writes, as fast as the receiver takes it.
+	pc := Config{Secret: testSecret}
+	if err := pc.validate(); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := (&netBackend{cfg: &pc}).dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := handshake(ctx, rc, testSecret, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	server := <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	chunk := make([]byte, 0, 1<<20)
+	for len(chunk) < cap(chunk) {
+		chunk, _ = AppendFrame(chunk, Frame{Type: 1}, 0)
+	}
+	// The peer is held back once a write makes no progress for a
+	// while; the socket buffers hold a few MiB.
+	tc := rc.(*netConn).nc
+	const total = 64 << 20 // 4 M frames: more than the socket buffers may hold (tcp_rmem up to 32 MiB)
+	start, sent := time.Now(), 0
+	for {
+		tc.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := tc.Write(chunk)
+		sent += n
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent >= total || time.Since(start) > 8*time.Second {
+			t.Fatalf("the receiver took %d MiB of empty frames (%d frames) in %v that nobody received: it does not stop reading",
+				sent>>20, sent/HeaderSize, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	t.Logf("the peer's writes blocked after %d KiB", sent>>10)
+	// What was held is all delivered, in order, once the receiver reads.
+	f := recvTimeout(t, server)
+	if f.Type != 1 || len(f.Payload) != 0 {
+		t.Fatalf("first frame %+v", f)
 	}
 }
 

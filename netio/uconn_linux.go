@@ -231,7 +231,7 @@ type frameQueue struct {
 	mu     sync.Mutex // guards the fields below
 	frames []Frame    // frames[head:] are pending
 	head   int
-	bytes  int   // payload bytes pending
+	bytes  int   // bytes pending as received: headers and payloads (empty frames must count)
 	err    error // set once: no more frames after the pending ones
 	paused bool  // reading stopped: bytes went over the limit
 }
@@ -242,7 +242,7 @@ func (q *frameQueue) init() { q.notify = make(chan struct{}, 1) }
 func (q *frameQueue) push(f Frame) {
 	q.mu.Lock()
 	q.frames = append(q.frames, f)
-	q.bytes += len(f.Payload)
+	q.bytes += HeaderSize + len(f.Payload)
 	q.mu.Unlock()
 }
 
@@ -272,7 +272,7 @@ func (q *frameQueue) pop(low int) (f Frame, ok, resume bool, err error) {
 		f, ok = q.frames[q.head], true
 		q.frames[q.head] = Frame{}
 		q.head++
-		q.bytes -= len(f.Payload)
+		q.bytes -= HeaderSize + len(f.Payload)
 		if q.head == len(q.frames) {
 			q.frames, q.head = q.frames[:0], 0
 		}
