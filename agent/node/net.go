@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,7 +168,30 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 		return fmt.Errorf("node %d: bad agent table: %v", a.idx, err)
 	}
 	a.hosts = table.Hosts
-	if err := a.setup(dctx, ln, table); err != nil {
+	// Linking to the peers may take long (a peer slow to start, or one
+	// this node cannot reach, until dctx ends): pmirun must hear from
+	// the node meanwhile, or it takes it for lost after NetTimeout and
+	// says so instead of what keeps it.
+	stopBeats := make(chan struct{})
+	var beats sync.WaitGroup
+	beats.Go(func() {
+		tick := time.NewTicker(Heartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				sctx, cancel := context.WithTimeout(dctx, spec.NetTimeout)
+				_ = a.ctl.Send(sctx, netio.Frame{Type: FrameHeartbeat}) // a broken link shows in the loop's receive
+				cancel()
+			case <-stopBeats:
+				return
+			}
+		}
+	})
+	err = a.setup(dctx, ln, table)
+	close(stopBeats)
+	beats.Wait()
+	if err != nil {
 		return fmt.Errorf("node %d: %w", a.idx, err)
 	}
 	a.recv.Go(func() { Receive(a.ctl, -1, a.in, a.quit) })
@@ -269,7 +293,13 @@ func (a *agentNode) setup(ctx context.Context, ln netio.Listener, table Table) e
 	for ; accept > 0; accept-- {
 		c, err := ln.Accept(ctx)
 		if err != nil {
-			return fmt.Errorf("accept peer links: %w", err)
+			var missing []string
+			for _, p := range slices.Sorted(maps.Keys(want)) {
+				if p < a.idx && a.peers[p] == nil {
+					missing = append(missing, nodeWord(p))
+				}
+			}
+			return fmt.Errorf("accept peer links (%s did not link to this node): %w", strings.Join(missing, ", "), err)
 		}
 		f, err := c.Recv(ctx)
 		var lm Link

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -275,5 +277,103 @@ func TestPeerCannotOrder(t *testing.T) {
 	a.frame(FrameIn{From: -1, Frame: netio.Frame{Type: FrameName, Payload: Encode(Name{ID: 1, Port: "p"})}})
 	if fmt.Sprint(answers) != "[p<nil>]" {
 		t.Fatalf("pmirun's answer: %q", answers)
+	}
+}
+
+// A node that links to its peers for long — here one that takes the
+// connection and never speaks, as a host this node cannot really reach
+// would hold a dial — keeps telling pmirun it lives meanwhile. It was
+// silent until the links were up, and pmirun, after --net-timeout, took
+// it for lost ('node 0 (h0) lost: no message for 5s') and ended the job
+// before the node could say what kept it; and a node that waits for a
+// peer's link says which peer it waits for.
+func TestAgentHeartbeatsWhileLinking(t *testing.T) {
+	secret := bytes.Repeat([]byte{9}, 32)
+	rtr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rtr.Close()
+	rln, err := rtr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mute, err := net.Listen("tcp", "127.0.0.1:0") // takes connections, never speaks
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	var held []net.Conn
+	var holder sync.WaitGroup
+	holder.Go(func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	})
+	defer func() {
+		mute.Close()
+		holder.Wait()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for _, tc := range []struct {
+		name  string
+		index int
+		want  string
+	}{
+		{"dialling", 0, "node 0: link to node 1 at " + mute.Addr().String()},
+		{"accepting", 1, "node 1: accept peer links (node 0 did not link to this node)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &Spec{Size: 2, Nodes: [][]int{{0}, {1}}, Secret: secret, Root: rln.Addr().String(), TreeWidth: 2,
+				NetTimeout: time.Second, NetBackend: netio.BackendNet}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- RunAgent(ctx, spec, AgentOptions{Index: tc.index}) }()
+			actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer acancel()
+			c, err := rln.Accept(actx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if f, err := c.Recv(actx); err != nil || f.Type != FrameHello {
+				t.Fatalf("hello: %v, frame %d", err, f.Type)
+			}
+			table := Table{Addrs: []string{mute.Addr().String(), mute.Addr().String()}, Hosts: []string{"h0", "h1"}}
+			if err := c.Send(actx, netio.Frame{Type: FrameTable, Payload: Encode(table)}); err != nil {
+				t.Fatal(err)
+			}
+			// Three seconds, three net timeouts: the node's heartbeats
+			// keep coming.
+			end := time.Now().Add(3 * time.Second)
+			for time.Now().Before(end) {
+				rctx, rcancel := context.WithTimeout(context.Background(), spec.NetTimeout)
+				f, err := c.Recv(rctx)
+				rcancel()
+				if err != nil {
+					t.Fatalf("pmirun heard nothing from the linking node for %v: %v", spec.NetTimeout, err)
+				}
+				if f.Type != FrameHeartbeat {
+					t.Fatalf("frame %d while linking, want heartbeats", f.Type)
+				}
+			}
+			cancel()
+			select {
+			case err := <-errc:
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("RunAgent: %v, want %q", err, tc.want)
+				}
+				t.Log(err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("RunAgent did not return after its context ended")
+			}
+		})
 	}
 }
