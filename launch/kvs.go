@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"fmt"
+
 	"github.com/fastpmi/fastpmi/agent"
 	"github.com/fastpmi/fastpmi/agent/node"
 	"github.com/fastpmi/fastpmi/netio"
@@ -31,7 +33,9 @@ func (k *rootKVS) frame(r *rootNode, i int, payload []byte) {
 		err = m.Check(r.spec.Size)
 	}
 	if err != nil {
-		r.cfg.Logger.Warn("bad KVS message", "node", i, "err", err)
+		// Refused, it is never answered: the node's place would hold its
+		// fences, or its get wait, for ever.
+		r.run.fail(&JobError{Code: 1, Msg: fmt.Sprintf("%s sent a bad KVS message: %v", r.nodeName(i), err)})
 		return
 	}
 	if k.vals == nil {

@@ -156,3 +156,21 @@ func TestRootTreeMessageFromAnotherNode(t *testing.T) {
 		t.Fatalf("job failure %+v, want node 1's bad tree message", e)
 	}
 }
+
+// A KVS message pmirun refuses fails the job naming its node: it is
+// never answered, and the node's place held its fences (or its get
+// waited) for ever while pmirun only logged it.
+func TestRootBadKVSMessage(t *testing.T) {
+	var stderr bytes.Buffer
+	run := newMultiRun(Config{Stderr: &stderr, Stdout: io.Discard}, []string{"h0"}, nil, netio.CodecNone)
+	r := &rootNode{run: run, cfg: Config{Logger: slog.New(slog.DiscardHandler), NetTimeout: time.Second},
+		spec: &node.Spec{JobID: "j", Size: 1}, hosts: []string{"h0"}, at: []int{0},
+		conns: []netio.Conn{nil}, done: make([]bool, 1), gone: make([]bool, 1), lost: make([]bool, 1), ended: make([]bool, 1),
+		lastRx: make([]time.Time, 1), rec: perf.NewRecorder()}
+	bad := node.Encode(node.KVSMsg{Op: node.KVSPlace, ID: 1, Puts: []node.KVSPut{{Key: "k", Val: "v", Owner: 5}}})
+	r.frame(node.FrameIn{From: 0, Frame: netio.Frame{Type: node.FrameKVS, Payload: bad}})
+	e := run.jobError()
+	if e == nil || !strings.HasPrefix(e.Msg, "node 0 (h0) sent a bad KVS message: KVS place: rank 5 outside the job's 1") {
+		t.Fatalf("job failure %+v, want node 0's bad KVS message", e)
+	}
+}

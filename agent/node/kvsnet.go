@@ -286,10 +286,12 @@ func (a *agentNode) kvsFrame(from int, payload []byte) {
 		err = m.Check(a.spec.Size)
 	}
 	if err != nil {
-		// A peer that sends this is broken: what it waits for fails with
-		// it (its own checks), this node goes on.
-		a.log.Error("bad KVS message", "from", from, "err", err)
+		// A peer that sends this is broken. Refused, its request is
+		// never answered (its place then holds its fences for ever),
+		// nor is what this node asked of it: the job's KVS cannot be
+		// trusted to complete, and what waits on the link fails now.
 		a.rec.Add("kvs.msgs.refused", 1)
+		a.badMessage(from, "KVS", err)
 		return
 	}
 	a.rec.Add("kvs.msgs.recv", 1)

@@ -857,7 +857,7 @@ func (a *agentNode) ringRecv(m ring.Message) error {
 	return nil
 }
 
-// badMessage takes a tree or ring message from node from (-1: pmirun)
+// badMessage takes a tree, ring or KVS message from node from (-1: pmirun)
 // that does not decode or that its state machine refuses. The collective
 // it belonged to can never complete (its part is lost, and the peer's
 // state is not this node's), and with the heartbeats still coming nothing

@@ -112,8 +112,8 @@ func TestSendFailuresLoggedOnce(t *testing.T) {
 	}
 }
 
-// A peer's tree or ring message that does not decode, or that the state
-// machine refuses, fails what waits on the link with an error naming the
+// A peer's tree, ring or KVS message that does not decode, or that the
+// state machine refuses, fails what waits on the link with an error naming the
 // node, and later collectives at once: the heartbeats keep the link
 // alive, and nothing else would end the wait (the root's deadlock watch
 // does not cover a fence every rank entered).
@@ -155,6 +155,8 @@ func TestBadPeerMessageFailsCollectives(t *testing.T) {
 		{"tree epoch never contributed", -1, FrameTree,
 			tree.AppendMsg(nil, tree.Msg{Kind: tree.Fence, Type: tree.Down, Epoch: 2, From: 0, To: 1}), "result before this node sent"},
 		{"tree from another link", 2, FrameTree, goodDown, "link to node 2 lost: bad tree message: message from tree node 0 on the link to tree node 3"},
+		{"KVS place of no puts", 2, FrameKVS, Encode(KVSMsg{Op: KVSPlace, ID: 1}), "link to node 2 lost: bad KVS message: KVS place of 0 puts"},
+		{"KVS garbage", -1, FrameKVS, []byte("{"), "link to pmirun lost: bad KVS message: "},
 		{"ring garbage", 2, FrameRing, []byte("r"), "link to node 2 lost: bad ring message: decode ring message"},
 		{"ring out of sequence", 2, FrameRing, ring.AppendMessage(nil, ring.Message{Epoch: 7, From: 2, To: 0, Dir: ring.ToLeft,
 			Mode: ring.CountsFromMap, Offset: 0, Size: 3, HasSize: true}), "link to node 2 lost: bad ring message: ring link of node 0"},
