@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -119,6 +120,80 @@ func TestDecompressBounded(t *testing.T) {
 	for _, bad := range [][]byte{{}, {9, 1, 2}, {byte(CodecS2), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {byte(CodecZstd), 1, 2, 3}} {
 		if _, err := Decompress(nil, bad, max); err == nil {
 			t.Errorf("decompress %x succeeded", bad)
+		}
+	}
+}
+
+// An s2 payload whose header claims more than its body makes is refused
+// before the claim is allocated: ten bytes that announce 2 GiB under a 2
+// GiB limit (the agents' broadcast limit, tree.MaxJobTotal) made
+// Decompress allocate, and the runtime zero, 2 GiB each time, seconds of
+// CPU per frame.
+func TestDecompressS2Claim(t *testing.T) {
+	const max = 1<<31 - 1
+	bomb := binary.AppendUvarint([]byte{byte(CodecS2)}, max)
+	bomb = append(bomb, 0x0c, 'a', 'b', 'c', 'd') // one 4-byte literal
+	before := memAlloc()
+	for range 4 {
+		if _, err := Decompress(nil, bomb, max); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("s2 claim of %d bytes in %d: %v, want ErrCorrupt", max, len(bomb), err)
+		}
+	}
+	if got := memAlloc() - before; got > 1<<20 {
+		t.Fatalf("4 claims of 2 GiB in %d bytes: allocated %.0f bytes", len(bomb), got)
+	}
+	// Payloads that do make what they claim still decode, those of long
+	// repeats included.
+	zeros := make([]byte, 8<<20)
+	for _, src := range [][]byte{zeros, businessCards(16384), append(businessCards(4096), zeros...)} {
+		z, _ := Compress(CodecS2, nil, src)
+		out, err := Decompress(nil, z, max)
+		if err != nil || !bytes.Equal(out, src) {
+			t.Fatalf("round trip of %d bytes (%d compressed): %v", len(src), len(z), err)
+		}
+	}
+}
+
+// s2Check agrees with s2's decoder on whether a block makes its size,
+// on valid blocks and on their mutations.
+func TestS2CheckMatchesDecoder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	srcs := [][]byte{{}, []byte("a"), make([]byte, 70000), businessCards(64)}
+	var rep []byte // literals and copies, near and far, short and long
+	for len(rep) < 150000 {
+		rep = append(rep, byte(rng.IntN(4)))
+		from := rep[max(0, len(rep)-rng.IntN(5000)-1):]
+		rep = append(rep, from[:min(len(from), rng.IntN(3000))]...)
+	}
+	srcs = append(srcs, rep)
+	for _, src := range srcs {
+		z := s2.Encode(nil, src)
+		if err := s2Check(z, len(src)); err != nil {
+			t.Fatalf("valid block of %d bytes: %v", len(src), err)
+		}
+		for range 2000 {
+			m := append([]byte(nil), z...)
+			for range 1 + rng.IntN(3) {
+				switch i := rng.IntN(len(m)); rng.IntN(3) {
+				case 0:
+					m[i] = byte(rng.Uint32())
+				case 1:
+					m = m[:i]
+				default:
+					m = append(m[:i:i], append([]byte{byte(rng.Uint32())}, m[i:]...)...)
+				}
+				if len(m) == 0 {
+					break
+				}
+			}
+			n, err := s2.DecodedLen(m)
+			if err != nil || n > 1<<22 {
+				continue
+			}
+			_, derr := s2.Decode(make([]byte, n), m)
+			if cerr := s2Check(m, n); (cerr == nil) != (derr == nil) {
+				t.Fatalf("block %x: s2Check %v, s2.Decode %v", m, cerr, derr)
+			}
 		}
 	}
 }
