@@ -1,9 +1,11 @@
 package netio
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 
@@ -185,6 +187,9 @@ func Decompress(dst, src []byte, max int) ([]byte, error) {
 		if h.FrameContentSize > uint64(max) {
 			return dst, fmt.Errorf("decompress zstd to %d bytes (max %d): %w", h.FrameContentSize, max, ErrTooLarge)
 		}
+		if h.FrameContentSize > s2TrustedLen && h.FrameContentSize/s2TrustedRatio > uint64(len(body)) {
+			return zstdStream(dst, body, int(h.FrameContentSize))
+		}
 		start := len(dst)
 		// The decoder stops at cap(out): the announced size bounds the
 		// work even if later frames in body lie about theirs.
@@ -313,4 +318,49 @@ func s2Check(src []byte, n int) error {
 		return fmt.Errorf("%d bytes, header said %d", d, n)
 	}
 	return nil
+}
+
+// zstdMaxWindow bounds the window of a zstd payload zstdStream decodes:
+// Compress's encoder (SpeedFastest) uses at most 8 MiB, and a frame of
+// one segment (its window its size) only up to that size.
+const zstdMaxWindow = 8 << 20
+
+// zstdStream decodes body, zstd frames that claim n bytes from far
+// fewer, appending to dst as the bytes come: nothing is allocated on the
+// strength of the claim. DecodeAll allocates the claimed size first (a
+// frame of 16 bytes that claimed 1.5 GiB cost 1.5 GiB and seconds of
+// zeroing before it was found short), as s2 did (s2Check). Output beyond
+// n, or short of it, is refused.
+func zstdStream(dst, body []byte, n int) ([]byte, error) {
+	d, err := zstd.NewReader(bytes.NewReader(body), zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderMaxMemory(uint64(n)))
+	if err != nil {
+		return dst, fmt.Errorf("decompress zstd: %w", err)
+	}
+	defer d.Close()
+	start := len(dst)
+	out := dst
+	for {
+		if len(out) == cap(out) {
+			// Double what came so far (at least 1 MiB), never beyond
+			// one byte past the claim: that byte shows a lie.
+			have := len(out) - start
+			out = slices.Grow(out, min(max(have, s2TrustedLen), n+1-have))
+		}
+		k, err := d.Read(out[len(out):cap(out)])
+		out = out[:len(out)+k]
+		if len(out)-start > n {
+			return dst, fmt.Errorf("decompress zstd: more than the %d bytes announced: %w", n, ErrCorrupt)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return dst, fmt.Errorf("decompress zstd: %w: %w", ErrCorrupt, err)
+		}
+	}
+	if len(out)-start != n {
+		return dst, fmt.Errorf("decompress zstd: %d bytes, header said %d: %w", len(out)-start, n, ErrCorrupt)
+	}
+	return out, nil
 }

@@ -145,12 +145,56 @@ func TestDecompressS2Claim(t *testing.T) {
 	// Payloads that do make what they claim still decode, those of long
 	// repeats included.
 	zeros := make([]byte, 8<<20)
-	for _, src := range [][]byte{zeros, businessCards(16384), append(businessCards(4096), zeros...)} {
-		z, _ := Compress(CodecS2, nil, src)
-		out, err := Decompress(nil, z, max)
-		if err != nil || !bytes.Equal(out, src) {
-			t.Fatalf("round trip of %d bytes (%d compressed): %v", len(src), len(z), err)
+	for _, src := range [][]byte{zeros, businessCards(16384), append(businessCards(4096), zeros...), make([]byte, 40<<20)} {
+		for _, codec := range []Codec{CodecS2, CodecZstd} {
+			z, _ := Compress(codec, nil, src)
+			out, err := Decompress([]byte("x"), z, max)
+			if err != nil || out[0] != 'x' || !bytes.Equal(out[1:], src) {
+				t.Fatalf("%v round trip of %d bytes (%d compressed): %v", codec, len(src), len(z), err)
+			}
 		}
+	}
+}
+
+// The same for zstd: a frame's header claims its size, and DecodeAll
+// allocated it before decoding.
+func TestDecompressZstdClaim(t *testing.T) {
+	const max = 1<<31 - 1
+	frame := func(fcs uint32, blocks ...[]byte) []byte {
+		b := []byte{byte(CodecZstd), 0x28, 0xB5, 0x2F, 0xFD, 0xA0} // one segment, 4-byte size
+		b = binary.LittleEndian.AppendUint32(b, fcs)
+		for i, blk := range blocks { // raw blocks
+			h := uint32(len(blk)) << 3
+			if i == len(blocks)-1 {
+				h |= 1
+			}
+			b = append(b, byte(h), byte(h>>8), byte(h>>16))
+			b = append(b, blk...)
+		}
+		return b
+	}
+	before := memAlloc()
+	for _, fcs := range []uint32{3 << 29, 1<<31 - 1, 4 << 20} {
+		bomb := frame(fcs, []byte("abcd"))
+		if _, err := Decompress(nil, bomb, max); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("zstd claim of %d bytes in %d: %v, want ErrCorrupt", fcs, len(bomb), err)
+		}
+	}
+	if got := memAlloc() - before; got > 16<<20 {
+		t.Fatalf("claims of up to 2 GiB in 17 bytes: allocated %.0f bytes", got)
+	}
+	// A frame that makes more than it claims is refused too: 20 blocks
+	// of 128 KiB of one byte (RLE) where 2 MiB are announced.
+	b := frame(2 << 20)
+	for i := range 20 {
+		h := uint32(128<<10)<<3 | 1<<1 // RLE
+		if i == 19 {
+			h |= 1
+		}
+		b = append(b, byte(h), byte(h>>8), byte(h>>16), 'z')
+	}
+	if _, err := Decompress(nil, b, max); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a frame of 2.5 MiB that claims 2 MiB: %v, want ErrCorrupt", err)
 	}
 }
 

@@ -162,8 +162,9 @@
 // compressed payload; Decompress(dst, src, max) reads the tag and refuses,
 // before allocating, output beyond max (s2's and zstd's headers announce
 // the size; zstd frames without one are refused, and decoding stops at the
-// announced size; an s2 size over 1 MiB and 16 times the payload is
-// allocated only once a walk of the body's tags found that they make it). A payload that does not shrink is sent as it is under
+// announced size; a size over 1 MiB and 16 times the payload is not
+// allocated on the header's word: an s2 body's tags are walked first to
+// check that they make it, a zstd body is decoded as a stream). A payload that does not shrink is sent as it is under
 // tag none, whatever the policy. The tree compresses once at the root and
 // forwards the bytes unchanged.
 //
