@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ func TestAuth(t *testing.T) {
 		t.Run("Silent", func(t *testing.T) { testSilentPeer(t, be) })
 		t.Run("Flood", func(t *testing.T) { testFlood(t, be) })
 		t.Run("FloodWhileDialling", func(t *testing.T) { testFloodWhileDialling(t, be) })
+		t.Run("ResetFlood", func(t *testing.T) { testResetFlood(t, be) })
 	})
 }
 
@@ -263,4 +265,57 @@ func clipLog(s string) string {
 		return s[:2000] + "\n...\n" + s[len(s)-2000:]
 	}
 	return s
+}
+
+// testResetFlood: strangers that connect and reset at once (some after a
+// few bytes) are refused one by one and leave nothing behind, and the
+// job's agents still get in. Over io_uring a connection reset before it
+// was taken failed its getpeername, and the listener took that for its
+// own failure: it backed off (up to 1 s for each), the sockets queued
+// behind it held their descriptors, and a dialler with the secret timed
+// out.
+func testResetFlood(t *testing.T, be string) {
+	st := newTestTransport(t, be, nil)
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := func() int {
+		es, _ := os.ReadDir("/proc/self/fd")
+		return len(es)
+	}
+	ct := newTestTransport(t, be, nil) // the job's agent, dialling after the flood
+	before := fds()
+	const n = 300
+	hello, _ := AppendFrame(nil, Frame{Type: typeHello, Payload: make([]byte, 1+nonceSize)}, handshakeFrameMax)
+	for i := range n {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 1 {
+			c.Write(hello[:10])
+		}
+		c.(*net.TCPConn).SetLinger(0) // close sends a reset
+		c.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := ct.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial after %d resets: %v", n, err)
+	}
+	c.Close()
+	if c, err := ln.Accept(ctx); err != nil {
+		t.Fatalf("accept after %d resets: %v", n, err)
+	} else {
+		c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for ln.Refused() < n || fds() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d resets refused; %d descriptors open, %d before", ln.Refused(), n, fds(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -38,6 +38,11 @@ const (
 	refusalSummaryEvery = time.Minute
 )
 
+// errConnGone marks a backend's failure to set up one accepted
+// connection (its peer reset it before it was taken): that connection is
+// refused, the listener goes on.
+var errConnGone = errors.New("connection gone before it was set up")
+
 // refusal is why a listener dropped a connection before it authenticated.
 type refusal int
 
@@ -170,6 +175,15 @@ func (l *listener) loop() {
 		if err != nil {
 			if l.ctx.Err() != nil || errors.Is(err, ErrClosed) {
 				return
+			}
+			if errors.Is(err, errConnGone) {
+				// One stranger's connection, reset before it was set
+				// up: refused like any other, without the back-off
+				// that a listener's own failure calls for (a stream of
+				// such resets slept the loop up to 1 s each, and the
+				// job's agents, queued behind them, timed out).
+				l.refused.add(log, l.raw.addr(), nil, refusedOther, err)
+				continue
 			}
 			// Out of descriptors and the like: say so once and back
 			// off rather than spin.

@@ -53,7 +53,11 @@ func (l *netListener) accept() (rawConn, error) {
 		}
 		return nil, err
 	}
-	return newNetConn(c, l.cfg)
+	nc, err := newNetConn(c, l.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errConnGone, err)
+	}
+	return nc, nil
 }
 
 func (l *netListener) addr() net.Addr { return l.ln.Addr() }

@@ -820,8 +820,10 @@ func (b *uringBackend) completeAccept(l *ulistener, res int32, more bool) {
 		fd := int(res)
 		c, err := b.newAccepted(fd)
 		if err != nil {
+			// That connection only (reset before it was taken, as
+			// getpeername's ENOTCONN says): the listener goes on.
 			sys.NetCloseFD(fd)
-			l.q.push(acceptResult{err: err})
+			l.q.push(acceptResult{err: fmt.Errorf("%w: %w", errConnGone, err)})
 		} else {
 			b.attachLocked(c)
 			l.q.push(acceptResult{c: c})
