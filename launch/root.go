@@ -1093,7 +1093,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 			} else if err != nil {
 				resp.Err = err.Error()
 			}
-			r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+			r.answerName(i, resp)
 		}
 		noPort := func(err error) { reply("", err) }
 		switch m.Op {
@@ -1109,7 +1109,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 				if err != nil {
 					resp.Err = err.Error()
 				}
-				r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+				r.answerName(i, resp)
 			})
 		case "rankdata":
 			r.run.jobRankData(&m, func(blob []byte, found bool, err error) {
@@ -1117,7 +1117,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 				if err != nil {
 					resp.Err = err.Error()
 				}
-				r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+				r.answerName(i, resp)
 			})
 		case "jobs":
 			r.run.jobsColl(r, i, &m, func(data []byte, err error) {
@@ -1125,7 +1125,7 @@ func (r *rootNode) frame(fi node.FrameIn) {
 				if err != nil {
 					resp.Err = err.Error()
 				}
-				r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(resp)})
+				r.answerName(i, resp)
 			})
 		case "spawn":
 			if m.Rank < 0 || m.Rank >= r.spec.Size {
@@ -1181,6 +1181,19 @@ func (r *rootNode) frame(fi node.FrameIn) {
 		r.ready(rd)
 	default:
 		r.cfg.Logger.Warn("unexpected frame from agent", "node", i, "type", fi.Frame.Type)
+	}
+}
+
+// answerName sends node i the answer to its name request. An answer too
+// large for the link (every node's data of a collective across jobs) is
+// refused before anything goes out: the node is told so instead, or it
+// would wait for the answer until its request's deadline (an hour for a
+// lookup that waits) and then say pmirun did not answer.
+func (r *rootNode) answerName(i int, resp node.Name) {
+	b := node.Encode(resp)
+	if err := r.send(i, netio.Frame{Type: node.FrameName, Payload: b}); errors.Is(err, netio.ErrFrameTooLarge) {
+		r.send(i, netio.Frame{Type: node.FrameName, Payload: node.Encode(node.Name{ID: resp.ID,
+			Err: fmt.Sprintf("pmirun's answer, %d bytes, cannot go to %s: %v", len(b), r.nodeName(i), err)})})
 	}
 }
 

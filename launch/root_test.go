@@ -79,29 +79,7 @@ func TestAgentExitAfterItsReason(t *testing.T) {
 // and the limit: the send is refused before anything goes out, the link
 // stays up, and the node would wait for the result for ever.
 func TestRootBroadcastOverFrameLimitFails(t *testing.T) {
-	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: bytes.Repeat([]byte{7}, 32), MaxFrameSize: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	ln, err := tr.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	accepted := make(chan netio.Conn, 1)
-	go func() {
-		c, _ := ln.Accept(ctx)
-		accepted <- c
-	}()
-	c, err := tr.Dial(ctx, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if peer := <-accepted; peer != nil {
-		defer peer.Close()
-	}
+	c, _ := smallFramePair(t)
 	topo, err := tree.NewTopology(2, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -172,5 +150,58 @@ func TestRootBadKVSMessage(t *testing.T) {
 	e := run.jobError()
 	if e == nil || !strings.HasPrefix(e.Msg, "node 0 (h0) sent a bad KVS message: KVS place: rank 5 outside the job's 1") {
 		t.Fatalf("job failure %+v, want node 0's bad KVS message", e)
+	}
+}
+
+// smallFramePair returns two ends of a link whose frames carry at most
+// 1000 bytes: c for pmirun, peer for the node.
+func smallFramePair(t *testing.T) (c, peer netio.Conn) {
+	t.Helper()
+	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: bytes.Repeat([]byte{7}, 32), MaxFrameSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	ln, err := tr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	accepted := make(chan netio.Conn, 1)
+	go func() {
+		c, _ := ln.Accept(ctx)
+		accepted <- c
+	}()
+	if c, err = tr.Dial(ctx, ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if peer = <-accepted; peer == nil {
+		t.Fatal("accept failed")
+	}
+	return c, peer
+}
+
+// An answer to a name request too large for the link reaches the node as
+// an error saying so: it was refused before anything went out, logged,
+// and the node waited until the request's deadline (an hour for a
+// collective across jobs) to say pmirun did not answer.
+func TestRootNameAnswerOverFrameLimit(t *testing.T) {
+	c, peer := smallFramePair(t)
+	r := &rootNode{cfg: Config{Logger: slog.New(slog.DiscardHandler), NetTimeout: time.Second},
+		hosts: []string{"h0"}, at: []int{0}, conns: []netio.Conn{c}}
+	r.answerName(0, node.Name{ID: 7, Data: bytes.Repeat([]byte("d"), 2000)})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	f, err := peer.Recv(ctx)
+	if err != nil {
+		t.Fatalf("the node got no answer: %v", err)
+	}
+	var m node.Name
+	if err := node.Decode(f.Payload, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.ID != 7 || !strings.Contains(m.Err, "pmirun's answer, ") || !strings.Contains(m.Err, "cannot go to node 0 (h0)") {
+		t.Fatalf("answer %+v, want request 7's failure", m)
 	}
 }

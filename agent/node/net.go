@@ -995,7 +995,13 @@ func (u netUpstream) name(m Name, done func(Name)) {
 		// whose Op and Name the answer's error names (nameErr).
 		answered := func(r Name) { r.Op, r.Name = m.Op, m.Name; done(r) }
 		a.names[m.ID] = nameWait{done: answered, deadline: time.Now().Add(a.spec.NetTimeout + nameGrace + m.Wait)}
-		a.send(-1, netio.Frame{Type: FrameName, Payload: Encode(m)})
+		b := Encode(m)
+		if err := a.send(-1, netio.Frame{Type: FrameName, Payload: b}); errors.Is(err, netio.ErrFrameTooLarge) {
+			// Refused before anything went out: no answer will come,
+			// and the deadline may be an hour away.
+			delete(a.names, m.ID)
+			answered(Name{ID: m.ID, Err: fmt.Sprintf("%s: the request, %d bytes, cannot go to pmirun: %v", m.Op, len(b), err)})
+		}
 	}
 }
 

@@ -200,30 +200,8 @@ func TestBadPeerMessageFailsCollectives(t *testing.T) {
 // it is sent, saying so: the send is refused before anything goes out,
 // the link stays up, and the parent would wait for the message for ever.
 func TestTreeMessageOverFrameLimitFails(t *testing.T) {
-	secret := bytes.Repeat([]byte{7}, 32)
-	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: secret, MaxFrameSize: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	ln, err := tr.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	accepted := make(chan netio.Conn, 1)
-	go func() {
-		c, _ := ln.Accept(ctx)
-		accepted <- c
-	}()
-	ctl, err := tr.Dial(ctx, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := <-accepted; c != nil {
-		defer c.Close()
-	}
+	ctl := smallFrameLink(t)
+	var err error
 	nodes := [][]int{{0}, {1}}
 	a := &agentNode{spec: &Spec{NetTimeout: time.Second, Nodes: nodes, Size: 2, TreeWidth: 2}, ctl: ctl,
 		rec: perf.NewRecorderFor(0, false), log: slog.New(slog.DiscardHandler),
@@ -377,5 +355,50 @@ func TestAgentHeartbeatsWhileLinking(t *testing.T) {
 				t.Fatal("RunAgent did not return after its context ended")
 			}
 		})
+	}
+}
+
+// smallFrameLink returns a node's end of a link to pmirun whose frames
+// carry at most 1000 bytes.
+func smallFrameLink(t *testing.T) netio.Conn {
+	t.Helper()
+	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: bytes.Repeat([]byte{7}, 32), MaxFrameSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	ln, err := tr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go ln.Accept(ctx) // the transport closes what it accepted
+	c, err := tr.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A name request too large for the link to pmirun fails at once, saying
+// so: it was refused before anything went out, and the request waited
+// until its deadline (an hour for a collective across jobs) to say pmirun
+// did not answer.
+func TestNameRequestOverFrameLimit(t *testing.T) {
+	a := &agentNode{spec: &Spec{NetTimeout: time.Second}, ctl: smallFrameLink(t), rec: perf.NewRecorderFor(0, false),
+		log: slog.New(slog.DiscardHandler), ops: make(chan func(), 8), names: make(map[uint64]nameWait)}
+	var got error
+	done := false
+	netUpstream{a}.JobsCollective("connect", nil, bytes.Repeat([]byte("d"), 2000), func(_ []byte, err error) { got, done = err, true })
+	(<-a.ops)()
+	if !done {
+		t.Fatal("a name request over the frame limit waits for its deadline")
+	}
+	if got == nil || !strings.Contains(got.Error(), "jobs: the request, ") || !strings.Contains(got.Error(), "cannot go to pmirun") {
+		t.Fatalf("request failed with %v", got)
+	}
+	if len(a.names) != 0 {
+		t.Fatalf("%d requests left waiting", len(a.names))
 	}
 }
