@@ -10,8 +10,9 @@ import (
 )
 
 // Authentication, right after connect and before any other frame. Each end
-// sends a hello carrying a fresh 32-byte nonce; on the peer's hello each
-// end sends its proof,
+// sends a hello carrying a fresh 32-byte nonce; on the peer's hello the
+// dialer sends its proof, and the acceptor sends its own once the
+// dialer's checked out (an empty proof if it did not),
 //
 //	HMAC-SHA256(secret, label || dialer nonce || acceptor nonce)
 //
@@ -19,7 +20,9 @@ import (
 // and checks the peer's proof for the other role. Both ends prove
 // knowledge of the secret to each other; the role label stops a proof from
 // being reflected back to its maker, and the fresh nonces stop replay. The
-// exchange costs one and a half round trips and never sends the secret.
+// dialer is done one and a half round trips after it connected (a half
+// more than when both proved themselves at once), and the secret never
+// goes over the wire.
 const (
 	typeHello uint16 = 0xFFF0
 	typeProof uint16 = 0xFFF1
@@ -51,11 +54,11 @@ func hungUp(ctx context.Context, err error) error {
 }
 
 // handshake authenticates rc in the role given by dialer. Any failure wraps
-// ErrAuth; the caller closes rc. An acceptor calls commit, if not nil,
-// once the peer's hello has arrived and before proving itself: after the
-// proof the dialer may hold a Conn, so the acceptor must not give up on
-// the connection then but for a failure of its own; false from commit
-// ends the handshake there.
+// ErrAuth; the caller closes rc. An acceptor checks the dialer's proof
+// before it proves itself, and calls commit, if not nil, in between:
+// after its proof the dialer may hold a Conn, so the acceptor must not
+// give up on the connection then but for a failure of its own; false
+// from commit ends the handshake there.
 func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool, commit func() bool) error {
 	var hello [1 + nonceSize]byte
 	hello[0] = helloVersion
@@ -85,8 +88,30 @@ func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool, comm
 	if !dialer {
 		ours, want = labelAcceptor, labelDialer
 	}
-	if commit != nil && !commit() {
-		return fmt.Errorf("authenticate: given up before proving: %w", ErrAuth)
+	if !dialer {
+		// The acceptor proves itself only to a dialer that proved
+		// itself: once it has, the dialer may hold a Conn, and the
+		// listener can no longer drop the connection for a newer one
+		// (commit). Proving itself on a mere hello, which needs no
+		// secret, let strangers hold every slot of the listener that
+		// way and lock the job's agents out.
+		f, err = rc.Recv(ctx)
+		if err != nil {
+			return fmt.Errorf("authenticate: receive proof: %w: %w", ErrAuth, hungUp(ctx, err))
+		}
+		if f.Type != typeProof || !hmac.Equal(f.Payload, proof(secret, want, dn, an)) {
+			// Say so (an empty proof) rather than hang up: the dialer
+			// would take that for a drop under load and try again.
+			_ = rc.send(ctx, Frame{Type: typeProof})
+			return fmt.Errorf("authenticate: %w (type %#04x, %d bytes): %w", errWrongProof, f.Type, len(f.Payload), ErrAuth)
+		}
+		if commit != nil && !commit() {
+			return fmt.Errorf("authenticate: given up before proving: %w", ErrAuth)
+		}
+		if err := rc.send(ctx, Frame{Type: typeProof, Payload: proof(secret, ours, dn, an)}); err != nil {
+			return fmt.Errorf("authenticate: send proof: %w: %w", ErrAuth, hungUp(ctx, err))
+		}
+		return nil
 	}
 	if err := rc.send(ctx, Frame{Type: typeProof, Payload: proof(secret, ours, dn, an)}); err != nil {
 		return fmt.Errorf("authenticate: send proof: %w: %w", ErrAuth, hungUp(ctx, err))
@@ -94,6 +119,9 @@ func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool, comm
 	f, err = rc.Recv(ctx)
 	if err != nil {
 		return fmt.Errorf("authenticate: receive proof: %w: %w", ErrAuth, hungUp(ctx, err))
+	}
+	if f.Type == typeProof && len(f.Payload) == 0 {
+		return fmt.Errorf("authenticate: %w: the listener refused this end's proof (not the job's secret?): %w", errWrongProof, ErrAuth)
 	}
 	if f.Type != typeProof || !hmac.Equal(f.Payload, proof(secret, want, dn, an)) {
 		return fmt.Errorf("authenticate: %w (type %#04x, %d bytes): %w", errWrongProof, f.Type, len(f.Payload), ErrAuth)

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -21,6 +22,7 @@ func TestAuth(t *testing.T) {
 		t.Run("Flood", func(t *testing.T) { testFlood(t, be) })
 		t.Run("FloodWhileDialling", func(t *testing.T) { testFloodWhileDialling(t, be) })
 		t.Run("ResetFlood", func(t *testing.T) { testResetFlood(t, be) })
+		t.Run("HelloFlood", func(t *testing.T) { testHelloFlood(t, be) })
 	})
 }
 
@@ -42,8 +44,8 @@ func testWrongSecret(t *testing.T, be string) {
 		c.Close()
 		t.Fatal("dial with the wrong secret succeeded")
 	}
-	if !errors.Is(err, ErrAuth) {
-		t.Fatalf("dial with the wrong secret: %v, want ErrAuth", err)
+	if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "the listener refused this end's proof") {
+		t.Fatalf("dial with the wrong secret: %v, want ErrAuth saying the listener refused the proof", err)
 	}
 	slog.waitLog(t, "refused connection")
 	clog.waitLog(t, "authentication failed")
@@ -318,4 +320,64 @@ func testResetFlood(t *testing.T, be string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// testHelloFlood: a stranger whose connections each say a valid hello
+// (which needs no secret) and then nothing does not lock the job's
+// agents out. The listener proved itself on every hello, and a
+// connection it had proved itself on was never dropped for a newer one
+// (its dialer might hold a Conn already): 256 such connections, renewed
+// within the 2 s each may wait, held every slot, and dialling with the
+// secret failed.
+func testHelloFlood(t *testing.T, be string) {
+	st := newTestTransport(t, be, nil)
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	hello, _ := AppendFrame(nil, Frame{Type: typeHello, Payload: append([]byte{helloVersion}, make([]byte, nonceSize)...)}, handshakeFrameMax)
+	// More strangers than slots, each saying hello again as soon as the
+	// listener hangs up on it.
+	stop := make(chan struct{})
+	var strangers sync.WaitGroup
+	defer strangers.Wait()
+	defer close(stop)
+	for range maxHandshakes + 64 {
+		strangers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				nc, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				nc.Write(hello)
+				nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+				io.Copy(io.Discard, nc) // until the listener hangs up
+				nc.Close()
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond) // every slot taken
+	good := newTestTransport(t, be, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const dials = 5
+	for i := range dials {
+		c, err := good.Dial(ctx, ln.Addr().String())
+		if err != nil {
+			t.Fatalf("dial %d of %d while strangers' hellos wait: %v (%d refused)", i+1, dials, err, ln.Refused())
+		}
+		c.Close()
+		if c, err = ln.Accept(ctx); err != nil {
+			t.Fatalf("accept %d: %v", i+1, err)
+		}
+		c.Close()
+	}
+	t.Logf("%d dials got in while %d strangers said hello again and again (%d refused)", dials, maxHandshakes+64, ln.Refused())
 }

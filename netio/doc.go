@@ -30,14 +30,16 @@
 // a challenge–response over the job secret (Config.Secret; the launcher
 // draws 32 random bytes and hands them to agents outside the command
 // line): each end sends a fresh nonce, then HMAC-SHA256(secret, role label
-// || dialer nonce || acceptor nonce), and checks the peer's. Until then a
+// || dialer nonce || acceptor nonce), and checks the peer's; the acceptor
+// sends its own only once the dialer's checked out. Until then a
 // peer may send only two frames of at most 64 bytes. Dial fails with
 // ErrAuth; a listener never returns the connection, and logs the first
 // refusal of each kind (Config.Logger, with the peer's address and the
 // reason), then counts them and logs the counts in one line at Close (and
 // at most once a minute meanwhile). A listener authenticates at most 256
 // connections at once, dropping the oldest for a newer one (but never one
-// it has begun to prove itself to: its dialer may hold a Conn), and drops a
+// it has begun to prove itself to, which proved itself first: its dialer
+// may hold a Conn), and drops a
 // peer that has not authenticated after 2 s (or Config.HandshakeTimeout
 // if shorter): a flood of strangers' connections neither grows without
 // bound nor locks the job's agents out, and Dial tries again (8 times in

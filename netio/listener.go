@@ -16,9 +16,11 @@ import (
 // a connection may cost before it authenticates is bounded: at most
 // maxHandshakes connections are being authenticated at once, and when one
 // more arrives the oldest of them the listener has not yet answered with
-// its proof is dropped to make room (a peer that knows the secret answers
-// within a round trip, so the oldest is nearly always a stranger, and a
-// flood cannot lock the job's agents out; see listener.commit); each
+// its proof is dropped to make room (it answers only a peer that proved
+// it knows the secret, so a stranger never holds a slot that cannot be
+// dropped, a peer that knows the secret proves itself within a round
+// trip, the oldest is nearly always a stranger, and a flood cannot lock
+// the job's agents out; see listener.commit); each
 // has preAuthTimeout (or Config.HandshakeTimeout if shorter) to finish.
 // A dialer whose connection is dropped before the acceptor proved itself
 // dials again (Transport.Dial, dialAttempts). Refusals are logged once per
@@ -214,7 +216,7 @@ func (l *listener) loop() {
 			pc.cancel()
 			rc.Close()
 			l.refused.add(log, l.raw.addr(), rc.RemoteAddr(), refusedDropped,
-				fmt.Errorf("all %d connections being authenticated were answered and wait for their peers' proof", maxHandshakes))
+				fmt.Errorf("all %d connections being authenticated proved themselves and are being answered", maxHandshakes))
 			continue
 		}
 		l.wg.Add(1)
