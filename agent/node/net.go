@@ -172,6 +172,10 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 	// this node cannot reach, until dctx ends): pmirun must hear from
 	// the node meanwhile, or it takes it for lost after NetTimeout and
 	// says so instead of what keeps it.
+	// A heartbeat that finds the link broken (pmirun gone) ends the
+	// set-up: nobody waits for this node any more.
+	sctx, stopSetup := context.WithCancelCause(dctx)
+	defer stopSetup(nil)
 	stopBeats := make(chan struct{})
 	var beats sync.WaitGroup
 	beats.Go(func() {
@@ -180,18 +184,25 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 		for {
 			select {
 			case <-tick.C:
-				sctx, cancel := context.WithTimeout(dctx, spec.NetTimeout)
-				_ = a.ctl.Send(sctx, netio.Frame{Type: FrameHeartbeat}) // a broken link shows in the loop's receive
+				hctx, cancel := context.WithTimeout(sctx, spec.NetTimeout)
+				err := a.ctl.Send(hctx, netio.Frame{Type: FrameHeartbeat})
 				cancel()
+				if err != nil && sctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+					stopSetup(fmt.Errorf("link to pmirun lost while linking to the peers: %w", err))
+					return
+				}
 			case <-stopBeats:
 				return
 			}
 		}
 	})
-	err = a.setup(dctx, ln, table)
+	err = a.setup(sctx, ln, table)
 	close(stopBeats)
 	beats.Wait()
 	if err != nil {
+		if cause := context.Cause(sctx); sctx.Err() != nil && dctx.Err() == nil && cause != nil {
+			return fmt.Errorf("node %d: %w", a.idx, cause)
+		}
 		return fmt.Errorf("node %d: %w", a.idx, err)
 	}
 	a.recv.Go(func() { Receive(a.ctl, -1, a.in, a.quit) })

@@ -356,6 +356,39 @@ func TestAgentHeartbeatsWhileLinking(t *testing.T) {
 			}
 		})
 	}
+	// pmirun gone while the node links: the node ends at once, saying
+	// so. It waited for its peers' links until the set-up's 30 s were
+	// over.
+	t.Run("pmirun gone", func(t *testing.T) {
+		spec := &Spec{Size: 2, Nodes: [][]int{{0}, {1}}, Secret: secret, Root: rln.Addr().String(), TreeWidth: 2,
+			NetTimeout: time.Second, NetBackend: netio.BackendNet}
+		errc := make(chan error, 1)
+		go func() { errc <- RunAgent(context.Background(), spec, AgentOptions{Index: 1}) }()
+		actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer acancel()
+		c, err := rln.Accept(actx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Recv(actx); err != nil {
+			t.Fatal(err)
+		}
+		table := Table{Addrs: []string{mute.Addr().String(), mute.Addr().String()}, Hosts: []string{"h0", "h1"}}
+		if err := c.Send(actx, netio.Frame{Type: FrameTable, Payload: Encode(table)}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		c.Close()
+		select {
+		case err := <-errc:
+			if want := "node 1: link to pmirun lost while linking to the peers"; err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("RunAgent: %v, want %q", err, want)
+			}
+			t.Log(err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the node still links to its peers 5 s after pmirun left")
+		}
+	})
 }
 
 // smallFrameLink returns a node's end of a link to pmirun whose frames
