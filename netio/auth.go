@@ -108,6 +108,8 @@ func handshake(ctx context.Context, rc rawConn, secret []byte, dialer bool, comm
 		if commit != nil && !commit() {
 			return fmt.Errorf("authenticate: given up before proving: %w", ErrAuth)
 		}
+		// The dialer's frames may follow this proof at once.
+		rc.unseal()
 		if err := rc.send(ctx, Frame{Type: typeProof, Payload: proof(secret, ours, dn, an)}); err != nil {
 			return fmt.Errorf("authenticate: send proof: %w: %w", ErrAuth, hungUp(ctx, err))
 		}

@@ -23,6 +23,7 @@ func TestAuth(t *testing.T) {
 		t.Run("FloodWhileDialling", func(t *testing.T) { testFloodWhileDialling(t, be) })
 		t.Run("ResetFlood", func(t *testing.T) { testResetFlood(t, be) })
 		t.Run("HelloFlood", func(t *testing.T) { testHelloFlood(t, be) })
+		t.Run("BytesAfterProof", func(t *testing.T) { testBytesAfterProof(t, be) })
 	})
 }
 
@@ -380,4 +381,71 @@ func testHelloFlood(t *testing.T, be string) {
 		c.Close()
 	}
 	t.Logf("%d dials got in while %d strangers said hello again and again (%d refused)", dials, maxHandshakes+64, ln.Refused())
+}
+
+// testBytesAfterProof: what a stranger sends after its hello and proof
+// is not taken in: a dialer sends nothing more until the listener has
+// proved itself, which it does only once the dialer has. A stranger's
+// large frame right behind its proof was read (and its payload
+// allocated) while the listener checked the proof: 100 strangers each
+// sending 32 MiB that way cost 100-300 MiB.
+func testBytesAfterProof(t *testing.T, be string) {
+	var log logBuffer
+	st := newTestTransport(t, be, func(c *Config) { c.Logger = log.logger() })
+	ln, err := st.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var burst []byte
+	burst, _ = AppendFrame(burst, Frame{Type: typeHello, Payload: append([]byte{helloVersion}, make([]byte, nonceSize)...)}, handshakeFrameMax)
+	burst, _ = AppendFrame(burst, Frame{Type: typeProof, Payload: make([]byte, 32)}, handshakeFrameMax)
+	burst, _ = AppendFrame(burst, Frame{Type: 1, Payload: make([]byte, 32<<20)}, MaxFrameSizeLimit)
+	const n = 100
+	before := memAlloc()
+	var strangers sync.WaitGroup
+	for range n {
+		strangers.Go(func() {
+			nc, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				return
+			}
+			defer nc.Close()
+			nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			nc.Write(burst) // until the listener hangs up
+		})
+	}
+	strangers.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for ln.Refused() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d strangers refused", ln.Refused(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := memAlloc() - before
+	t.Logf("%d strangers: %.1f MiB allocated", n, got/(1<<20))
+	if got > 48<<20 {
+		t.Fatalf("%d strangers sending 32 MiB after their proof cost %.0f MiB of allocations", n, got/(1<<20))
+	}
+	// The listener still takes the job's agents, whose frames follow
+	// the listener's proof at once.
+	ct := newTestTransport(t, be, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := ct.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Send(ctx, Frame{Type: 1, Payload: make([]byte, 1<<20)}); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if f, err := sc.Recv(ctx); err != nil || len(f.Payload) != 1<<20 {
+		t.Fatalf("the agent's first frame: %d bytes, %v", len(f.Payload), err)
+	}
 }

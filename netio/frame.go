@@ -64,6 +64,9 @@ var (
 	ErrShortFrame     = errors.New("incomplete frame")
 	ErrReservedType   = errors.New("frame type is reserved for the transport")
 	ErrTruncatedFrame = errors.New("stream ended inside a frame")
+	// ErrUnauthenticated: a frame came before its sender was
+	// authenticated (Decoder.Sealed).
+	ErrUnauthenticated = errors.New("frame before authentication")
 )
 
 // AppendFrame appends the encoding of f to dst. It fails if the payload is
@@ -131,6 +134,12 @@ func DecodeFrame(b []byte, max int) (Frame, int, error) {
 type Decoder struct {
 	Max       int  // largest payload accepted
 	Handshake bool // limit the leading frames to the handshake's size
+	// Sealed refuses any frame after the handshake's (ErrUnauthenticated)
+	// until it is cleared: an acceptor's connection, whose dialer sends
+	// nothing more before the acceptor proved itself, which it does once
+	// the dialer has. A stranger's bytes after its two frames are then
+	// never taken in.
+	Sealed bool
 
 	frames int              // frames whose header has been parsed
 	hdr    [HeaderSize]byte // header being assembled
@@ -198,6 +207,10 @@ func (d *Decoder) Feed(p []byte, emit func(Frame)) error {
 }
 
 func (d *Decoder) startFrame(h []byte) error {
+	if d.Sealed && d.frames >= handshakeFrames {
+		d.err = fmt.Errorf("decode frame %d: %w", d.frames+1, ErrUnauthenticated)
+		return d.err
+	}
 	limit := d.Max
 	if d.Handshake && d.frames < handshakeFrames {
 		limit = min(limit, handshakeFrameMax)

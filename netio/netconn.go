@@ -57,7 +57,16 @@ func (l *netListener) accept() (rawConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errConnGone, err)
 	}
+	nc.dec.Sealed = true
 	return nc, nil
+}
+
+// unseal lets frames beyond the handshake's in (rawConn). The handshake
+// calls it between its Recvs, so rmu is free.
+func (c *netConn) unseal() {
+	c.rmu.Lock()
+	c.dec.Sealed = false
+	c.rmu.Unlock()
 }
 
 func (l *netListener) addr() net.Addr { return l.ln.Addr() }

@@ -239,10 +239,14 @@ type rawListener interface {
 
 // A rawConn is a backend connection: a Conn whose Send does not check
 // the frame type (send) so the handshake can use reserved types, and whose
-// decoder limits the first frames to the handshake's size.
+// decoder limits the first frames to the handshake's size and, on an
+// accepted connection, refuses any other until unseal.
 type rawConn interface {
 	Conn
 	send(ctx context.Context, f Frame) error
+	// unseal lets frames beyond the handshake's in, on an accepted
+	// connection whose dialer proved itself (Decoder.Sealed).
+	unseal()
 }
 
 // New makes a Transport from cfg.

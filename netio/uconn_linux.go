@@ -75,6 +75,14 @@ func newUconn(b *uringBackend, fd int, laddr, raddr net.Addr) *uconn {
 	return c
 }
 
+// unseal lets frames beyond the handshake's in (rawConn); the decoder is
+// the reaper's, under b.mu.
+func (c *uconn) unseal() {
+	c.b.mu.Lock()
+	c.dec.Sealed = false
+	c.b.mu.Unlock()
+}
+
 func (c *uconn) LocalAddr() net.Addr  { return c.laddr }
 func (c *uconn) RemoteAddr() net.Addr { return c.raddr }
 

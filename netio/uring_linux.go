@@ -856,7 +856,9 @@ func (b *uringBackend) newAccepted(fd int) (*uconn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newUconn(b, fd, net.TCPAddrFromAddrPort(la), net.TCPAddrFromAddrPort(ra)), nil
+	c := newUconn(b, fd, net.TCPAddrFromAddrPort(la), net.TCPAddrFromAddrPort(ra))
+	c.dec.Sealed = true // before attachLocked arms its recv
+	return c, nil
 }
 
 func (b *uringBackend) closeListener(l *ulistener) {
