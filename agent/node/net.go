@@ -171,9 +171,8 @@ func (a *agentNode) run(ctx context.Context, listen string) error {
 	// Linking to the peers may take long (a peer slow to start, or one
 	// this node cannot reach, until dctx ends): pmirun must hear from
 	// the node meanwhile, or it takes it for lost after NetTimeout and
-	// says so instead of what keeps it.
-	// A heartbeat that finds the link broken (pmirun gone) ends the
-	// set-up: nobody waits for this node any more.
+	// says so instead of what keeps it. A heartbeat that finds the link
+	// broken (pmirun gone) ends the set-up: nobody waits for the node.
 	sctx, stopSetup := context.WithCancelCause(dctx)
 	defer stopSetup(nil)
 	stopBeats := make(chan struct{})
@@ -350,7 +349,7 @@ func (a *agentNode) send(to int, f netio.Frame) error {
 	}
 	if c == nil {
 		a.log.Error("no link", "to", to, "type", f.Type)
-		return fmt.Errorf("no link to node %d", to)
+		return fmt.Errorf("no link to %s", nodeWord(to))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.spec.NetTimeout)
 	defer cancel()
