@@ -115,6 +115,13 @@ func (c *Core) serveRankData(o ServeRankData) {
 		c.answer(o.ID, false, "", fmt.Errorf("rank %d is not served on this node", o.Rank))
 		return
 	}
+	if c.closed {
+		// Every rank of this node ended and its front end closed (the
+		// node stays to serve its placed keys until the job ends): no
+		// one is left to answer an ask, which would wait for ever.
+		c.answer(o.ID, false, "", fmt.Errorf("rank %d's node has ended its part of the job, and the data with it: %w", o.Rank, ErrNoRankData))
+		return
+	}
 	c.askRankData(rs, &rankData{rank: o.Rank, peer: o.ID})
 }
 

@@ -175,3 +175,30 @@ func TestRankDataNoExternal(t *testing.T) {
 		t.Errorf("answer %v, want ErrNoExternal", err)
 	}
 }
+
+// Once the agent closed (every rank of its node ended; the node stays
+// to serve its placed keys until the job ends), another node's request
+// for a finalized rank's data is answered with an error at once: the
+// closed front end drops every ask, and the request waited for ever
+// (a PMIx client's get of a peer on a node whose ranks all exited).
+func TestRankDataAfterClose(t *testing.T) {
+	a, err := New(Config{Size: 2, Local: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := newAskLog()
+	if err := a.AttachExternal(ext); err != nil {
+		t.Fatal(err)
+	}
+	a.StepExternal(Init{Local: 0})
+	a.StepExternal(Finalize{Local: 0, Req: Req{Via: ViaExternal}})
+	a.Close()
+	errc := make(chan error, 1)
+	a.ServeRankData(0, func(_ string, _ bool, err error) { errc <- err })
+	if err := nextOf(t, errc, "answer after close"); !errors.Is(err, ErrNoRankData) {
+		t.Errorf("answer %v, want ErrNoRankData", err)
+	}
+	if len(ext.asks) != 0 {
+		t.Error("the closed front end was asked")
+	}
+}
