@@ -169,22 +169,25 @@ static int whole(const pmix_proc_t procs[], size_t nprocs, const char **ns)
     return -(int)nprocs; // Go checks that they are every rank
 }
 
-// timeout_of is the PMIX_TIMEOUT in info, in seconds (0: none).
+// timeout_of is the PMIX_TIMEOUT in info, in whole seconds (0: none).
+// The standard types it an int, but OpenPMIx and PRRTE read it as any
+// number (PMIX_VALUE_GET_NUMBER), and clients pass a size_t, a uint64,
+// ...: a timeout read only as an int was dropped for those, and the
+// fence or get it bounded waited for ever. A fraction of a second is a
+// second, not "none".
 static int timeout_of(const pmix_info_t info[], size_t ninfo)
 {
     for (size_t i = 0; i < ninfo; i++) {
         if (!PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT))
             continue;
-        switch (info[i].value.type) {
-        case PMIX_INT:
-            return info[i].value.data.integer > 0 ? info[i].value.data.integer : 0;
-        case PMIX_INT32:
-            return info[i].value.data.int32 > 0 ? info[i].value.data.int32 : 0;
-        case PMIX_UINT32:
-            return info[i].value.data.uint32 > 0x7fffffff ? 0x7fffffff : (int)info[i].value.data.uint32;
-        default:
+        pmix_status_t rc;
+        double secs = 0;
+        PMIX_VALUE_GET_NUMBER(rc, &info[i].value, secs, double);
+        if (rc != PMIX_SUCCESS || !(secs > 0))
             return 0;
-        }
+        if (secs >= 0x7fffffff)
+            return 0x7fffffff;
+        return secs < 1 ? 1 : (int)secs;
     }
     return 0;
 }

@@ -18,10 +18,11 @@
  *   fence-timeout
  *              it never fences: it sleeps 3 s and finalizes; the others
  *              fence with PMIX_TIMEOUT 1 s and print
- *              "rank R: fence: STATUS after S s". With a third argument
+ *              "rank R: fence: STATUS after S s". With a further argument
  *              "pairs", each rank's fence names only itself and VICTIM
  *              (part of the namespace: a collective the launcher
- *              completes across nodes);
+ *              completes across nodes); with "size", the timeout is a
+ *              size_t (PMIX_SIZE), as some clients pass it, not an int;
  *   connect-timeout
  *              the same with PMIx_Connect over the namespace: the others
  *              print "rank R: connect: STATUS after S s" if it returns.
@@ -117,6 +118,15 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* has_arg reports whether an argument after the mode and victim is opt */
+static int has_arg(int argc, char **argv, const char *opt)
+{
+    for (int i = 3; i < argc; i++)
+        if (strcmp(argv[i], opt) == 0)
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     pmix_proc_t wild;
@@ -157,15 +167,19 @@ int main(int argc, char **argv)
         } else {
             pmix_info_t info;
             int timeout = 1;
+            size_t timeout_size = 1;
             double t0 = now();
-            PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout, PMIX_INT);
+            if (has_arg(argc, argv, "size"))
+                PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout_size, PMIX_SIZE);
+            else
+                PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &timeout, PMIX_INT);
             if (strcmp(mode, "connect-timeout") == 0) {
                 rc = PMIx_Connect(&wild, 1, &info, 1);
                 printf("rank %u: connect: %s after %.0f s\n", me.rank, PMIx_Error_string(rc), now() - t0);
                 fflush(stdout);
                 goto done;
             }
-            if (argc > 3 && strcmp(argv[3], "pairs") == 0) {
+            if (has_arg(argc, argv, "pairs")) {
                 pmix_proc_t pair[2];
                 PMIX_LOAD_PROCID(&pair[0], me.nspace, me.rank);
                 PMIX_LOAD_PROCID(&pair[1], me.nspace, victim);

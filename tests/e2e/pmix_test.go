@@ -181,6 +181,10 @@ func TestPMIxFenceTimeout(t *testing.T) {
 		{"one node", nil, nil},
 		{"two nodes", twoNodes, nil},
 		{"two nodes/pairs", twoNodes, []string{"pairs"}},
+		// A timeout given as a size_t (any number, as OpenPMIx reads
+		// it): the host read only an int, and the fence waited for ever.
+		{"two nodes/size_t", twoNodes, []string{"size"}},
+		{"two nodes/pairs size_t", twoNodes, []string{"pairs", "size"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(append(tc.args, prog("pmix_dmodex"), "fence-timeout", "1"), tc.mode...)
