@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fastpmi/fastpmi/agent"
@@ -205,6 +206,10 @@ type Job struct {
 	closed  bool
 	pending map[uint64]slot // by the ID of their agent requests' Req
 	nextID  uint64
+
+	// eventSaid is set once the job's log said that a rank's PMIx event
+	// does not reach the job's other nodes (fpxNotifyEvent).
+	eventSaid atomic.Bool
 
 	wake chan struct{} // one token: the queue has work, or closed is set
 	done chan struct{} // closed when the worker has returned

@@ -599,6 +599,22 @@ static pmix_status_t disconnect_fn(const pmix_proc_t procs[], size_t nprocs, con
     return jobs_request(FPX_DISCONNECT, procs, nprocs, info, ninfo, NULL, 0, NULL, cbfunc, cbdata);
 }
 
+// notify_event is a client's event for processes beyond its node's
+// server (PMIx_Notify_event with a range wider than the node). The
+// library delivers it to its own clients itself and has answered the
+// notifier already; fastpmi carries no events between nodes, so Go says
+// on the job's log that the ranks of its other nodes do not get it, where
+// it was lost without a word.
+static pmix_status_t notify_event(pmix_status_t code, const pmix_proc_t *source, pmix_data_range_t range,
+                                  pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info;
+    (void)ninfo;
+    (void)cbfunc;
+    (void)cbdata;
+    return fpxNotifyEvent((char *)source->nspace, source->rank, code, (int)range);
+}
+
 static pmix_server_module_t module = {
     .client_connected = client_connected,
     .client_finalized = client_finalized,
@@ -611,6 +627,7 @@ static pmix_server_module_t module = {
     .spawn = spawn,
     .connect = connect_fn,
     .disconnect = disconnect_fn,
+    .notify_event = notify_event,
 };
 
 // --- rank data: a local rank's data for another node --------------------

@@ -471,6 +471,22 @@ func fpxWholeJob(nspace *C.char, ranks *C.uint, n C.int) C.int {
 	return 0
 }
 
+//export fpxNotifyEvent
+func fpxNotifyEvent(nspace *C.char, rank C.uint, code, rng C.int) C.int {
+	j := lookupJob(C.GoString(nspace))
+	switch {
+	case j == nil:
+		return C.PMIX_ERR_NOT_FOUND
+	case len(j.cfg.Nodes) == 1:
+		return C.PMIX_OPERATION_SUCCEEDED // every rank of the job is a client here
+	}
+	if j.eventSaid.CompareAndSwap(false, true) { // once a job: a rank may notify in a loop
+		j.cfg.Logger.Warn("pmix: a rank's event reaches only the ranks of its own node: fastpmi carries no PMIx events between nodes",
+			"rank", int(rank), "code", int(code), "range", int(rng))
+	}
+	return C.PMIX_ERR_NOT_SUPPORTED
+}
+
 // The host callbacks' side of the Jobs (job.go).
 
 // lookupJob returns the Job serving nspace, or nil.

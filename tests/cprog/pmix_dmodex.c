@@ -25,7 +25,11 @@
  *              size_t (PMIX_SIZE), as some clients pass it, not an int;
  *   connect-timeout
  *              the same with PMIx_Connect over the namespace: the others
- *              print "rank R: connect: STATUS after S s" if it returns.
+ *              print "rank R: connect: STATUS after S s" if it returns;
+ *   event      every rank registers for an event, VICTIM notifies it
+ *              to the namespace after a fence, and each other rank
+ *              prints "rank R: event: yes" or, after 2 s without it,
+ *              "rank R: event: no"; a fence, and all finalize.
  *
  * Rank 0 prints "pmix_dmodex ok N=<n>" when FASTPMI_BENCH_VERBOSE is set
  * and the default mode passed on it. Errors go to stderr, exit 1. */
@@ -118,6 +122,17 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static volatile int got_event;
+
+static void on_event(size_t id, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[], size_t ninfo,
+                     pmix_info_t results[], size_t nresults, pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+    (void)id, (void)status, (void)source, (void)info, (void)ninfo, (void)results, (void)nresults;
+    got_event = 1;
+    if (cbfunc != NULL)
+        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+}
+
 /* has_arg reports whether an argument after the mode and victim is opt */
 static int has_arg(int argc, char **argv, const char *opt)
 {
@@ -161,6 +176,24 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    if (strcmp(mode, "event") == 0) {
+        pmix_status_t code = PMIX_EXTERNAL_ERR_BASE - 7;
+        PMIx_Register_event_handler(&code, 1, NULL, 0, on_event, NULL, NULL);
+        fence();
+        if (me.rank == victim) {
+            if ((rc = PMIx_Notify_event(code, &me, PMIX_RANGE_NAMESPACE, NULL, 0, NULL, NULL)) != PMIX_SUCCESS)
+                die("notify", rc);
+        } else {
+            for (int i = 0; i < 200 && !got_event; i++)
+                usleep(10000);
+            printf("rank %u: event: %s\n", me.rank, got_event ? "yes" : "no");
+            fflush(stdout);
+        }
+        fence();
+        if ((rc = PMIx_Finalize(NULL, 0)) != PMIX_SUCCESS)
+            die("finalize", rc);
+        return 0;
+    }
     if (strcmp(mode, "fence-timeout") == 0 || strcmp(mode, "connect-timeout") == 0) {
         if (me.rank == victim) {
             sleep(3);

@@ -200,6 +200,42 @@ func TestPMIxFenceTimeout(t *testing.T) {
 	}
 }
 
+// A rank's PMIx_Notify_event reaches the ranks of its own node (the
+// server library delivers it) and not those of other nodes: fastpmi
+// carries no PMIx events between nodes. The notifier's call succeeds all
+// the same (the library answers it before the host hears of it), so the
+// job's log says so, once, where the event was lost without a word; a
+// job on one node gets it everywhere and says nothing.
+func TestPMIxEventSaid(t *testing.T) {
+	const said = "pmix: a rank's event reaches only the ranks of its own node: fastpmi carries no PMIx events between nodes"
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		heard func(rank int) string
+	}{
+		{"one node", nil, func(int) string { return "yes" }},
+		// Cyclic: ranks 0 and 2 on one node, 1 and 3 on the other.
+		{"two nodes", []string{"--bootstrap", "loopback", "--nodes", "2", "--cyclic"}, func(rank int) string {
+			return map[bool]string{true: "yes", false: "no"}[rank%2 == 0]
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := ompiJob(4, append(tc.args, prog("pmix_dmodex"), "event", "0")...)
+			j.timeout = 30 * time.Second
+			r := run(t, j)
+			r.wantCode(t, 0)
+			for rank := 1; rank < 4; rank++ {
+				if want := fmt.Sprintf("rank %d: event: %s\n", rank, tc.heard(rank)); !strings.Contains(r.stdout, want) {
+					t.Errorf("want %q\n%s", want, r)
+				}
+			}
+			if n, want := strings.Count(r.stderr, said), map[bool]int{true: 0, false: 1}[tc.args == nil]; n != want {
+				t.Errorf("the log says the event stays on its node %d times, want %d\n%s", n, want, r)
+			}
+		})
+	}
+}
+
 // A PMIx_Connect with PMIX_TIMEOUT that a local rank never joins leaves
 // OpenPMIx 4.2's progress thread spinning: the library answers neither
 // the waiting ranks nor the victim's finalize (the job fails, "exited
