@@ -210,6 +210,9 @@ type Job struct {
 	// eventSaid is set once the job's log said that a rank's PMIx event
 	// does not reach the job's other nodes (fpxNotifyEvent).
 	eventSaid atomic.Bool
+	// dmodexSaid is set once the job's log said why a direct modex
+	// failed (reply).
+	dmodexSaid atomic.Bool
 
 	wake chan struct{} // one token: the queue has work, or closed is set
 	done chan struct{} // closed when the worker has returned
@@ -815,6 +818,12 @@ func (j *Job) reply(rp agent.Reply) {
 		switch {
 		case rp.Err != nil:
 			res.err = rp.Err
+			// The client sees only PMIX_ERROR: the reason (the data
+			// over its bound, the rank's node gone) is said here,
+			// once a job, as a rank may ask for every peer's.
+			if j.dmodexSaid.CompareAndSwap(false, true) {
+				j.cfg.Logger.Warn("pmix: a client's get of a rank's data failed", "rank", p.req.rank, "err", rp.Err)
+			}
 		case !rp.Found:
 			res.err = errNotFound
 		default:

@@ -26,6 +26,10 @@
  *   connect-timeout
  *              the same with PMIx_Connect over the namespace: the others
  *              print "rank R: connect: STATUS after S s" if it returns;
+ *   toobig     every rank puts 2 MiB under a key, fences without
+ *              data and gets the next rank's key, printing
+ *              "rank R: get of rank N: STATUS"; a fence, and all
+ *              finalize (VICTIM is not used);
  *   event      every rank registers for an event, VICTIM notifies it
  *              to the namespace after a fence, and each other rank
  *              prints "rank R: event: yes" or, after 2 s without it,
@@ -176,6 +180,25 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    if (strcmp(mode, "toobig") == 0) {
+        static char big[1 << 21];
+        pmix_value_t val;
+        memset(big, 'b', sizeof(big));
+        val.type = PMIX_BYTE_OBJECT;
+        val.data.bo.bytes = big;
+        val.data.bo.size = sizeof(big);
+        if ((rc = PMIx_Put(PMIX_GLOBAL, "fastpmi.dmodex.big", &val)) != PMIX_SUCCESS || (rc = PMIx_Commit()) != PMIX_SUCCESS)
+            die("put/commit", rc);
+        fence();
+        pmix_rank_t next = (me.rank + 1) % size;
+        rc = get(next, "fastpmi.dmodex.big", 0, &got);
+        printf("rank %u: get of rank %u: %s\n", me.rank, next, PMIx_Error_string(rc));
+        fflush(stdout);
+        fence();
+        if ((rc = PMIx_Finalize(NULL, 0)) != PMIX_SUCCESS)
+            die("finalize", rc);
+        return 0;
+    }
     if (strcmp(mode, "event") == 0) {
         pmix_status_t code = PMIX_EXTERNAL_ERR_BASE - 7;
         PMIx_Register_event_handler(&code, 1, NULL, 0, on_event, NULL, NULL);

@@ -200,6 +200,24 @@ func TestPMIxFenceTimeout(t *testing.T) {
 	}
 }
 
+// A client's get of another node's rank whose data passes the bound of
+// a direct modex (agent.MaxRankDataBytes) fails, and the job's log says
+// why: the client saw only PMIX_ERROR, and nothing said what it was.
+func TestPMIxDirectModexTooBig(t *testing.T) {
+	j := ompiJob(2, "--bootstrap", "loopback", "--nodes", "2", prog("pmix_dmodex"), "toobig", "0")
+	j.timeout = 30 * time.Second
+	r := run(t, j)
+	r.wantCode(t, 0)
+	for rank := range 2 {
+		if want := fmt.Sprintf("rank %d: get of rank %d: ERROR\n", rank, 1-rank); !strings.Contains(r.stdout, want) {
+			t.Errorf("want %q\n%s", want, r)
+		}
+	}
+	if !regexp.MustCompile(`pmix: a client's get of a rank's data failed.* err="quota exceeded: rank [01]'s data is \d+ bytes, more than 1048576"`).MatchString(r.stderr) {
+		t.Errorf("the log does not say why the gets failed\n%s", r)
+	}
+}
+
 // A rank's PMIx_Notify_event reaches the ranks of its own node (the
 // server library delivers it) and not those of other nodes: fastpmi
 // carries no PMIx events between nodes. The notifier's call succeeds all
