@@ -578,7 +578,9 @@ func (j *Job) serve(r *request) {
 	case reqAbort:
 		msg := r.msg
 		if len(msg) > maxAbortMsg {
-			msg = msg[:maxAbortMsg]
+			// Said as cut, as pmirun says of what it cuts itself: the
+			// text ended at 1,024 bytes without a word.
+			msg = fmt.Sprintf("%s [the first %d of %d bytes]", msg[:maxAbortMsg], maxAbortMsg, len(msg))
 		}
 		err = a.StepExternal(agent.Abort{Local: l, Code: r.code, Msg: msg})
 	case reqEnd:

@@ -105,6 +105,11 @@ func TestJobRequests(t *testing.T) {
 		t.Errorf("abort: %v", res.err)
 	}
 	want("abort 1 bye")
+	// A message over the bound is cut, and says so.
+	if res := call(t, j, &request{kind: reqAbort, rank: 1, code: 3, msg: strings.Repeat("x", 5000)}); res.err != nil {
+		t.Errorf("abort: %v", res.err)
+	}
+	want("abort 1 " + strings.Repeat("x", maxAbortMsg) + " [the first 1024 of 5000 bytes]")
 	if res := call(t, j, &request{kind: reqFinalized, rank: 0}); res.err != nil {
 		t.Errorf("finalized: %v", res.err)
 	}
