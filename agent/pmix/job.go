@@ -211,8 +211,10 @@ type Job struct {
 	// does not reach the job's other nodes (fpxNotifyEvent).
 	eventSaid atomic.Bool
 	// dmodexSaid is set once the job's log said why a direct modex
-	// failed (reply).
-	dmodexSaid atomic.Bool
+	// failed (reply); layoutSaid, why where another job runs is not
+	// known (foreignLayout); foreignSaid, that a client asked for more
+	// other jobs than maxForeign (foreignReady).
+	dmodexSaid, layoutSaid, foreignSaid atomic.Bool
 
 	wake chan struct{} // one token: the queue has work, or closed is set
 	done chan struct{} // closed when the worker has returned
@@ -275,6 +277,15 @@ func (j *Job) foreignReady(r *request) bool {
 		registry.mu.Unlock()
 		return f.ready
 	}
+	if len(registry.foreign) >= maxForeign {
+		registry.mu.Unlock()
+		err := fmt.Errorf("pmix: namespace %s: %w (%d registered, the most a node holds)", r.job, errForeignFull, maxForeign)
+		if j.foreignSaid.CompareAndSwap(false, true) {
+			j.cfg.Logger.Warn("pmix: a client asked for another job's data", "rank", r.rank, "err", err)
+		}
+		r.done(result{err: err})
+		return false
+	}
 	if registry.foreign == nil {
 		registry.foreign = make(map[string]*foreign)
 	}
@@ -291,6 +302,17 @@ func (j *Job) foreignReady(r *request) bool {
 	return false
 }
 
+// maxForeign bounds the namespaces of other jobs registered with the
+// process's server library (registry.foreign), each kept until the Job
+// that registered it ends: a client that asks for the data of one made-up
+// namespace after another (a loop over garbage names) registered every
+// one, some 30 KiB of the library's each, growing the agent (and in a
+// daemon, every job's agent) without bound. No run needs as many.
+var maxForeign = 1024
+
+// errForeignFull refuses a namespace of another job past maxForeign.
+var errForeignFull = errors.New("too many other jobs' namespaces asked for on this node")
+
 // foreignLayout registers namespace r.job as the launcher laid it out
 // (r.layout; if it could not say, the namespace is registered without job
 // data, so that what names it does not wait for its clients), and serves
@@ -298,7 +320,9 @@ func (j *Job) foreignReady(r *request) bool {
 func (j *Job) foreignLayout(r *request) {
 	l := r.layout
 	if r.err != nil {
-		j.cfg.Logger.Warn("pmix: where another job runs", "nspace", r.job, "err", r.err)
+		if j.layoutSaid.CompareAndSwap(false, true) { // once a job: a client may ask for many
+			j.cfg.Logger.Warn("pmix: where another job runs", "nspace", r.job, "err", r.err)
+		}
 		l = &agent.Layout{}
 	}
 	if err := registerForeign(r.job, l); err != nil {

@@ -4,6 +4,7 @@ package pmix
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -269,6 +270,37 @@ func TestJobDirectModex(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("request %s rank 1 finalized: not answered", name)
 		}
+	}
+}
+
+// A client asking for the data of one unknown namespace after another
+// registers each (the launcher does not know it: it is registered
+// without job data) up to maxForeign; past it, the request fails at once
+// and nothing more is registered: the agent grew without bound.
+func TestJobForeignBound(t *testing.T) {
+	defer func(n int) { maxForeign = n }(maxForeign)
+	maxForeign = 2
+	a, err := agent.New(agent.Config{Size: 2, Local: []int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	j, err := NewJob(Config{Agent: a, Nspace: "job-foreign", Size: 2, Nodes: [][]int{{0, 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for i := range 3 {
+		res := call(t, j, &request{kind: reqDmodex, rank: 0, job: fmt.Sprintf("made-up-%d", i)})
+		if full := errors.Is(res.err, errForeignFull); res.err == nil || full != (i == 2) {
+			t.Errorf("namespace %d: %v", i, res.err)
+		}
+	}
+	registry.mu.Lock()
+	n := len(registry.foreign)
+	registry.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d namespaces of other jobs registered, want 2", n)
 	}
 }
 
