@@ -214,7 +214,8 @@ type Job struct {
 	// failed (reply); layoutSaid, why where another job runs is not
 	// known (foreignLayout); foreignSaid, that a client asked for more
 	// other jobs than maxForeign (foreignReady).
-	dmodexSaid, layoutSaid, foreignSaid atomic.Bool
+	// namesSaid, why a publish or unpublish failed (sayNames).
+	dmodexSaid, layoutSaid, foreignSaid, namesSaid atomic.Bool
 
 	wake chan struct{} // one token: the queue has work, or closed is set
 	done chan struct{} // closed when the worker has returned
@@ -774,7 +775,9 @@ func (j *Job) names(r *request, l int) {
 			i++
 		}
 		if err := agent.CheckName(name, port); err != nil {
-			r.done(result{err: fmt.Errorf("pmix: %w", err)})
+			err = fmt.Errorf("pmix: %w", err)
+			j.sayNames(r, err)
+			r.done(result{err: err})
 			return
 		}
 	}
@@ -901,7 +904,20 @@ func (j *Job) reply(rp agent.Reply) {
 	if p.req.kind == reqLookup && res.err == nil && len(res.found) == 0 {
 		res.err = errNotFound
 	}
+	if p.req.kind == reqPublish || p.req.kind == reqUnpublish {
+		j.sayNames(p.req, res.err)
+	}
 	p.req.done(res)
+}
+
+// sayNames says on the job's log, once a job, why a publish or an
+// unpublish failed: the client sees only PMIX_ERROR, where a PMI-2 rank
+// is told why (the names quota, a name too long, ...).
+func (j *Job) sayNames(r *request, err error) {
+	if err != nil && j.namesSaid.CompareAndSwap(false, true) {
+		op := map[reqKind]string{reqPublish: "publish", reqLookup: "lookup", reqUnpublish: "unpublish"}[r.kind]
+		j.cfg.Logger.Warn("pmix: a client's "+op+" failed", "rank", r.rank, "err", err)
+	}
 }
 
 // maxQueued bounds the requests waiting for the worker: the ranks'

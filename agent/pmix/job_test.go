@@ -3,8 +3,10 @@
 package pmix
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -301,6 +303,31 @@ func TestJobForeignBound(t *testing.T) {
 	registry.mu.Unlock()
 	if n != 2 {
 		t.Errorf("%d namespaces of other jobs registered, want 2", n)
+	}
+}
+
+// A publish the name service refuses fails with a bare PMIX_ERROR, so
+// the job's log says why, once a job (a rank may publish in a loop).
+func TestJobNamesSaid(t *testing.T) {
+	var log bytes.Buffer
+	a, err := agent.New(agent.Config{Size: 1, Local: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	j, err := NewJob(Config{Agent: a, Nspace: "job-names-said", Size: 1, Nodes: [][]int{{0}},
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for range 2 {
+		if res := call(t, j, &request{kind: reqPublish, rank: 0, strs: []string{"bad\x00name", "p"}}); res.err == nil {
+			t.Fatal("a name with a NUL byte was published")
+		}
+	}
+	if n := strings.Count(log.String(), "pmix: a client's publish failed"); n != 1 {
+		t.Errorf("the log says %d times why a publish failed, want once:\n%s", n, log.String())
 	}
 }
 
