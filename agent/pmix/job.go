@@ -215,7 +215,8 @@ type Job struct {
 	// known (foreignLayout); foreignSaid, that a client asked for more
 	// other jobs than maxForeign (foreignReady).
 	// namesSaid, why a publish or unpublish failed (sayNames).
-	dmodexSaid, layoutSaid, foreignSaid, namesSaid atomic.Bool
+	// jobsSaid, why a collective across jobs failed (reply).
+	dmodexSaid, layoutSaid, foreignSaid, namesSaid, jobsSaid atomic.Bool
 
 	wake chan struct{} // one token: the queue has work, or closed is set
 	done chan struct{} // closed when the worker has returned
@@ -876,6 +877,13 @@ func (j *Job) reply(rp agent.Reply) {
 	case agent.ReplyJobs: // a collective across jobs
 		delete(j.pending, rp.Req.ID)
 		j.mu.Unlock()
+		// The clients see only PMIX_ERROR: why the launcher refused it
+		// (a job not running, a rank outside its job) is said here,
+		// once a job.
+		if rp.Err != nil && j.jobsSaid.CompareAndSwap(false, true) {
+			j.cfg.Logger.Warn("pmix: a collective across jobs (a fence over part of a job or other jobs, connect, disconnect) failed",
+				"err", rp.Err)
+		}
 		p.req.done(result{err: rp.Err, data: []byte(rp.Val)})
 		return
 	case agent.ReplyLayout: // where another job runs

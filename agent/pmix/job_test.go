@@ -331,6 +331,32 @@ func TestJobNamesSaid(t *testing.T) {
 	}
 }
 
+// A collective across jobs the launcher refuses fails with a bare
+// PMIX_ERROR, so the job's log says why, once a job.
+func TestJobJobsCollSaid(t *testing.T) {
+	var log bytes.Buffer
+	a, err := agent.New(agent.Config{Size: 1, Local: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	j, err := NewJob(Config{Agent: a, Nspace: "job-jobs-said", Size: 1, Nodes: [][]int{{0}},
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for range 2 {
+		coll := agent.JobsColl{Kind: agent.JobsFence, Procs: []agent.JobRanks{{Job: "job-jobs-said", Ranks: []int{0}}, {Job: "made-up", Ranks: []int{0}}}}
+		if res := call(t, j, &request{kind: reqJobs, rank: -1, jobs: coll}); res.err == nil {
+			t.Fatal("a fence with a job that does not run succeeded")
+		}
+	}
+	if n := strings.Count(log.String(), "pmix: a collective across jobs"); n != 1 {
+		t.Errorf("the log says %d times why the collective failed, want once:\n%s", n, log.String())
+	}
+}
+
 // spawner is an Upstream whose launcher records the spawn requests it is
 // handed, and the ranks that asked, and answers each with a job id.
 type spawner struct {
