@@ -33,6 +33,12 @@ const Supported = true
 var server struct {
 	started, shut bool
 	tmpdir        string // PMIx's rendezvous and shared-store directory, removed by Shutdown
+	// stuck says why the library stopped answering (a deregistration
+	// passed its bound), once it did: it never answers again, and a job
+	// registered with it waited for ever in the registration (its node
+	// "lost" after --net-timeout, in a daemon every later PMIx job, each
+	// leaving a goroutine stuck for good), so later Jobs are refused.
+	stuck error
 }
 
 // libraryVar names OpenPMIx's server library for pmirun and pmid to open
@@ -65,6 +71,9 @@ func load() error {
 func serverAcquire() error {
 	if server.shut {
 		return errors.New("pmix: the server of this process was shut down")
+	}
+	if server.stuck != nil {
+		return server.stuck
 	}
 	if !server.started {
 		if err := load(); err != nil {
@@ -207,10 +216,19 @@ func register(nspace string, l *agent.Layout, usize, index int, appnum []int, pa
 func deregisterNspace(nspace string) error {
 	c := C.CString(nspace)
 	defer C.fpx_free(c)
-	if rc := C.fpx_deregister_nspace(c, C.int(teardownTimeout/time.Second)); rc != C.PMIX_SUCCESS {
-		return fmt.Errorf("pmix: deregister namespace %s: %w", nspace, statusErr(rc))
+	rc := C.fpx_deregister_nspace(c, C.int(teardownTimeout/time.Second))
+	switch rc {
+	case C.PMIX_SUCCESS:
+		return nil
+	case C.PMIX_ERR_TIMEOUT:
+		registry.mu.Lock()
+		if server.stuck == nil {
+			server.stuck = fmt.Errorf("pmix: OpenPMIx's server library in this process stopped answering (namespace %s's deregistration took more than %v; OpenPMIx 4.2 does after a PMIx_Connect with PMIX_TIMEOUT that a local client never joined): it serves no more PMIx jobs; restart this pmid (or run PMIx jobs with agents of their own)",
+				nspace, teardownTimeout)
+		}
+		registry.mu.Unlock()
 	}
-	return nil
+	return fmt.Errorf("pmix: deregister namespace %s: %w", nspace, statusErr(rc))
 }
 
 // clientEnv registers global rank r of nspace and returns the

@@ -270,6 +270,38 @@ func TestPMIxConnectTimeout(t *testing.T) {
 	r.wantFaster(t, 40*time.Second)
 }
 
+// The same on running daemons, whose one server library serves every
+// job: once a job left it stuck (its deregistration passed its bound),
+// a later PMIx job waited for ever in its registration, its node said
+// "lost" after --net-timeout and a goroutine of the daemon stuck for
+// good, for every PMIx job the daemon was given after. Such a job is
+// now refused at once, saying why and what to do; PMI jobs still run.
+func TestPMIxDaemonStuckLibrary(t *testing.T) {
+	p := newDaemonPair(t)
+	// On the first daemon alone, as TestPMIxConnectTimeout on one node.
+	j := job{args: []string{"--daemons", p.d[0].addr, "--secret-file", p.secret, "--net-timeout", daemonNetTimeout,
+		"--mpi", "pmix", "-n", "4", prog("pmix_dmodex"), "connect-timeout", "1"}, timeout: 60 * time.Second}
+	if r := run(t, j); r.code < 0 {
+		t.Fatalf("pmirun did not end\n%s", r)
+	}
+	// The stuck job's end waits for its deregistration (10 s at most).
+	deadline := time.Now().Add(30 * time.Second)
+	for len(p.d[0].status(t, p.secret).Jobs) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon %s still runs the stuck job", p.d[0].addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	j = p.job("--mpi", "pmix", "-n", "2", prog("pmix_bench"))
+	j.timeout = 30 * time.Second
+	r := run(t, j)
+	r.wantCode(t, 1)
+	r.wantMessage(t, `OpenPMIx's server library in this process stopped answering .*: it serves no more PMIx jobs; restart this pmid`)
+	r.wantFaster(t, 3*time.Second)
+	r = run(t, p.job("--mpi", "pmi", "-n", "2", prog("mpi_hello")))
+	r.wantCode(t, 0)
+}
+
 // MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name reach pmirun's
 // name service through the PMIx server's publish, lookup and unpublish;
 // the program checks the value, and that a lookup after unpublish fails.
