@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
+	"github.com/fastpmi/fastpmi/pmiwire/pmiwiretest"
 	"github.com/fastpmi/fastpmi/shm"
 )
 
@@ -777,104 +777,58 @@ func scenarioOK(t *testing.T, san bool, size int, mode string) {
 }
 
 // TestCLibWaitingGetBacksOff: a waiting get under a launcher that cannot
-// park it (Slurm's PMI-2 server, played here on a real socket: it finds
-// the key only 300 ms after the first waiting get asked) polls it ever
-// less often: at most 20 requests in those 300 ms, where a poll every
+// park it (Slurm's PMI-2 server, played on a real socket: it finds the
+// key only 300 ms after the first waiting get asked) polls it ever less
+// often: at most 20 requests in those 300 ms, where a poll every
 // millisecond made about 300.
 func TestCLibWaitingGetBacksOff(t *testing.T) {
-	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "launcher"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	rank, err := net.Dial("unix", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	f, err := rank.(*net.UnixConn).File()
-	rank.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	srv, rank := pmiwiretest.RankSocket(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, prog("fastpmi_scenario"), "unfenced")
 	cmd.Env = callerEnv([]string{"PMI_FD=3", "PMI_RANK=0", "PMI_SIZE=1", "SLURM_STEP_ID=0",
 		"LD_LIBRARY_PATH=" + filepath.Join(binDir, "lib")})
-	cmd.ExtraFiles = []*os.File{f}
+	cmd.ExtraFiles = []*os.File{rank}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
-	polls := make(chan int, 1)
-	go func() { polls <- playSlurm(srv, 300*time.Millisecond) }()
-	if err := cmd.Wait(); err != nil {
+	rank.Close()
+	// The scenario's first get (not waiting) finds nothing; the waiting
+	// one finds the key once it has waited late.
+	const late = 300 * time.Millisecond
+	gets, polls := 0, 0
+	var first time.Time
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		pmiwiretest.Serve(srv, func(m *pmiwire.Msg) []pmiwire.Pair {
+			if m.Cmd != "kvs-get" {
+				return nil
+			}
+			if gets++; gets == 1 {
+				return []pmiwire.Pair{{Key: "found", Val: "FALSE"}}
+			}
+			polls++
+			if first.IsZero() {
+				first = time.Now()
+			} else if time.Since(first) > late {
+				return []pmiwire.Pair{{Key: "value", Val: "late"}, {Key: "found", Val: "TRUE"}}
+			}
+			return []pmiwire.Pair{{Key: "found", Val: "FALSE"}}
+		})
+	}()
+	err := cmd.Wait()
+	srv.Close()
+	<-served
+	if err != nil {
 		t.Fatalf("fastpmi_scenario unfenced: %v\n%s%s", err, out.String(), errb.String())
 	}
-	srv.Close()
 	if want := fmt.Sprintf("r=0 unfenced get=%d wait=0", pmi2ErrOther); !strings.Contains(out.String(), want) {
 		t.Errorf("want %q in:\n%s%s", want, out.String(), errb.String())
 	}
-	if n := <-polls; n < 2 || n > 20 {
-		t.Errorf("the waiting get asked the launcher %d times in 300 ms, want 2 to 20", n)
-	}
-}
-
-// playSlurm answers one rank's PMI-2 requests as a launcher without
-// fastpmi's extensions does, until the connection ends: a kvs-get finds
-// nothing until late after the first one that waits (the second), then
-// a value. It returns how many kvs-gets the waiting get made.
-func playSlurm(c net.Conn, late time.Duration) int {
-	var d pmiwire.Decoder
-	var out []byte
-	gets, polls := 0, 0
-	var first time.Time
-	for {
-		m, ok, err := d.Next()
-		if err != nil {
-			return polls
-		}
-		if !ok {
-			if _, err := d.Fill(c); err != nil {
-				return polls
-			}
-			continue
-		}
-		if m.Cmd == "init" { // PMI-1's line, before PMI-2's frames
-			out = pmiwire.AppendV1(out[:0], "response_to_init", pmiwire.Pair{Key: "rc", Val: "0"},
-				pmiwire.Pair{Key: "pmi_version", Val: "2"}, pmiwire.Pair{Key: "pmi_subversion", Val: "0"})
-		} else {
-			pairs := []pmiwire.Pair{{Key: "rc", Val: "0"}}
-			switch m.Cmd {
-			case "fullinit":
-				pairs = append(pairs, pmiwire.Pair{Key: "rank", Val: "0"}, pmiwire.Pair{Key: "size", Val: "1"},
-					pmiwire.Pair{Key: "appnum", Val: "0"})
-			case "kvs-get":
-				gets++
-				found := "FALSE"
-				if gets > 1 {
-					polls++
-					if first.IsZero() {
-						first = time.Now()
-					} else if time.Since(first) > late {
-						found = "TRUE"
-						pairs = append(pairs, pmiwire.Pair{Key: "value", Val: "late"})
-					}
-				}
-				pairs = append(pairs, pmiwire.Pair{Key: "found", Val: found})
-			}
-			out = pmiwire.AppendV2(out[:0], m.Cmd+"-response", pairs...)
-		}
-		if _, err := c.Write(out); err != nil {
-			return polls
-		}
+	if polls < 2 || polls > 20 {
+		t.Errorf("the waiting get asked the launcher %d times in %v, want 2 to 20", polls, late)
 	}
 }
