@@ -33,21 +33,13 @@ func TestWaitingGetBacksOff(t *testing.T) {
 	client.ForgetLauncher()
 	t.Cleanup(client.ForgetLauncher)
 	var gets atomic.Int64
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		pmiwiretest.Serve(srv, func(m *pmiwire.Msg) []pmiwire.Pair {
-			if m.Cmd != "kvs-get" {
-				return nil
-			}
-			gets.Add(1)
-			return []pmiwire.Pair{{Key: "found", Val: "FALSE"}}
-		})
-	}()
-	defer func() {
-		srv.Close()
-		<-served
-	}()
+	pmiwiretest.Start(t, srv, func(m *pmiwire.Msg) []pmiwire.Pair {
+		if m.Cmd != "kvs-get" {
+			return nil
+		}
+		gets.Add(1)
+		return []pmiwire.Pair{{Key: "found", Val: "FALSE"}}
+	})
 	c, err := client.Init()
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/fastpmi/fastpmi/pmiwire"
@@ -77,4 +78,21 @@ func Serve(c net.Conn, answer func(m *pmiwire.Msg) []pmiwire.Pair) {
 			return
 		}
 	}
+}
+
+// Start runs Serve on c on a goroutine of its own and returns stop, which
+// closes c and returns once Serve has (what answer wrote is then the
+// test's to read); the test's end calls it too.
+func Start(tb testing.TB, c net.Conn, answer func(m *pmiwire.Msg) []pmiwire.Pair) (stop func()) {
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		Serve(c, answer)
+	}()
+	stop = sync.OnceFunc(func() {
+		c.Close()
+		<-served
+	})
+	tb.Cleanup(stop)
+	return stop
 }

@@ -800,28 +800,23 @@ func TestCLibWaitingGetBacksOff(t *testing.T) {
 	const late = 300 * time.Millisecond
 	gets, polls := 0, 0
 	var first time.Time
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		pmiwiretest.Serve(srv, func(m *pmiwire.Msg) []pmiwire.Pair {
-			if m.Cmd != "kvs-get" {
-				return nil
-			}
-			if gets++; gets == 1 {
-				return []pmiwire.Pair{{Key: "found", Val: "FALSE"}}
-			}
-			polls++
-			if first.IsZero() {
-				first = time.Now()
-			} else if time.Since(first) > late {
-				return []pmiwire.Pair{{Key: "value", Val: "late"}, {Key: "found", Val: "TRUE"}}
-			}
+	stop := pmiwiretest.Start(t, srv, func(m *pmiwire.Msg) []pmiwire.Pair {
+		if m.Cmd != "kvs-get" {
+			return nil
+		}
+		if gets++; gets == 1 {
 			return []pmiwire.Pair{{Key: "found", Val: "FALSE"}}
-		})
-	}()
+		}
+		polls++
+		if first.IsZero() {
+			first = time.Now()
+		} else if time.Since(first) > late {
+			return []pmiwire.Pair{{Key: "value", Val: "late"}, {Key: "found", Val: "TRUE"}}
+		}
+		return []pmiwire.Pair{{Key: "found", Val: "FALSE"}}
+	})
 	err := cmd.Wait()
-	srv.Close()
-	<-served
+	stop()
 	if err != nil {
 		t.Fatalf("fastpmi_scenario unfenced: %v\n%s%s", err, out.String(), errb.String())
 	}
