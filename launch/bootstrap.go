@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fastpmi/fastpmi/agent/node"
 )
@@ -377,11 +378,15 @@ func (c *Config) rootListenAddr() string {
 
 // sourceAddr is the address of this machine that reaches every one of
 // addrs (a UDP socket connected to each, no packet sent), or "" if they
-// are reached from different addresses or one cannot be reached.
+// are reached from different addresses or one cannot be reached. Their
+// names are looked up within sourceAddrTimeout in all.
 func sourceAddr(addrs []string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), sourceAddrTimeout)
+	defer cancel()
+	var d net.Dialer
 	src := ""
 	for _, a := range addrs {
-		c, err := net.Dial("udp", a)
+		c, err := d.DialContext(ctx, "udp", a)
 		if err != nil {
 			return ""
 		}
@@ -393,6 +398,44 @@ func sourceAddr(addrs []string) string {
 		src = h
 	}
 	return src
+}
+
+// sourceAddrTimeout bounds sourceAddr's name lookups: a resolver that
+// does not answer costs a job's start that much, not its own timeouts.
+const sourceAddrTimeout = 2 * time.Second
+
+// routeProbes is how many of a job's hosts routeAddr asks the route to.
+const routeProbes = 4
+
+// routeAddr is the address of this machine from which it reaches the
+// job's other hosts (sourceAddr over the first routeProbes of them that
+// are not this machine), or "" if they are reached from different
+// addresses, one cannot be reached, or none is another machine. On a
+// machine of several networks (a management Ethernet and the cluster's
+// fabric, a bridge, a link that is down) that is the address the hosts
+// can dial, where the first address of the first interface may not be.
+func routeAddr(hosts []string) string {
+	local := localNames()
+	var probe []string
+	for _, h := range hosts {
+		if len(probe) == routeProbes {
+			break
+		}
+		if slices.ContainsFunc(local, func(l string) bool { return strings.EqualFold(h, l) }) {
+			continue
+		}
+		if a := net.JoinHostPort(h, "9"); !slices.Contains(probe, a) {
+			probe = append(probe, a)
+		}
+	}
+	if len(probe) == 0 {
+		return ""
+	}
+	h := sourceAddr(probe)
+	if ip := net.ParseIP(h); ip == nil || ip.IsLoopback() {
+		return ""
+	}
+	return h
 }
 
 // allLoopback reports whether every address is a loopback IP or

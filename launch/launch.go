@@ -144,7 +144,7 @@ type Config struct {
 	NetTimeout time.Duration // a silent agent link is dead after this
 	PmidPath   string        // pmid on the nodes; default: next to pmirun, else on PATH
 	SSH        string        // ssh command and its options, split into words as the shell splits them (splitWords); default FASTPMI_SSH, else "ssh"
-	RootAddr   string        // address agents dial pmirun at; default: first non-loopback address
+	RootAddr   string        // address agents dial pmirun at; default (ssh, slurm): the one this machine reaches the hosts from (routeAddr), else its first non-loopback address
 	// KVS is the policy for keys put without a hint (auto, dense,
 	// sparse), GetStrategy how a node fetches a key another node holds
 	// (direct, dkvs, tree); "" = auto and direct (docs/kvs.md).

@@ -91,6 +91,11 @@ type multiRun struct {
 }
 
 func newMultiRun(cfg Config, hosts []string, tr netio.Transport, codec netio.Codec) *multiRun {
+	if cfg.RootAddr == "" && (cfg.Bootstrap == "ssh" || cfg.Bootstrap == "slurm") {
+		// Where the hosts are reached from, unless the user said:
+		// rootListenAddr and rootDialAddr take it as said.
+		cfg.RootAddr = routeAddr(hosts)
+	}
 	run := &multiRun{
 		cfg: cfg, hosts: hosts, tr: tr, codec: codec, names: agent.NewLocal(),
 		out:   node.NewOutput(node.Prefix{}, true, cfg.interactive, cfg.Stdout, cfg.Stderr),

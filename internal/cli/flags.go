@@ -180,7 +180,7 @@ var flagTable = []*Flag{
 		Help: "path of pmid on the nodes (default: next to pmirun, else on PATH); a relative path is taken from pmirun's directory",
 		set:  func(p *parser, v []string) error { p.cfg.PmidPath = v[0]; return nil }},
 	{Names: []string{"--root-addr"}, Arg: "IP", Nargs: 1, Group: "multi-node",
-		Help: "address agents reach pmirun at (default: first non-loopback address)",
+		Help: "address agents reach pmirun at (default: under ssh and Slurm the one this machine reaches the hosts from, else its first non-loopback address)",
 		set:  func(p *parser, v []string) error { p.cfg.RootAddr = v[0]; return nil }},
 	{Names: []string{"--daemons"}, Arg: "ADDR[,ADDR...]|@FILE", Nargs: 1, Group: "multi-node",
 		Help: "run on running daemons (pmid --daemon), one node each; @FILE holds one HOST:PORT a line; excludes --bootstrap",

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,4 +196,25 @@ func TestNetnsSSH(t *testing.T) {
 			t.Errorf("the job took %v to end after ssh failed, want under 2s\n%s", r.elapsed, r)
 		}
 	})
+}
+
+// TestNetnsSSHMultihomed: pmirun on a machine of two networks, the first
+// non-loopback address of its interfaces one the other hosts cannot reach
+// (a management network, a link that is down, a service address on lo:
+// here the last, which comes first), without --root-addr. The agents
+// dial the address this machine reaches them from; they dialled the
+// first address and never reached pmirun ('agent of node 1 ... exited
+// before connecting').
+func TestNetnsSSHMultihomed(t *testing.T) {
+	cl := newCluster(t)
+	h := startSSHDs(t, cl)
+	if out, err := cl.c.Exec(context.Background(), 0, "ip", "addr", "add", "10.250.77.1/32", "dev", "lo"); err != nil {
+		t.Fatalf("an address on lo in %s: %v\n%s", cl.names[0], err, out)
+	}
+	j := h.job(cl, "net", []string{"--hosts", strings.Join(h.addrs, ",")}, "-n", "8", prog("mpi_allreduce"))
+	i := slices.Index(j.args, "--root-addr")
+	j.args = slices.Delete(j.args, i, i+2)
+	r := run(t, j)
+	r.wantCode(t, 0)
+	r.wantAllreduce(t, 8)
 }
