@@ -157,29 +157,7 @@ func TestRootBadKVSMessage(t *testing.T) {
 // 1000 bytes: c for pmirun, peer for the node.
 func smallFramePair(t *testing.T) (c, peer netio.Conn) {
 	t.Helper()
-	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: bytes.Repeat([]byte{7}, 32), MaxFrameSize: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tr.Close() })
-	ln, err := tr.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	accepted := make(chan netio.Conn, 1)
-	go func() {
-		c, _ := ln.Accept(ctx)
-		accepted <- c
-	}()
-	if c, err = tr.Dial(ctx, ln.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if peer = <-accepted; peer == nil {
-		t.Fatal("accept failed")
-	}
-	return c, peer
+	return netiotest.Pair(t, netio.Config{Backend: netio.BackendNet, Secret: bytes.Repeat([]byte{7}, 32), MaxFrameSize: 1000})
 }
 
 // An answer to a name request too large for the link reaches the node as

@@ -395,22 +395,7 @@ func TestAgentHeartbeatsWhileLinking(t *testing.T) {
 // carry at most 1000 bytes.
 func smallFrameLink(t *testing.T) netio.Conn {
 	t.Helper()
-	tr, err := netio.New(netio.Config{Backend: netio.BackendNet, Secret: bytes.Repeat([]byte{7}, 32), MaxFrameSize: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tr.Close() })
-	ln, err := tr.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	go ln.Accept(ctx) // the transport closes what it accepted
-	c, err := tr.Dial(ctx, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := netiotest.Pair(t, netio.Config{Backend: netio.BackendNet, Secret: bytes.Repeat([]byte{7}, 32), MaxFrameSize: 1000})
 	return c
 }
 
